@@ -1,0 +1,47 @@
+// swift-tools-version: 6.1
+//
+// Strata: an embedded, transactional key/value store for Swift with nested contexts.
+// Layers point downward only (see README.md): strata (CLI) → WAL → FileIO / Codec → C shims.
+import PackageDescription
+
+let package = Package(
+    name: "Strata",
+    products: [
+        .library(name: "WAL", targets: ["WAL"]),
+        .library(name: "FileIO", targets: ["FileIO"]),
+        .library(name: "Codec", targets: ["Codec"]),
+        .executable(name: "strata", targets: ["StrataCLI"]),
+    ],
+    dependencies: [
+        // The ecosystem's standard for command-line parsing; used by the `strata` tool only.
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        // liblz4 from the system (Debian/Ubuntu: liblz4-dev).
+        .systemLibrary(
+            name: "CLZ4",
+            path: "Sources/CLZ4",
+            pkgConfig: "liblz4",
+            providers: [.apt(["liblz4-dev"])]
+        ),
+        // Hardware CRC32C with a software fallback, and the syscalls Glibc hides (fallocate).
+        .target(name: "CPlatform"),
+        // Checksums, LZ4 blocks and bounded little-endian coding shared by every on-disk format.
+        .target(name: "Codec", dependencies: ["CLZ4", "CPlatform"]),
+        // The file-system seam: POSIX implementation and a deterministic simulated one.
+        .target(name: "FileIO", dependencies: ["CPlatform"]),
+        // The LZ4-compressed, checksummed write-ahead log with group commit.
+        .target(name: "WAL", dependencies: ["Codec", "FileIO"]),
+        .executableTarget(
+            name: "StrataCLI",
+            dependencies: [
+                "WAL", "FileIO",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .testTarget(name: "CodecTests", dependencies: ["Codec"]),
+        .testTarget(name: "FileIOTests", dependencies: ["FileIO"]),
+        .testTarget(name: "WALTests", dependencies: ["WAL", "FileIO", "Codec"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

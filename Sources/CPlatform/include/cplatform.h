@@ -1,0 +1,21 @@
+#ifndef CPLATFORM_H
+#define CPLATFORM_H
+// Strata's C shims: the pieces Swift cannot reach portably.
+//  - CRC-32C (Castagnoli), hardware accelerated (SSE4.2 / ARMv8 CRC) with a run-time
+//    choice and a portable slice-by-8 fallback. Every checksum on disk uses it (FORMAT.md).
+//  - fallocate(2), which Glibc declares only under _GNU_SOURCE.
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/// Extends the running CRC-32C `crc` (start with 0) over `len` bytes at `data`.
+uint32_t cplatform_crc32c_extend(uint32_t crc, const void *data, size_t len);
+/// The same value, always computed by the portable software path.
+uint32_t cplatform_crc32c_extend_software(uint32_t crc, const void *data, size_t len);
+/// 1 when the hardware path is used on this CPU, else 0.
+int cplatform_crc32c_hardware_available(void);
+
+/// fallocate(2) with mode 0 (allocate and extend the size); posix_fallocate elsewhere.
+/// Returns 0, or -1 with errno set.
+int cplatform_fallocate(int fd, off_t offset, off_t length);
+#endif

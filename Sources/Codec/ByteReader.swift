@@ -1,0 +1,100 @@
+// Bounded little-endian decoding: the reading half of every format in FORMAT.md.
+//
+// Invariants:
+//  1. No read goes past `bytes.count`: each one checks the remaining length first and
+//     throws `CodecError.truncated` otherwise.
+//  2. No length read from input is trusted: `readBytes(count:)` checks it against the
+//     bytes that remain, so a hostile length cannot cause a large allocation.
+
+/// Reads little-endian fixed-width integers, LEB128 varints and byte runs from `bytes`.
+public struct ByteReader: Sendable {
+    /// The buffer being read.
+    public let bytes: [UInt8]
+    /// The offset of the next byte to read.
+    public private(set) var offset: Int
+    /// The offset just past the last readable byte.
+    public let endOffset: Int
+
+    /// A reader of `bytes[start..<end]` (the whole buffer by default).
+    public init(_ bytes: [UInt8], start: Int = 0, end: Int? = nil) {
+        let end = end ?? bytes.count
+        precondition(start >= 0 && start <= end && end <= bytes.count, "reader range outside the buffer")
+        self.bytes = bytes
+        self.offset = start
+        self.endOffset = end
+    }
+
+    /// The number of bytes left to read.
+    public var remaining: Int { endOffset - offset }
+
+    /// Whether every byte has been read.
+    public var isAtEnd: Bool { offset == endOffset }
+
+    public mutating func readUInt8() throws(CodecError) -> UInt8 {
+        try need(1)
+        defer { offset += 1 }
+        return bytes[offset]
+    }
+
+    public mutating func readUInt16() throws(CodecError) -> UInt16 { try readLittleEndian() }
+
+    public mutating func readUInt32() throws(CodecError) -> UInt32 { try readLittleEndian() }
+
+    public mutating func readUInt64() throws(CodecError) -> UInt64 { try readLittleEndian() }
+
+    /// Reads an unsigned LEB128 varint of at most 10 bytes.
+    public mutating func readVarint() throws(CodecError) -> UInt64 {
+        let start = offset
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            guard offset < endOffset else {
+                throw .truncated(offset: offset, needed: 1, available: 0)
+            }
+            let byte = bytes[offset]
+            offset += 1
+            // The tenth byte may only contribute the top bit of a 64-bit value.
+            if shift == 63 && byte > 1 { throw .malformedVarint(offset: start) }
+            result |= UInt64(byte & 0x7F) << shift
+            if byte & 0x80 == 0 { return result }
+            shift += 7
+            if shift > 63 { throw .malformedVarint(offset: start) }
+        }
+    }
+
+    /// Reads a varint length and checks it against `limit` and the bytes that remain.
+    public mutating func readLength(limit: Int) throws(CodecError) -> Int {
+        let start = offset
+        let value = try readVarint()
+        guard value <= UInt64(limit) else {
+            throw .lengthOverLimit(offset: start, value: value, limit: UInt64(limit))
+        }
+        return Int(value)
+    }
+
+    /// Reads `count` bytes as a new array.
+    public mutating func readBytes(count: Int) throws(CodecError) -> [UInt8] {
+        try need(count)
+        defer { offset += count }
+        return Array(bytes[offset..<(offset + count)])
+    }
+
+    /// Skips `count` bytes.
+    public mutating func skip(_ count: Int) throws(CodecError) {
+        try need(count)
+        offset += count
+    }
+
+    private func need(_ count: Int) throws(CodecError) {
+        guard count >= 0, count <= remaining else {
+            throw .truncated(offset: offset, needed: count, available: remaining)
+        }
+    }
+
+    private mutating func readLittleEndian<T: FixedWidthInteger>() throws(CodecError) -> T {
+        let size = MemoryLayout<T>.size
+        try need(size)
+        defer { offset += size }
+        return bytes.withUnsafeBytes { T(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: T.self)) }
+    }
+}

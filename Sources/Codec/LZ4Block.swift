@@ -1,0 +1,83 @@
+// LZ4 block compression (liblz4's block format, not its frame format) for WAL payloads
+// (FORMAT.md, "Payload compression").
+//
+// Invariants:
+//  1. `decompress` never writes or allocates past `decompressedCount`, which callers bound
+//     by a limit before calling; malformed input is a `CodecError`, never a trap.
+//  2. `compress` reports `nil` when the block would not be smaller than its input, so the
+//     caller stores those bytes raw (incompressible data never grows by more than 0 bytes).
+// Thread-safe: liblz4's block functions keep no shared state.
+import CLZ4
+
+/// LZ4 block compression.
+public enum LZ4Block {
+    /// The largest input liblz4 accepts (LZ4_MAX_INPUT_SIZE).
+    public static let maxInputCount = 0x7E00_0000
+
+    /// The worst-case compressed size of `count` input bytes.
+    public static func compressBound(_ count: Int) -> Int {
+        precondition(count >= 0 && count <= maxInputCount, "LZ4 input of \(count) bytes is over the limit")
+        return Int(LZ4_compressBound(Int32(count)))
+    }
+
+    /// Compresses `input` and appends the block to `output` when it is smaller than the
+    /// input; returns the number of bytes appended, or `nil` (with `output` unchanged) when
+    /// compression does not help. O(n).
+    public static func compress(_ input: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]) -> Int? {
+        guard input.count > 0 else { return nil }
+        let bound = compressBound(input.count)
+        let start = output.count
+        output.reserveCapacity(start + bound)
+        var written = 0
+        // Appends `bound` uninitialized-then-filled bytes and trims back to the real size.
+        output.append(contentsOf: repeatElement(0, count: bound))
+        output.withUnsafeMutableBytes { destination in
+            let target = UnsafeMutableRawBufferPointer(rebasing: destination[start...])
+            written = Int(LZ4_compress_default(
+                input.baseAddress!.assumingMemoryBound(to: CChar.self),
+                target.baseAddress!.assumingMemoryBound(to: CChar.self),
+                Int32(input.count), Int32(target.count)))
+        }
+        guard written > 0, written < input.count else {
+            output.removeSubrange(start...)
+            return nil
+        }
+        output.removeSubrange((start + written)...)
+        return written
+    }
+
+    /// Compresses a byte array; `nil` when compression does not make it smaller.
+    public static func compress(_ input: [UInt8]) -> [UInt8]? {
+        var output: [UInt8] = []
+        let count = input.withUnsafeBytes { compress($0, appendingTo: &output) }
+        return count == nil ? nil : output
+    }
+
+    /// Decompresses one block that must expand to exactly `decompressedCount` bytes.
+    /// Throws `CodecError.malformedLZ4Block` for any other outcome. O(decompressedCount).
+    public static func decompress(_ input: UnsafeRawBufferPointer, decompressedCount: Int) throws(CodecError) -> [UInt8] {
+        guard decompressedCount > 0, decompressedCount <= maxInputCount,
+              input.count > 0, input.count <= maxInputCount else {
+            throw .malformedLZ4Block(compressedCount: input.count, expectedCount: decompressedCount)
+        }
+        var output = [UInt8](repeating: 0, count: decompressedCount)
+        let produced = output.withUnsafeMutableBytes { destination in
+            LZ4_decompress_safe(
+                input.baseAddress!.assumingMemoryBound(to: CChar.self),
+                destination.baseAddress!.assumingMemoryBound(to: CChar.self),
+                Int32(input.count), Int32(decompressedCount))
+        }
+        guard produced == Int32(decompressedCount) else {
+            throw .malformedLZ4Block(compressedCount: input.count, expectedCount: decompressedCount)
+        }
+        return output
+    }
+
+    /// Decompresses a byte array; see `decompress(_:decompressedCount:)`.
+    public static func decompress(_ input: [UInt8], decompressedCount: Int) throws(CodecError) -> [UInt8] {
+        let result = input.withUnsafeBytes { buffer in
+            Result { () throws(CodecError) in try decompress(buffer, decompressedCount: decompressedCount) }
+        }
+        return try result.get()
+    }
+}

@@ -1,0 +1,111 @@
+// The file-system seam: every file operation the storage engine performs goes through
+// these two protocols, so the same engine code runs on the real disk (`POSIXFileSystem`)
+// and on the deterministic crash simulator (`SimulatedFileSystem`).
+//
+// Contracts every implementation keeps:
+//  1. `write` writes every byte or throws; a short write is never returned as success.
+//  2. `syncData` / `sync` are never retried by an implementation: a failure is reported
+//     once and the caller decides (the WAL fails every waiter and stops; see FORMAT.md).
+//  3. A new, renamed or removed name is durable only after `syncDirectory` of its folder.
+//  4. Errors are `FileIOError`, naming the operation and the path.
+// Implementations are `Sendable`; a `FileHandle` may be used from several threads at once
+// for positional reads and writes (pread/pwrite semantics), as the kernel allows.
+
+/// How to open a file.
+public struct FileOpenOptions: OptionSet, Sendable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+
+    /// Open for writing as well as reading.
+    public static let write = FileOpenOptions(rawValue: 1 << 0)
+    /// Create the file when it does not exist (implies `write`).
+    public static let create = FileOpenOptions(rawValue: 1 << 1)
+    /// Fail with `alreadyExists` when the file exists (with `create`).
+    public static let exclusive = FileOpenOptions(rawValue: 1 << 2)
+    /// Truncate the file to zero bytes on open (with `write`).
+    public static let truncate = FileOpenOptions(rawValue: 1 << 3)
+}
+
+/// A directory tree of files: the operations Strata needs and nothing else.
+public protocol FileSystem: Sendable {
+    /// Opens (or creates) the file at `path`. Throws `FileIOError`.
+    func open(_ path: String, options: FileOpenOptions) throws -> any FileHandle
+    /// Atomically renames `source` to `destination`, replacing it. Durable after `syncDirectory`.
+    func rename(_ source: String, to destination: String) throws
+    /// Removes the file at `path`. Durable after `syncDirectory`.
+    func removeFile(_ path: String) throws
+    /// Creates the directory at `path` (and its missing parents); succeeds when it exists.
+    func createDirectory(_ path: String) throws
+    /// Makes the names in the directory at `path` durable (fsync of the directory).
+    func syncDirectory(_ path: String) throws
+    /// The names (not paths) of the entries in the directory at `path`, sorted.
+    func contentsOfDirectory(_ path: String) throws -> [String]
+    /// Whether a file or directory exists at `path`.
+    func fileExists(_ path: String) -> Bool
+    /// Takes an exclusive lock on the file at `path` (created if missing) without waiting:
+    /// throws `FileIOError.locked` when another holder, in this process or another, has it.
+    /// The lock is held until `unlock()` is called on the result or the process exits.
+    func lockExclusively(_ path: String) throws -> any FileLock
+}
+
+/// An open file.
+public protocol FileHandle: AnyObject, Sendable {
+    /// The path the file was opened with.
+    var path: String { get }
+    /// Reads up to `buffer.count` bytes at `offset`; returns the number read (fewer only at
+    /// the end of the file). Retries interrupted calls.
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int
+    /// Writes all of `bytes` at `offset`, extending the file if needed.
+    func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws
+    /// Appends all of `bytes` at the current end of the file; returns the offset written at.
+    func append(_ bytes: UnsafeRawBufferPointer) throws -> Int64
+    /// The file's current size in bytes.
+    func size() throws -> Int64
+    /// fdatasync(2): the file's data, and the metadata needed to read it, are durable.
+    func syncData() throws
+    /// fsync(2): the file's data and all of its metadata are durable.
+    func sync() throws
+    /// ftruncate(2): sets the size to `size` bytes.
+    func truncate(to size: Int64) throws
+    /// fallocate(2): reserves `length` bytes at `offset`, extending the size when needed,
+    /// so later writes there change no file size.
+    func allocate(offset: Int64, length: Int64) throws
+    /// Closes the handle; later calls throw `FileIOError.closed`.
+    func close() throws
+}
+
+/// An exclusive lock on a file, held until `unlock()`.
+public protocol FileLock: AnyObject, Sendable {
+    /// The locked path.
+    var path: String { get }
+    /// Releases the lock. Idempotent.
+    func unlock()
+}
+
+extension FileHandle {
+    /// Reads exactly `count` bytes at `offset`, or fewer when the file ends first.
+    /// `count` is the caller's bound: callers never pass a length taken from disk unchecked.
+    public func read(count: Int, at offset: Int64) throws -> [UInt8] {
+        precondition(count >= 0, "negative read length")
+        var result = [UInt8](repeating: 0, count: count)
+        let got = try result.withUnsafeMutableBytes { try read(into: $0, at: offset) }
+        if got < count { result.removeSubrange(got...) }
+        return result
+    }
+
+    /// Writes a byte array at `offset`.
+    public func write(_ bytes: [UInt8], at offset: Int64) throws {
+        try bytes.withUnsafeBytes { try write($0, at: offset) }
+    }
+
+    /// Appends a byte array; returns the offset written at.
+    @discardableResult
+    public func append(_ bytes: [UInt8]) throws -> Int64 {
+        try bytes.withUnsafeBytes { try append($0) }
+    }
+}
+
+/// Joins path components with "/".
+public func joinPath(_ directory: String, _ name: String) -> String {
+    directory.hasSuffix("/") ? directory + name : directory + "/" + name
+}

@@ -1,0 +1,209 @@
+// The real file system: POSIX calls with EINTR retried, short reads and writes continued,
+// and errno mapped to `FileIOError`. fdatasync and fsync are never retried (contract 2 of
+// FileSystem.swift): after a failed sync the kernel may have dropped the dirty pages, so a
+// second call that "succeeds" proves nothing.
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import CPlatform
+import Synchronization
+
+/// The operating system's file system.
+public struct POSIXFileSystem: FileSystem {
+    public init() {}
+
+    public func open(_ path: String, options: FileOpenOptions) throws -> any FileHandle {
+        var flags = O_CLOEXEC
+        flags |= options.contains(.write) || options.contains(.create) ? O_RDWR : O_RDONLY
+        if options.contains(.create) { flags |= O_CREAT }
+        if options.contains(.exclusive) { flags |= O_EXCL }
+        if options.contains(.truncate) { flags |= O_TRUNC }
+        let fd = try retryingInterrupts(.open, path) { Glibc.open(path, flags, 0o644) }
+        return POSIXFileHandle(fd: fd, path: path)
+    }
+
+    public func rename(_ source: String, to destination: String) throws {
+        _ = try retryingInterrupts(.rename, source) { Glibc.rename(source, destination) }
+    }
+
+    public func removeFile(_ path: String) throws {
+        _ = try retryingInterrupts(.remove, path) { unlink(path) }
+    }
+
+    public func createDirectory(_ path: String) throws {
+        var prefix = path.hasPrefix("/") ? "/" : ""
+        for component in path.split(separator: "/") {
+            prefix += component
+            if mkdir(prefix, 0o755) != 0 && errno != EEXIST {
+                throw FileIOError(errno: errno, operation: .createDirectory, path: prefix)
+            }
+            prefix += "/"
+        }
+    }
+
+    public func syncDirectory(_ path: String) throws {
+        let fd = try retryingInterrupts(.syncDirectory, path) { Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        defer { _ = Glibc.close(fd) }
+        if fsync(fd) != 0 { throw FileIOError(errno: errno, operation: .syncDirectory, path: path) }
+    }
+
+    public func contentsOfDirectory(_ path: String) throws -> [String] {
+        guard let directory = opendir(path) else {
+            throw FileIOError(errno: errno, operation: .list, path: path)
+        }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    public func fileExists(_ path: String) -> Bool {
+        access(path, F_OK) == 0
+    }
+
+    public func lockExclusively(_ path: String) throws -> any FileLock {
+        let fd = try retryingInterrupts(.lock, path) { Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644) }
+        // flock locks belong to the open file description, so a second open of the same
+        // path in this process is refused as well.
+        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            let code = errno
+            _ = Glibc.close(fd)
+            throw FileIOError(errno: code, operation: .lock, path: path)
+        }
+        return POSIXFileLock(fd: fd, path: path)
+    }
+}
+
+/// Runs a syscall that returns -1 and sets errno on failure, retrying EINTR.
+@discardableResult
+func retryingInterrupts(_ operation: FileOperation, _ path: String, _ call: () -> Int32) throws -> Int32 {
+    while true {
+        let result = call()
+        if result >= 0 { return result }
+        if errno == EINTR { continue }
+        throw FileIOError(errno: errno, operation: operation, path: path)
+    }
+}
+
+/// An open POSIX file descriptor.
+final class POSIXFileHandle: FileHandle {
+    let path: String
+    private let fd: Int32
+    private let isOpen = Mutex(true)
+
+    init(fd: Int32, path: String) {
+        self.fd = fd
+        self.path = path
+    }
+
+    deinit {
+        if isOpen.withLock({ $0 }) { _ = Glibc.close(fd) }
+    }
+
+    private func checkOpen(_ operation: FileOperation) throws {
+        guard isOpen.withLock({ $0 }) else { throw FileIOError.closed(operation: operation, path: path) }
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        try checkOpen(.read)
+        var done = 0
+        while done < buffer.count {
+            let got = pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+            if got < 0 {
+                if errno == EINTR { continue }
+                throw FileIOError(errno: errno, operation: .read, path: path)
+            }
+            if got == 0 { break }
+            done += got
+        }
+        return done
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws {
+        try checkOpen(.write)
+        var done = 0
+        while done < bytes.count {
+            let put = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
+            if put < 0 {
+                if errno == EINTR { continue }
+                throw FileIOError(errno: errno, operation: .write, path: path)
+            }
+            // A zero-byte write with bytes left means the device accepts no more.
+            if put == 0 { throw FileIOError.noSpace(operation: .write, path: path) }
+            done += put
+        }
+    }
+
+    func append(_ bytes: UnsafeRawBufferPointer) throws -> Int64 {
+        let offset = try size()
+        try write(bytes, at: offset)
+        return offset
+    }
+
+    func size() throws -> Int64 {
+        try checkOpen(.size)
+        var info = stat()
+        if fstat(fd, &info) != 0 { throw FileIOError(errno: errno, operation: .size, path: path) }
+        return Int64(info.st_size)
+    }
+
+    func syncData() throws {
+        try checkOpen(.syncData)
+        if fdatasync(fd) != 0 { throw FileIOError(errno: errno, operation: .syncData, path: path) }
+    }
+
+    func sync() throws {
+        try checkOpen(.sync)
+        if fsync(fd) != 0 { throw FileIOError(errno: errno, operation: .sync, path: path) }
+    }
+
+    func truncate(to size: Int64) throws {
+        try checkOpen(.truncate)
+        try retryingInterrupts(.truncate, path) { ftruncate(fd, off_t(size)) }
+    }
+
+    func allocate(offset: Int64, length: Int64) throws {
+        try checkOpen(.allocate)
+        try retryingInterrupts(.allocate, path) { cplatform_fallocate(fd, off_t(offset), off_t(length)) }
+    }
+
+    func close() throws {
+        let wasOpen = isOpen.withLock { open in
+            defer { open = false }
+            return open
+        }
+        guard wasOpen else { return }
+        // close(2) is not retried on EINTR: on Linux the descriptor is released regardless.
+        if Glibc.close(fd) != 0 && errno != EINTR {
+            throw FileIOError(errno: errno, operation: .close, path: path)
+        }
+    }
+}
+
+/// A held flock(2) lock.
+final class POSIXFileLock: FileLock {
+    let path: String
+    private let fd: Mutex<Int32?>
+
+    init(fd: Int32, path: String) {
+        self.fd = Mutex(fd)
+        self.path = path
+    }
+
+    deinit { unlock() }
+
+    func unlock() {
+        guard let descriptor = fd.withLock({ value in defer { value = nil }; return value }) else { return }
+        _ = flock(descriptor, LOCK_UN)
+        _ = Glibc.close(descriptor)
+    }
+}

@@ -1,0 +1,107 @@
+// Handles and locks of a `SimulatedFileSystem`. Every call takes the file system's mutex,
+// is numbered and counted there, and fails with `closed` once a crash has outlived it.
+import Synchronization
+
+final class SimulatedFileHandle: FileHandle {
+    let path: String
+    private let fileSystem: SimulatedFileSystem
+    private let inode: Int
+    private let generation: Int
+    private let isOpen = Mutex(true)
+
+    init(fileSystem: SimulatedFileSystem, inode: Int, path: String, generation: Int) {
+        self.fileSystem = fileSystem
+        self.inode = inode
+        self.path = path
+        self.generation = generation
+    }
+
+    /// Runs `body` on the state after numbering the operation and checking the handle.
+    private func perform<T>(_ operation: FileOperation, _ body: (inout SimulatedState, Int) throws -> T) throws -> T {
+        guard isOpen.withLock({ $0 }) else { throw FileIOError.closed(operation: operation, path: path) }
+        return try fileSystem.state.withLock { state in
+            try state.begin(operation, path, generation: generation)
+            guard state.inodes[inode] != nil else { throw FileIOError.closed(operation: operation, path: path) }
+            return try body(&state, inode)
+        }
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        try perform(.read) { state, id in
+            let image = state.inodes[id]!.volatile
+            let start = Int(offset)
+            guard start < image.count else { return 0 }
+            let count = min(buffer.count, image.count - start)
+            image.withUnsafeBytes { source in
+                buffer.baseAddress!.copyMemory(from: source.baseAddress! + start, byteCount: count)
+            }
+            return count
+        }
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws {
+        try perform(.write) { state, id in state.write(id, bytes, at: Int(offset)) }
+    }
+
+    func append(_ bytes: UnsafeRawBufferPointer) throws -> Int64 {
+        try perform(.append) { state, id in
+            let offset = state.inodes[id]!.volatile.count
+            state.write(id, bytes, at: offset)
+            return Int64(offset)
+        }
+    }
+
+    func size() throws -> Int64 {
+        try perform(.size) { state, id in Int64(state.inodes[id]!.volatile.count) }
+    }
+
+    func syncData() throws {
+        try perform(.syncData) { state, id in state.sync(id) }
+    }
+
+    func sync() throws {
+        try perform(.sync) { state, id in state.sync(id) }
+    }
+
+    func truncate(to size: Int64) throws {
+        try perform(.truncate) { state, id in state.resize(id, to: Int(size)) }
+    }
+
+    func allocate(offset: Int64, length: Int64) throws {
+        try perform(.allocate) { state, id in
+            let end = Int(offset + length)
+            if state.inodes[id]!.volatile.count < end { state.resize(id, to: end) }
+        }
+    }
+
+    func close() throws {
+        isOpen.withLock { $0 = false }
+        fileSystem.state.withLock { state in
+            state.operationCount += 1
+            state.counts[.close, default: 0] += 1
+        }
+    }
+}
+
+final class SimulatedFileLock: FileLock {
+    let path: String
+    private let fileSystem: SimulatedFileSystem
+    private let generation: Int
+    private let isHeld = Mutex(true)
+
+    init(fileSystem: SimulatedFileSystem, path: String, generation: Int) {
+        self.fileSystem = fileSystem
+        self.path = path
+        self.generation = generation
+    }
+
+    deinit { unlock() }
+
+    func unlock() {
+        guard isHeld.withLock({ held in defer { held = false }; return held }) else { return }
+        fileSystem.state.withLock { state in
+            // A crash already released every lock of the earlier "process".
+            if state.generation == generation { state.locks.remove(normalize(path)) }
+        }
+    }
+}

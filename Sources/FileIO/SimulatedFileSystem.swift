@@ -1,0 +1,205 @@
+// A deterministic, in-memory file system that can lose power.
+//
+// Fault model (what `crash(_:)` may do; the full matrix of TESTING.md grows from here):
+//  1. Every file has a durable image and a volatile one. Reads see the volatile image.
+//     `syncData`/`sync` apply the file's unsynced changes to its durable image.
+//  2. Every directory has durable and volatile entries; `syncDirectory` makes the volatile
+//     entries durable. Creating a directory is durable at once.
+//  3. `crash(.random(seed:))`: each directory keeps its durable entries or (a coin per
+//     directory) its volatile ones; each surviving file starts from its durable image and
+//     replays its unsynced writes in order, each kept whole, dropped, or torn (a random
+//     byte prefix, or a random subset of its 512-byte sectors, which also models writes
+//     persisting out of order). `.keepAll` models a process kill (all that reached the
+//     kernel survives); `.dropAll` keeps only what was synced.
+//  4. After a crash, every handle and lock from before it is dead: its calls throw `closed`.
+//  5. `injectFault` fails the operation with a given index, once or from then on, with an
+//     errno mapped exactly as the POSIX implementation maps it. A failed operation has no
+//     effect. `cutPower(atOperation:)` fails every operation from that index with EIO,
+//     freezing the state a later `crash` starts from.
+// All state sits behind one mutex; operations are numbered in the order they take it.
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A simulated file system for tests: durable and volatile images, operation counts,
+/// injected errors and seeded power loss.
+public final class SimulatedFileSystem: FileSystem {
+    /// What survives a simulated crash.
+    public enum CrashFates: Sendable, Equatable {
+        /// Unsynced writes are kept, dropped or torn, chosen by a generator seeded with `seed`.
+        case random(seed: UInt64)
+        /// Everything that reached the "kernel" survives (a process kill).
+        case keepAll
+        /// Only synced data and names survive.
+        case dropAll
+    }
+
+    let state = Mutex(SimulatedState())
+
+    public init() {}
+
+    // MARK: Test controls
+
+    /// The number of operations performed so far.
+    public var operationCount: Int { state.withLock { $0.operationCount } }
+
+    /// How many times `operation` was performed.
+    public func count(of operation: FileOperation) -> Int { state.withLock { $0.counts[operation, default: 0] } }
+
+    /// Fails the operation with index `index` (0-based, in `operationCount` order) with
+    /// `errno`; with `persistent`, every later matching operation fails too. `operations`
+    /// limits which kinds count as matching (all kinds when nil).
+    public func injectFault(errno code: Int32, atOperation index: Int, persistent: Bool = false,
+                            operations: Set<FileOperation>? = nil) {
+        state.withLock { $0.faults.append(Fault(errno: code, firstIndex: index, persistent: persistent, operations: operations)) }
+    }
+
+    /// Fails the next operation of kind `operation` (and, with `persistent`, all later ones).
+    public func failNext(_ operation: FileOperation, errno code: Int32 = EIO, persistent: Bool = false) {
+        state.withLock { state in
+            state.faults.append(Fault(errno: code, firstIndex: state.operationCount, persistent: persistent,
+                                      operations: [operation]))
+        }
+    }
+
+    /// From operation `index` on, every operation fails with EIO and changes nothing.
+    public func cutPower(atOperation index: Int) {
+        state.withLock { $0.powerCutIndex = index }
+    }
+
+    /// Simulates a power loss (or, with `.keepAll`, a process kill): see the fault model at
+    /// the top of this file. Clears injected faults and the power cut.
+    public func crash(_ fates: CrashFates) {
+        state.withLock { $0.crash(fates) }
+    }
+
+    /// The volatile contents of the file at `path`, or nil when there is none.
+    public func contents(of path: String) -> [UInt8]? {
+        state.withLock { state in state.lookup(path).map { state.inodes[$0]!.volatile } }
+    }
+
+    /// Changes the file at `path` in both images, as if the disk itself changed (bit rot,
+    /// a torn write found after the fact). Returns false when there is no such file.
+    @discardableResult
+    public func modify(_ path: String, _ body: (inout [UInt8]) -> Void) -> Bool {
+        state.withLock { state in
+            guard let id = state.lookup(path) else { return false }
+            body(&state.inodes[id]!.volatile)
+            state.inodes[id]!.durable = state.inodes[id]!.volatile
+            state.inodes[id]!.pending.removeAll()
+            return true
+        }
+    }
+
+    // MARK: FileSystem
+
+    public func open(_ path: String, options: FileOpenOptions) throws -> any FileHandle {
+        try state.withLock { state in
+            try state.begin(.open, path)
+            let (directory, name) = try state.split(path, .open)
+            let generation = state.generation
+            if let id = state.directories[directory]!.volatile[name] {
+                if options.contains(.create) && options.contains(.exclusive) {
+                    throw FileIOError.alreadyExists(operation: .open, path: path)
+                }
+                if options.contains(.truncate) { state.resize(id, to: 0) }
+                return SimulatedFileHandle(fileSystem: self, inode: id, path: path, generation: generation)
+            }
+            guard options.contains(.create) else { throw FileIOError.notFound(operation: .open, path: path) }
+            let id = state.makeInode()
+            state.directories[directory]!.volatile[name] = id
+            return SimulatedFileHandle(fileSystem: self, inode: id, path: path, generation: generation)
+        }
+    }
+
+    public func rename(_ source: String, to destination: String) throws {
+        try state.withLock { state in
+            try state.begin(.rename, source)
+            let (fromDirectory, fromName) = try state.split(source, .rename)
+            let (toDirectory, toName) = try state.split(destination, .rename)
+            guard let id = state.directories[fromDirectory]!.volatile[fromName] else {
+                throw FileIOError.notFound(operation: .rename, path: source)
+            }
+            state.directories[fromDirectory]!.volatile[fromName] = nil
+            state.directories[toDirectory]!.volatile[toName] = id
+        }
+    }
+
+    public func removeFile(_ path: String) throws {
+        try state.withLock { state in
+            try state.begin(.remove, path)
+            let (directory, name) = try state.split(path, .remove)
+            guard state.directories[directory]!.volatile.removeValue(forKey: name) != nil else {
+                throw FileIOError.notFound(operation: .remove, path: path)
+            }
+        }
+    }
+
+    public func createDirectory(_ path: String) throws {
+        try state.withLock { state in
+            try state.begin(.createDirectory, path)
+            var prefix = ""
+            for component in normalize(path).split(separator: "/") {
+                prefix += "/" + component
+                if state.directories[prefix] == nil { state.directories[prefix] = SimulatedDirectory() }
+            }
+        }
+    }
+
+    public func syncDirectory(_ path: String) throws {
+        try state.withLock { state in
+            try state.begin(.syncDirectory, path)
+            let key = normalize(path)
+            guard state.directories[key] != nil else { throw FileIOError.notFound(operation: .syncDirectory, path: path) }
+            state.directories[key]!.durable = state.directories[key]!.volatile
+        }
+    }
+
+    public func contentsOfDirectory(_ path: String) throws -> [String] {
+        try state.withLock { state in
+            try state.begin(.list, path)
+            guard let directory = state.directories[normalize(path)] else {
+                throw FileIOError.notFound(operation: .list, path: path)
+            }
+            let subdirectories = state.directories.keys.compactMap { key -> String? in
+                let (parent, name) = splitPath(key)
+                return parent == normalize(path) && !name.isEmpty ? name : nil
+            }
+            return (Array(directory.volatile.keys) + subdirectories).sorted()
+        }
+    }
+
+    public func fileExists(_ path: String) -> Bool {
+        state.withLock { state in state.lookup(path) != nil || state.directories[normalize(path)] != nil }
+    }
+
+    public func lockExclusively(_ path: String) throws -> any FileLock {
+        try state.withLock { state in
+            try state.begin(.lock, path)
+            let (directory, name) = try state.split(path, .lock)
+            if state.directories[directory]!.volatile[name] == nil {
+                state.directories[directory]!.volatile[name] = state.makeInode()
+            }
+            guard state.locks.insert(normalize(path)).inserted else { throw FileIOError.locked(path: path) }
+            return SimulatedFileLock(fileSystem: self, path: path, generation: state.generation)
+        }
+    }
+}
+
+/// Normalizes a path to "/a/b" form (no trailing slash, no empty components).
+func normalize(_ path: String) -> String {
+    "/" + path.split(separator: "/").joined(separator: "/")
+}
+
+/// Splits a normalized path into its directory and its last component.
+func splitPath(_ path: String) -> (directory: String, name: String) {
+    let normal = normalize(path)
+    guard let slash = normal.lastIndex(of: "/") else { return ("/", normal) }
+    let directory = String(normal[..<slash])
+    return (directory.isEmpty ? "/" : directory, String(normal[normal.index(after: slash)...]))
+}

@@ -1,0 +1,79 @@
+// The 40-byte header in front of every frame's payload (FORMAT.md, "Frame").
+//
+// The checksum covers header bytes 4..<40 and the stored payload, so a frame verifies only
+// when every byte of it is what the writer wrote. Padding after the payload (to the next
+// multiple of 8) is not covered.
+import Codec
+
+struct FrameHeader: Equatable {
+    var checksum: UInt32
+    var salt: UInt32
+    var lsn: LSN
+    /// Every frame with an LSN at or below this was on stable storage before this frame was
+    /// written (W5 in FORMAT.md): it is what lets a reader tell a torn tail from corruption.
+    var durableLSN: LSN
+    var storedBytes: UInt32
+    var rawBytes: UInt32
+    var batchBytes: UInt32
+    var flags: UInt8
+    var kind: UInt8
+
+    var isCompressed: Bool { flags & WALFormat.compressedFlag != 0 }
+
+    /// The header's bytes, with the checksum computed over them and `payload`.
+    static func encode(salt: UInt32, lsn: LSN, durableLSN: LSN, rawBytes: Int, batchBytes: Int,
+                       compressed: Bool, kind: FragmentKind, payload: UnsafeRawBufferPointer,
+                       into writer: inout ByteWriter) {
+        let start = writer.count
+        writer.write(UInt32(0))
+        writer.write(salt)
+        writer.write(lsn.rawValue)
+        writer.write(durableLSN.rawValue)
+        writer.write(UInt32(payload.count))
+        writer.write(UInt32(rawBytes))
+        writer.write(UInt32(batchBytes))
+        writer.write(compressed ? WALFormat.compressedFlag : 0)
+        writer.write(kind.rawValue)
+        writer.write(UInt16(0))
+        let headerCRC = writer.bytes.withUnsafeBytes {
+            CRC32C.extend(0, UnsafeRawBufferPointer(rebasing: $0[(start + 4)..<(start + WALFormat.frameHeaderBytes)]))
+        }
+        writer.overwrite(CRC32C.extend(headerCRC, payload), at: start)
+    }
+
+    /// Reads the header fields at `offset` of `bytes` (the caller checked 40 bytes remain).
+    static func parse(_ bytes: UnsafeRawBufferPointer, at offset: Int) -> FrameHeader {
+        func load<T: FixedWidthInteger>(_ at: Int, _: T.Type) -> T {
+            T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset + at, as: T.self))
+        }
+        return FrameHeader(checksum: load(0, UInt32.self), salt: load(4, UInt32.self),
+                           lsn: LSN(load(8, UInt64.self)), durableLSN: LSN(load(16, UInt64.self)),
+                           storedBytes: load(24, UInt32.self), rawBytes: load(28, UInt32.self),
+                           batchBytes: load(32, UInt32.self), flags: load(36, UInt8.self),
+                           kind: load(37, UInt8.self))
+    }
+
+    /// Why the frame at `offset` does not verify, or nil when it does: fields in range, the
+    /// salt of its segment, and the checksum over header and payload. `fileBytes` is the
+    /// valid length of `bytes`.
+    static func defect(in bytes: UnsafeRawBufferPointer, at offset: Int, salt: UInt32) -> (FrameHeader?, String?) {
+        guard offset + WALFormat.frameHeaderBytes <= bytes.count else {
+            return (nil, "the segment ends inside a frame header")
+        }
+        let header = parse(bytes, at: offset)
+        guard header.salt == salt else { return (header, "its salt is not the segment's") }
+        guard header.rawBytes > 0, header.rawBytes <= UInt32(WALFormat.maxFragmentBytes),
+              header.storedBytes > 0, header.storedBytes <= header.rawBytes,
+              header.batchBytes >= header.rawBytes, header.batchBytes <= UInt32(WALFormat.maxBatchBytes),
+              header.flags & ~WALFormat.compressedFlag == 0,
+              header.isCompressed || header.storedBytes == header.rawBytes,
+              FragmentKind(rawValue: header.kind) != nil else {
+            return (header, "its length, flag or kind fields are out of range")
+        }
+        let end = offset + WALFormat.frameHeaderBytes + Int(header.storedBytes)
+        guard end <= bytes.count else { return (header, "its payload runs past the end of the segment") }
+        let computed = CRC32C.extend(0, UnsafeRawBufferPointer(rebasing: bytes[(offset + 4)..<end]))
+        guard computed == header.checksum else { return (header, "its checksum does not match") }
+        return (header, nil)
+    }
+}

@@ -1,0 +1,108 @@
+// A batch: the put and delete operations of one commit, the unit the log appends, numbers
+// and replays atomically (FORMAT.md, "Batch encoding").
+//
+// Invariants:
+//  1. `decode(encode(b)) == b` for every batch.
+//  2. `decode` is total: any bytes give a batch or a `CodecError`, never a trap; counts and
+//     lengths are checked against the bytes that remain before anything is allocated.
+import Codec
+
+/// The operations of one commit, in the order they were made.
+public struct WALBatch: Sendable, Equatable {
+    /// One operation.
+    public enum Operation: Sendable, Equatable {
+        case put(key: [UInt8], value: [UInt8])
+        case delete(key: [UInt8])
+
+        /// The key the operation changes.
+        public var key: [UInt8] {
+            switch self {
+            case let .put(key, _), let .delete(key): key
+            }
+        }
+    }
+
+    /// The operations in commit order.
+    public var operations: [Operation]
+
+    public init(_ operations: [Operation] = []) { self.operations = operations }
+
+    /// Adds a put of `value` under `key`.
+    public mutating func put(_ key: [UInt8], _ value: [UInt8]) { operations.append(.put(key: key, value: value)) }
+
+    /// Adds a delete of `key`.
+    public mutating func delete(_ key: [UInt8]) { operations.append(.delete(key: key)) }
+
+    /// The size of the encoding, in bytes, without building it.
+    public var encodedByteCount: Int {
+        operations.reduce(4) { total, operation in
+            switch operation {
+            case let .put(key, value):
+                total + 1 + varintByteCount(key.count) + key.count + varintByteCount(value.count) + value.count
+            case let .delete(key):
+                total + 1 + varintByteCount(key.count) + key.count
+            }
+        }
+    }
+
+    /// The batch's bytes: a little-endian u32 operation count, then per operation a kind byte
+    /// (1 put, 2 delete), a varint key length and the key, and for a put a varint value
+    /// length and the value.
+    public func encoded() -> [UInt8] {
+        var writer = ByteWriter(capacity: encodedByteCount)
+        writer.write(UInt32(operations.count))
+        for operation in operations {
+            switch operation {
+            case let .put(key, value):
+                writer.write(WALFormat.putOperation)
+                writer.writeVarint(UInt64(key.count))
+                writer.write(contentsOf: key)
+                writer.writeVarint(UInt64(value.count))
+                writer.write(contentsOf: value)
+            case let .delete(key):
+                writer.write(WALFormat.deleteOperation)
+                writer.writeVarint(UInt64(key.count))
+                writer.write(contentsOf: key)
+            }
+        }
+        return writer.bytes
+    }
+
+    /// Decodes a batch from exactly `bytes`; trailing bytes are an error.
+    public static func decode(_ bytes: [UInt8]) throws(CodecError) -> WALBatch {
+        var reader = ByteReader(bytes)
+        let count = Int(try reader.readUInt32())
+        // Every operation takes at least 2 bytes, so a larger count cannot be honest.
+        guard count <= reader.remaining / 2 else {
+            throw .lengthOverLimit(offset: 0, value: UInt64(count), limit: UInt64(reader.remaining / 2))
+        }
+        var operations: [Operation] = []
+        operations.reserveCapacity(count)
+        for _ in 0..<count {
+            let kindOffset = reader.offset
+            let kind = try reader.readUInt8()
+            let keyCount = try reader.readLength(limit: reader.remaining)
+            let key = try reader.readBytes(count: keyCount)
+            switch kind {
+            case WALFormat.putOperation:
+                let valueCount = try reader.readLength(limit: reader.remaining)
+                operations.append(.put(key: key, value: try reader.readBytes(count: valueCount)))
+            case WALFormat.deleteOperation:
+                operations.append(.delete(key: key))
+            default:
+                throw .invalidValue(offset: kindOffset, value: UInt64(kind), field: "operation kind")
+            }
+        }
+        guard reader.isAtEnd else {
+            throw .invalidValue(offset: reader.offset, value: UInt64(reader.remaining), field: "trailing byte count")
+        }
+        return WALBatch(operations)
+    }
+}
+
+private func varintByteCount(_ value: Int) -> Int {
+    var count = 1
+    var rest = UInt64(value) >> 7
+    while rest > 0 { count += 1; rest >>= 7 }
+    return count
+}

@@ -1,0 +1,48 @@
+// Constants of the write-ahead log's on-disk format. Every value here is on disk: changing
+// one is a format change (FORMAT.md, "Write-ahead log", and a version bump).
+
+/// The write-ahead log's on-disk constants.
+public enum WALFormat {
+    /// Segment magic: the ASCII bytes "STRATWAL".
+    public static let magic: [UInt8] = Array("STRATWAL".utf8)
+    /// The segment format version this code writes and the newest it reads.
+    public static let version: UInt16 = 1
+    /// Size of the segment header; the first frame starts here.
+    public static let segmentHeaderBytes = 64
+    /// Size of a frame header.
+    public static let frameHeaderBytes = 40
+    /// Frames start at offsets that are multiples of this.
+    public static let frameAlignment = 8
+    /// The most raw (uncompressed) bytes one frame carries; larger batches are fragmented.
+    public static let maxFragmentBytes = 1 << 20
+    /// The largest encoded batch the log accepts (and a reader believes).
+    public static let maxBatchBytes = 256 << 20
+    /// The largest segment file a reader loads (a batch of the maximum size, fragmented,
+    /// fits in one segment with room to spare).
+    public static let maxSegmentFileBytes: Int64 = 1 << 30
+
+    /// Frame flag bit 0: the payload is an LZ4 block.
+    static let compressedFlag: UInt8 = 1
+
+    /// Operation kinds in a batch.
+    static let putOperation: UInt8 = 1
+    static let deleteOperation: UInt8 = 2
+
+    /// Padded size of a frame with `payloadBytes` stored bytes.
+    static func frameBytes(payloadBytes: Int) -> Int {
+        let raw = frameHeaderBytes + payloadBytes
+        return (raw + frameAlignment - 1) / frameAlignment * frameAlignment
+    }
+}
+
+/// Where a frame stands in its batch.
+enum FragmentKind: UInt8 {
+    /// The whole batch.
+    case full = 1
+    /// The first fragment of a batch larger than one frame.
+    case first = 2
+    /// A fragment between the first and the last.
+    case middle = 3
+    /// The last fragment.
+    case last = 4
+}

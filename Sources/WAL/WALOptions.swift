@@ -1,0 +1,61 @@
+// Settings of a write-ahead log: durability, segment sizing, compression and the recovery
+// mode used when it is opened.
+
+/// When `append` returns.
+public enum Durability: Sendable, Equatable {
+    /// After the fdatasync that covers the batch's frame succeeded: survives power loss.
+    case full
+    /// After the frame was written to the operating system: survives a process crash, not a
+    /// power loss or an OS crash. `sync()` makes everything written so far durable.
+    case relaxed
+}
+
+/// How recovery treats a frame that does not verify.
+public enum RecoveryMode: Sendable, Equatable {
+    /// Default. A bad frame that no later frame vouches for is a torn tail and is cut off;
+    /// one that a later frame vouches for (it was once durable) is corruption: `open` throws.
+    case strict
+    /// Salvage: like `strict`, but corruption inside the last segment is cut off as if it
+    /// were a torn tail, discarding the frames after it there.
+    case tolerateCorruptedTail
+    /// Salvage: stop at the first bad frame anywhere; everything after it, including later
+    /// segment files, is discarded. The result is the state as of some earlier point.
+    case pointInTime
+    /// Salvage: skip every bad frame and keep each batch that verifies, leaving holes in the
+    /// LSN sequence. The damaged segments stay until released, so reopening needs this mode
+    /// again until then.
+    case skipCorrupted
+}
+
+/// Settings of a write-ahead log.
+public struct WALOptions: Sendable {
+    /// When `append` returns. Default `.full`.
+    public var durability: Durability = .full
+    /// Bytes each segment file is preallocated to, so appends change no file size.
+    /// Default 64 MiB; at least 4 KiB and at most 1 GiB.
+    public var segmentBytes: Int = 64 << 20
+    /// How many released segment files are kept for reuse (already allocated and written
+    /// once, they are the fastest to append to). Default 2.
+    public var maxSpareSegments: Int = 2
+    /// Compress payloads with LZ4 when it makes them smaller. Default true.
+    public var compression = true
+    /// How recovery treats damage when the log is opened. Default `.strict`.
+    public var recoveryMode: RecoveryMode = .strict
+    /// The most bytes one group commit writes (a single larger batch is still one group).
+    public var maxGroupBytes: Int = 4 << 20
+
+    public init(durability: Durability = .full, segmentBytes: Int = 64 << 20, recoveryMode: RecoveryMode = .strict) {
+        self.durability = durability
+        self.segmentBytes = segmentBytes
+        self.recoveryMode = recoveryMode
+    }
+
+    /// Throws `WALError.invalidOptions` naming the setting that is out of range.
+    func validate() throws(WALError) {
+        guard segmentBytes >= 4096 && Int64(segmentBytes) <= WALFormat.maxSegmentFileBytes else {
+            throw .invalidOptions("segmentBytes must be between 4096 and \(WALFormat.maxSegmentFileBytes) (got \(segmentBytes))")
+        }
+        guard maxSpareSegments >= 0 else { throw .invalidOptions("maxSpareSegments must not be negative") }
+        guard maxGroupBytes > 0 else { throw .invalidOptions("maxGroupBytes must be positive") }
+    }
+}

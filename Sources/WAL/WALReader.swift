@@ -1,0 +1,303 @@
+// Reads a log's segments in order and hands every batch to a visitor, telling a torn tail
+// from corruption (FORMAT.md, "Reading and recovery", rules R1–R6). Read-only: applying
+// what it found (cutting the tail, removing files) is `WriteAheadLog.open`'s job.
+//
+// Invariants:
+//  1. Every frame's checksum is verified before its payload is decompressed, and every
+//     length is checked against `WALFormat` limits and the bytes present before use.
+//  2. Batches reach the visitor in LSN order, each exactly once, and only whole.
+//  3. Every loop is bounded by the bytes of the segment being read.
+import Codec
+import FileIO
+
+struct WALReader {
+    let files: SegmentFiles
+    let mode: RecoveryMode
+
+    /// Reads every segment; calls `visit` for each batch in LSN order. Throws `WALError`.
+    func read(_ visit: (WALRecord) throws -> Void) throws -> (WALRecoveryReport, WALTail) {
+        let listing: (segments: [(sequence: UInt64, path: String)], spares: [String], temporaries: [String])
+        do { listing = try files.list() } catch let error as FileIOError { throw WALError.io(error) }
+        var report = WALRecoveryReport()
+        var tail = WALTail(segments: [], salt: 0, offset: WALFormat.segmentHeaderBytes, needsNewSegment: true,
+                           discardedSegments: [], temporaries: listing.temporaries, spares: listing.spares,
+                           nextLSN: LSN(1))
+        var expected: LSN?
+        var index = 0
+        let segments = listing.segments
+        while index < segments.count {
+            let (sequence, path) = segments[index]
+            if index > 0 && sequence != segments[index - 1].sequence + 1 {
+                throw WALError.missingData(path: path, reason: "segment \(segments[index - 1].sequence + 1) is missing")
+            }
+            let bytes = try load(path)
+            let header = try SegmentHeader.decode(bytes, path: path)
+            guard header.sequence == sequence else {
+                throw WALError.corruptSegmentHeader(path: path, reason: "its sequence number \(header.sequence) is not its name's")
+            }
+            if let expected, header.firstLSN != expected {
+                guard mode == .skipCorrupted && header.firstLSN > expected else {
+                    throw WALError.missingData(path: path, reason:
+                        "it starts at \(header.firstLSN) but the log before it ends at LSN \(expected.rawValue - 1)")
+                }
+            }
+            report.segmentCount += 1
+            tail.segments.append((sequence, path, header.firstLSN))
+            var segment = SegmentScan(path: path, bytes: bytes, salt: header.salt, expected: header.firstLSN)
+            let nextFirstLSN = index + 1 < segments.count ? try peekFirstLSN(segments[index + 1].path) : nil
+            let outcome = try segment.run(mode: mode, nextFirstLSN: nextFirstLSN, report: &report, visit: visit)
+            expected = segment.expected
+            tail.salt = header.salt
+            tail.offset = segment.offset
+            tail.nextLSN = segment.expected
+            tail.needsNewSegment = outcome != .cleanEnd
+            if outcome == .stopHere {
+                tail.discardedSegments = segments[(index + 1)...].map(\.path)
+                break
+            }
+            index += 1
+        }
+        if segments.isEmpty { tail.needsNewSegment = true }
+        return (report, tail)
+    }
+
+    private func load(_ path: String) throws -> [UInt8] {
+        do {
+            let handle = try files.fileSystem.open(path, options: [])
+            defer { try? handle.close() }
+            let size = try handle.size()
+            guard size <= WALFormat.maxSegmentFileBytes else {
+                throw WALError.segmentTooLarge(path: path, byteCount: size, limit: WALFormat.maxSegmentFileBytes)
+            }
+            return try handle.read(count: Int(size), at: 0)
+        } catch let error as FileIOError {
+            throw WALError.io(error)
+        }
+    }
+
+    private func peekFirstLSN(_ path: String) throws -> LSN {
+        do {
+            let handle = try files.fileSystem.open(path, options: [])
+            defer { try? handle.close() }
+            return try SegmentHeader.decode(handle.read(count: WALFormat.segmentHeaderBytes, at: 0), path: path).firstLSN
+        } catch let error as FileIOError {
+            throw WALError.io(error)
+        }
+    }
+}
+
+/// How reading one segment ended.
+enum SegmentOutcome: Equatable {
+    /// At zeros or frames of an earlier use of the file: appending may continue here.
+    case cleanEnd
+    /// At a torn tail or cut-off damage: appending must start a new segment.
+    case cut
+    /// `.pointInTime` stopped here: later segments are discarded.
+    case stopHere
+}
+
+/// The state of reading one segment's frames.
+struct SegmentScan {
+    let path: String
+    let bytes: [UInt8]
+    let salt: UInt32
+    /// The LSN the next batch must carry.
+    var expected: LSN
+    /// Offset of the next frame.
+    var offset = WALFormat.segmentHeaderBytes
+
+    /// A batch whose first fragments were read.
+    private struct Partial {
+        var lsn: LSN
+        var offset: Int
+        var raw: [UInt8]
+        var batchBytes: Int
+        var frames: Int
+        var stored: Int
+    }
+
+    private var partial: Partial?
+
+    init(path: String, bytes: [UInt8], salt: UInt32, expected: LSN) {
+        self.path = path
+        self.bytes = bytes
+        self.salt = salt
+        self.expected = expected
+    }
+
+    mutating func run(mode: RecoveryMode, nextFirstLSN: LSN?, report: inout WALRecoveryReport,
+                      visit: (WALRecord) throws -> Void) throws -> SegmentOutcome {
+        while true {
+            let (header, defect) = check(at: offset)
+            if let header, defect == nil {
+                try accept(header, report: &report, visit: visit)
+                continue
+            }
+            // R3: the bytes here do not continue the log. What they mean depends on what follows.
+            let cutOffset = partial?.offset ?? offset
+            let reason = defect ?? "the frame does not follow the one before it"
+            let cleanEnd = partial == nil && isEndMarker(at: offset)
+            if let nextFirstLSN, nextFirstLSN == expected {
+                // R4: the next segment continues at exactly this LSN; the rest of this one is unused
+                // (normal rotation) or was abandoned by an earlier recovery.
+                partial = nil
+                return .cleanEnd
+            }
+            let remnants = nextFirstLSN == nil ? scanRemnants(after: offset) : (vouched: true, end: offset)
+            if !remnants.vouched {
+                // R5: nothing later vouches for this frame: a torn tail of a group never acknowledged.
+                if cleanEnd && remnants.end == offset { return .cleanEnd }
+                let end = max(remnants.end, min(bytes.count, offset + WALFormat.frameHeaderBytes))
+                report.damage.append(damage(at: cutOffset, reason: reason, corruption: false, end: end))
+                partial = nil
+                offset = cutOffset
+                return .cut
+            }
+            // R6: later frames vouch for it, or a later segment exists: corruption.
+            switch mode {
+            case .strict:
+                throw WALError.corruptFrame(path: path, offset: Int64(offset), lsn: expected, reason: reason)
+            case .tolerateCorruptedTail where nextFirstLSN != nil:
+                throw WALError.corruptFrame(path: path, offset: Int64(offset), lsn: expected, reason: reason)
+            case .tolerateCorruptedTail, .pointInTime:
+                report.damage.append(damage(at: cutOffset, reason: reason, corruption: true, end: bytes.count))
+                partial = nil
+                offset = cutOffset
+                return mode == .pointInTime && nextFirstLSN != nil ? .stopHere : .cut
+            case .skipCorrupted:
+                guard let next = nextValidFrame(after: offset) else {
+                    report.damage.append(damage(at: cutOffset, reason: reason, corruption: true, end: bytes.count))
+                    partial = nil
+                    offset = cutOffset
+                    return .cut
+                }
+                report.damage.append(damage(at: cutOffset, reason: reason, corruption: true, end: next.offset))
+                partial = nil
+                offset = next.offset
+                expected = next.lsn
+            }
+        }
+    }
+
+    /// Verifies the frame at `offset` and that it continues the log (R1, R2).
+    private func check(at offset: Int) -> (FrameHeader?, String?) {
+        let (header, defect) = bytes.withUnsafeBytes { FrameHeader.defect(in: $0, at: offset, salt: salt) }
+        guard let header, defect == nil else { return (header, defect) }
+        let kind = FragmentKind(rawValue: header.kind)!
+        if let partial {
+            guard header.lsn == partial.lsn, kind == .middle || kind == .last,
+                  Int(header.batchBytes) == partial.batchBytes,
+                  partial.raw.count + Int(header.rawBytes) <= partial.batchBytes else {
+                return (header, "it does not continue the fragments of \(partial.lsn)")
+            }
+        } else {
+            guard header.lsn == expected else { return (header, "it carries \(header.lsn), not \(expected)") }
+            guard kind == .full || kind == .first else { return (header, "a batch starts with a middle or last fragment") }
+            guard kind == .first || header.rawBytes == header.batchBytes else {
+                return (header, "a whole batch's frame declares a different batch size")
+            }
+        }
+        return (header, nil)
+    }
+
+    /// Takes a verified frame: decompresses it, completes its batch, and visits the batch.
+    private mutating func accept(_ header: FrameHeader, report: inout WALRecoveryReport,
+                                 visit: (WALRecord) throws -> Void) throws {
+        let payloadStart = offset + WALFormat.frameHeaderBytes
+        let payloadEnd = payloadStart + Int(header.storedBytes)
+        let raw: [UInt8]
+        if header.isCompressed {
+            do {
+                raw = try bytes.withUnsafeBytes { (buffer) throws(CodecError) in
+                    try LZ4Block.decompress(UnsafeRawBufferPointer(rebasing: buffer[payloadStart..<payloadEnd]),
+                                            decompressedCount: Int(header.rawBytes))
+                }
+            } catch {
+                throw WALError.corruptBatch(path: path, offset: Int64(offset), lsn: header.lsn, reason: "\(error)")
+            }
+        } else {
+            raw = Array(bytes[payloadStart..<payloadEnd])
+        }
+        let kind = FragmentKind(rawValue: header.kind)!
+        var current = partial ?? Partial(lsn: header.lsn, offset: offset, raw: [], batchBytes: Int(header.batchBytes),
+                                         frames: 0, stored: 0)
+        if kind == .first { current.raw.reserveCapacity(current.batchBytes) }
+        current.raw += raw
+        current.frames += 1
+        current.stored += Int(header.storedBytes)
+        offset += WALFormat.frameBytes(payloadBytes: Int(header.storedBytes))
+        guard kind == .full || kind == .last else {
+            partial = current
+            return
+        }
+        partial = nil
+        guard current.raw.count == current.batchBytes else {
+            throw WALError.corruptBatch(path: path, offset: Int64(current.offset), lsn: current.lsn,
+                                        reason: "its fragments hold \(current.raw.count) bytes, not \(current.batchBytes)")
+        }
+        let batch: WALBatch
+        do { batch = try WALBatch.decode(current.raw) } catch {
+            throw WALError.corruptBatch(path: path, offset: Int64(current.offset), lsn: current.lsn, reason: "\(error)")
+        }
+        if report.firstLSN == .none { report.firstLSN = current.lsn }
+        report.lastLSN = current.lsn
+        report.batchCount += 1
+        report.frameCount += current.frames
+        report.rawBytes += current.batchBytes
+        report.storedBytes += current.stored
+        expected = current.lsn.next
+        try visit(WALRecord(lsn: current.lsn, batch: batch, path: path, offset: Int64(current.offset),
+                            frameCount: current.frames, rawBytes: current.batchBytes, storedBytes: current.stored))
+    }
+
+    /// Whether the bytes at `offset` are where the log's data ends in this file: the end of
+    /// the file, a zeroed header (preallocated space), or a frame of an earlier use.
+    private func isEndMarker(at offset: Int) -> Bool {
+        guard offset + WALFormat.frameHeaderBytes <= bytes.count else { return true }
+        let header = bytes.withUnsafeBytes { FrameHeader.parse($0, at: offset) }
+        return header.salt != salt || bytes[offset..<(offset + WALFormat.frameHeaderBytes)].allSatisfy { $0 == 0 }
+    }
+
+    /// Looks for frames of this use of the file after `offset` (R5): whether any vouches
+    /// that the frame expected at `offset` was durable, and where the last one ends.
+    private func scanRemnants(after offset: Int) -> (vouched: Bool, end: Int) {
+        var end = offset
+        var position = offset + WALFormat.frameAlignment
+        while position + WALFormat.frameHeaderBytes <= bytes.count {
+            let (header, defect) = check(anywhereAt: position)
+            if let header, defect == nil {
+                if header.durableLSN >= expected { return (true, position) }
+                end = position + WALFormat.frameBytes(payloadBytes: Int(header.storedBytes))
+            }
+            position += WALFormat.frameAlignment
+        }
+        return (false, end)
+    }
+
+    /// The next frame after `offset` that verifies and could start a batch past `expected`.
+    private func nextValidFrame(after offset: Int) -> (offset: Int, lsn: LSN)? {
+        var position = offset + WALFormat.frameAlignment
+        while position + WALFormat.frameHeaderBytes <= bytes.count {
+            let (header, defect) = check(anywhereAt: position)
+            if let header, defect == nil, header.lsn >= expected,
+               let kind = FragmentKind(rawValue: header.kind), kind == .full || kind == .first {
+                return (position, header.lsn)
+            }
+            position += WALFormat.frameAlignment
+        }
+        return nil
+    }
+
+    /// Verifies a frame's own bytes without asking whether it continues the log.
+    private func check(anywhereAt position: Int) -> (FrameHeader?, String?) {
+        // Most positions fail on the salt, a 4-byte compare.
+        let candidateSalt = bytes.withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(fromByteOffset: position + 4, as: UInt32.self)) }
+        guard candidateSalt == salt else { return (nil, "salt") }
+        return bytes.withUnsafeBytes { FrameHeader.defect(in: $0, at: position, salt: salt) }
+    }
+
+    private func damage(at start: Int, reason: String, corruption: Bool, end: Int) -> WALDamage {
+        WALDamage(path: path, offset: Int64(start), expectedLSN: expected, reason: reason, isCorruption: corruption,
+                  byteCount: max(0, end - start))
+    }
+}

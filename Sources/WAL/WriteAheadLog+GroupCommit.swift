@@ -1,0 +1,205 @@
+// Appending with group commit: the first waiting appender becomes the leader, takes every
+// batch queued so far, writes their frames with one write and syncs them with one
+// fdatasync (W3), then hands the lead to the next waiter. Also `sync()` for `.relaxed`
+// mode and `releaseSegments(through:)` for checkpoints.
+import Codec
+import FileIO
+
+extension WriteAheadLog {
+    /// Appends `batch` as the next LSN and returns that LSN once the batch is durable
+    /// (`.full`) or written (`.relaxed`). Blocks the calling thread meanwhile.
+    /// Throws `WALError.batchTooLarge` (nothing written), `.commitOutcomeUnknown` (the
+    /// write or fdatasync of its group failed), `.logFailed` or `.closed`.
+    @discardableResult
+    public func append(_ batch: WALBatch) throws -> LSN {
+        // Encoding and compression run before the lock, in parallel across appenders.
+        let encoded = try EncodedBatch(batch, compression: options.compression)
+        monitor.lock()
+        defer { monitor.unlock() }
+        guard !state.closed else { throw WALError.closed }
+        if let failure = state.failure { throw WALError.logFailed(cause: failure) }
+        let lsn = state.nextLSN
+        state.nextLSN = lsn.next
+        state.queue.append(PendingBatch(lsn: lsn, encoded: encoded))
+        state.statistics.appendCount += 1
+        while true {
+            let done = options.durability == .full ? state.durableLSN >= lsn : state.writtenLSN >= lsn
+            if done { return lsn }
+            if let failure = state.failure {
+                if let unknown = state.unknownOutcome, unknown.contains(lsn.rawValue) {
+                    throw WALError.commitOutcomeUnknown(lsn: lsn, cause: failure)
+                }
+                throw WALError.logFailed(cause: failure)
+            }
+            if state.closed { throw WALError.closed }
+            if state.flushing { monitor.wait() } else { commitGroup() }
+        }
+    }
+
+    /// Makes every batch written so far durable (one fdatasync); a no-op when they are.
+    /// In `.full` mode they always are. Throws `WALError`; a failure stops the log (W6).
+    public func sync() throws {
+        monitor.lock()
+        defer { monitor.unlock() }
+        while state.flushing { monitor.wait() }
+        guard !state.closed else { throw WALError.closed }
+        if let failure = state.failure { throw WALError.logFailed(cause: failure) }
+        guard state.writtenLSN > state.durableLSN else { return }
+        let target = state.writtenLSN
+        let handle = state.active.handle
+        state.flushing = true
+        monitor.unlock()
+        let result = Result { try handle.syncData() }
+        monitor.lock()
+        state.flushing = false
+        state.statistics.syncCount += 1
+        defer { monitor.broadcast() }
+        switch result {
+        case .success:
+            state.durableLSN = target
+        case .failure(let error):
+            let cause = error as? FileIOError ?? .ioError(operation: .syncData, path: handle.path)
+            state.failure = cause
+            state.unknownOutcome = (state.durableLSN.rawValue + 1)...target.rawValue
+            throw WALError.commitOutcomeUnknown(lsn: target, cause: cause)
+        }
+    }
+
+    /// Releases the segments whose every batch has an LSN at or below `lsn` (a checkpoint
+    /// holds them now): each is kept as a spare for reuse or removed, and the directory is
+    /// synced. The segment being appended to is never released. Returns how many were.
+    @discardableResult
+    public func releaseSegments(through lsn: LSN) throws -> Int {
+        monitor.lock()
+        defer { monitor.unlock() }
+        while state.flushing { monitor.wait() }
+        guard !state.closed else { throw WALError.closed }
+        var releasable: [Segment] = []
+        for (index, segment) in state.segments.dropLast().enumerated()
+        where state.segments[index + 1].firstLSN.rawValue - 1 <= lsn.rawValue {
+            releasable.append(segment)
+        }
+        guard !releasable.isEmpty else { return 0 }
+        state.flushing = true
+        var spareCount = state.spares.count
+        monitor.unlock()
+        var released: [(Segment, String?)] = []
+        let result = Result {
+            for segment in releasable {
+                let spare = try files.release(segment.sequence, spareCount: spareCount, maxSpares: options.maxSpareSegments)
+                if spare != nil { spareCount += 1 }
+                released.append((segment, spare))
+            }
+        }
+        monitor.lock()
+        state.flushing = false
+        defer { monitor.broadcast() }
+        for (segment, spare) in released {
+            state.segments.removeAll { $0.sequence == segment.sequence }
+            if let spare { state.spares.append(spare) }
+        }
+        state.statistics.segmentsReleased += released.count
+        if case .failure(let error) = result {
+            throw (error as? FileIOError).map(WALError.io) ?? error
+        }
+        return released.count
+    }
+
+    /// Leads one group commit. Called with the monitor held and no leader active; returns
+    /// with it held, the group either done or failed, and waiters woken.
+    func commitGroup() {
+        state.flushing = true
+        var groupBytes = 0
+        var count = 0
+        for pending in state.queue {
+            let bytes = pending.encoded.frameBytes
+            if count > 0 && groupBytes + bytes > options.maxGroupBytes { break }
+            groupBytes += bytes
+            count += 1
+        }
+        let group = Array(state.queue.prefix(count))
+        let needsRotation = state.active.offset + groupBytes > state.active.capacity
+        let spare = needsRotation ? state.spares.popLast() : nil
+        let writtenBefore = state.writtenLSN
+        var durable = state.durableLSN
+        var active = state.active
+        monitor.unlock()
+
+        var attemptedWrite = false
+        var syncs = 0
+        var started = 0
+        let result = Result { () throws -> Void in
+            if needsRotation {
+                // W4: seal the current segment before the next one exists.
+                if durable < writtenBefore {
+                    try active.handle.syncData()
+                    syncs += 1
+                    durable = writtenBefore
+                }
+                let next = try ActiveSegment.start(sequence: active.sequence + 1, firstLSN: group[0].lsn,
+                                                   minimumBytes: groupBytes, files: files, options: options,
+                                                   reusing: spare)
+                try? active.handle.close()
+                active = next
+                started += 1
+            }
+            let buffer = Self.frames(of: group, salt: active.salt, durableLSN: durable, capacity: groupBytes)
+            attemptedWrite = true
+            try buffer.withUnsafeBytes { try active.handle.write($0, at: Int64(active.offset)) }
+            if options.durability == .full {
+                try active.handle.syncData()
+                syncs += 1
+            }
+        }
+
+        monitor.lock()
+        let last = group[group.count - 1].lsn
+        state.queue.removeFirst(count)
+        state.flushing = false
+        state.statistics.syncCount += syncs
+        state.statistics.segmentsStarted += started
+        if started > 0 {
+            state.segments.append(Segment(sequence: active.sequence, path: active.path, firstLSN: group[0].lsn))
+        }
+        state.active = active
+        state.durableLSN = durable
+        switch result {
+        case .success:
+            state.active.offset += groupBytes
+            state.writtenLSN = last
+            if options.durability == .full { state.durableLSN = last }
+            state.statistics.groupCount += 1
+            state.statistics.bytesWritten += groupBytes
+            state.statistics.largestGroup = max(state.statistics.largestGroup, count)
+            for pending in group {
+                state.statistics.rawBytes += pending.encoded.batchBytes
+                state.statistics.storedBytes += pending.encoded.storedBytes
+            }
+        case .failure(let error):
+            // W6: memory and disk may disagree now; stop.
+            state.failure = error as? FileIOError ?? .ioError(operation: .write, path: active.path)
+            if attemptedWrite { state.unknownOutcome = group[0].lsn.rawValue...last.rawValue }
+        }
+        monitor.broadcast()
+    }
+
+    /// The bytes of a group: each fragment's header and payload, padded to 8 bytes.
+    private static func frames(of group: [PendingBatch], salt: UInt32, durableLSN: LSN, capacity: Int) -> [UInt8] {
+        var writer = ByteWriter(capacity: capacity)
+        for pending in group {
+            for fragment in pending.encoded.fragments {
+                fragment.payload.withUnsafeBytes { payload in
+                    FrameHeader.encode(salt: salt, lsn: pending.lsn, durableLSN: durableLSN,
+                                       rawBytes: fragment.rawBytes, batchBytes: pending.encoded.batchBytes,
+                                       compressed: fragment.compressed, kind: fragment.kind, payload: payload,
+                                       into: &writer)
+                    writer.write(contentsOf: payload)
+                }
+                let padding = WALFormat.frameBytes(payloadBytes: fragment.payload.count)
+                    - WALFormat.frameHeaderBytes - fragment.payload.count
+                writer.writeZeros(padding)
+            }
+        }
+        return writer.bytes
+    }
+}

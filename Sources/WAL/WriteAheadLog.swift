@@ -1,0 +1,157 @@
+// The write-ahead log: every durable commit is one batch appended here as one or more
+// checksummed, LZ4-compressed frames (FORMAT.md, "Write-ahead log").
+//
+// Invariants (cited in the code):
+//  W1. LSNs are assigned in queue order, and frames reach the file in LSN order.
+//  W2. In `.full` mode `append` returns only after an fdatasync that covers its frames.
+//  W3. One group commit = one write and (in `.full` mode) one fdatasync, shared by every
+//      batch queued when the group formed.
+//  W4. A group never spans segments; a segment is synced (sealed) before the next one is
+//      started, so a later segment's existence proves every earlier frame durable.
+//  W5. Each frame records the highest LSN that was durable when it was written.
+//  W6. After a failed write or fdatasync nothing more is written: every waiter fails, and
+//      so does every later call, until the log is reopened. An fdatasync is never retried.
+// Thread-safety: every method may be called from any thread. The state below is touched
+// only while `monitor` is held; file I/O runs outside it, by one leader at a time
+// (`flushing`). Callers block in `append` while their group is written and synced: call it
+// from a thread of your own, not from Swift's cooperative pool.
+import FileIO
+
+/// An open write-ahead log in one directory.
+public final class WriteAheadLog: @unchecked Sendable {
+    /// The directory holding the segments.
+    public let directory: String
+    /// The settings the log was opened with.
+    public let options: WALOptions
+
+    let files: SegmentFiles
+    private let lock: any FileLock
+    let monitor = ConditionLock()
+    var state: WriterState
+
+    /// Opens (creating if needed) the log in `directory`, recovers it, and passes every
+    /// batch it holds to `replay` in LSN order before returning. Recovery cuts off a torn
+    /// tail and syncs the tail segment and the directory, so what was replayed is durable.
+    /// Throws `WALError` (corruption names its file and offset) or `FileIOError.locked`
+    /// when another open log holds the directory.
+    public static func open(directory: String, fileSystem: any FileSystem = POSIXFileSystem(),
+                            options: WALOptions = WALOptions(),
+                            replay: (WALRecord) throws -> Void = { _ in }) throws -> (WriteAheadLog, WALRecoveryReport) {
+        try options.validate()
+        let files = SegmentFiles(fileSystem: fileSystem, directory: directory)
+        let lock: any FileLock
+        do {
+            try fileSystem.createDirectory(directory)
+            lock = try fileSystem.lockExclusively(joinPath(directory, "wal.lock"))
+        } catch let error as FileIOError {
+            throw error.isLocked ? error : WALError.io(error)
+        }
+        var (report, tail) = try WALReader(files: files, mode: options.recoveryMode).read(replay)
+        do {
+            let state = try Self.prepareTail(&tail, files: files, options: options, report: &report)
+            return (WriteAheadLog(directory: directory, options: options, files: files, lock: lock, state: state), report)
+        } catch let error as FileIOError {
+            throw WALError.io(error)
+        }
+    }
+
+    /// Reads the log in `directory` without changing anything: every batch goes to `visit`.
+    public static func read(directory: String, fileSystem: any FileSystem = POSIXFileSystem(),
+                            mode: RecoveryMode = .strict, visit: (WALRecord) throws -> Void) throws -> WALRecoveryReport {
+        let files = SegmentFiles(fileSystem: fileSystem, directory: directory)
+        return try WALReader(files: files, mode: mode).read(visit).0
+    }
+
+    private init(directory: String, options: WALOptions, files: SegmentFiles, lock: any FileLock, state: WriterState) {
+        self.directory = directory
+        self.options = options
+        self.files = files
+        self.lock = lock
+        self.state = state
+    }
+
+    deinit {
+        try? state.active.handle.close()
+        lock.unlock()
+    }
+
+    /// Applies what recovery found: removes leftovers, starts a new segment when the tail
+    /// must not be appended to, and syncs the tail segment and the directory.
+    private static func prepareTail(_ tail: inout WALTail, files: SegmentFiles, options: WALOptions,
+                                    report: inout WALRecoveryReport) throws -> WriterState {
+        let fileSystem = files.fileSystem
+        for path in tail.temporaries + tail.discardedSegments {
+            try fileSystem.removeFile(path)
+            report.discardedFiles.append(path)
+        }
+        tail.segments.removeAll { segment in tail.discardedSegments.contains(segment.path) }
+        var statistics = WALStatistics()
+        let active: ActiveSegment
+        if tail.needsNewSegment {
+            // Sync what was recovered first (W4): the new segment must not outlive it.
+            if let last = tail.segments.last {
+                let handle = try fileSystem.open(last.path, options: [.write])
+                try handle.syncData()
+                try handle.close()
+                statistics.syncCount += 1
+            }
+            let sequence = (tail.segments.last?.sequence ?? 0) + 1
+            let spare = tail.spares.popLast()
+            active = try ActiveSegment.start(sequence: sequence, firstLSN: tail.nextLSN, minimumBytes: 0,
+                                             files: files, options: options, reusing: spare)
+            tail.segments.append((sequence, active.path, tail.nextLSN))
+            statistics.segmentsStarted += 1
+        } else {
+            let last = tail.segments.last!
+            let handle = try fileSystem.open(last.path, options: [.write])
+            try handle.syncData()
+            statistics.syncCount += 1
+            active = ActiveSegment(handle: handle, sequence: last.sequence, path: last.path, salt: tail.salt,
+                                   offset: tail.offset, capacity: Int(try handle.size()))
+        }
+        try fileSystem.syncDirectory(files.directory)
+        let recovered = LSN(tail.nextLSN.rawValue - 1)
+        return WriterState(nextLSN: tail.nextLSN, writtenLSN: recovered, durableLSN: recovered, active: active,
+                           segments: tail.segments.map { Segment(sequence: $0.sequence, path: $0.path, firstLSN: $0.firstLSN) },
+                           spares: tail.spares, statistics: statistics)
+    }
+
+    /// The LSN of the last batch on stable storage.
+    public var durableLSN: LSN { monitor.lock(); defer { monitor.unlock() }; return state.durableLSN }
+
+    /// The LSN of the last batch written (equal to `durableLSN` in `.full` mode when idle).
+    public var writtenLSN: LSN { monitor.lock(); defer { monitor.unlock() }; return state.writtenLSN }
+
+    /// Counters of the log's work since it was opened.
+    public var statistics: WALStatistics { monitor.lock(); defer { monitor.unlock() }; return state.statistics }
+
+    /// The segment files of the log, oldest first.
+    public var segmentPaths: [String] { monitor.lock(); defer { monitor.unlock() }; return state.segments.map(\.path) }
+
+    /// The failure that stopped the log, if one did (W6).
+    public var failure: FileIOError? { monitor.lock(); defer { monitor.unlock() }; return state.failure }
+
+    /// Waits for the group in flight, syncs what `.relaxed` mode wrote, and closes the log.
+    /// Later calls throw `WALError.closed`. Closing a failed log closes it without syncing.
+    public func close() throws {
+        monitor.lock()
+        defer { monitor.unlock() }
+        while state.flushing { monitor.wait() }
+        guard !state.closed else { return }
+        state.closed = true
+        defer {
+            try? state.active.handle.close()
+            lock.unlock()
+            monitor.broadcast()
+        }
+        if state.failure == nil && state.writtenLSN > state.durableLSN {
+            do { try state.active.handle.syncData() } catch let error as FileIOError { throw WALError.io(error) }
+            state.durableLSN = state.writtenLSN
+            state.statistics.syncCount += 1
+        }
+    }
+}
+
+extension FileIOError {
+    var isLocked: Bool { if case .locked = self { true } else { false } }
+}

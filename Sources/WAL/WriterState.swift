@@ -1,0 +1,73 @@
+// The mutable state of an open log, guarded by `WriteAheadLog.monitor`, and the segment
+// being appended to.
+import Codec
+import FileIO
+
+/// A segment of the log that recovery still needs.
+struct Segment {
+    var sequence: UInt64
+    var path: String
+    var firstLSN: LSN
+}
+
+/// The segment appends go to.
+struct ActiveSegment {
+    var handle: any FileHandle
+    var sequence: UInt64
+    var path: String
+    var salt: UInt32
+    /// Where the next frame goes.
+    var offset: Int
+    /// The file's allocated size: appends that fit change no file size.
+    var capacity: Int
+
+    /// Starts segment `sequence` with its first frame at `firstLSN`, sized for at least
+    /// `minimumBytes` of frames, reusing a spare file when one is given.
+    static func start(sequence: UInt64, firstLSN: LSN, minimumBytes: Int, files: SegmentFiles,
+                      options: WALOptions, reusing spare: String?) throws -> ActiveSegment {
+        var generator = SystemRandomNumberGenerator()
+        let salt = UInt32.random(in: 1...UInt32.max, using: &generator)
+        let capacity = max(options.segmentBytes, WALFormat.segmentHeaderBytes + minimumBytes)
+        let header = SegmentHeader(salt: salt, sequence: sequence, firstLSN: firstLSN, capacityBytes: UInt64(capacity))
+        let handle = try files.create(header, reusing: spare)
+        return ActiveSegment(handle: handle, sequence: sequence, path: files.path(ofSegment: sequence), salt: salt,
+                             offset: WALFormat.segmentHeaderBytes, capacity: max(capacity, Int(try handle.size())))
+    }
+}
+
+/// A batch waiting for a group commit.
+struct PendingBatch {
+    var lsn: LSN
+    var encoded: EncodedBatch
+}
+
+struct WriterState {
+    /// The LSN the next appended batch gets (W1).
+    var nextLSN: LSN
+    /// Batches waiting for a leader, in LSN order.
+    var queue: [PendingBatch] = []
+    /// A leader is doing I/O (a group commit, a sync, a rotation or a release).
+    var flushing = false
+    var writtenLSN: LSN
+    var durableLSN: LSN
+    /// Set once by the first failed write or sync (W6).
+    var failure: FileIOError?
+    /// The LSNs of the group whose write or sync failed: their outcome is unknown.
+    var unknownOutcome: ClosedRange<UInt64>?
+    var closed = false
+    var active: ActiveSegment
+    var segments: [Segment]
+    var spares: [String]
+    var statistics: WALStatistics
+
+    init(nextLSN: LSN, writtenLSN: LSN, durableLSN: LSN, active: ActiveSegment, segments: [Segment],
+         spares: [String], statistics: WALStatistics) {
+        self.nextLSN = nextLSN
+        self.writtenLSN = writtenLSN
+        self.durableLSN = durableLSN
+        self.active = active
+        self.segments = segments
+        self.spares = spares
+        self.statistics = statistics
+    }
+}
