@@ -39,7 +39,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .testTarget(name: "CodecTests", dependencies: ["Codec"]),
+        .testTarget(name: "CodecTests", dependencies: ["Codec", "FileIO"]),
         .testTarget(name: "FileIOTests", dependencies: ["FileIO"]),
         .testTarget(name: "WALTests", dependencies: ["WAL", "FileIO", "Codec"]),
     ],

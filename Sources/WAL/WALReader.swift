@@ -262,38 +262,39 @@ struct SegmentScan {
     /// that the frame expected at `offset` was durable, and where the last one ends.
     private func scanRemnants(after offset: Int) -> (vouched: Bool, end: Int) {
         var end = offset
-        var position = offset + WALFormat.frameAlignment
-        while position + WALFormat.frameHeaderBytes <= bytes.count {
-            let (header, defect) = check(anywhereAt: position)
-            if let header, defect == nil {
-                if header.durableLSN >= expected { return (true, position) }
-                end = position + WALFormat.frameBytes(payloadBytes: Int(header.storedBytes))
-            }
-            position += WALFormat.frameAlignment
+        for (position, header) in framesVerifying(after: offset) {
+            if header.durableLSN >= expected { return (true, position) }
+            end = position + WALFormat.frameBytes(payloadBytes: Int(header.storedBytes))
         }
         return (false, end)
     }
 
     /// The next frame after `offset` that verifies and could start a batch past `expected`.
     private func nextValidFrame(after offset: Int) -> (offset: Int, lsn: LSN)? {
-        var position = offset + WALFormat.frameAlignment
-        while position + WALFormat.frameHeaderBytes <= bytes.count {
-            let (header, defect) = check(anywhereAt: position)
-            if let header, defect == nil, header.lsn >= expected,
-               let kind = FragmentKind(rawValue: header.kind), kind == .full || kind == .first {
+        for (position, header) in framesVerifying(after: offset) where header.lsn >= expected {
+            if let kind = FragmentKind(rawValue: header.kind), kind == .full || kind == .first {
                 return (position, header.lsn)
             }
-            position += WALFormat.frameAlignment
         }
         return nil
     }
 
-    /// Verifies a frame's own bytes without asking whether it continues the log.
-    private func check(anywhereAt position: Int) -> (FrameHeader?, String?) {
-        // Most positions fail on the salt, a 4-byte compare.
-        let candidateSalt = bytes.withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(fromByteOffset: position + 4, as: UInt32.self)) }
-        guard candidateSalt == salt else { return (nil, "salt") }
-        return bytes.withUnsafeBytes { FrameHeader.defect(in: $0, at: position, salt: salt) }
+    /// Every aligned position after `offset` holding a frame of this segment's salt that
+    /// verifies on its own (whether or not it continues the log). O(bytes / 8).
+    private func framesVerifying(after offset: Int) -> [(Int, FrameHeader)] {
+        bytes.withUnsafeBytes { buffer in
+            var found: [(Int, FrameHeader)] = []
+            var position = offset + WALFormat.frameAlignment
+            while position + WALFormat.frameHeaderBytes <= buffer.count {
+                // Most positions fail on the salt, a 4-byte compare.
+                if UInt32(littleEndian: buffer.loadUnaligned(fromByteOffset: position + 4, as: UInt32.self)) == salt {
+                    let (header, defect) = FrameHeader.defect(in: buffer, at: position, salt: salt)
+                    if let header, defect == nil { found.append((position, header)) }
+                }
+                position += WALFormat.frameAlignment
+            }
+            return found
+        }
     }
 
     private func damage(at start: Int, reason: String, corruption: Bool, end: Int) -> WALDamage {

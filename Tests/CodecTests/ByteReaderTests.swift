@@ -1,0 +1,47 @@
+import Codec
+import Testing
+
+@Suite struct ByteReaderTests {
+    @Test(arguments: [UInt64(0), 1, 127, 128, 300, 16_383, 16_384, UInt64(UInt32.max), UInt64.max])
+    func varintRoundTrips(value: UInt64) throws {
+        var writer = ByteWriter()
+        writer.writeVarint(value)
+        var reader = ByteReader(writer.bytes)
+        #expect(try reader.readVarint() == value)
+        #expect(reader.isAtEnd)
+    }
+
+    @Test func fixedWidthIntegersAreLittleEndian() throws {
+        var writer = ByteWriter()
+        writer.write(UInt16(0x0102))
+        writer.write(UInt32(0x0304_0506))
+        writer.write(UInt64(0x0708_090A_0B0C_0D0E))
+        #expect(writer.bytes == [2, 1, 6, 5, 4, 3, 14, 13, 12, 11, 10, 9, 8, 7])
+        var reader = ByteReader(writer.bytes)
+        #expect(try reader.readUInt16() == 0x0102)
+        #expect(try reader.readUInt32() == 0x0304_0506)
+        #expect(try reader.readUInt64() == 0x0708_090A_0B0C_0D0E)
+    }
+
+    @Test func readingPastTheEndThrowsWithTheOffset() {
+        var reader = ByteReader([1, 2, 3])
+        #expect(throws: CodecError.truncated(offset: 0, needed: 4, available: 3)) { try reader.readUInt32() }
+        #expect(throws: CodecError.truncated(offset: 0, needed: 5, available: 3)) { try reader.readBytes(count: 5) }
+    }
+
+    @Test func overlongAndOverflowingVarintsAreRejected() {
+        var eleven = ByteReader([UInt8](repeating: 0x80, count: 10) + [0])
+        #expect(throws: CodecError.malformedVarint(offset: 0)) { try eleven.readVarint() }
+        var overflow = ByteReader([UInt8](repeating: 0xFF, count: 9) + [0x02])
+        #expect(throws: CodecError.malformedVarint(offset: 0)) { try overflow.readVarint() }
+        var unterminated = ByteReader([0x80, 0x80])
+        #expect(throws: CodecError.self) { try unterminated.readVarint() }
+    }
+
+    @Test func aHostileLengthIsCheckedBeforeAllocating() {
+        var writer = ByteWriter()
+        writer.writeVarint(1 << 40)
+        var reader = ByteReader(writer.bytes)
+        #expect(throws: CodecError.self) { try reader.readLength(limit: 1 << 20) }
+    }
+}

@@ -1,0 +1,35 @@
+import Codec
+import FileIO
+import Testing
+
+@Suite struct CRC32CTests {
+    @Test func knownAnswerForTheStandardCheckString() {
+        #expect(CRC32C.checksum(Array("123456789".utf8)) == 0xE306_9283)
+        #expect(CRC32C.checksum([UInt8]()) == 0)
+        // RFC 3720 B.4: 32 bytes of zeros.
+        #expect(CRC32C.checksum([UInt8](repeating: 0, count: 32)) == 0x8A91_36AA)
+    }
+
+    @Test func hardwareAndSoftwarePathsAgreeAtEveryLengthAndAlignment() {
+        let seed: UInt64 = 0xC3C3
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let bytes = (0..<1100).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+        bytes.withUnsafeBytes { buffer in
+            for start in 0..<9 {
+                for length in stride(from: 0, through: 1000, by: 7) {
+                    let slice = UnsafeRawBufferPointer(rebasing: buffer[start..<(start + length)])
+                    #expect(CRC32C.extend(0, slice) == CRC32C.extendSoftware(0, slice), "start \(start) length \(length)")
+                }
+            }
+        }
+    }
+
+    @Test func extendingInPiecesEqualsOneChecksum() {
+        let data = Array("The quick brown fox jumps over the lazy dog".utf8)
+        let whole = CRC32C.checksum(data)
+        for cut in 0...data.count {
+            #expect(CRC32C.extend(CRC32C.checksum(data[..<cut]), data[cut...]) == whole)
+        }
+    }
+}
