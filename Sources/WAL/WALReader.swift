@@ -282,12 +282,15 @@ struct SegmentScan {
     /// Every aligned position after `offset` holding a frame of this segment's salt that
     /// verifies on its own (whether or not it continues the log). O(bytes / 8).
     private func framesVerifying(after offset: Int) -> [(Int, FrameHeader)] {
-        bytes.withUnsafeBytes { buffer in
+        let saltBytes = (UInt8(truncatingIfNeeded: salt), UInt8(truncatingIfNeeded: salt >> 8),
+                         UInt8(truncatingIfNeeded: salt >> 16), UInt8(truncatingIfNeeded: salt >> 24))
+        return bytes.withUnsafeBytes { buffer in
             var found: [(Int, FrameHeader)] = []
             var position = offset + WALFormat.frameAlignment
             while position + WALFormat.frameHeaderBytes <= buffer.count {
-                // Most positions fail on the salt, a 4-byte compare.
-                if UInt32(littleEndian: buffer.loadUnaligned(fromByteOffset: position + 4, as: UInt32.self)) == salt {
+                // Most positions fail on the salt's first byte.
+                if buffer[position + 4] == saltBytes.0 && buffer[position + 5] == saltBytes.1
+                    && buffer[position + 6] == saltBytes.2 && buffer[position + 7] == saltBytes.3 {
                     let (header, defect) = FrameHeader.defect(in: buffer, at: position, salt: salt)
                     if let header, defect == nil { found.append((position, header)) }
                 }

@@ -1,0 +1,121 @@
+import FileIO
+import Testing
+@testable import WAL
+
+@Suite struct WALRoundTripTests {
+    @Test(arguments: [UInt64(1), 2, 3, 4])
+    func seededRandomBatchesComeBackInOrder(seed: UInt64) throws {
+        print("seed \(seed)")
+        let fileSystem = SimulatedFileSystem()
+        var generator = BatchGenerator(seed: seed)
+        let batches = (0..<200).map { _ in generator.batch() }
+        let (log, _, _) = try openLog(fileSystem, options: WALOptions(segmentBytes: 16 << 10))
+        for (index, batch) in batches.enumerated() {
+            #expect(try log.append(batch) == LSN(UInt64(index + 1)))
+        }
+        try log.close()
+        let (reopened, records, report) = try openLog(fileSystem, options: WALOptions(segmentBytes: 16 << 10))
+        #expect(records.map(\.batch) == batches)
+        #expect(records.map(\.lsn) == (1...200).map { LSN(UInt64($0)) })
+        #expect(report.damage.isEmpty)
+        #expect(report.segmentCount > 1, "16 KiB segments must have rotated")
+        #expect(try reopened.append(generator.batch()) == LSN(201))
+    }
+
+    @Test func edgeBatchesRoundTrip() throws {
+        var generator = BatchGenerator(seed: 11)
+        let oneMiB = generator.value(1 << 20)
+        let batches = [
+            WALBatch(),
+            WALBatch([.put(key: [1], value: [2])]),
+            WALBatch([.put(key: [3], value: [])]),
+            WALBatch([.delete(key: [4, 5])]),
+            WALBatch([.put(key: [6], value: oneMiB)]),
+            WALBatch([.put(key: [7], value: generator.value(100_000, incompressible: true))]),
+            // Larger than one frame (fragmented) and than a 64 KiB segment (an oversized segment).
+            WALBatch((0..<3).map { .put(key: [8, UInt8($0)], value: generator.value(1 << 20, incompressible: true)) }),
+        ]
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        for batch in batches { try log.append(batch) }
+        try log.close()
+        let (records, report) = try readLog(fileSystem)
+        #expect(records.map(\.batch) == batches)
+        #expect(records.last!.frameCount == 4, "3 MiB of operations takes 4 fragments of at most 1 MiB")
+        #expect(report.damage.isEmpty)
+    }
+
+    @Test func compressibleValuesAreStoredCompressedAndIncompressibleOnesRaw() throws {
+        var generator = BatchGenerator(seed: 5)
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        var compressible = WALBatch()
+        for index in 0..<100 { compressible.put(Array("key-\(index)".utf8), generator.value(100)) }
+        try log.append(compressible)
+        let afterFirst = log.statistics
+        #expect(afterFirst.storedBytes < afterFirst.rawBytes * 7 / 10)
+        try log.append(WALBatch([.put(key: [1], value: generator.value(4096, incompressible: true))]))
+        let afterSecond = log.statistics
+        #expect(afterSecond.storedBytes - afterFirst.storedBytes == afterSecond.rawBytes - afterFirst.rawBytes)
+        try log.close()
+        #expect(try readLog(fileSystem).0.count == 2)
+    }
+
+    @Test func aBatchOverTheLimitIsRefusedAndNothingIsWritten() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        let huge = WALBatch([.put(key: [1], value: [UInt8](repeating: 0, count: WALFormat.maxBatchBytes))])
+        #expect(throws: WALError.self) { try log.append(huge) }
+        #expect(try log.append(WALBatch([.delete(key: [1])])) == LSN(1))
+    }
+
+    @Test func batchDecodingIsTotal() throws {
+        let seed: UInt64 = 77
+        print("seed \(seed)")
+        var generator = BatchGenerator(seed: seed)
+        for _ in 0..<500 {
+            let encoded = generator.batch().encoded()
+            var damaged = encoded
+            let position = Int(generator.random.next() % UInt64(damaged.count))
+            damaged[position] ^= UInt8(truncatingIfNeeded: generator.random.next() | 1)
+            if let batch = try? WALBatch.decode(damaged) {
+                #expect(batch.encoded() == damaged)
+            }
+            #expect(throws: (any Error).self) { try WALBatch.decode(encoded + [0]) }
+            #expect(throws: (any Error).self) { try WALBatch.decode(Array(encoded.dropLast())) }
+        }
+    }
+
+    @Test func appendsInsideTheSegmentChangeNoFileSize() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        let before = (fileSystem.count(of: .allocate), fileSystem.count(of: .truncate))
+        var generator = BatchGenerator(seed: 3)
+        for _ in 0..<50 { try log.append(generator.batch()) }
+        #expect(log.statistics.segmentsStarted == 1)
+        #expect(fileSystem.count(of: .allocate) == before.0)
+        #expect(fileSystem.count(of: .truncate) == before.1)
+        #expect(fileSystem.contents(of: try firstSegmentPath(fileSystem))?.count == 64 << 10)
+    }
+
+    @Test func aSecondOpenOfTheSameLogIsRefused() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        #expect(throws: FileIOError.locked(path: "/db/wal/wal.lock")) { try openLog(fileSystem) }
+        try log.close()
+        _ = try openLog(fileSystem)
+    }
+
+    @Test func invalidOptionsAreAnErrorThatNamesTheSetting() {
+        #expect(throws: WALError.self) {
+            try WriteAheadLog.open(directory: "/db/wal", fileSystem: SimulatedFileSystem(),
+                                   options: WALOptions(segmentBytes: 100))
+        }
+    }
+
+    @Test func closedLogRefusesAppends() throws {
+        let (log, _, _) = try openLog(SimulatedFileSystem())
+        try log.close()
+        #expect(throws: WALError.self) { try log.append(WALBatch()) }
+    }
+}

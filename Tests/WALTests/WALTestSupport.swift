@@ -1,0 +1,58 @@
+import FileIO
+import Testing
+@testable import WAL
+
+/// A seeded generator of batches with the value shape of BENCHMARKS.md (half random bytes,
+/// half repeated) unless asked for incompressible values.
+struct BatchGenerator {
+    var random: SplitMix64
+
+    init(seed: UInt64) { random = SplitMix64(seed: seed) }
+
+    mutating func bytes(_ count: Int) -> [UInt8] {
+        (0..<count).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+    }
+
+    mutating func value(_ count: Int, incompressible: Bool = false) -> [UInt8] {
+        if incompressible { return bytes(count) }
+        let half = count / 2
+        return bytes(half) + [UInt8](repeating: UInt8(truncatingIfNeeded: random.next()), count: count - half)
+    }
+
+    mutating func batch(operations: Int = 0, maxValueBytes: Int = 200) -> WALBatch {
+        let count = operations > 0 ? operations : Int(random.next() % 8) + 1
+        var batch = WALBatch()
+        for _ in 0..<count {
+            let key = bytes(Int(random.next() % 24) + 1)
+            if random.next() % 5 == 0 {
+                batch.delete(key)
+            } else {
+                batch.put(key, value(Int(random.next() % UInt64(maxValueBytes + 1))))
+            }
+        }
+        return batch
+    }
+}
+
+/// Opens the log in `/db/wal` of `fileSystem`, collecting what recovery replays.
+func openLog(_ fileSystem: SimulatedFileSystem, options: WALOptions = WALOptions(segmentBytes: 64 << 10))
+    throws -> (log: WriteAheadLog, records: [WALRecord], report: WALRecoveryReport) {
+    var records: [WALRecord] = []
+    let (log, report) = try WriteAheadLog.open(directory: "/db/wal", fileSystem: fileSystem, options: options) {
+        records.append($0)
+    }
+    return (log, records, report)
+}
+
+/// Reads the log in `/db/wal` without changing it.
+func readLog(_ fileSystem: any FileSystem, mode: RecoveryMode = .strict) throws -> ([WALRecord], WALRecoveryReport) {
+    var records: [WALRecord] = []
+    let report = try WriteAheadLog.read(directory: "/db/wal", fileSystem: fileSystem, mode: mode) { records.append($0) }
+    return (records, report)
+}
+
+/// The only segment file of a log in `/db/wal`.
+func firstSegmentPath(_ fileSystem: SimulatedFileSystem) throws -> String {
+    let names = try fileSystem.contentsOfDirectory("/db/wal").filter { $0.hasSuffix(".seg") && !$0.contains("spare") }
+    return "/db/wal/" + (try #require(names.first))
+}
