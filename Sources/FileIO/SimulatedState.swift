@@ -133,12 +133,12 @@ func apply(_ change: PendingChange, to image: inout [UInt8]) {
     switch change {
     case let .write(offset, bytes):
         if image.count < offset + bytes.count {
-            image.append(contentsOf: repeatElement(0, count: offset + bytes.count - image.count))
+            image += [UInt8](repeating: 0, count: offset + bytes.count - image.count)
         }
         image.replaceSubrange(offset..<(offset + bytes.count), with: bytes)
     case let .resize(size):
         if size < image.count { image.removeSubrange(size...) }
-        else { image.append(contentsOf: repeatElement(0, count: size - image.count)) }
+        else { image += [UInt8](repeating: 0, count: size - image.count) }
     }
 }
 

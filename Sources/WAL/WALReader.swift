@@ -25,11 +25,11 @@ struct WALReader {
         var expected: LSN?
         var index = 0
         let segments = listing.segments
+        for (previous, current) in zip(segments, segments.dropFirst()) where current.sequence != previous.sequence + 1 {
+            throw WALError.missingData(path: current.path, reason: "segment \(previous.sequence + 1) before it is missing")
+        }
         while index < segments.count {
             let (sequence, path) = segments[index]
-            if index > 0 && sequence != segments[index - 1].sequence + 1 {
-                throw WALError.missingData(path: path, reason: "segment \(segments[index - 1].sequence + 1) is missing")
-            }
             let bytes = try load(path)
             let header = try SegmentHeader.decode(bytes, path: path)
             guard header.sequence == sequence else {
@@ -142,6 +142,20 @@ struct SegmentScan {
                 // (normal rotation) or was abandoned by an earlier recovery.
                 partial = nil
                 return .cleanEnd
+            }
+            if let nextFirstLSN, cleanEnd {
+                // The frames stop cleanly but the next segment does not continue from here.
+                let reason = "its frames end before \(expected) but the next segment starts at \(nextFirstLSN)"
+                switch mode {
+                case .skipCorrupted where nextFirstLSN > expected:
+                    report.damage.append(damage(at: offset, reason: reason, corruption: true, end: offset))
+                    return .cleanEnd
+                case .pointInTime:
+                    report.damage.append(damage(at: offset, reason: reason, corruption: true, end: offset))
+                    return .stopHere
+                default:
+                    throw WALError.missingData(path: path, reason: reason)
+                }
             }
             let remnants = nextFirstLSN == nil ? scanRemnants(after: offset) : (vouched: true, end: offset)
             if !remnants.vouched {
