@@ -8,7 +8,7 @@
 //     once and the caller decides (the WAL fails every waiter and stops; see FORMAT.md).
 //  3. A new, renamed or removed name is durable only after `syncDirectory` of its folder.
 //  4. Errors are `FileIOError`, naming the operation and the path.
-// Implementations are `Sendable`; a `FileHandle` may be used from several threads at once
+// Implementations are `Sendable`; a `OpenFile` may be used from several threads at once
 // for positional reads and writes (pread/pwrite semantics), as the kernel allows.
 
 /// How to open a file.
@@ -29,7 +29,7 @@ public struct FileOpenOptions: OptionSet, Sendable {
 /// A directory tree of files: the operations Strata needs and nothing else.
 public protocol FileSystem: Sendable {
     /// Opens (or creates) the file at `path`. Throws `FileIOError`.
-    func open(_ path: String, options: FileOpenOptions) throws -> any FileHandle
+    func open(_ path: String, options: FileOpenOptions) throws -> any OpenFile
     /// Atomically renames `source` to `destination`, replacing it. Durable after `syncDirectory`.
     func rename(_ source: String, to destination: String) throws
     /// Removes the file at `path`. Durable after `syncDirectory`.
@@ -49,7 +49,7 @@ public protocol FileSystem: Sendable {
 }
 
 /// An open file.
-public protocol FileHandle: AnyObject, Sendable {
+public protocol OpenFile: AnyObject, Sendable {
     /// The path the file was opened with.
     var path: String { get }
     /// Reads up to `buffer.count` bytes at `offset`; returns the number read (fewer only at
@@ -82,7 +82,7 @@ public protocol FileLock: AnyObject, Sendable {
     func unlock()
 }
 
-extension FileHandle {
+extension OpenFile {
     /// Reads exactly `count` bytes at `offset`, or fewer when the file ends first.
     /// `count` is the caller's bound: callers never pass a length taken from disk unchecked.
     public func read(count: Int, at offset: Int64) throws -> [UInt8] {

@@ -16,14 +16,14 @@ import Synchronization
 public struct POSIXFileSystem: FileSystem {
     public init() {}
 
-    public func open(_ path: String, options: FileOpenOptions) throws -> any FileHandle {
+    public func open(_ path: String, options: FileOpenOptions) throws -> any OpenFile {
         var flags = O_CLOEXEC
         flags |= options.contains(.write) || options.contains(.create) ? O_RDWR : O_RDONLY
         if options.contains(.create) { flags |= O_CREAT }
         if options.contains(.exclusive) { flags |= O_EXCL }
         if options.contains(.truncate) { flags |= O_TRUNC }
         let fd = try retryingInterrupts(.open, path) { Glibc.open(path, flags, 0o644) }
-        return POSIXFileHandle(fd: fd, path: path)
+        return POSIXOpenFile(fd: fd, path: path)
     }
 
     public func rename(_ source: String, to destination: String) throws {
@@ -95,7 +95,7 @@ func retryingInterrupts(_ operation: FileOperation, _ path: String, _ call: () -
 }
 
 /// An open POSIX file descriptor.
-final class POSIXFileHandle: FileHandle {
+final class POSIXOpenFile: OpenFile {
     let path: String
     private let fd: Int32
     private let isOpen = Mutex(true)

@@ -78,6 +78,15 @@ public final class SimulatedFileSystem: FileSystem {
         state.withLock { $0.crash(fates) }
     }
 
+    /// Whether every name in the directory at `path` is durable (no create, rename or
+    /// remove there since its last `syncDirectory`).
+    public func isDirectorySynced(_ path: String) -> Bool {
+        state.withLock { state in
+            guard let directory = state.directories[normalize(path)] else { return false }
+            return directory.durable == directory.volatile
+        }
+    }
+
     /// The volatile contents of the file at `path`, or nil when there is none.
     public func contents(of path: String) -> [UInt8]? {
         state.withLock { state in state.lookup(path).map { state.inodes[$0]!.volatile } }
@@ -98,7 +107,7 @@ public final class SimulatedFileSystem: FileSystem {
 
     // MARK: FileSystem
 
-    public func open(_ path: String, options: FileOpenOptions) throws -> any FileHandle {
+    public func open(_ path: String, options: FileOpenOptions) throws -> any OpenFile {
         try state.withLock { state in
             try state.begin(.open, path)
             let (directory, name) = try state.split(path, .open)
@@ -108,12 +117,12 @@ public final class SimulatedFileSystem: FileSystem {
                     throw FileIOError.alreadyExists(operation: .open, path: path)
                 }
                 if options.contains(.truncate) { state.resize(id, to: 0) }
-                return SimulatedFileHandle(fileSystem: self, inode: id, path: path, generation: generation)
+                return SimulatedOpenFile(fileSystem: self, inode: id, path: path, generation: generation)
             }
             guard options.contains(.create) else { throw FileIOError.notFound(operation: .open, path: path) }
             let id = state.makeInode()
             state.directories[directory]!.volatile[name] = id
-            return SimulatedFileHandle(fileSystem: self, inode: id, path: path, generation: generation)
+            return SimulatedOpenFile(fileSystem: self, inode: id, path: path, generation: generation)
         }
     }
 

@@ -48,7 +48,7 @@ struct SegmentFiles {
     /// another salt and never verify), else creates and preallocates a new file. The header
     /// is written and synced before the file gets its segment name; the directory is synced
     /// after. Returns the open handle.
-    func create(_ header: SegmentHeader, reusing spare: String?) throws -> any FileHandle {
+    func create(_ header: SegmentHeader, reusing spare: String?) throws -> any OpenFile {
         let temporary = path(ofSegment: header.sequence) + ".tmp"
         if let spare {
             try fileSystem.rename(spare, to: temporary)

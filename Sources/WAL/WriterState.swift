@@ -12,7 +12,7 @@ struct Segment {
 
 /// The segment appends go to.
 struct ActiveSegment {
-    var handle: any FileHandle
+    var handle: any OpenFile
     var sequence: UInt64
     var path: String
     var salt: UInt32

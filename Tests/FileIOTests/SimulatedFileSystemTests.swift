@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 @Suite struct SimulatedFileSystemTests {
-    private func makeFile(_ fileSystem: SimulatedFileSystem, _ path: String = "/db/a") throws -> any FileHandle {
+    private func makeFile(_ fileSystem: SimulatedFileSystem, _ path: String = "/db/a") throws -> any OpenFile {
         try fileSystem.createDirectory("/db")
         return try fileSystem.open(path, options: [.create, .write])
     }

@@ -2,7 +2,7 @@
 // is numbered and counted there, and fails with `closed` once a crash has outlived it.
 import Synchronization
 
-final class SimulatedFileHandle: FileHandle {
+final class SimulatedOpenFile: OpenFile {
     let path: String
     private let fileSystem: SimulatedFileSystem
     private let inode: Int

@@ -1,0 +1,223 @@
+import FileIO
+import Foundation
+import Synchronization
+import Testing
+@testable import WAL
+
+/// A file system whose fdatasync takes `delay`, as a disk's does, so that concurrent
+/// appenders pile up behind the leader and group commit can be observed.
+final class SlowSyncFileSystem: FileSystem {
+    let base: SimulatedFileSystem
+    let delay: Duration
+
+    init(base: SimulatedFileSystem, delay: Duration = .milliseconds(2)) {
+        self.base = base
+        self.delay = delay
+    }
+
+    func open(_ path: String, options: FileOpenOptions) throws -> any OpenFile {
+        SlowSyncHandle(base: try base.open(path, options: options), delay: delay)
+    }
+    func rename(_ source: String, to destination: String) throws { try base.rename(source, to: destination) }
+    func removeFile(_ path: String) throws { try base.removeFile(path) }
+    func createDirectory(_ path: String) throws { try base.createDirectory(path) }
+    func syncDirectory(_ path: String) throws { try base.syncDirectory(path) }
+    func contentsOfDirectory(_ path: String) throws -> [String] { try base.contentsOfDirectory(path) }
+    func fileExists(_ path: String) -> Bool { base.fileExists(path) }
+    func lockExclusively(_ path: String) throws -> any FileLock { try base.lockExclusively(path) }
+}
+
+final class SlowSyncHandle: OpenFile {
+    let base: any OpenFile
+    let delay: Duration
+    var path: String { base.path }
+
+    init(base: any OpenFile, delay: Duration) {
+        self.base = base
+        self.delay = delay
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int { try base.read(into: buffer, at: offset) }
+    func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws { try base.write(bytes, at: offset) }
+    func append(_ bytes: UnsafeRawBufferPointer) throws -> Int64 { try base.append(bytes) }
+    func size() throws -> Int64 { try base.size() }
+    func syncData() throws {
+        Thread.sleep(forTimeInterval: Double(delay.components.attoseconds) / 1e18)
+        try base.syncData()
+    }
+    func sync() throws { try base.syncData() }
+    func truncate(to size: Int64) throws { try base.truncate(to: size) }
+    func allocate(offset: Int64, length: Int64) throws { try base.allocate(offset: offset, length: length) }
+    func close() throws { try base.close() }
+}
+
+/// Runs `body(thread)` on `threads` threads at once and waits for all of them.
+func runConcurrently(threads: Int, _ body: @escaping @Sendable (Int) -> Void) {
+    let group = DispatchGroup()
+    for thread in 0..<threads {
+        group.enter()
+        Thread.detachNewThread {
+            body(thread)
+            group.leave()
+        }
+    }
+    group.wait()
+}
+
+/// The batch thread `thread` appends as its `index`-th: its key says whose it is.
+func workloadBatch(thread: Int, index: Int, generator: inout BatchGenerator) -> WALBatch {
+    WALBatch([.put(key: [UInt8(thread), UInt8(index)], value: generator.value(Int(generator.random.next() % 300)))])
+}
+
+@Suite struct GroupCommitTests {
+    @Test func concurrentAppendersShareWritesAndFdatasyncs() throws {
+        let simulated = SimulatedFileSystem()
+        let (log, _) = try WriteAheadLog.open(directory: "/db/wal", fileSystem: SlowSyncFileSystem(base: simulated),
+                                              options: WALOptions(segmentBytes: 1 << 20))
+        let syncsBefore = simulated.count(of: .syncData)
+        let acknowledged = Mutex<[LSN: WALBatch]>([:])
+        runConcurrently(threads: 8) { thread in
+            var generator = BatchGenerator(seed: UInt64(thread))
+            for index in 0..<25 {
+                let batch = workloadBatch(thread: thread, index: index, generator: &generator)
+                do {
+                    let lsn = try log.append(batch)
+                    acknowledged.withLock { $0[lsn] = batch }
+                } catch {
+                    Issue.record("append failed: \(error)")
+                }
+            }
+        }
+        let statistics = log.statistics
+        let syncs = simulated.count(of: .syncData) - syncsBefore
+        print("200 appends from 8 threads: \(statistics.groupCount) groups, \(syncs) fdatasyncs, largest group \(statistics.largestGroup)")
+        #expect(statistics.appendCount == 200)
+        #expect(syncs == statistics.groupCount, "exactly one fdatasync per group")
+        #expect(statistics.groupCount < 200, "appenders waiting behind a sync must share the next one")
+        #expect(statistics.largestGroup > 1)
+        try log.close()
+        let (records, _) = try readLog(simulated)
+        let acked = acknowledged.withLock { $0 }
+        #expect(records.count == 200)
+        for record in records { #expect(acked[record.lsn] == record.batch) }
+    }
+
+    @Test func eachDurableAppendOnItsOwnCostsExactlyOneFdatasync() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        var generator = BatchGenerator(seed: 4)
+        for _ in 0..<20 {
+            let before = fileSystem.count(of: .syncData)
+            let operations = fileSystem.operationCount
+            try log.append(generator.batch())
+            #expect(fileSystem.count(of: .syncData) - before == 1)
+            #expect(fileSystem.operationCount - operations == 2, "one write and one fdatasync")
+        }
+    }
+
+    @Test(arguments: [UInt64(1), 2, 3, 4, 5, 6, 7, 8])
+    func aCrashAtAnyOperationKeepsEveryAcknowledgedBatchAsAPrefix(seed: UInt64) throws {
+        print("seed \(seed)")
+        let dryRun = try runCrashWorkload(seed: seed, cutAt: nil).operations
+        #expect(dryRun > 60, "the workload should perform its appends, rotations and releases")
+        var lostUnacknowledged = 0
+        for cut in 0...dryRun {
+            let outcome = try runCrashWorkload(seed: seed &* 1_000_003 &+ UInt64(cut), cutAt: cut)
+            lostUnacknowledged += outcome.recovered < outcome.attempted ? 1 : 0
+        }
+        print("seed \(seed): crashed at each of \(dryRun + 1) operations; \(lostUnacknowledged) crashes lost unacknowledged batches")
+    }
+
+    /// Four threads append eight batches each to a log with small segments while the main
+    /// thread releases segments; power is cut at operation `cutAt`, then the log is
+    /// recovered and checked (I1, I2, I4). Returns the operations the run performed and the
+    /// batches it attempted and recovered.
+    private func runCrashWorkload(seed: UInt64, cutAt: Int?) throws -> (operations: Int, attempted: Int, recovered: Int) {
+        let fileSystem = SimulatedFileSystem()
+        if let cutAt { fileSystem.cutPower(atOperation: cutAt) }
+        let options = WALOptions(segmentBytes: 4096)
+        let acknowledged = Mutex<[LSN: WALBatch]>([:])
+        let released = Mutex(LSN.none)
+        let attempted = Mutex(0)
+        if let (log, _) = try? WriteAheadLog.open(directory: "/db/wal", fileSystem: fileSystem, options: options) {
+            runConcurrently(threads: 5) { thread in
+                guard thread < 4 else {
+                    for _ in 0..<6 {
+                        let durable = log.durableLSN
+                        if (try? log.releaseSegments(through: durable)) != nil {
+                            released.withLock { $0 = max($0, durable) }
+                        }
+                    }
+                    return
+                }
+                var generator = BatchGenerator(seed: seed &+ UInt64(thread))
+                for index in 0..<8 {
+                    let batch = workloadBatch(thread: thread, index: index, generator: &generator)
+                    attempted.withLock { $0 += 1 }
+                    guard let lsn = try? log.append(batch) else { return }
+                    acknowledged.withLock { $0[lsn] = batch }
+                }
+            }
+            try? log.close()
+        }
+        let operations = fileSystem.operationCount
+        fileSystem.crash(.random(seed: seed))
+
+        let (log, records, report) = try openLog(fileSystem, options: options)
+        let acked = acknowledged.withLock { $0 }
+        let releasedThrough = released.withLock { $0 }
+        // I2: the recovered batches are consecutive LSNs, each one a batch some thread appended, once.
+        var seen = Set<[UInt8]>()
+        for (index, record) in records.enumerated() {
+            #expect(index == 0 || record.lsn == records[index - 1].lsn.next)
+            let key = record.batch.operations.first?.key ?? []
+            #expect(key.count == 2 && key[0] < 4 && key[1] < 8, "a batch nobody appended came back")
+            #expect(seen.insert(key).inserted, "a batch came back twice")
+        }
+        // I1: every acknowledged batch is there with its LSN, unless a release covered it.
+        let first = records.first?.lsn ?? report.lastLSN.next
+        for (lsn, batch) in acked {
+            if lsn >= first {
+                #expect(records.first { $0.lsn == lsn }?.batch == batch, "acknowledged \(lsn) lost (cut at \(String(describing: cutAt)))")
+            } else {
+                #expect(lsn <= releasedThrough, "acknowledged \(lsn) lost before the log's start (cut at \(String(describing: cutAt)))")
+            }
+        }
+        // I4: the recovered log takes appends and reopens.
+        let next = try log.append(WALBatch([.delete(key: [9, 9])]))
+        #expect(next == (records.last?.lsn.next ?? next))
+        try log.close()
+        let (reopened, again, _) = try openLog(fileSystem, options: options)
+        #expect(again.last?.lsn == next)
+        try reopened.close()
+        let releasedCount = records.first.map { Int($0.lsn.rawValue) - 1 } ?? Int(report.lastLSN.rawValue)
+        return (operations, attempted.withLock { $0 }, records.count + releasedCount)
+    }
+
+    @Test func rotationAndReleaseSyncTheDirectoryAndReuseSpareSegments() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem, options: WALOptions(segmentBytes: 4096))
+        #expect(fileSystem.isDirectorySynced("/db/wal"))
+        var generator = BatchGenerator(seed: 6)
+        for _ in 0..<80 {
+            try log.append(generator.batch(maxValueBytes: 300))
+            #expect(fileSystem.isDirectorySynced("/db/wal"))
+        }
+        let segmentsBefore = log.segmentPaths.count
+        #expect(segmentsBefore >= 4)
+        #expect(try log.releaseSegments(through: log.durableLSN) == segmentsBefore - 1)
+        #expect(fileSystem.isDirectorySynced("/db/wal"))
+        let spares = try fileSystem.contentsOfDirectory("/db/wal").filter { $0.contains("spare") }
+        #expect(spares.count == 2, "two released segments are kept as spares, the rest removed")
+        let allocationsBefore = fileSystem.count(of: .allocate)
+        let startedBefore = log.statistics.segmentsStarted
+        while log.statistics.segmentsStarted < startedBefore + 2 { try log.append(generator.batch(maxValueBytes: 300)) }
+        #expect(fileSystem.count(of: .allocate) == allocationsBefore, "spares are reused without allocating")
+        #expect(try fileSystem.contentsOfDirectory("/db/wal").filter { $0.contains("spare") }.isEmpty)
+        let last = log.durableLSN
+        try log.close()
+        let (records, report) = try readLog(fileSystem)
+        #expect(records.last?.lsn == last)
+        #expect(report.firstLSN > LSN(1))
+    }
+}
