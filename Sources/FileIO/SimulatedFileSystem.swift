@@ -51,9 +51,10 @@ public final class SimulatedFileSystem: FileSystem {
     /// How many times `operation` was performed.
     public func count(of operation: FileOperation) -> Int { state.withLock { $0.counts[operation, default: 0] } }
 
-    /// Fails the operation with index `index` (0-based, in `operationCount` order) with
-    /// `errno`; with `persistent`, every later matching operation fails too. `operations`
-    /// limits which kinds count as matching (all kinds when nil).
+    /// Fails the first matching operation whose index (0-based, in `operationCount` order)
+    /// is `index` or later with `errno`; with `persistent`, every later matching operation
+    /// fails too. `operations` limits which kinds match (all kinds when nil, so the fault
+    /// hits exactly operation `index`).
     public func injectFault(errno code: Int32, atOperation index: Int, persistent: Bool = false,
                             operations: Set<FileOperation>? = nil) {
         state.withLock { $0.faults.append(Fault(errno: code, firstIndex: index, persistent: persistent, operations: operations)) }

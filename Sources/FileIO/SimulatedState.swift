@@ -25,9 +25,12 @@ struct Fault {
     let persistent: Bool
     let operations: Set<FileOperation>?
 
+    /// Whether the fault fires for operation `index`: the first matching operation at or
+    /// after `firstIndex` (a fault that is not persistent is then removed), and with
+    /// `persistent` every matching one after it.
     func matches(index: Int, operation: FileOperation) -> Bool {
         guard operations?.contains(operation) ?? true else { return false }
-        return persistent ? index >= firstIndex : index == firstIndex
+        return index >= firstIndex
     }
 }
 
@@ -48,7 +51,9 @@ struct SimulatedState {
         operationCount += 1
         counts[operation, default: 0] += 1
         if let cut = powerCutIndex, index >= cut { throw FileIOError.ioError(operation: operation, path: path) }
-        if let fault = faults.first(where: { $0.matches(index: index, operation: operation) }) {
+        if let position = faults.firstIndex(where: { $0.matches(index: index, operation: operation) }) {
+            let fault = faults[position]
+            if !fault.persistent { faults.remove(at: position) }
             throw FileIOError(errno: fault.errno, operation: operation, path: path)
         }
     }
