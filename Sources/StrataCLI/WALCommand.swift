@@ -1,0 +1,49 @@
+// `strata wal DIRECTORY`: lists every batch of a write-ahead log and what recovery found,
+// without changing the log.
+import ArgumentParser
+import FileIO
+import Foundation
+import WAL
+
+struct WALCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "wal",
+        abstract: "List the batches of a write-ahead log directory (read-only).")
+
+    @Argument(help: "The log's directory.")
+    var directory: String
+
+    @Flag(help: "One JSON object per batch, then one for the report.")
+    var json = false
+
+    func run() throws {
+        let report: WALRecoveryReport
+        do {
+            report = try WriteAheadLog.read(directory: directory) { record in
+                let puts = record.batch.operations.filter { if case .put = $0 { true } else { false } }.count
+                let deletes = record.batch.operations.count - puts
+                if json {
+                    print(#"{"lsn":\#(record.lsn.rawValue),"puts":\#(puts),"deletes":\#(deletes),"#
+                          + #""raw_bytes":\#(record.rawBytes),"stored_bytes":\#(record.storedBytes),"#
+                          + #""frames":\#(record.frameCount),"offset":\#(record.offset),"checksum":"ok"}"#)
+                } else {
+                    print("\(record.lsn)  \(puts) puts, \(deletes) deletes  \(record.rawBytes) → \(record.storedBytes) bytes"
+                          + "  \(record.frameCount) frame(s) at \((record.path as NSString).lastPathComponent):\(record.offset)")
+                }
+            }
+        } catch {
+            FileHandle.standardError.write(Data("strata: \(error)\n".utf8))
+            throw ExitCode.failure
+        }
+        let damage = report.damage.map(\.description)
+        if json {
+            let quoted = String(decoding: try JSONEncoder().encode(damage), as: UTF8.self)
+            print(#"{"segments":\#(report.segmentCount),"batches":\#(report.batchCount),"frames":\#(report.frameCount),"#
+                  + #""first_lsn":\#(report.firstLSN.rawValue),"last_lsn":\#(report.lastLSN.rawValue),"#
+                  + #""raw_bytes":\#(report.rawBytes),"stored_bytes":\#(report.storedBytes),"damage":\#(quoted)}"#)
+        } else {
+            print("\(report.batchCount) batches in \(report.segmentCount) segment(s), \(report.rawBytes) → \(report.storedBytes) bytes")
+            for line in damage { print("damage: \(line)") }
+        }
+    }
+}
