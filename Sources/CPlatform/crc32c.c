@@ -64,10 +64,14 @@ static uint32_t crc32c_sse42(uint32_t crc, const void *data, size_t len) {
 int cplatform_crc32c_hardware_available(void) { return __builtin_cpu_supports("sse4.2") ? 1 : 0; }
 
 uint32_t cplatform_crc32c_extend(uint32_t crc, const void *data, size_t len) {
-    // A benign race: every thread computes the same answer.
+    // Every thread computes the same answer; relaxed atomics make the race well-defined.
     static int hw = -1;
-    if (hw < 0) hw = cplatform_crc32c_hardware_available();
-    return hw ? crc32c_sse42(crc, data, len) : cplatform_crc32c_extend_software(crc, data, len);
+    int known = __atomic_load_n(&hw, __ATOMIC_RELAXED);
+    if (known < 0) {
+        known = cplatform_crc32c_hardware_available();
+        __atomic_store_n(&hw, known, __ATOMIC_RELAXED);
+    }
+    return known ? crc32c_sse42(crc, data, len) : cplatform_crc32c_extend_software(crc, data, len);
 }
 
 #elif defined(__aarch64__) && defined(__ARM_FEATURE_CRC32)

@@ -1,6 +1,5 @@
 import FileIO
 import Foundation
-import Synchronization
 import Testing
 @testable import WAL
 
@@ -75,7 +74,7 @@ func workloadBatch(thread: Int, index: Int, generator: inout BatchGenerator) -> 
         let (log, _) = try WriteAheadLog.open(directory: "/db/wal", fileSystem: SlowSyncFileSystem(base: simulated),
                                               options: WALOptions(segmentBytes: 1 << 20))
         let syncsBefore = simulated.count(of: .syncData)
-        let acknowledged = Mutex<[LSN: WALBatch]>([:])
+        let acknowledged = Locked<[LSN: WALBatch]>([:])
         runConcurrently(threads: 8) { thread in
             var generator = BatchGenerator(seed: UInt64(thread))
             for index in 0..<25 {
@@ -136,9 +135,9 @@ func workloadBatch(thread: Int, index: Int, generator: inout BatchGenerator) -> 
         let fileSystem = SimulatedFileSystem()
         if let cutAt { fileSystem.cutPower(atOperation: cutAt) }
         let options = WALOptions(segmentBytes: 4096)
-        let acknowledged = Mutex<[LSN: WALBatch]>([:])
-        let released = Mutex(LSN.none)
-        let attempted = Mutex(0)
+        let acknowledged = Locked<[LSN: WALBatch]>([:])
+        let released = Locked(LSN.none)
+        let attempted = Locked(0)
         if let (log, _) = try? WriteAheadLog.open(directory: "/db/wal", fileSystem: fileSystem, options: options) {
             runConcurrently(threads: 5) { thread in
                 guard thread < 4 else {

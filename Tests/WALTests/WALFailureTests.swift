@@ -1,6 +1,5 @@
 import FileIO
 import Foundation
-import Synchronization
 import Testing
 @testable import WAL
 #if canImport(Glibc)
@@ -46,8 +45,8 @@ import Glibc
         let simulated = SimulatedFileSystem()
         let (log, _) = try WriteAheadLog.open(directory: "/db/wal", fileSystem: SlowSyncFileSystem(base: simulated),
                                               options: WALOptions(segmentBytes: 1 << 20))
-        let outcomes = Mutex<[String: Int]>([:])
-        let acknowledged = Mutex<[LSN: WALBatch]>([:])
+        let outcomes = Locked<[String: Int]>([:])
+        let acknowledged = Locked<[LSN: WALBatch]>([:])
         runConcurrently(threads: 6) { thread in
             var generator = BatchGenerator(seed: UInt64(thread))
             for index in 0..<20 {
