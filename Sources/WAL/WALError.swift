@@ -16,6 +16,8 @@ public enum WALError: Error, Sendable, CustomStringConvertible {
     case logFailed(cause: FileIOError)
     /// The log was closed.
     case closed
+    /// `waitUntilDone` was asked about an LSN that `submit` never returned.
+    case notSubmitted(LSN)
     /// A setting of `WALOptions` is out of range; the text names it.
     case invalidOptions(String)
 
@@ -47,6 +49,8 @@ public enum WALError: Error, Sendable, CustomStringConvertible {
             "The log stopped after an earlier I/O failure (\(cause)); nothing more was written. Reopen it to recover."
         case .closed:
             "The log is closed; open it again to append."
+        case let .notSubmitted(lsn):
+            "No batch was submitted as \(lsn); wait only for LSNs that submit returned."
         case let .invalidOptions(reason):
             "Invalid WAL options: \(reason)."
         case let .corruptSegmentHeader(path, reason):

@@ -12,7 +12,16 @@ extension WriteAheadLog {
     /// write or fdatasync of its group failed), `.logFailed` or `.closed`.
     @discardableResult
     public func append(_ batch: WALBatch) throws -> LSN {
-        // Encoding and compression run before the lock, in parallel across appenders.
+        let lsn = try submit(batch)
+        try waitUntilDone(lsn)
+        return lsn
+    }
+
+    /// Queues `batch` for the next group commit and returns its LSN at once, without
+    /// waiting: LSNs are assigned in the order `submit` is called (W1), so a caller that
+    /// holds its own lock across `submit` orders its commits by it. Follow with
+    /// `waitUntilDone(_:)`. Encoding and compression run on the calling thread.
+    public func submit(_ batch: WALBatch) throws -> LSN {
         let encoded = try EncodedBatch(batch, compression: options.compression)
         monitor.lock()
         defer { monitor.unlock() }
@@ -22,9 +31,18 @@ extension WriteAheadLog {
         state.nextLSN = lsn.next
         state.queue.append(PendingBatch(lsn: lsn, encoded: encoded))
         state.statistics.appendCount += 1
+        return lsn
+    }
+
+    /// Waits until the batch at `lsn` is durable (`.full`) or written (`.relaxed`), leading
+    /// group commits while no one else does. Throws as `append` does.
+    public func waitUntilDone(_ lsn: LSN) throws {
+        monitor.lock()
+        defer { monitor.unlock() }
+        guard lsn < state.nextLSN else { throw WALError.notSubmitted(lsn) }
         while true {
             let done = options.durability == .full ? state.durableLSN >= lsn : state.writtenLSN >= lsn
-            if done { return lsn }
+            if done { return }
             if let failure = state.failure {
                 if let unknown = state.unknownOutcome, unknown.contains(lsn.rawValue) {
                     throw WALError.commitOutcomeUnknown(lsn: lsn, cause: failure)
@@ -32,7 +50,7 @@ extension WriteAheadLog {
                 throw WALError.logFailed(cause: failure)
             }
             if state.closed { throw WALError.closed }
-            if state.flushing { monitor.wait() } else { commitGroup() }
+            if state.flushing || state.queue.isEmpty { monitor.wait() } else { commitGroup() }
         }
     }
 

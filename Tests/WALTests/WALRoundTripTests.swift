@@ -119,3 +119,26 @@ import Testing
         #expect(throws: WALError.self) { try log.append(WALBatch()) }
     }
 }
+
+@Suite struct WALSubmitTests {
+    @Test func submittedBatchesGetLSNsInSubmitOrderAndOneGroupCommitsThemAll() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        var generator = BatchGenerator(seed: 31)
+        let batches = (0..<5).map { _ in generator.batch() }
+        let lsns = try batches.map { try log.submit($0) }
+        #expect(lsns == (1...5).map { LSN(UInt64($0)) })
+        let syncs = fileSystem.count(of: .syncData)
+        try log.waitUntilDone(LSN(5))
+        try log.waitUntilDone(LSN(2))
+        #expect(fileSystem.count(of: .syncData) - syncs == 1)
+        #expect(log.statistics.largestGroup == 5)
+        try log.close()
+        #expect(try readLog(fileSystem).0.map(\.batch) == batches)
+    }
+
+    @Test func waitingForAnLSNThatWasNeverSubmittedIsAnError() throws {
+        let (log, _, _) = try openLog(SimulatedFileSystem())
+        #expect(throws: WALError.self) { try log.waitUntilDone(LSN(1)) }
+    }
+}
