@@ -7,6 +7,7 @@ import PackageDescription
 let package = Package(
     name: "Strata",
     products: [
+        .library(name: "Engine", targets: ["Engine"]),
         .library(name: "WAL", targets: ["WAL"]),
         .library(name: "FileIO", targets: ["FileIO"]),
         .library(name: "Codec", targets: ["Codec"]),
@@ -32,6 +33,8 @@ let package = Package(
         .target(name: "FileIO", dependencies: ["CPlatform"]),
         // The LZ4-compressed, checksummed write-ahead log with group commit.
         .target(name: "WAL", dependencies: ["Codec", "FileIO"]),
+        // The storage engine: page file, copy-on-write B+tree, memtables, snapshots, checkpoints.
+        .target(name: "Engine", dependencies: ["WAL", "Codec", "FileIO"]),
         .executableTarget(
             name: "StrataCLI",
             dependencies: [
@@ -42,6 +45,7 @@ let package = Package(
         .testTarget(name: "CodecTests", dependencies: ["Codec", "FileIO"]),
         .testTarget(name: "FileIOTests", dependencies: ["FileIO"]),
         .testTarget(name: "WALTests", dependencies: ["WAL", "FileIO", "Codec"]),
+        .testTarget(name: "EngineTests", dependencies: ["Engine", "WAL", "FileIO", "Codec"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -43,6 +43,9 @@ public struct WALOptions: Sendable {
     public var recoveryMode: RecoveryMode = .strict
     /// The most bytes one group commit writes (a single larger batch is still one group).
     public var maxGroupBytes: Int = 4 << 20
+    /// The LSN of the first batch when the directory holds no segment yet (a store whose
+    /// data file already holds versions up to n starts its log at n + 1). Default 1.
+    public var firstLSN = LSN(1)
 
     public init(durability: Durability = .full, segmentBytes: Int = 64 << 20, recoveryMode: RecoveryMode = .strict) {
         self.durability = durability
@@ -57,5 +60,6 @@ public struct WALOptions: Sendable {
         }
         guard maxSpareSegments >= 0 else { throw .invalidOptions("maxSpareSegments must not be negative") }
         guard maxGroupBytes > 0 else { throw .invalidOptions("maxGroupBytes must be positive") }
+        guard firstLSN > .none else { throw .invalidOptions("firstLSN must be at least 1") }
     }
 }

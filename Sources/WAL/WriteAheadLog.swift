@@ -85,6 +85,7 @@ public final class WriteAheadLog: @unchecked Sendable {
             report.discardedFiles.append(path)
         }
         tail.segments.removeAll { segment in tail.discardedSegments.contains(segment.path) }
+        if tail.segments.isEmpty { tail.nextLSN = max(tail.nextLSN, options.firstLSN) }
         var statistics = WALStatistics()
         let active: ActiveSegment
         if tail.needsNewSegment {

@@ -1,0 +1,68 @@
+// The one error type of the Engine module. Every case says where and what; its
+// description reads as a sentence with a remedy where there is one.
+import FileIO
+import WAL
+
+/// Errors of the storage engine.
+public enum EngineError: Error, Sendable, CustomStringConvertible {
+    /// A key is longer than `Limits.maxKeyBytes` (or empty).
+    case keyTooLarge(byteCount: Int, limit: Int)
+    /// A value is longer than `Limits.maxValueBytes`.
+    case valueTooLarge(byteCount: Int, limit: Int)
+    /// Another commit wrote these keys after the version this commit read at; the first
+    /// committer won. Retry the work on a fresh snapshot.
+    case conflict(keys: [[UInt8]], readVersion: UInt64)
+    /// A page does not verify: its checksum, type, ID or layout is wrong.
+    case corruptPage(path: String, offset: Int64, reason: String)
+    /// Neither meta page verifies.
+    case noValidMetaPage(path: String, reasons: [String])
+    /// The data file was written by a newer format version.
+    case unsupportedVersion(path: String, found: UInt16, supported: UInt16)
+    /// The store failed earlier (an I/O error where memory and disk may disagree) and
+    /// accepts no more writes until it is reopened.
+    case storeFailed(reason: String)
+    /// The store is closed.
+    case closed
+    /// Invalid options; the text names the setting.
+    case invalidOptions(String)
+    /// The write-ahead log failed or is damaged.
+    case log(WALError)
+    /// The file system failed.
+    case io(FileIOError)
+
+    public var description: String {
+        switch self {
+        case let .keyTooLarge(byteCount, limit):
+            "A key of \(byteCount) bytes is outside the limit of 1 to \(limit) bytes; use a shorter key."
+        case let .valueTooLarge(byteCount, limit):
+            "A value of \(byteCount) bytes is over the limit of \(limit) bytes; split it across keys."
+        case let .conflict(keys, readVersion):
+            "Another commit changed \(keys.count) key(s) after version \(readVersion) that this commit also writes "
+                + "(first: \(keys.first.map(renderKey) ?? "")); retry on a fresh snapshot."
+        case let .corruptPage(path, offset, reason):
+            "The page at offset \(offset) of \(path) is corrupt: \(reason)."
+        case let .noValidMetaPage(path, reasons):
+            "Neither meta page of \(path) is valid (\(reasons.joined(separator: "; "))); it is not a usable Strata data file."
+        case let .unsupportedVersion(path, found, supported):
+            "\(path) was written by data format version \(found); this build reads up to version \(supported). Use a newer Strata."
+        case let .storeFailed(reason):
+            "The store stopped accepting writes after an I/O failure (\(reason)); reopen it to recover."
+        case .closed:
+            "The store is closed; open it again."
+        case let .invalidOptions(reason):
+            "Invalid store options: \(reason)."
+        case let .log(error):
+            "\(error)"
+        case let .io(error):
+            "\(error)"
+        }
+    }
+}
+
+/// A key for messages: UTF-8 text when it is printable, hex otherwise.
+func renderKey(_ key: [UInt8]) -> String {
+    if let text = String(validating: key, as: UTF8.self), text.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value < 0x7F }) {
+        return "\"\(text)\""
+    }
+    return "0x" + key.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+}

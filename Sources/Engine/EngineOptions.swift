@@ -1,0 +1,32 @@
+// Settings of a storage engine.
+import WAL
+
+/// Settings of a `StorageEngine`.
+public struct EngineOptions: Sendable {
+    /// When a commit returns: `.full` (after fdatasync, the default) or `.relaxed`.
+    public var durability: Durability = .full
+    /// Page size of a new data file: a power of two in `Limits.pageBytesRange`. An
+    /// existing file keeps its own.
+    public var pageBytes = Limits.defaultPageBytes
+    /// Bytes of decoded pages the page cache may hold. Default 64 MiB.
+    public var cacheBytes = 64 << 20
+    /// A checkpoint starts when the memtable holds this many bytes. Default 64 MiB.
+    public var checkpointMemtableBytes = 64 << 20
+    /// A checkpoint starts when the log grew this much since the last one. Default 256 MiB.
+    public var checkpointLogBytes = 256 << 20
+    /// Settings of the write-ahead log (its durability follows `durability`).
+    public var log = WALOptions()
+
+    public init(durability: Durability = .full) {
+        self.durability = durability
+    }
+
+    func validate() throws(EngineError) {
+        guard Limits.pageBytesRange.contains(pageBytes), pageBytes & (pageBytes - 1) == 0 else {
+            throw .invalidOptions("pageBytes must be a power of two from 4096 to 65536 (got \(pageBytes))")
+        }
+        guard cacheBytes >= 0, checkpointMemtableBytes > 0, checkpointLogBytes > 0 else {
+            throw .invalidOptions("cacheBytes must not be negative and the checkpoint thresholds must be positive")
+        }
+    }
+}

@@ -1,0 +1,21 @@
+// Every size limit of the engine, in one place. Input over a limit is refused with an
+// error that states the limit (`EngineError.keyTooLarge`, `.valueTooLarge`).
+
+/// The engine's size limits.
+public enum Limits {
+    /// The longest key, in bytes. A leaf cell with a key this long and an overflow
+    /// reference still leaves room for four cells in the smallest page.
+    public static let maxKeyBytes = 768
+    /// The longest value, in bytes (large values live in overflow pages).
+    public static let maxValueBytes = 64 << 20
+    /// The page sizes a data file may use: a power of two in this range.
+    public static let pageBytesRange = 4096...65536
+    /// The page size of new data files.
+    public static let defaultPageBytes = 4096
+    /// The most pages a data file may have (2^40 pages of 4 KiB is 4 PiB).
+    public static let maxPageCount: UInt64 = 1 << 40
+
+    /// The most bytes one cell of a page may take (so at least four fit); values that
+    /// would make a cell larger go to overflow pages.
+    static func maxInlineCellBytes(pageBytes: Int) -> Int { (pageBytes - PageHeader.bytes) / 4 - 2 }
+}

@@ -1,0 +1,290 @@
+// The encodings of B+tree, overflow and free-list pages (FORMAT.md, "Page file").
+//
+// Every page starts with a 32-byte header: CRC-32C of bytes 4..<pageBytes, type, count,
+// its own page ID, the checkpoint generation that wrote it, and one type-specific word.
+// Decoders check the checksum first, then the type and ID (a misdirected write shows up
+// as the wrong ID), then every slot, length and key order against the page's bounds.
+import Codec
+
+/// The common page header.
+enum PageHeader {
+    static let bytes = 32
+}
+
+/// A value as a leaf stores it.
+enum Payload: Equatable, Sendable {
+    /// Stored in the leaf cell.
+    case inline([UInt8])
+    /// Stored in a chain of overflow pages starting at `first`.
+    case overflow(first: PageID, byteCount: Int)
+    /// The key was deleted at this entry's version (kept for conflict detection).
+    case tombstone
+}
+
+/// One key of a leaf: its value and the version that wrote it.
+struct LeafEntry: Equatable, Sendable {
+    var key: [UInt8]
+    var version: UInt64
+    var payload: Payload
+
+    /// Bytes the entry takes in a leaf, its slot included.
+    var cellBytes: Int {
+        let base = 2 + varintBytes(key.count) + key.count + 8 + 1
+        switch payload {
+        case let .inline(value): return base + varintBytes(value.count) + value.count
+        case .overflow: return base + 4 + 8
+        case .tombstone: return base
+        }
+    }
+}
+
+/// One child of a branch: every key in it is at or above `key` (the leftmost child's key
+/// is not stored).
+struct BranchEntry: Equatable, Sendable {
+    var key: [UInt8]
+    var child: PageID
+
+    var cellBytes: Int { 2 + varintBytes(key.count) + key.count + 8 }
+}
+
+/// A decoded B+tree page.
+enum Node: Sendable {
+    case leaf([LeafEntry])
+    case branch([BranchEntry])
+}
+
+enum PageCodec {
+    static let tombstoneFlag: UInt8 = 1
+    static let overflowFlag: UInt8 = 2
+
+    /// A page with its header filled in and its body empty.
+    static func emptyPage(_ type: PageType, id: PageID, generation: UInt64, count: Int, word: UInt64,
+                          pageBytes: Int) -> [UInt8] {
+        var writer = ByteWriter(capacity: pageBytes)
+        writer.write(UInt32(0))
+        writer.write(type.rawValue)
+        writer.write(UInt8(0))
+        writer.write(UInt16(count))
+        writer.write(id.rawValue)
+        writer.write(generation)
+        writer.write(word)
+        writer.writeZeros(pageBytes - writer.count)
+        return writer.bytes
+    }
+
+    /// Writes the checksum of a finished page into its first four bytes.
+    static func seal(_ page: inout [UInt8]) {
+        let checksum = page.withUnsafeBytes { CRC32C.extend(0, UnsafeRawBufferPointer(rebasing: $0[4...])) }
+        withUnsafeBytes(of: checksum.littleEndian) { for index in 0..<4 { page[index] = $0[index] } }
+    }
+
+    /// Checks the checksum, type and ID of a page read from disk; returns its count and word.
+    static func verify(_ page: [UInt8], id: PageID, expected types: Set<PageType>) throws(PageDefect) -> (PageType, Int, UInt64) {
+        let stored = page.withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(as: UInt32.self)) }
+        let computed = page.withUnsafeBytes { CRC32C.extend(0, UnsafeRawBufferPointer(rebasing: $0[4...])) }
+        guard stored == computed else { throw PageDefect("its checksum does not match") }
+        guard let type = PageType(rawValue: page[4]), types.contains(type) else {
+            throw PageDefect("it has type \(page[4]), expected \(types.map(\.rawValue).sorted())")
+        }
+        var reader = ByteReader(page, start: 6, end: PageHeader.bytes)
+        do {
+            let count = Int(try reader.readUInt16())
+            let storedID = try reader.readUInt64()
+            guard storedID == id.rawValue else { throw PageDefect("it says it is page \(storedID)") }
+            _ = try reader.readUInt64()
+            return (type, count, try reader.readUInt64())
+        } catch let defect as PageDefect {
+            throw defect
+        } catch {
+            throw PageDefect("its header is truncated")
+        }
+    }
+
+    // MARK: Leaves
+
+    static func encodeLeaf(_ entries: ArraySlice<LeafEntry>, id: PageID, generation: UInt64, pageBytes: Int) -> [UInt8] {
+        var page = emptyPage(.leaf, id: id, generation: generation, count: entries.count, word: 0, pageBytes: pageBytes)
+        var end = pageBytes
+        for (index, entry) in entries.enumerated() {
+            var cell = ByteWriter(capacity: entry.cellBytes)
+            cell.writeVarint(UInt64(entry.key.count))
+            cell.write(contentsOf: entry.key)
+            cell.write(entry.version)
+            switch entry.payload {
+            case let .inline(value):
+                cell.write(UInt8(0))
+                cell.writeVarint(UInt64(value.count))
+                cell.write(contentsOf: value)
+            case let .overflow(first, byteCount):
+                cell.write(overflowFlag)
+                cell.write(UInt32(byteCount))
+                cell.write(first.rawValue)
+            case .tombstone:
+                cell.write(tombstoneFlag)
+            }
+            end -= cell.count
+            precondition(end >= PageHeader.bytes + 2 * entries.count, "leaf cells overflow the page")
+            page.replaceSubrange(end..<(end + cell.count), with: cell.bytes)
+            writeSlot(&page, index: index, offset: end)
+        }
+        seal(&page)
+        return page
+    }
+
+    static func decodeLeaf(_ page: [UInt8], count: Int) throws(PageDefect) -> [LeafEntry] {
+        var entries: [LeafEntry] = []
+        entries.reserveCapacity(count)
+        for index in 0..<count {
+            var reader = try cellReader(page, index: index, count: count)
+            do {
+                let key = try reader.readBytes(count: try reader.readLength(limit: Limits.maxKeyBytes))
+                let version = try reader.readUInt64()
+                let flags = try reader.readUInt8()
+                let payload: Payload
+                switch flags {
+                case 0: payload = .inline(try reader.readBytes(count: try reader.readLength(limit: page.count)))
+                case overflowFlag:
+                    let byteCount = Int(try reader.readUInt32())
+                    let first = PageID(try reader.readUInt64())
+                    guard byteCount <= Limits.maxValueBytes, first >= .firstDataPage else {
+                        throw PageDefect("cell \(index) has an overflow reference out of range")
+                    }
+                    payload = .overflow(first: first, byteCount: byteCount)
+                case tombstoneFlag: payload = .tombstone
+                default: throw PageDefect("cell \(index) has flags \(flags)")
+                }
+                if let previous = entries.last, !(previous.key.lexicographicallyPrecedes(key)) {
+                    throw PageDefect("cell \(index) is out of key order")
+                }
+                entries.append(LeafEntry(key: key, version: version, payload: payload))
+            } catch let defect as PageDefect {
+                throw defect
+            } catch {
+                throw PageDefect("cell \(index) does not decode: \(error)")
+            }
+        }
+        return entries
+    }
+
+    // MARK: Branches
+
+    /// Encodes a branch; `entries[0].key` is not stored (the leftmost child takes every
+    /// key below `entries[1].key`).
+    static func encodeBranch(_ entries: ArraySlice<BranchEntry>, id: PageID, generation: UInt64, pageBytes: Int) -> [UInt8] {
+        precondition(!entries.isEmpty, "a branch needs a child")
+        let cells = entries.dropFirst()
+        var page = emptyPage(.branch, id: id, generation: generation, count: cells.count,
+                             word: entries.first!.child.rawValue, pageBytes: pageBytes)
+        var end = pageBytes
+        for (index, entry) in cells.enumerated() {
+            var cell = ByteWriter(capacity: entry.cellBytes)
+            cell.writeVarint(UInt64(entry.key.count))
+            cell.write(contentsOf: entry.key)
+            cell.write(entry.child.rawValue)
+            end -= cell.count
+            precondition(end >= PageHeader.bytes + 2 * cells.count, "branch cells overflow the page")
+            page.replaceSubrange(end..<(end + cell.count), with: cell.bytes)
+            writeSlot(&page, index: index, offset: end)
+        }
+        seal(&page)
+        return page
+    }
+
+    /// Decodes a branch into entries whose first key is `lowerBound`.
+    static func decodeBranch(_ page: [UInt8], count: Int, leftmost: UInt64, lowerBound: [UInt8]) throws(PageDefect) -> [BranchEntry] {
+        guard leftmost >= PageID.firstDataPage.rawValue else { throw PageDefect("its leftmost child is page \(leftmost)") }
+        var entries = [BranchEntry(key: lowerBound, child: PageID(leftmost))]
+        entries.reserveCapacity(count + 1)
+        for index in 0..<count {
+            var reader = try cellReader(page, index: index, count: count)
+            do {
+                let key = try reader.readBytes(count: try reader.readLength(limit: Limits.maxKeyBytes))
+                let child = try reader.readUInt64()
+                guard child >= PageID.firstDataPage.rawValue else { throw PageDefect("cell \(index) points at page \(child)") }
+                if index > 0, !(entries.last!.key.lexicographicallyPrecedes(key)) {
+                    throw PageDefect("cell \(index) is out of key order")
+                }
+                entries.append(BranchEntry(key: key, child: PageID(child)))
+            } catch let defect as PageDefect {
+                throw defect
+            } catch {
+                throw PageDefect("cell \(index) does not decode: \(error)")
+            }
+        }
+        return entries
+    }
+
+    // MARK: Overflow and free-list pages
+
+    /// Data bytes one overflow page carries.
+    static func overflowCapacity(pageBytes: Int) -> Int { pageBytes - PageHeader.bytes - 4 }
+
+    static func encodeOverflow(_ data: ArraySlice<UInt8>, next: PageID, id: PageID, generation: UInt64, pageBytes: Int) -> [UInt8] {
+        var page = emptyPage(.overflow, id: id, generation: generation, count: 0, word: next.rawValue, pageBytes: pageBytes)
+        withUnsafeBytes(of: UInt32(data.count).littleEndian) { page.replaceSubrange(32..<36, with: $0) }
+        page.replaceSubrange(36..<(36 + data.count), with: data)
+        seal(&page)
+        return page
+    }
+
+    static func decodeOverflow(_ page: [UInt8]) throws(PageDefect) -> ArraySlice<UInt8> {
+        let count = page.withUnsafeBytes { Int(UInt32(littleEndian: $0.loadUnaligned(fromByteOffset: 32, as: UInt32.self))) }
+        guard count > 0, count <= overflowCapacity(pageBytes: page.count) else {
+            throw PageDefect("it declares \(count) data bytes")
+        }
+        return page[36..<(36 + count)]
+    }
+
+    /// Page IDs one free-list page holds.
+    static func freeListCapacity(pageBytes: Int) -> Int { (pageBytes - PageHeader.bytes) / 8 }
+
+    static func encodeFreeList(_ ids: ArraySlice<PageID>, next: PageID, id: PageID, generation: UInt64, pageBytes: Int) -> [UInt8] {
+        var page = emptyPage(.freeList, id: id, generation: generation, count: ids.count, word: next.rawValue,
+                             pageBytes: pageBytes)
+        var offset = PageHeader.bytes
+        for free in ids {
+            withUnsafeBytes(of: free.rawValue.littleEndian) { page.replaceSubrange(offset..<(offset + 8), with: $0) }
+            offset += 8
+        }
+        seal(&page)
+        return page
+    }
+
+    static func decodeFreeList(_ page: [UInt8], count: Int) throws(PageDefect) -> [PageID] {
+        guard count <= freeListCapacity(pageBytes: page.count) else { throw PageDefect("it declares \(count) entries") }
+        return page.withUnsafeBytes { buffer in
+            (0..<count).map { PageID(UInt64(littleEndian: buffer.loadUnaligned(fromByteOffset: PageHeader.bytes + 8 * $0, as: UInt64.self))) }
+        }
+    }
+
+    // MARK: Slots
+
+    private static func writeSlot(_ page: inout [UInt8], index: Int, offset: Int) {
+        let at = PageHeader.bytes + 2 * index
+        page[at] = UInt8(truncatingIfNeeded: offset)
+        page[at + 1] = UInt8(truncatingIfNeeded: offset >> 8)
+    }
+
+    /// A reader of cell `index`, whose slot must point inside the cell area.
+    private static func cellReader(_ page: [UInt8], index: Int, count: Int) throws(PageDefect) -> ByteReader {
+        let cellsStart = PageHeader.bytes + 2 * count
+        guard cellsStart <= page.count else { throw PageDefect("its \(count) slots do not fit") }
+        let at = PageHeader.bytes + 2 * index
+        let offset = Int(page[at]) | Int(page[at + 1]) << 8
+        guard offset >= cellsStart, offset < page.count else { throw PageDefect("slot \(index) points outside the cells") }
+        return ByteReader(page, start: offset, end: page.count)
+    }
+}
+
+/// Why a page does not decode (wrapped by the page file into `EngineError.corruptPage`).
+struct PageDefect: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+func varintBytes(_ value: Int) -> Int {
+    var count = 1
+    var rest = UInt64(value) >> 7
+    while rest > 0 { count += 1; rest >>= 7 }
+    return count
+}

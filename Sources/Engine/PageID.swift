@@ -1,0 +1,28 @@
+// Page numbers of the data file. Page n starts at byte n × page size; pages 0 and 1 are
+// the two meta pages (FORMAT.md, "Page file").
+
+/// The number of a page in the data file.
+public struct PageID: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let rawValue: UInt64
+
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+
+    init(_ rawValue: UInt64) { self.rawValue = rawValue }
+
+    /// "No page" in on-disk pointers (page 0 is a meta page, never a child).
+    static let none = PageID(0)
+    /// The first page that is not a meta page.
+    static let firstDataPage = PageID(2)
+
+    public static func < (lhs: PageID, rhs: PageID) -> Bool { lhs.rawValue < rhs.rawValue }
+
+    public var description: String { "page \(rawValue)" }
+
+    /// The page's byte offset in a file of `pageBytes` pages.
+    func offset(pageBytes: Int) -> Int64 { Int64(rawValue) * Int64(pageBytes) }
+}
+
+/// What a page holds (byte 4 of every page).
+enum PageType: UInt8 {
+    case meta = 1, branch = 2, leaf = 3, overflow = 4, freeList = 5
+}

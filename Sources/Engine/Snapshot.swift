@@ -1,0 +1,119 @@
+// A consistent, read-only view of the store as of one version. Reads look in the active
+// memtable, then the frozen one, then the B+tree the snapshot pinned; they take no lock
+// and never block a writer or a checkpoint.
+
+/// A read-only view of the store as of `version`. Release it (drop the last reference)
+/// when done: while it lives, the pages of its tree are not reused.
+public final class Snapshot: Sendable {
+    /// The last commit this snapshot sees.
+    public var version: UInt64 { state.version }
+
+    let state: EngineState
+    private let engine: StorageEngine
+
+    init(state: EngineState, engine: StorageEngine) {
+        self.state = state
+        self.engine = engine
+    }
+
+    deinit { engine.unpin(state) }
+
+    /// The value of `key`, or nil when it has none. Throws `EngineError` for a corrupt page.
+    public func get(_ key: [UInt8]) throws -> [UInt8]? {
+        if let entry = state.active.entry(key) ?? state.frozen?.entry(key) { return entry.value }
+        guard let entry = try state.tree.entry(key, file: engine.pageFile) else { return nil }
+        return try engine.value(of: entry)
+    }
+
+    /// Whether `key` has a value.
+    public func contains(_ key: [UInt8]) throws -> Bool { try get(key) != nil }
+
+    /// Key/value pairs in key order (descending with `reverse`) with keys in `start..<end`
+    /// (either bound optional) and starting with `prefix`, at most `limit` of them.
+    /// O(log n + k) page reads for k results.
+    public func scan(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [],
+                     reverse: Bool = false, limit: Int = .max) throws -> [(key: [UInt8], value: [UInt8])] {
+        var lower = start
+        var upper = end
+        if !prefix.isEmpty {
+            if lower == nil || compareKeys(lower!, prefix) < 0 { lower = prefix }
+            if let after = keyAfterPrefix(prefix), upper == nil || compareKeys(after, upper!) < 0 { upper = after }
+        }
+        var results: [(key: [UInt8], value: [UInt8])] = []
+        guard limit > 0 else { return results }
+        // In reverse, begin at the last key below `upper`.
+        var merge = try MergedScan(state: state, file: engine.pageFile, start: reverse ? upper : lower, reverse: reverse)
+        while let (key, entry) = try merge.next() {
+            if reverse {
+                if let upper, compareKeys(key, upper) >= 0 { continue }
+                if let lower, compareKeys(key, lower) < 0 { break }
+            } else {
+                if let upper, compareKeys(key, upper) >= 0 { break }
+            }
+            guard let value = try entry.value(engine) else { continue }
+            results.append((key, value))
+            if results.count == limit { break }
+        }
+        return results
+    }
+}
+
+/// Where a merged entry came from: a memtable (value in hand) or a tree leaf.
+enum ScanEntry {
+    case memtable(MemtableEntry)
+    case tree(LeafEntry)
+
+    func value(_ engine: StorageEngine) throws -> [UInt8]? {
+        switch self {
+        case let .memtable(entry): entry.value
+        case let .tree(entry): try engine.value(of: entry)
+        }
+    }
+}
+
+/// Merges the active memtable, the frozen one and the tree in key order; for a key in
+/// several, the newest source wins.
+struct MergedScan {
+    private var active: MemtableIterator
+    private var frozen: MemtableIterator?
+    private var tree: TreeCursor
+    private var heads: [(key: [UInt8], entry: ScanEntry)?] = [nil, nil, nil]
+    private let reverse: Bool
+
+    init(state: EngineState, file: PageFile, start: [UInt8]?, reverse: Bool) throws {
+        self.reverse = reverse
+        active = state.active.entries(from: start, reverse: reverse)
+        frozen = state.frozen?.entries(from: start, reverse: reverse)
+        tree = try state.tree.cursor(from: start, reverse: reverse, file: file)
+        heads[0] = active.next().map { ($0.key, .memtable($0.entry)) }
+        heads[1] = frozen?.next().map { ($0.key, .memtable($0.entry)) }
+        heads[2] = try tree.next().map { ($0.key, .tree($0)) }
+    }
+
+    mutating func next() throws -> (key: [UInt8], entry: ScanEntry)? {
+        var best: Int?
+        for index in 0..<3 {
+            guard let head = heads[index] else { continue }
+            if let current = best {
+                let order = compareKeys(head.key, heads[current]!.key)
+                if reverse ? order > 0 : order < 0 { best = index }
+            } else {
+                best = index
+            }
+        }
+        guard let best, let result = heads[best] else { return nil }
+        // Advance every source sitting on this key; the lowest index (newest) won.
+        for index in 0..<3 where heads[index].map({ compareKeys($0.key, result.key) == 0 }) == true {
+            try advance(index)
+        }
+        return result
+    }
+
+    private mutating func advance(_ index: Int) throws {
+        switch index {
+        case 0: heads[0] = active.next().map { ($0.key, .memtable($0.entry)) }
+        case 1: heads[1] = frozen?.next().map { ($0.key, .memtable($0.entry)) }
+        default: heads[2] = try tree.next().map { ($0.key, .tree($0)) }
+        }
+    }
+}

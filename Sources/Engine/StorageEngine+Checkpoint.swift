@@ -1,0 +1,116 @@
+// Checkpoints: freeze the active memtable, fold it into the B+tree copy-on-write, sync the
+// data file, write the other meta page, sync again, publish the new tree, then release
+// the log segments the checkpoint covers (E2). Commits and readers continue meanwhile:
+// commits go to a new active memtable, readers keep the view they hold.
+import WAL
+
+extension StorageEngine {
+    /// Runs a checkpoint now (one at a time; a call while one runs waits for it).
+    /// Throws `EngineError`; an I/O failure stops the store (E3).
+    public func checkpoint() throws {
+        try checkpointLock.withLock { durable in
+            if let failure = commitLock.withLock({ $0.failure }) { throw EngineError.storeFailed(reason: failure) }
+            do {
+                try runCheckpoint(&durable)
+            } catch {
+                commitLock.withLock { $0.failure = "checkpoint failed: \(error)" }
+                throw error
+            }
+        }
+    }
+
+    /// Starts a checkpoint when the memtable or the log passed its threshold and none runs
+    /// (a commit that finds one running goes on without waiting).
+    func checkpointIfDue() {
+        let memtableBytes = stateLock.withLock { $0.current.active.byteCount }
+        let logBytes = log.statistics.bytesWritten - logBytesAtCheckpoint.load(ordering: .relaxed)
+        guard memtableBytes >= options.checkpointMemtableBytes || logBytes >= options.checkpointLogBytes else { return }
+        guard checkpointRunning.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
+            return
+        }
+        defer { checkpointRunning.store(false, ordering: .releasing) }
+        // A failure is recorded by `checkpoint()` and reported by the next commit (E3);
+        // the commit that triggered it is already durable.
+        try? checkpoint()
+    }
+
+    private func runCheckpoint(_ durable: inout CheckpointState) throws {
+        // Freeze: new commits go to a fresh memtable from here on.
+        let (frozenState, oldestPin) = commitLock.withLock { _ in
+            stateLock.withLock { readers in
+                readers.current = readers.current.with(frozen: .some(readers.current.active), active: Memtable())
+                return (readers.current, readers.oldestPinnedTreeGeneration)
+            }
+        }
+        logBytesAtCheckpoint.store(log.statistics.bytesWritten, ordering: .relaxed)
+        let frozen = frozenState.frozen ?? Memtable()
+        let generation = durable.meta.generation + 1
+        // Pages freed by older checkpoints become reusable once no snapshot reads their trees.
+        var reusable = durable.reusable
+        durable.pending.removeAll { pending in
+            guard oldestPin.map({ pending.generation <= $0 }) ?? true else { return false }
+            reusable += pending.pages
+            return true
+        }
+        var writer = TreeWriter(file: pageFile, generation: generation,
+                                purgeTombstonesThrough: frozenState.version == 0 ? 0 : oldestReadVersion(),
+                                allocator: PageAllocator(reusable: reusable, pageCount: durable.meta.pageCount))
+        var changes: [(key: [UInt8], entry: MemtableEntry)] = []
+        changes.reserveCapacity(frozen.count)
+        var iterator = frozen.entries(from: nil, reverse: false)
+        while let next = iterator.next() { changes.append(next) }
+        let tree = try writer.apply(changes, to: frozenState.tree)
+
+        // The free list: every page free after this checkpoint, stored in pages that are
+        // free now and unpinned (never in a page an older tree or snapshot may read).
+        var unused = writer.allocator.takeReusable()
+        let freedNow = writer.freed + durable.freeListPages
+        let stillPending = durable.pending.flatMap(\.pages)
+        let perPage = PageCodec.freeListCapacity(pageBytes: pageFile.pageBytes)
+        var listed = unused + stillPending + freedNow
+        let listPageCount = (listed.count + perPage - 1) / perPage
+        var listPages: [PageID] = []
+        var pageCount = writer.allocator.pageCount
+        for _ in 0..<listPageCount {
+            if let page = unused.popLast() {
+                listPages.append(page)
+            } else {
+                listPages.append(PageID(pageCount))
+                pageCount += 1
+            }
+        }
+        listed = unused + stillPending + freedNow
+        for (index, page) in listPages.enumerated() {
+            let chunk = listed[min(listed.count, index * perPage)..<min(listed.count, (index + 1) * perPage)]
+            let next = index + 1 < listPages.count ? listPages[index + 1] : .none
+            try pageFile.write(PageCodec.encodeFreeList(chunk, next: next, id: page, generation: generation,
+                                                        pageBytes: pageFile.pageBytes), at: page)
+        }
+        try pageFile.syncData()
+
+        let meta = MetaPage(pageBytes: pageFile.pageBytes, generation: generation, root: tree.root,
+                            freeListHead: listPages.first ?? .none, checkpointVersion: frozenState.version,
+                            pageCount: pageCount,
+                            keyCount: UInt64(max(0, Int(durable.meta.keyCount) + writer.keyCountDelta)),
+                            height: UInt64(tree.height))
+        try pageFile.writeMeta(meta)
+        try pageFile.syncData()
+
+        durable.meta = meta
+        durable.reusable = unused
+        durable.freeListPages = listPages
+        if !freedNow.isEmpty { durable.pending.append((generation, freedNow)) }
+        stateLock.withLock { readers in
+            readers.current = readers.current.with(tree: tree, treeGeneration: generation, frozen: .some(nil))
+        }
+        do { try log.releaseSegments(through: LSN(frozenState.version)) } catch let error as WALError {
+            throw EngineError.log(error)
+        }
+    }
+
+    /// The oldest version a live snapshot reads at (or the latest version when none is
+    /// live): tombstones at or below it can no longer cause a conflict.
+    private func oldestReadVersion() -> UInt64 {
+        stateLock.withLock { readers in readers.pinnedVersions.min() ?? readers.current.version }
+    }
+}

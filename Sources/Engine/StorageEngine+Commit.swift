@@ -1,0 +1,114 @@
+// Committing a batch: conflict check against everything committed after the batch's
+// snapshot (first committer wins), one log frame through group commit, and publication
+// in version order once the frame is durable (E1).
+import WAL
+
+extension StorageEngine {
+    /// Commits `batch` as read at `snapshot`. Returns the new version once the batch is
+    /// durable (`.full`) or written (`.relaxed`) and visible to new snapshots.
+    /// Throws `EngineError.conflict` naming the keys another commit wrote after the
+    /// snapshot, `.keyTooLarge` / `.valueTooLarge`, `.storeFailed`, `.closed`, or `.log`
+    /// (`commitOutcomeUnknown` when the frame's fdatasync failed).
+    @discardableResult
+    public func commit(_ batch: WALBatch, readAt snapshot: Snapshot) throws -> UInt64 {
+        try Self.checkLimits(batch)
+        let readVersion = snapshot.version
+        let keys = Set(batch.operations.map(\.key))
+        let lsn: LSN = try commitLock.withLock { commits in
+            guard !commits.closed else { throw EngineError.closed }
+            if let failure = commits.failure { throw EngineError.storeFailed(reason: failure) }
+            let latest = stateLock.withLock { $0.current }
+            var conflicts: [[UInt8]] = []
+            for key in keys where try lastWriteVersion(key, commits: commits, state: latest) > readVersion {
+                conflicts.append(key)
+            }
+            guard conflicts.isEmpty else {
+                throw EngineError.conflict(keys: conflicts.sorted { compareKeys($0, $1) < 0 }, readVersion: readVersion)
+            }
+            let lsn: LSN
+            do { lsn = try log.submit(batch) } catch let error as WALError {
+                if case .batchTooLarge = error { throw EngineError.log(error) }
+                commits.failure = "\(error)"
+                throw EngineError.log(error)
+            }
+            commits.inFlight[lsn.rawValue] = batch
+            for key in keys { commits.inFlightKeys[key] = lsn.rawValue }
+            return lsn
+        }
+        do {
+            try log.waitUntilDone(lsn)
+        } catch {
+            commitLock.withLock { $0.failure = "\(error)" }
+            throw (error as? WALError).map(EngineError.log) ?? error
+        }
+        publish(through: lsn.rawValue)
+        checkpointIfDue()
+        return lsn.rawValue
+    }
+
+    /// Commits `batch` on top of the latest version (no conflict is possible).
+    @discardableResult
+    public func commit(_ batch: WALBatch) throws -> UInt64 {
+        let latest = snapshot()
+        return try commit(batch, readAt: latest)
+    }
+
+    static func checkLimits(_ batch: WALBatch) throws(EngineError) {
+        for operation in batch.operations {
+            let key = operation.key
+            guard !key.isEmpty, key.count <= Limits.maxKeyBytes else {
+                throw .keyTooLarge(byteCount: key.count, limit: Limits.maxKeyBytes)
+            }
+            if case let .put(_, value) = operation, value.count > Limits.maxValueBytes {
+                throw .valueTooLarge(byteCount: value.count, limit: Limits.maxValueBytes)
+            }
+        }
+    }
+
+    /// The version of the last commit that wrote `key`: in flight, in a memtable, or in
+    /// the tree (tombstones keep their version there, so deletes conflict too).
+    private func lastWriteVersion(_ key: [UInt8], commits: CommitState, state: EngineState) throws -> UInt64 {
+        if let version = commits.inFlightKeys[key] { return version }
+        if let entry = state.active.entry(key) ?? state.frozen?.entry(key) { return entry.version }
+        return try state.tree.entry(key, file: pageFile)?.version ?? 0
+    }
+
+    /// Publishes every in-flight batch up to `version` in order (all durable by now).
+    func publish(through version: UInt64) {
+        commitLock.withLock { commits in
+            guard commits.publishedVersion < version else { return }
+            var batches: [(UInt64, WALBatch)] = []
+            var next = commits.publishedVersion + 1
+            while next <= version, let batch = commits.inFlight.removeValue(forKey: next) {
+                batches.append((next, batch))
+                next += 1
+            }
+            commits.publishedVersion = next - 1
+            let published = commits.publishedVersion
+            for (batchVersion, batch) in batches {
+                for operation in batch.operations where commits.inFlightKeys[operation.key] == batchVersion {
+                    commits.inFlightKeys[operation.key] = nil
+                }
+            }
+            stateLock.withLock { readers in
+                var active = readers.current.active
+                for (batchVersion, batch) in batches { active = active.applying(batch, version: batchVersion) }
+                readers.current = readers.current.with(version: published, active: active)
+            }
+        }
+    }
+}
+
+extension Memtable {
+    /// The memtable with every operation of `batch` applied at `version`, in order.
+    func applying(_ batch: WALBatch, version: UInt64) -> Memtable {
+        var result = self
+        for operation in batch.operations {
+            switch operation {
+            case let .put(key, value): result = result.inserting(key, MemtableEntry(version: version, value: value))
+            case let .delete(key): result = result.inserting(key, MemtableEntry(version: version, value: nil))
+            }
+        }
+        return result
+    }
+}

@@ -1,0 +1,174 @@
+// Opening a store: take the lock, create or read the data file, choose the newest valid
+// meta page, load the free list, and replay the log into the memtable.
+import FileIO
+import WAL
+
+/// What opening a store found.
+public struct RecoveryReport: Sendable {
+    /// The last version folded into the data file, and the last durable version overall.
+    public var checkpointVersion: UInt64
+    public var lastDurableVersion: UInt64
+    /// The meta page chosen, and why the other one was not (nil when both were valid).
+    public var metaGeneration: UInt64
+    public var rejectedMeta: String?
+    /// What the write-ahead log's recovery found (batches replayed, damage, bytes cut off).
+    public var log: WALRecoveryReport
+    /// Batches applied to the memtable (those after the checkpoint).
+    public var batchesReplayed: Int
+}
+
+/// The durable layout of the data file, owned by checkpoints.
+struct CheckpointState {
+    var meta: MetaPage
+    /// Pages free in the durable meta page that no snapshot can reach.
+    var reusable: [PageID]
+    /// Pages freed by checkpoint `generation` (parts of older trees): reusable once no
+    /// snapshot pins a tree older than that generation.
+    var pending: [(generation: UInt64, pages: [PageID])] = []
+    /// Pages that hold the durable free list.
+    var freeListPages: [PageID]
+}
+
+extension StorageEngine {
+    static let dataFileName = "data"
+    static let logDirectoryName = "wal"
+    static let lockFileName = "LOCK"
+
+    /// Opens (creating if needed) the store in directory `path`, recovers it, and returns
+    /// it with a report. Throws `EngineError`: `.io(.locked)` naming the lock file when
+    /// another opener holds it, `.noValidMetaPage` / `.corruptPage` / `.unsupportedVersion`
+    /// for a damaged or newer data file, `.log` for a damaged log.
+    public static func open(path: String, fileSystem: any FileSystem = POSIXFileSystem(),
+                            options: EngineOptions = EngineOptions()) throws -> (engine: StorageEngine, report: RecoveryReport) {
+        try options.validate()
+        let lock: any FileLock
+        let dataPath = joinPath(path, dataFileName)
+        let file: any OpenFile
+        do {
+            try fileSystem.createDirectory(path)
+            lock = try fileSystem.lockExclusively(joinPath(path, lockFileName))
+        } catch let error as FileIOError { throw EngineError.io(error) }
+        do {
+            if !fileSystem.fileExists(dataPath) { try createDataFile(dataPath, in: path, fileSystem: fileSystem, options: options) }
+            file = try fileSystem.open(dataPath, options: [.write])
+        } catch let error as FileIOError {
+            lock.unlock()
+            throw EngineError.io(error)
+        }
+        do {
+            let (meta, rejected) = try readMeta(file, path: dataPath)
+            let pageFile = PageFile(path: dataPath, file: file, pageBytes: meta.pageBytes,
+                                    cachePages: options.cacheBytes / meta.pageBytes)
+            let (free, freeListPages) = try readFreeList(meta, pageFile: pageFile)
+            var logOptions = options.log
+            logOptions.durability = options.durability
+            logOptions.firstLSN = LSN(meta.checkpointVersion + 1)
+            var active = Memtable()
+            var replayed = 0
+            let (log, logReport) = try WriteAheadLog.open(directory: joinPath(path, logDirectoryName), fileSystem: fileSystem,
+                                                          options: logOptions) { record in
+                guard record.lsn.rawValue > meta.checkpointVersion else { return }
+                active = active.applying(record.batch, version: record.lsn.rawValue)
+                replayed += 1
+            }
+            let version = max(meta.checkpointVersion, logReport.lastLSN.rawValue)
+            let state = EngineState(version: version, tree: BTree(root: meta.root, height: Int(meta.height)),
+                                    treeGeneration: meta.generation, frozen: nil, active: active)
+            let checkpoint = CheckpointState(meta: meta, reusable: free, freeListPages: freeListPages)
+            let engine = StorageEngine(path: path, options: options, fileSystem: fileSystem, pageFile: pageFile, log: log,
+                                       lock: lock, state: state, checkpoint: checkpoint)
+            let report = RecoveryReport(checkpointVersion: meta.checkpointVersion, lastDurableVersion: version,
+                                        metaGeneration: meta.generation, rejectedMeta: rejected, log: logReport,
+                                        batchesReplayed: replayed)
+            return (engine, report)
+        } catch {
+            try? file.close()
+            lock.unlock()
+            switch error {
+            case let error as WALError: throw EngineError.log(error)
+            case let error as FileIOError: throw EngineError.io(error)
+            default: throw error
+            }
+        }
+    }
+
+    /// Writes a new data file whole under a temporary name, then renames it into place,
+    /// so a crash leaves either no data file or a valid one.
+    private static func createDataFile(_ dataPath: String, in directory: String, fileSystem: any FileSystem,
+                                       options: EngineOptions) throws {
+        let temporary = dataPath + ".tmp"
+        let file = try fileSystem.open(temporary, options: [.create, .write, .truncate])
+        let meta = MetaPage(pageBytes: options.pageBytes, generation: 0, root: .none, freeListHead: .none,
+                            checkpointVersion: 0, pageCount: 2, keyCount: 0, height: 0)
+        try file.write(meta.encoded(), at: 0)
+        try file.write([UInt8](repeating: 0, count: options.pageBytes), at: Int64(options.pageBytes))
+        try file.sync()
+        try file.close()
+        try fileSystem.rename(temporary, to: dataPath)
+        try fileSystem.syncDirectory(directory)
+    }
+
+    /// The newest valid meta page, and why the other was rejected.
+    static func readMeta(_ file: any OpenFile, path: String) throws -> (MetaPage, String?) {
+        let head = try file.read(count: Limits.pageBytesRange.lowerBound, at: 0)
+        var candidates: [(slot: Int, result: Result<MetaPage, MetaDefect>)] = []
+        let declared = MetaPage.declaredPageBytes(head)
+        for slot in 0..<2 {
+            // Slot 1 starts one page in; if slot 0 cannot say the page size, try each.
+            let sizes = declared.map { [$0] } ?? Limits.pageBytesRange.filter { $0 & ($0 - 1) == 0 && $0 % 4096 == 0 }
+            var best: Result<MetaPage, MetaDefect> = .failure(.invalid("it is not a meta page"))
+            for size in sizes {
+                let bytes = try file.read(count: size, at: Int64(slot * size))
+                guard bytes.count == size else { continue }
+                let result = Result { () throws(MetaDefect) in try MetaPage.decode(bytes) }
+                if case .success = result { best = result; break }
+                if case .failure(.newerVersion) = result { best = result; break }
+            }
+            candidates.append((slot, best))
+        }
+        let valid = candidates.compactMap { try? $0.result.get() }
+        if let newest = valid.max(by: { $0.generation < $1.generation }) {
+            let rejected = candidates.compactMap { candidate -> String? in
+                if case let .failure(defect) = candidate.result { return "meta page \(candidate.slot): \(defect)" }
+                return nil
+            }.first
+            return (newest, rejected)
+        }
+        for candidate in candidates {
+            if case let .failure(.newerVersion(found)) = candidate.result {
+                throw EngineError.unsupportedVersion(path: path, found: found, supported: MetaPage.version)
+            }
+        }
+        throw EngineError.noValidMetaPage(path: path, reasons: candidates.map { candidate in
+            if case let .failure(defect) = candidate.result { return "meta page \(candidate.slot): \(defect)" }
+            return ""
+        })
+    }
+
+    /// The free pages the meta page lists, and the pages the list itself occupies.
+    static func readFreeList(_ meta: MetaPage, pageFile: PageFile) throws -> ([PageID], [PageID]) {
+        var free: [PageID] = []
+        var listPages: [PageID] = []
+        var seen = Set<PageID>()
+        var next = meta.freeListHead
+        while next != .none {
+            guard seen.insert(next).inserted, next.rawValue < meta.pageCount else {
+                throw corrupt(pageFile, next, "the free list loops or points past the end of the file")
+            }
+            listPages.append(next)
+            let (bytes, _, count, word) = try pageFile.readPage(next, types: [.freeList])
+            let ids: [PageID]
+            do { ids = try PageCodec.decodeFreeList(bytes, count: count) } catch {
+                throw corrupt(pageFile, next, error.description)
+            }
+            for id in ids {
+                guard id >= .firstDataPage, id.rawValue < meta.pageCount, seen.insert(id).inserted else {
+                    throw corrupt(pageFile, next, "the free list names \(id) twice or out of range")
+                }
+                free.append(id)
+            }
+            next = PageID(word)
+        }
+        return (free, listPages)
+    }
+}

@@ -1,0 +1,144 @@
+// The storage engine: an ordered map from byte-string keys to byte-string values with
+// snapshots, durable commits through the write-ahead log, checkpoints into a page file,
+// and recovery (FORMAT.md; DESIGN.md, "The write path" and "Recovery").
+//
+// A store is a directory: `LOCK` (held while open), `data` (the page file) and `wal/`
+// (the write-ahead log). Commits append to the log and land in the active memtable;
+// checkpoints fold the memtable into the B+tree copy-on-write and then release log
+// segments. Versions are the log's LSNs.
+//
+// Invariants:
+//  E1. A commit is published (visible to new snapshots) only after its log frame is
+//      durable, and in version order.
+//  E2. A checkpoint writes pages only where the durable meta page has free space and no
+//      snapshot reads (P1 of PageFile.swift); the meta page is written only after those
+//      pages are synced, and log segments are released only after the meta page is.
+//  E3. After an I/O failure where memory and disk may disagree, every later write fails
+//      with `storeFailed` until the store is reopened.
+// Thread-safety: `Sendable`. Readers take `stateLock` only to copy the current view;
+// commits serialize on `commitLock` only to check conflicts and take an LSN; the
+// fdatasync wait and the checkpoint's I/O hold neither.
+import FileIO
+import Foundation
+import Synchronization
+import WAL
+
+/// An open store.
+public final class StorageEngine: Sendable {
+    /// The store's directory.
+    public let path: String
+    public let options: EngineOptions
+    let fileSystem: any FileSystem
+    let pageFile: PageFile
+    let log: WriteAheadLog
+    private let lock: any FileLock
+
+    /// The published view and the pins readers hold on trees.
+    let stateLock: Mutex<ReaderState>
+    /// Conflict checks, LSN order and publication.
+    let commitLock: Mutex<CommitState>
+    /// The durable layout of the data file, owned by the one running checkpoint.
+    let checkpointLock: Mutex<CheckpointState>
+    /// Whether a checkpoint started by a commit's thresholds is running.
+    let checkpointRunning = Atomic(false)
+    /// Log bytes written when the last checkpoint started.
+    let logBytesAtCheckpoint = Atomic(0)
+
+    init(path: String, options: EngineOptions, fileSystem: any FileSystem, pageFile: PageFile, log: WriteAheadLog,
+         lock: any FileLock, state: EngineState, checkpoint: CheckpointState) {
+        self.path = path
+        self.options = options
+        self.fileSystem = fileSystem
+        self.pageFile = pageFile
+        self.log = log
+        self.lock = lock
+        self.stateLock = Mutex(ReaderState(current: state))
+        self.commitLock = Mutex(CommitState(publishedVersion: state.version))
+        self.checkpointLock = Mutex(checkpoint)
+    }
+
+    deinit {
+        try? log.close()
+        try? pageFile.file.close()
+        lock.unlock()
+    }
+
+    /// An in-memory store: the same engine on a private simulated file system that never
+    /// crashes. For tests and caches; nothing is written to disk.
+    public static func inMemory(options: EngineOptions = EngineOptions()) throws -> StorageEngine {
+        try open(path: "/strata", fileSystem: SimulatedFileSystem(), options: options).engine
+    }
+
+    /// A snapshot of the latest published version.
+    public func snapshot() -> Snapshot {
+        let state = stateLock.withLock { readers in
+            readers.pins[readers.current.treeGeneration, default: 0] += 1
+            readers.versionPins[readers.current.version, default: 0] += 1
+            return readers.current
+        }
+        return Snapshot(state: state, engine: self)
+    }
+
+    /// The latest published version.
+    public var version: UInt64 { stateLock.withLock { $0.current.version } }
+
+    func unpin(_ state: EngineState) {
+        stateLock.withLock { readers in
+            let generation = state.treeGeneration
+            readers.pins[generation, default: 1] -= 1
+            if readers.pins[generation] == 0 { readers.pins[generation] = nil }
+            readers.versionPins[state.version, default: 1] -= 1
+            if readers.versionPins[state.version] == 0 { readers.versionPins[state.version] = nil }
+        }
+    }
+
+    /// The value a leaf entry stands for (reading its overflow chain if it has one).
+    func value(of entry: LeafEntry) throws -> [UInt8]? {
+        switch entry.payload {
+        case let .inline(value): value
+        case let .overflow(first, byteCount): try pageFile.overflowValue(first: first, byteCount: byteCount)
+        case .tombstone: nil
+        }
+    }
+
+    /// Checkpoints what the memtable holds, closes the log and the data file, and releases
+    /// the lock. Later calls throw `EngineError.closed`.
+    public func close() throws {
+        let alreadyClosed = commitLock.withLock { commits in
+            defer { commits.closed = true }
+            return commits.closed
+        }
+        guard !alreadyClosed else { return }
+        defer {
+            try? log.close()
+            try? pageFile.file.close()
+            lock.unlock()
+        }
+        if commitLock.withLock({ $0.failure == nil }) {
+            try checkpoint()
+        }
+    }
+}
+
+/// The published view, and how many snapshots hold each tree generation.
+struct ReaderState {
+    var current: EngineState
+    /// Live snapshots per tree generation.
+    var pins: [UInt64: Int] = [:]
+    /// Live snapshots per read version (for dropping tombstones no snapshot can conflict with).
+    var versionPins: [UInt64: Int] = [:]
+
+    var oldestPinnedTreeGeneration: UInt64? { pins.keys.min() }
+    var pinnedVersions: Dictionary<UInt64, Int>.Keys { versionPins.keys }
+}
+
+/// Commits between conflict check and publication.
+struct CommitState {
+    var publishedVersion: UInt64
+    /// Batches whose frame is in the log but not yet published, by version.
+    var inFlight: [UInt64: WALBatch] = [:]
+    /// The newest in-flight version that writes each key.
+    var inFlightKeys: [[UInt8]: UInt64] = [:]
+    var failure: String?
+    var closed = false
+}

@@ -1,0 +1,209 @@
+// The write side of the copy-on-write B+tree: folds a sorted run of changes into a tree
+// and returns the new tree, writing every changed page to a free page and never touching
+// a page of the old tree (which snapshots may still read).
+//
+// A leaf that receives changes is merged and rewritten, split into as many pages as its
+// entries need; a leaf left empty disappears. A branch whose children changed is rebuilt
+// from their replacements the same way, up to the root; new levels appear when the root
+// splits and single-child roots are collapsed. Pages are not merged when they shrink
+// (deletes can leave pages under-full; `verify` reports fill).
+// Called only by the checkpoint, on one thread.
+
+struct PageAllocator {
+    /// Pages free to write now, handed out lowest first.
+    private(set) var reusable: [PageID]
+    /// Every page ID is below this.
+    private(set) var pageCount: UInt64
+    /// Pages this allocator handed out.
+    private(set) var allocated: [PageID] = []
+
+    init(reusable: [PageID], pageCount: UInt64) {
+        self.reusable = reusable.sorted(by: >)
+        self.pageCount = max(pageCount, 2)
+    }
+
+    mutating func allocate() throws -> PageID {
+        let id: PageID
+        if let free = reusable.popLast() {
+            id = free
+        } else {
+            guard pageCount < Limits.maxPageCount else { throw EngineError.invalidOptions("the data file reached its page limit") }
+            id = PageID(pageCount)
+            pageCount += 1
+        }
+        allocated.append(id)
+        return id
+    }
+
+    /// Takes every reusable page out (for the free list's own storage decision).
+    mutating func takeReusable() -> [PageID] {
+        defer { reusable.removeAll() }
+        return reusable
+    }
+}
+
+struct TreeWriter {
+    let file: PageFile
+    let generation: UInt64
+    /// Tombstones at or below this version are dropped instead of kept: no live snapshot
+    /// is old enough to conflict with them.
+    let purgeTombstonesThrough: UInt64
+    var allocator: PageAllocator
+    /// Pages of the old tree (and overflow chains) this rewrite replaced.
+    var freed: [PageID] = []
+    /// Live keys added minus live keys removed.
+    var keyCountDelta = 0
+
+    private var pageBytes: Int { file.pageBytes }
+    private var capacity: Int { pageBytes - PageHeader.bytes }
+
+    /// Folds `changes` (sorted by key, one per key; a nil value deletes) into `tree`.
+    mutating func apply(_ changes: [(key: [UInt8], entry: MemtableEntry)], to tree: BTree) throws -> BTree {
+        guard !changes.isEmpty else { return tree }
+        var entries: [BranchEntry]
+        var height = tree.height
+        if tree.root == .none {
+            entries = try writeLeaves(merge([], changes[...]), lower: [])
+            height = 1
+        } else {
+            entries = try rewrite(tree.root, level: 1, height: tree.height, lower: [], changes: changes[...])
+        }
+        guard !entries.isEmpty else { return .empty }
+        while entries.count > 1 {
+            entries = try writeBranches(entries)
+            height += 1
+        }
+        var root = entries[0].child
+        // A root with one child is replaced by that child.
+        while height > 1, case let .branch(children) = try file.node(root), children.count == 1 {
+            freed.append(root)
+            root = children[0].child
+            height -= 1
+        }
+        return BTree(root: root, height: height)
+    }
+
+    private mutating func rewrite(_ id: PageID, level: Int, height: Int, lower: [UInt8],
+                                  changes: ArraySlice<(key: [UInt8], entry: MemtableEntry)>) throws -> [BranchEntry] {
+        freed.append(id)
+        switch try file.node(id) {
+        case let .leaf(entries):
+            guard level == height else { throw corrupt(file, id, "a leaf above the bottom level") }
+            return try writeLeaves(merge(entries, changes), lower: lower)
+        case var .branch(children):
+            guard level < height else { throw corrupt(file, id, "a branch where a leaf belongs") }
+            children[0].key = lower
+            var replaced: [BranchEntry] = []
+            var rest = changes
+            for (index, child) in children.enumerated() {
+                let end = index + 1 < children.count ? children[index + 1].key : nil
+                let split = end.map { bound in rest.firstIndex { compareKeys($0.key, bound) >= 0 } ?? rest.endIndex } ?? rest.endIndex
+                let mine = rest[rest.startIndex..<split]
+                rest = rest[split...]
+                if mine.isEmpty {
+                    replaced.append(child)
+                } else {
+                    replaced += try rewrite(child.child, level: level + 1, height: height, lower: child.key, changes: mine)
+                }
+            }
+            guard !replaced.isEmpty else { return [] }
+            replaced[0].key = lower
+            return try writeBranches(replaced)
+        }
+    }
+
+    /// Merges a leaf's entries with the changes that fall in it.
+    private mutating func merge(_ old: [LeafEntry], _ changes: ArraySlice<(key: [UInt8], entry: MemtableEntry)>) throws -> [LeafEntry] {
+        var result: [LeafEntry] = []
+        result.reserveCapacity(old.count + changes.count)
+        var oldIndex = 0
+        for change in changes {
+            while oldIndex < old.count && compareKeys(old[oldIndex].key, change.key) < 0 {
+                keep(old[oldIndex], into: &result)
+                oldIndex += 1
+            }
+            var wasLive = false
+            if oldIndex < old.count && compareKeys(old[oldIndex].key, change.key) == 0 {
+                wasLive = old[oldIndex].payload != .tombstone
+                if case let .overflow(first, byteCount) = old[oldIndex].payload {
+                    freed += try file.overflowPages(first: first, byteCount: byteCount)
+                }
+                oldIndex += 1
+            }
+            if let value = change.entry.value {
+                result.append(LeafEntry(key: change.key, version: change.entry.version, payload: try store(change.key, value)))
+                if !wasLive { keyCountDelta += 1 }
+            } else {
+                if wasLive { keyCountDelta -= 1 }
+                if change.entry.version > purgeTombstonesThrough {
+                    result.append(LeafEntry(key: change.key, version: change.entry.version, payload: .tombstone))
+                }
+            }
+        }
+        while oldIndex < old.count {
+            keep(old[oldIndex], into: &result)
+            oldIndex += 1
+        }
+        return result
+    }
+
+    private func keep(_ entry: LeafEntry, into result: inout [LeafEntry]) {
+        if entry.payload == .tombstone && entry.version <= purgeTombstonesThrough { return }
+        result.append(entry)
+    }
+
+    /// The payload for a new value: inline when its cell fits, else an overflow chain.
+    private mutating func store(_ key: [UInt8], _ value: [UInt8]) throws -> Payload {
+        let inline = LeafEntry(key: key, version: 0, payload: .inline(value))
+        guard inline.cellBytes > Limits.maxInlineCellBytes(pageBytes: pageBytes) else { return .inline(value) }
+        let perPage = PageCodec.overflowCapacity(pageBytes: pageBytes)
+        var ids: [PageID] = []
+        for _ in stride(from: 0, to: value.count, by: perPage) { ids.append(try allocator.allocate()) }
+        for (index, id) in ids.enumerated() {
+            let start = index * perPage
+            let next = index + 1 < ids.count ? ids[index + 1] : .none
+            try file.write(PageCodec.encodeOverflow(value[start..<min(value.count, start + perPage)], next: next, id: id,
+                                                    generation: generation, pageBytes: pageBytes), at: id)
+        }
+        return .overflow(first: ids[0], byteCount: value.count)
+    }
+
+    /// Writes entries as full leaves; returns one branch entry per leaf.
+    private mutating func writeLeaves(_ entries: [LeafEntry], lower: [UInt8]) throws -> [BranchEntry] {
+        var result: [BranchEntry] = []
+        var start = 0
+        while start < entries.count {
+            var used = 0
+            var end = start
+            while end < entries.count && used + entries[end].cellBytes <= capacity {
+                used += entries[end].cellBytes
+                end += 1
+            }
+            let id = try allocator.allocate()
+            try file.write(PageCodec.encodeLeaf(entries[start..<end], id: id, generation: generation, pageBytes: pageBytes), at: id)
+            result.append(BranchEntry(key: result.isEmpty ? lower : entries[start].key, child: id))
+            start = end
+        }
+        return result
+    }
+
+    /// Writes entries as full branches; returns one entry per branch for the level above.
+    private mutating func writeBranches(_ entries: [BranchEntry]) throws -> [BranchEntry] {
+        var result: [BranchEntry] = []
+        var start = 0
+        while start < entries.count {
+            // The first entry's key is not stored in its page, but it is counted: simple and safe.
+            var used = 0
+            var end = start
+            while end < entries.count && (end - start < 2 || used + entries[end].cellBytes <= capacity) {
+                used += entries[end].cellBytes
+                end += 1
+            }
+            let id = try allocator.allocate()
+            try file.write(PageCodec.encodeBranch(entries[start..<end], id: id, generation: generation, pageBytes: pageBytes), at: id)
+            result.append(BranchEntry(key: entries[start].key, child: id))
+            start = end
+        }
+        return result
+    }
+}
