@@ -126,6 +126,13 @@ extension StorageEngine {
             }
             candidates.append((slot, best))
         }
+        // A meta page that verifies but comes from a newer format means a newer Strata
+        // wrote this file: refuse it whole rather than read half of it.
+        for candidate in candidates {
+            if case let .failure(.newerVersion(found)) = candidate.result {
+                throw EngineError.unsupportedVersion(path: path, found: found, supported: MetaPage.version)
+            }
+        }
         let valid = candidates.compactMap { try? $0.result.get() }
         if let newest = valid.max(by: { $0.generation < $1.generation }) {
             let rejected = candidates.compactMap { candidate -> String? in
@@ -133,11 +140,6 @@ extension StorageEngine {
                 return nil
             }.first
             return (newest, rejected)
-        }
-        for candidate in candidates {
-            if case let .failure(.newerVersion(found)) = candidate.result {
-                throw EngineError.unsupportedVersion(path: path, found: found, supported: MetaPage.version)
-            }
         }
         throw EngineError.noValidMetaPage(path: path, reasons: candidates.map { candidate in
             if case let .failure(defect) = candidate.result { return "meta page \(candidate.slot): \(defect)" }

@@ -101,9 +101,10 @@ public final class StorageEngine: Sendable {
         }
     }
 
-    /// Checkpoints what the memtable holds, closes the log and the data file, and releases
-    /// the lock. Later calls throw `EngineError.closed`.
-    public func close() throws {
+    /// Checkpoints what the memtable holds (unless `checkpoint` is false: the next open
+    /// then replays the log), closes the log and the data file, and releases the lock.
+    /// Later calls throw `EngineError.closed`.
+    public func close(checkpoint: Bool = true) throws {
         let alreadyClosed = commitLock.withLock { commits in
             defer { commits.closed = true }
             return commits.closed
@@ -114,8 +115,8 @@ public final class StorageEngine: Sendable {
             try? pageFile.file.close()
             lock.unlock()
         }
-        if commitLock.withLock({ $0.failure == nil }) {
-            try checkpoint()
+        if checkpoint && commitLock.withLock({ $0.failure == nil }) {
+            try self.checkpoint()
         }
     }
 }

@@ -52,6 +52,8 @@ import WAL
                 #expect(got.map(\.value) == expected.map(\.value), "seed \(seed) step \(step): scan values")
             case 92..<97:
                 try engine.checkpoint()
+                let report = engine.verify()
+                #expect(report.isValid, "seed \(seed) step \(step): \(report)")
             default:
                 try engine.close()
                 engine = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options).engine
@@ -61,6 +63,9 @@ import WAL
         let meta = engine.checkpointLock.withLock { $0.meta }
         print("seed \(seed): tree of height \(meta.height), \(meta.keyCount) keys, \(meta.pageCount) pages, generation \(meta.generation)")
         #expect(meta.height >= 2 && meta.keyCount == UInt64(model.count))
+        let report = engine.verify()
+        #expect(report.isValid, "\(report)")
+        #expect(report.freePages > 0, "pages replaced by checkpoints are on the free list")
         let all = try engine.snapshot().scan()
         #expect(all.count == model.count)
         #expect(Dictionary(uniqueKeysWithValues: all.map { ($0.key, $0.value) }) == model)

@@ -1,0 +1,150 @@
+import FileIO
+import Foundation
+import Testing
+import WAL
+@testable import Engine
+
+private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
+
+@Suite struct EngineBehaviourTests {
+    @Test func aWriteWriteConflictNamesTheKeysEvenAfterACheckpoint() throws {
+        let engine = try StorageEngine.inMemory()
+        try engine.commit(WALBatch([.put(key: bytes("a"), value: bytes("1")), .put(key: bytes("b"), value: bytes("1"))]))
+        let early = engine.snapshot()
+        try engine.commit(WALBatch([.put(key: bytes("a"), value: bytes("2")), .delete(key: bytes("b"))]))
+        try engine.checkpoint()
+        #expect {
+            try engine.commit(WALBatch([.put(key: bytes("b"), value: bytes("x")), .put(key: bytes("a"), value: bytes("x")),
+                                        .put(key: bytes("c"), value: bytes("x"))]), readAt: early)
+        } throws: { error in
+            guard case let EngineError.conflict(keys, readVersion) = error else { return false }
+            return keys == [bytes("a"), bytes("b")] && readVersion == early.version
+        }
+        // Nothing of the refused commit is visible, and a commit on a fresh snapshot succeeds.
+        #expect(try engine.snapshot().get(bytes("c")) == nil)
+        try engine.commit(WALBatch([.put(key: bytes("c"), value: bytes("y"))]), readAt: engine.snapshot())
+        #expect(try engine.snapshot().get(bytes("c")) == bytes("y"))
+        // Disjoint keys from the old snapshot do not conflict.
+        try engine.commit(WALBatch([.put(key: bytes("d"), value: bytes("z"))]), readAt: early)
+    }
+
+    @Test func aSnapshotKeepsItsVersionWhileCommitsAndCheckpointsRun() throws {
+        let engine = try StorageEngine.inMemory()
+        try engine.commit(WALBatch([.put(key: bytes("k"), value: bytes("old"))]))
+        let snapshot = engine.snapshot()
+        for round in 0..<20 {
+            try engine.commit(WALBatch([.put(key: bytes("k"), value: bytes("new\(round)")),
+                                        .put(key: bytes("n\(round)"), value: [UInt8](repeating: 1, count: 3000))]))
+            try engine.checkpoint()
+        }
+        #expect(try snapshot.get(bytes("k")) == bytes("old"))
+        #expect(try snapshot.scan().map(\.key) == [bytes("k")])
+        #expect(try engine.snapshot().get(bytes("k")) == bytes("new19"))
+        #expect(engine.verify().isValid)
+    }
+
+    @Test func readersOnOtherThreadsSeeConsistentSnapshotsDuringCommitsAndCheckpoints() throws {
+        // Two accounts whose sum stays 1000: every snapshot must see the sum, and a value
+        // once seen never goes back.
+        let engine = try StorageEngine.inMemory()
+        @Sendable func encode(_ value: Int) -> [UInt8] { withUnsafeBytes(of: Int64(value).littleEndian) { Array($0) } }
+        @Sendable func decode(_ value: [UInt8]?) -> Int { value.map { Int($0.withUnsafeBytes { Int64(littleEndian: $0.loadUnaligned(as: Int64.self)) }) } ?? 0 }
+        try engine.commit(WALBatch([.put(key: bytes("x"), value: encode(1000)), .put(key: bytes("y"), value: encode(0))]))
+        let done = Locked(false)
+        let failures = Locked(0)
+        let group = DispatchGroup()
+        for _ in 0..<2 {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                var lastVersion: UInt64 = 0
+                while !done.withLock({ $0 }) {
+                    let snapshot = engine.snapshot()
+                    let x = decode(try? snapshot.get(bytes("x")))
+                    let y = decode(try? snapshot.get(bytes("y")))
+                    let scanned = (try? snapshot.scan().reduce(0) { $0 + decode($1.value) }) ?? -1
+                    if x + y != 1000 || scanned != 1000 || snapshot.version < lastVersion { failures.withLock { $0 += 1 } }
+                    lastVersion = snapshot.version
+                }
+            }
+        }
+        for amount in 1...300 {
+            let snapshot = engine.snapshot()
+            let x = decode(try snapshot.get(bytes("x")))
+            let y = decode(try snapshot.get(bytes("y")))
+            try engine.commit(WALBatch([.put(key: bytes("x"), value: encode(x - amount % 7)),
+                                        .put(key: bytes("y"), value: encode(y + amount % 7))]), readAt: snapshot)
+            if amount % 25 == 0 { try engine.checkpoint() }
+        }
+        done.withLock { $0 = true }
+        group.wait()
+        #expect(failures.withLock { $0 } == 0)
+        #expect(engine.verify().isValid)
+    }
+
+    @Test func oversizedKeysAndValuesAreRefusedWithTheLimit() throws {
+        let engine = try StorageEngine.inMemory()
+        #expect {
+            try engine.commit(WALBatch([.put(key: [UInt8](repeating: 1, count: Limits.maxKeyBytes + 1), value: [])]))
+        } throws: { error in
+            guard case let EngineError.keyTooLarge(count, limit) = error else { return false }
+            return count == Limits.maxKeyBytes + 1 && limit == Limits.maxKeyBytes
+        }
+        #expect(throws: EngineError.self) { try engine.commit(WALBatch([.put(key: [], value: [1])])) }
+        #expect(throws: EngineError.self) {
+            try engine.commit(WALBatch([.put(key: [1], value: [UInt8](repeating: 0, count: Limits.maxValueBytes + 1))]))
+        }
+        // The largest key and a large value fit, and come back after a checkpoint.
+        let key = [UInt8](repeating: 7, count: Limits.maxKeyBytes)
+        let value = [UInt8](repeating: 9, count: 100_000)
+        try engine.commit(WALBatch([.put(key: key, value: value)]))
+        try engine.checkpoint()
+        #expect(try engine.snapshot().get(key) == value)
+        #expect(engine.verify().isValid)
+    }
+
+    @Test func aSecondOpenerIsRefusedWithThePathNeverAHang() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        #expect {
+            try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        } throws: { error in
+            guard case let EngineError.io(cause) = error, case let .locked(path) = cause else { return false }
+            return path == "/db/LOCK"
+        }
+        try engine.close()
+        _ = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+    }
+
+    @Test func aDataFileFromANewerFormatIsRefused() throws {
+        let fileSystem = SimulatedFileSystem()
+        try StorageEngine.open(path: "/db", fileSystem: fileSystem).engine.close()
+        fileSystem.modify("/db/data") { image in
+            var first = Array(image[0..<4096])
+            first[16] = 9
+            PageCodec.seal(&first)
+            image.replaceSubrange(0..<4096, with: first)
+        }
+        #expect {
+            try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        } throws: { error in
+            guard case let EngineError.unsupportedVersion(_, found, _) = error else { return false }
+            return found == 9
+        }
+    }
+}
+
+/// A value shared between test threads behind an NSLock (a pthread mutex, which the
+/// thread sanitizer understands).
+final class Locked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}

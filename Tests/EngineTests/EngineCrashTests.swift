@@ -1,0 +1,125 @@
+import FileIO
+import Testing
+import WAL
+@testable import Engine
+
+/// Crashes on the simulated file system, checked against the invariants of TESTING.md:
+/// I1 (acknowledged commits survive), I2 (the state is that of a prefix of the commits),
+/// I3 (the data file verifies) and I4 (the store takes commits and reopens).
+@Suite struct EngineCrashTests {
+    private static let keys = (0..<40).map { Array("key-\($0)".utf8) }
+
+    /// The workload: 200 commits of one to three puts or deletes, a checkpoint every 20.
+    /// Returns the model state after each acknowledged commit (index 0: empty).
+    @discardableResult
+    private func runWorkload(_ fileSystem: SimulatedFileSystem, seed: UInt64, options: EngineOptions) -> [[[UInt8]: [UInt8]]] {
+        var states: [[[UInt8]: [UInt8]]] = [[:]]
+        guard let (engine, _) = try? StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options) else { return states }
+        var random = SplitMix64(seed: seed)
+        var model: [[UInt8]: [UInt8]] = [:]
+        for commit in 1...200 {
+            var batch = WALBatch()
+            var next = model
+            for _ in 0..<(random.next() % 3 + 1) {
+                let key = Self.keys[Int(random.next() % UInt64(Self.keys.count))]
+                if random.next() % 4 == 0 {
+                    batch.delete(key)
+                    next[key] = nil
+                } else {
+                    let value = [UInt8](repeating: UInt8(truncatingIfNeeded: commit), count: Int(random.next() % 700))
+                    batch.put(key, value)
+                    next[key] = value
+                }
+            }
+            guard (try? engine.commit(batch)) != nil else { break }
+            model = next
+            states.append(model)
+            if commit % 20 == 0 { guard (try? engine.checkpoint()) != nil else { break } }
+        }
+        try? engine.close()
+        return states
+    }
+
+    private func contents(_ engine: StorageEngine) throws -> [[UInt8]: [UInt8]] {
+        Dictionary(uniqueKeysWithValues: try engine.snapshot().scan().map { ($0.key, $0.value) })
+    }
+
+    @Test(arguments: [UInt64(7)])
+    func aCrashAtEveryOperationKeepsAcknowledgedCommitsAsAPrefix(seed: UInt64) throws {
+        print("seed \(seed)")
+        var options = EngineOptions()
+        options.log.segmentBytes = 16 << 10
+        let dry = SimulatedFileSystem()
+        let allStates = runWorkload(dry, seed: seed, options: options)
+        #expect(allStates.count == 201)
+        let operations = dry.operationCount
+        var fellBack = 0
+        for cut in 0..<operations {
+            let fileSystem = SimulatedFileSystem()
+            fileSystem.cutPower(atOperation: cut)
+            let states = runWorkload(fileSystem, seed: seed, options: options)
+            fileSystem.crash(.random(seed: seed &* 31 &+ UInt64(cut)))
+            let (engine, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+            let recovered = try contents(engine)
+            let acknowledged = states.count - 1
+            // I1 + I2: the state after some prefix, at least every acknowledged commit.
+            let matching = allStates.indices.filter { allStates[$0] == recovered }
+            #expect(matching.contains { $0 >= acknowledged }, "cut at \(cut): recovered a state that is not a prefix with all \(acknowledged) acknowledged commits")
+            if report.rejectedMeta != nil { fellBack += 1 }
+            // I3: the data file verifies.
+            let verification = engine.verify()
+            #expect(verification.isValid, "cut at \(cut): \(verification)")
+            // I4: it takes a commit and reopens with it.
+            try engine.commit(WALBatch([.put(key: Array("after".utf8), value: [1])]))
+            try engine.close()
+            let (reopened, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+            #expect(try reopened.snapshot().get(Array("after".utf8)) == [1])
+            try reopened.close()
+        }
+        print("crashed at each of \(operations) operations; \(fellBack) recoveries used the older meta page")
+    }
+
+    @Test func aTornMetaPageAtEveryByteFallsBackToTheOtherWithTheSameState() throws {
+        let fileSystem = SimulatedFileSystem()
+        var options = EngineOptions()
+        options.log.segmentBytes = 1 << 20
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        var previousSlotBytes: [UInt8] = []
+        for round in 0..<4 {
+            var batch = WALBatch()
+            for index in 0..<(50 + 30 * round) { batch.put(Array("k\(index)".utf8), Array("v\(round)-\(index)".utf8)) }
+            try engine.commit(batch)
+            // What the slot the next checkpoint writes holds now.
+            let next = engine.checkpointLock.withLock { $0.meta.generation } + 1
+            let slot = Int(next % 2) * 4096
+            previousSlotBytes = Array(try #require(fileSystem.contents(of: "/db/data"))[slot..<(slot + 4096)])
+            try engine.checkpoint()
+        }
+        let expected = try contents(engine)
+        let generation = engine.checkpointLock.withLock { $0.meta.generation }
+        try engine.close(checkpoint: false)
+        let image = try #require(fileSystem.contents(of: "/db/data"))
+        let pageBytes = 4096
+        let newest = Int(generation % 2) * pageBytes
+        let newestBytes = Array(image[newest..<(newest + pageBytes)])
+        #expect(try MetaPage.decode(newestBytes).generation == generation)
+        #expect(try MetaPage.decode(previousSlotBytes).generation == generation - 2)
+        var fellBack = 0
+        for offset in 0..<pageBytes {
+            // The write of the newest meta page reached the disk up to `offset`.
+            var torn = image
+            let slot = Array(newestBytes[..<offset]) + previousSlotBytes[offset...]
+            torn.replaceSubrange(newest..<(newest + pageBytes), with: slot)
+            fileSystem.modify("/db/data") { $0 = torn }
+            let (reopened, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+            #expect(try contents(reopened) == expected, "torn at byte \(offset)")
+            if slot != newestBytes {
+                #expect(report.metaGeneration == generation - 1, "torn at byte \(offset) must fall back")
+                fellBack += 1
+            }
+            try reopened.close(checkpoint: false)
+        }
+        print("torn meta page: \(fellBack) of \(pageBytes) tears fell back to the older meta page, the rest left it whole")
+        #expect(fellBack > 64)
+    }
+}
