@@ -2,12 +2,18 @@
 // data file, write the other meta page, sync again, publish the new tree, then release
 // the log segments the checkpoint covers (E2). Commits and readers continue meanwhile:
 // commits go to a new active memtable, readers keep the view they hold.
+import Foundation
 import WAL
 
 extension StorageEngine {
     /// Runs a checkpoint now (one at a time; a call while one runs waits for it).
     /// Throws `EngineError`; an I/O failure stops the store (E3).
     public func checkpoint() throws {
+        if commitLock.withLock({ $0.closed }) { throw EngineError.closed }
+        try checkpointNow()
+    }
+
+    func checkpointNow() throws {
         try checkpointLock.withLock { durable in
             if let failure = commitLock.withLock({ $0.failure }) { throw EngineError.storeFailed(reason: failure) }
             do {
@@ -19,8 +25,8 @@ extension StorageEngine {
         }
     }
 
-    /// Starts a checkpoint when the memtable or the log passed its threshold and none runs
-    /// (a commit that finds one running goes on without waiting).
+    /// Starts a checkpoint on a background thread when the memtable or the log passed its
+    /// threshold and none runs; the committing thread does not wait for it.
     func checkpointIfDue() {
         let memtableBytes = stateLock.withLock { $0.current.active.byteCount }
         let logBytes = log.statistics.bytesWritten - logBytesAtCheckpoint.load(ordering: .relaxed)
@@ -28,10 +34,11 @@ extension StorageEngine {
         guard checkpointRunning.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
             return
         }
-        defer { checkpointRunning.store(false, ordering: .releasing) }
-        // A failure is recorded by `checkpoint()` and reported by the next commit (E3);
-        // the commit that triggered it is already durable.
-        try? checkpoint()
+        Thread.detachNewThread { [self] in
+            defer { checkpointRunning.store(false, ordering: .releasing) }
+            // A failure is recorded by `checkpointNow()` and reported by the next commit (E3).
+            if !commitLock.withLock({ $0.closed }) { try? checkpointNow() }
+        }
     }
 
     private func runCheckpoint(_ durable: inout CheckpointState) throws {

@@ -116,7 +116,7 @@ public final class StorageEngine: Sendable {
             lock.unlock()
         }
         if checkpoint && commitLock.withLock({ $0.failure == nil }) {
-            try self.checkpoint()
+            try checkpointNow()
         }
     }
 }
