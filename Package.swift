@@ -29,12 +29,14 @@ let package = Package(
         .target(name: "CPlatform"),
         // Checksums, LZ4 blocks and bounded little-endian coding shared by every on-disk format.
         .target(name: "Codec", dependencies: ["CLZ4", "CPlatform"]),
+        // Locks that park waiters instead of spinning (pthread mutex and condition variable).
+        .target(name: "Locks"),
         // The file-system seam: POSIX implementation and a deterministic simulated one.
         .target(name: "FileIO", dependencies: ["CPlatform"]),
         // The LZ4-compressed, checksummed write-ahead log with group commit.
-        .target(name: "WAL", dependencies: ["Codec", "FileIO"]),
+        .target(name: "WAL", dependencies: ["Codec", "FileIO", "Locks"]),
         // The storage engine: page file, copy-on-write B+tree, memtables, snapshots, checkpoints.
-        .target(name: "Engine", dependencies: ["WAL", "Codec", "FileIO"]),
+        .target(name: "Engine", dependencies: ["WAL", "Codec", "FileIO", "Locks"]),
         .executableTarget(
             name: "StrataCLI",
             dependencies: [

@@ -1,6 +1,7 @@
 // swift-tools-version: 6.1
 // Strata's throughput benchmarks: a package of their own, so the library never depends on
-// a benchmark peer. Run from the repository root:
+// a benchmark peer. From the repository root:
+//   scripts/bootstrap libsqlite3-dev liblmdb-dev
 //   swift run -c release --package-path Benchmarks strata-bench --table
 import PackageDescription
 
@@ -11,9 +12,14 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     ],
     targets: [
+        // The peers, through their C APIs (Debian/Ubuntu: libsqlite3-dev, liblmdb-dev).
+        .systemLibrary(name: "CSQLite", path: "Sources/CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CLMDB", path: "Sources/CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
         .executableTarget(
             name: "strata-bench",
             dependencies: [
+                "CSQLite", "CLMDB",
+                .product(name: "Engine", package: "Strata"),
                 .product(name: "WAL", package: "Strata"),
                 .product(name: "FileIO", package: "Strata"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -6,6 +6,7 @@
 // (a "hot" and a "cold" map, the cold one dropped whole when the hot one fills), which
 // approximates LRU at O(1) per access with no per-entry links.
 // Thread-safety: every method takes the mutex; decoded nodes are immutable values.
+import Locks
 import Synchronization
 
 final class PageCache: Sendable {
@@ -16,7 +17,7 @@ final class PageCache: Sendable {
 
     /// The most pages held at once.
     let capacity: Int
-    private let maps = Mutex(Generations())
+    private let maps = Locked(Generations())
 
     init(capacity: Int) {
         self.capacity = max(capacity, 16)

@@ -20,6 +20,7 @@
 // fdatasync wait and the checkpoint's I/O hold neither.
 import FileIO
 import Foundation
+import Locks
 import Synchronization
 import WAL
 
@@ -34,9 +35,9 @@ public final class StorageEngine: Sendable {
     private let lock: any FileLock
 
     /// The published view and the pins readers hold on trees.
-    let stateLock: Mutex<ReaderState>
+    let stateLock: Locked<ReaderState>
     /// Conflict checks, LSN order and publication.
-    let commitLock: Mutex<CommitState>
+    let commitLock: Locked<CommitState>
     /// The durable layout of the data file, owned by the one running checkpoint.
     let checkpointLock: Mutex<CheckpointState>
     /// Whether a checkpoint started by a commit's thresholds is running.
@@ -52,8 +53,8 @@ public final class StorageEngine: Sendable {
         self.pageFile = pageFile
         self.log = log
         self.lock = lock
-        self.stateLock = Mutex(ReaderState(current: state))
-        self.commitLock = Mutex(CommitState(publishedVersion: state.version))
+        self.stateLock = Locked(ReaderState(current: state))
+        self.commitLock = Locked(CommitState(publishedVersion: state.version))
         self.checkpointLock = Mutex(checkpoint)
     }
 
@@ -81,6 +82,10 @@ public final class StorageEngine: Sendable {
 
     /// The latest published version.
     public var version: UInt64 { stateLock.withLock { $0.current.version } }
+
+    /// What the write-ahead log did since the store was opened (group commits, fdatasyncs,
+    /// bytes, compression).
+    public var logStatistics: WALStatistics { log.statistics }
 
     func unpin(_ state: EngineState) {
         stateLock.withLock { readers in

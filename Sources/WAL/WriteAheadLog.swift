@@ -16,6 +16,7 @@
 // (`flushing`). Callers block in `append` while their group is written and synced: call it
 // from a thread of your own, not from Swift's cooperative pool.
 import FileIO
+import Locks
 
 /// An open write-ahead log in one directory.
 public final class WriteAheadLog: @unchecked Sendable {

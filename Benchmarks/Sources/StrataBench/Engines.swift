@@ -1,68 +1,267 @@
-// The engines under test. Until the engine and contexts land, `strata` measures Strata's
-// commit path as far as it exists: one WAL batch per transaction, group commit, LZ4.
-// `fdatasync` is the physical limit: 16 + V bytes appended to a preallocated file and one
-// fdatasync per transaction, nothing else.
+// The engines under test, each behind one small protocol: a transaction of puts and
+// deletes, point reads, and a full ordered scan. Settings follow BENCHMARKS.md.
+//  - strata / strata-relaxed: Strata's storage engine, durability .full / .relaxed.
+//  - sqlite: one table (k BLOB PRIMARY KEY, v BLOB) WITHOUT ROWID, journal_mode=WAL,
+//    synchronous=FULL, prepared statements, BEGIN/COMMIT per transaction.
+//  - lmdb: default (durable) flags, one write transaction per batch.
+//  - fdatasync: the disk's limit: 16 + V bytes appended and fdatasync'd per transaction.
+import CLMDB
+import CSQLite
+import Engine
 import FileIO
 import Foundation
 import Synchronization
 import WAL
-#if canImport(Glibc)
-import Glibc
-#endif
 
-protocol Engine: Sendable {
-    /// Commits `keys` (numbers) with their values as one durable transaction.
-    func commit(_ keys: Range<Int>, values: [[UInt8]]) throws
-    func finish() throws -> (bytesOnDisk: Int, fdatasyncs: Int, compressionRatio: Double)
+protocol BenchEngine: AnyObject, Sendable {
+    /// Commits one transaction: a put per (key, value), a delete where the value is nil.
+    func write(_ keys: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws
+    /// Starts and ends a phase of reads (one snapshot or read transaction for the phase).
+    func beginReads() throws
+    func endReads()
+    /// Whether `key` has a value.
+    func read(_ key: Int) throws -> Bool
+    /// Keys seen by one full ordered scan.
+    func scanCount() throws -> Int
+    /// fdatasyncs issued, when the engine can tell.
+    var fdatasyncs: Int? { get }
+    func close() throws
 }
 
-/// Strata's write-ahead log: each transaction one batch, appended with group commit.
-final class WALEngine: Engine {
-    let log: WriteAheadLog
-    let directory: String
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+}
+
+/// Strata's storage engine.
+final class StrataEngineBench: BenchEngine {
+    let engine: StorageEngine
+    private let readSnapshot = Mutex<Snapshot?>(nil)
 
     init(directory: String, durability: Durability) throws {
-        self.directory = directory
-        (log, _) = try WriteAheadLog.open(directory: directory, options: WALOptions(durability: durability))
+        engine = try StorageEngine.open(path: directory, options: EngineOptions(durability: durability)).engine
     }
 
-    func commit(_ keys: Range<Int>, values: [[UInt8]]) throws {
+    func write(_ keys: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {
         var batch = WALBatch()
-        for (index, key) in keys.enumerated() { batch.put(Workload.key(key), values[index]) }
-        try log.append(batch)
+        for key in keys {
+            if let value = values(key) { batch.put(Workload.key(key), value) } else { batch.delete(Workload.key(key)) }
+        }
+        try engine.commit(batch)
     }
 
-    func finish() throws -> (bytesOnDisk: Int, fdatasyncs: Int, compressionRatio: Double) {
-        let statistics = log.statistics
-        try log.close()
-        return (statistics.bytesWritten, statistics.syncCount, statistics.compressionRatio)
+    func beginReads() throws { readSnapshot.withLock { $0 = engine.snapshot() } }
+    func endReads() { readSnapshot.withLock { $0 = nil } }
+
+    func read(_ key: Int) throws -> Bool {
+        let snapshot = readSnapshot.withLock { $0 } ?? engine.snapshot()
+        return try snapshot.get(Workload.key(key)) != nil
     }
+
+    func scanCount() throws -> Int { try engine.snapshot().scan().count }
+
+    var fdatasyncs: Int? { engine.logStatistics.syncCount }
+
+    func close() throws { try engine.close() }
+}
+
+/// SQLite through its C API. One connection, serialized by a lock (SQLite serializes
+/// writers anyway and has no group commit).
+final class SQLiteBench: BenchEngine, @unchecked Sendable {
+    // @unchecked: every use of the connection and statements holds `lock`.
+    private let lock = NSLock()
+    private var db: OpaquePointer?
+    private var put: OpaquePointer?
+    private var delete: OpaquePointer?
+    private var get: OpaquePointer?
+    private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+    init(directory: String) throws {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        guard sqlite3_open(directory + "/sqlite.db", &db) == SQLITE_OK else { throw BenchError(description: "sqlite3_open failed") }
+        try exec("PRAGMA journal_mode=WAL")
+        try exec("PRAGMA synchronous=FULL")
+        try exec("CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB) WITHOUT ROWID")
+        put = try prepare("INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)")
+        delete = try prepare("DELETE FROM kv WHERE k = ?")
+        get = try prepare("SELECT v FROM kv WHERE k = ?")
+    }
+
+    private func exec(_ sql: String) throws {
+        guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else {
+            throw BenchError(description: "sqlite: \(sql): \(String(cString: sqlite3_errmsg(db)))")
+        }
+    }
+
+    private func prepare(_ sql: String) throws -> OpaquePointer? {
+        var statement: OpaquePointer?
+        guard sqlite3_prepare_v2(db, sql, -1, &statement, nil) == SQLITE_OK else {
+            throw BenchError(description: "sqlite: prepare \(sql) failed")
+        }
+        return statement
+    }
+
+    func write(_ keys: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        try exec("BEGIN")
+        for key in keys {
+            let k = Workload.key(key)
+            let statement = values(key) == nil ? delete : put
+            sqlite3_reset(statement)
+            k.withUnsafeBytes { _ = sqlite3_bind_blob(statement, 1, $0.baseAddress, Int32(k.count), transient) }
+            if let value = values(key) {
+                value.withUnsafeBytes { _ = sqlite3_bind_blob(statement, 2, $0.baseAddress, Int32(value.count), transient) }
+            }
+            guard sqlite3_step(statement) == SQLITE_DONE else { throw BenchError(description: "sqlite: write failed") }
+        }
+        try exec("COMMIT")
+    }
+
+    func beginReads() throws {}
+    func endReads() {}
+
+    func read(_ key: Int) throws -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        let k = Workload.key(key)
+        sqlite3_reset(get)
+        k.withUnsafeBytes { _ = sqlite3_bind_blob(get, 1, $0.baseAddress, Int32(k.count), transient) }
+        return sqlite3_step(get) == SQLITE_ROW
+    }
+
+    func scanCount() throws -> Int {
+        lock.lock()
+        defer { lock.unlock() }
+        let scan = try prepare("SELECT k, v FROM kv ORDER BY k")
+        defer { sqlite3_finalize(scan) }
+        var count = 0
+        while sqlite3_step(scan) == SQLITE_ROW {
+            _ = sqlite3_column_blob(scan, 1)
+            count += 1
+        }
+        return count
+    }
+
+    var fdatasyncs: Int? { nil }
+
+    func close() throws {
+        for statement in [put, delete, get] { sqlite3_finalize(statement) }
+        sqlite3_close(db)
+    }
+}
+
+/// LMDB through its C API, default (durable) flags.
+final class LMDBBench: BenchEngine, @unchecked Sendable {
+    // @unchecked: LMDB serializes write transactions itself; `reader` is touched only by
+    // the single reading thread of a read phase.
+    private var env: OpaquePointer?
+    private var dbi: MDB_dbi = 0
+    private var reader: OpaquePointer?
+
+    init(directory: String) throws {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try check(mdb_env_create(&env), "env_create")
+        try check(mdb_env_set_mapsize(env, 16 << 30), "set_mapsize")
+        try check(mdb_env_open(env, directory, 0, 0o644), "env_open")
+        var txn: OpaquePointer?
+        try check(mdb_txn_begin(env, nil, 0, &txn), "txn_begin")
+        try check(mdb_dbi_open(txn, nil, 0, &dbi), "dbi_open")
+        try check(mdb_txn_commit(txn), "txn_commit")
+    }
+
+    private func check(_ code: Int32, _ what: String) throws {
+        guard code == 0 else { throw BenchError(description: "lmdb \(what): \(String(cString: mdb_strerror(code)))") }
+    }
+
+    func write(_ keys: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {
+        var txn: OpaquePointer?
+        try check(mdb_txn_begin(env, nil, 0, &txn), "txn_begin")
+        for key in keys {
+            var k = Workload.key(key)
+            let value = values(key)
+            let code: Int32 = k.withUnsafeMutableBytes { kb in
+                var mk = MDB_val(mv_size: kb.count, mv_data: kb.baseAddress)
+                guard var v = value else { return mdb_del(txn, dbi, &mk, nil) }
+                return v.withUnsafeMutableBytes { vb in
+                    var mv = MDB_val(mv_size: vb.count, mv_data: vb.baseAddress)
+                    return mdb_put(txn, dbi, &mk, &mv, 0)
+                }
+            }
+            guard code == 0 || (value == nil && code == MDB_NOTFOUND) else {
+                mdb_txn_abort(txn)
+                try check(code, "put")
+                return
+            }
+        }
+        try check(mdb_txn_commit(txn), "txn_commit")
+    }
+
+    func beginReads() throws { try check(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &reader), "txn_begin(rdonly)") }
+
+    func endReads() {
+        mdb_txn_abort(reader)
+        reader = nil
+    }
+
+    func read(_ key: Int) throws -> Bool {
+        var k = Workload.key(key)
+        return k.withUnsafeMutableBytes { kb in
+            var mk = MDB_val(mv_size: kb.count, mv_data: kb.baseAddress)
+            var mv = MDB_val()
+            return mdb_get(reader, dbi, &mk, &mv) == 0
+        }
+    }
+
+    func scanCount() throws -> Int {
+        try beginReads()
+        defer { endReads() }
+        var cursor: OpaquePointer?
+        try check(mdb_cursor_open(reader, dbi, &cursor), "cursor_open")
+        defer { mdb_cursor_close(cursor) }
+        var k = MDB_val()
+        var v = MDB_val()
+        var count = 0
+        var op = MDB_FIRST
+        while mdb_cursor_get(cursor, &k, &v, op) == 0 {
+            count += 1
+            op = MDB_NEXT
+        }
+        return count
+    }
+
+    var fdatasyncs: Int? { nil }
+
+    func close() throws { mdb_env_close(env) }
 }
 
 /// The disk's own limit: append and fdatasync, once per transaction.
-final class FdatasyncEngine: Engine {
+final class FdatasyncBench: BenchEngine {
     let file: any OpenFile
     let offset = Mutex(0)
     let syncs = Mutex(0)
+    let valueBytes: Int
 
-    init(directory: String, capacityBytes: Int) throws {
+    init(directory: String, capacityBytes: Int, valueBytes: Int) throws {
+        self.valueBytes = valueBytes
         try POSIXFileSystem().createDirectory(directory)
         file = try POSIXFileSystem().open(directory + "/raw", options: [.create, .write, .truncate])
         try file.allocate(offset: 0, length: Int64(capacityBytes))
         try file.sync()
     }
 
-    func commit(_ keys: Range<Int>, values: [[UInt8]]) throws {
+    func write(_ keys: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {
         var bytes: [UInt8] = []
-        for (index, key) in keys.enumerated() { bytes += Workload.key(key) + values[index] }
+        for key in keys { bytes += Workload.key(key) + (values(key) ?? []) }
         let at = offset.withLock { value in defer { value += bytes.count }; return value }
         try file.write(bytes, at: Int64(at))
         try file.syncData()
         syncs.withLock { $0 += 1 }
     }
 
-    func finish() throws -> (bytesOnDisk: Int, fdatasyncs: Int, compressionRatio: Double) {
-        try file.close()
-        return (offset.withLock { $0 }, syncs.withLock { $0 }, 1)
-    }
+    func beginReads() throws {}
+    func endReads() {}
+    func read(_ key: Int) throws -> Bool { throw BenchError(description: "fdatasync measures writes only") }
+    func scanCount() throws -> Int { throw BenchError(description: "fdatasync measures writes only") }
+    var fdatasyncs: Int? { syncs.withLock { $0 } }
+    func close() throws { try file.close() }
 }

@@ -24,16 +24,14 @@ struct Result {
     var valueSize: Int
     var seconds: Double
     var bytesOnDisk: Int
-    var fdatasyncs: Int
-    /// Stored bytes per encoded byte in the log (1 when nothing is compressed).
-    var compressionRatio: Double
+    var fdatasyncs: Int?
 
     var opsPerSecond: Double { Double(num) / seconds }
 
     var json: String {
         #"{"engine":"\#(engine)","bench":"\#(bench)","num":\#(num),"batch":\#(batch),"value_size":\#(valueSize),"#
             + #""seconds":\#(rounded(seconds, 4)),"ops_per_sec":\#(Int(opsPerSecond)),"bytes_on_disk":\#(bytesOnDisk),"#
-            + #""fdatasyncs":\#(fdatasyncs),"compression_ratio":\#(rounded(compressionRatio, 3))}"#
+            + #""fdatasyncs":\#(fdatasyncs.map(String.init) ?? "null")}"#
     }
 }
 

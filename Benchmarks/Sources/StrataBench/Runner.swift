@@ -1,0 +1,115 @@
+// One (engine, workload) measurement: set up a fresh directory, do the untimed fill the
+// workload needs, time only the workload, verify its result the same way for every
+// engine, and measure the bytes left on disk.
+import Engine
+import FileIO
+import Foundation
+import Synchronization
+import WAL
+
+struct Runner {
+    let engine: String
+    let workload: String
+    let options: StrataBench
+
+    func run() throws -> Result {
+        let syncWorkload = workload.hasPrefix("fillsync")
+        let keys = options.num ?? (syncWorkload ? 2_000 : 1_000_000)
+        let perTransaction = syncWorkload ? 1 : options.batch
+        let directory = (options.dir as NSString).appendingPathComponent("strata-bench-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let bench = try makeEngine(directory: directory, keys: keys)
+        var random = SplitMix64(seed: options.seed)
+        let values = (0..<min(keys, 10_000)).map { _ in Workload.value(options.valueSize, random: &random) }
+        let value: @Sendable (Int) -> [UInt8]? = { values[$0 % values.count] }
+        var order = Array(0..<keys)
+        var shuffler = SplitMix64(seed: options.seed &+ 1)
+        order.shuffle(using: &shuffler)
+
+        // Untimed preparation.
+        if ["overwrite", "readrandom", "readseq", "deleterandom"].contains(workload) {
+            for start in stride(from: 0, to: keys, by: perTransaction) {
+                try bench.write(ArraySlice(start..<min(keys, start + perTransaction)), values: value)
+            }
+        }
+        let start = ContinuousClock.now
+        var operations = keys
+        switch workload {
+        case "fillseq":
+            try commitAll(Array(0..<keys), per: perTransaction, threads: 1, bench, value)
+        case "fillrandom":
+            try commitAll(order, per: perTransaction, threads: 1, bench, value)
+        case "fillsync":
+            try commitAll(Array(0..<keys), per: 1, threads: 1, bench, value)
+        case "fillsync-concurrent":
+            try commitAll(Array(0..<keys), per: 1, threads: options.threads, bench, value)
+        case "overwrite":
+            try commitAll(order.map { _ in Int(shuffler.next() % UInt64(keys)) }, per: perTransaction, threads: 1, bench, value)
+        case "deleterandom":
+            try commitAll(order, per: perTransaction, threads: 1, bench) { _ in nil }
+        case "readrandom":
+            try bench.beginReads()
+            var found = 0
+            for key in order where try bench.read(key) { found += 1 }
+            bench.endReads()
+            guard found == keys else { throw BenchError(description: "\(engine) readrandom found \(found) of \(keys) keys") }
+        default: // readseq
+            let count = try bench.scanCount()
+            guard count == keys else { throw BenchError(description: "\(engine) readseq scanned \(count) of \(keys) keys") }
+            operations = count
+        }
+        let elapsed = start.duration(to: .now)
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        if workload == "deleterandom", engine != "fdatasync" {
+            let remaining = try bench.scanCount()
+            guard remaining == 0 else { throw BenchError(description: "\(engine) deleterandom left \(remaining) keys") }
+        }
+        let syncs = bench.fdatasyncs
+        try bench.close()
+        return Result(engine: engine, bench: workload, num: operations, batch: perTransaction, valueSize: options.valueSize,
+                      seconds: seconds, bytesOnDisk: directoryBytes(directory), fdatasyncs: syncs)
+    }
+
+    private func makeEngine(directory: String, keys: Int) throws -> any BenchEngine {
+        switch engine {
+        case "strata": try StrataEngineBench(directory: directory, durability: .full)
+        case "strata-relaxed": try StrataEngineBench(directory: directory, durability: .relaxed)
+        case "sqlite": try SQLiteBench(directory: directory)
+        case "lmdb": try LMDBBench(directory: directory)
+        default: try FdatasyncBench(directory: directory, capacityBytes: keys * (16 + options.valueSize) + 4096,
+                                    valueBytes: options.valueSize)
+        }
+    }
+
+    /// Commits `keys` in transactions of `per` keys from `threads` threads (thread t takes
+    /// transactions t, t + threads, …).
+    private func commitAll(_ keys: [Int], per: Int, threads: Int, _ bench: any BenchEngine,
+                           _ value: @escaping @Sendable (Int) -> [UInt8]?) throws {
+        let failure = Mutex<String?>(nil)
+        let group = DispatchGroup()
+        for thread in 0..<threads {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                var first = thread * per
+                while first < keys.count {
+                    do { try bench.write(keys[first..<min(keys.count, first + per)], values: value) } catch {
+                        failure.withLock { $0 = "\(error)" }
+                        return
+                    }
+                    first += threads * per
+                }
+            }
+        }
+        group.wait()
+        if let message = failure.withLock({ $0 }) { throw BenchError(description: "\(engine) \(workload): \(message)") }
+    }
+
+    private func directoryBytes(_ path: String) -> Int {
+        guard let names = try? FileManager.default.subpathsOfDirectory(atPath: path) else { return 0 }
+        return names.reduce(0) { total, name in
+            let attributes = try? FileManager.default.attributesOfItem(atPath: (path as NSString).appendingPathComponent(name))
+            return total + ((attributes?[.size] as? NSNumber)?.intValue ?? 0)
+        }
+    }
+}
