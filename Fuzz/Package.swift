@@ -13,5 +13,15 @@ let package = Package(
             .product(name: "Codec", package: "Strata"),
         ]),
         .executableTarget(name: "LZ4BlockFuzz", dependencies: [.product(name: "Codec", package: "Strata")]),
+        .executableTarget(name: "EnginePageFuzz", dependencies: [
+            .product(name: "Engine", package: "Strata"),
+            .product(name: "FileIO", package: "Strata"),
+            .product(name: "Codec", package: "Strata"),
+        ]),
+        .executableTarget(name: "EngineOpenFuzz", dependencies: [
+            .product(name: "Engine", package: "Strata"),
+            .product(name: "FileIO", package: "Strata"),
+            .product(name: "Codec", package: "Strata"),
+        ]),
     ]
 )

@@ -26,6 +26,9 @@ final class PageFile: Sendable {
     /// Reads and verifies page `id`, which must be one of `types`.
     func readPage(_ id: PageID, types: Set<PageType>) throws -> (bytes: [UInt8], type: PageType, count: Int, word: UInt64) {
         let offset = id.offset(pageBytes: pageBytes)
+        guard id >= .firstDataPage, id.rawValue < Limits.maxPageCount else {
+            throw EngineError.corruptPage(path: path, offset: offset, reason: "a pointer names \(id), outside any data file")
+        }
         let bytes: [UInt8]
         do { bytes = try file.read(count: pageBytes, at: offset) } catch let error as FileIOError { throw EngineError.io(error) }
         guard bytes.count == pageBytes else {

@@ -18,8 +18,12 @@ public struct PageID: RawRepresentable, Hashable, Comparable, Sendable, CustomSt
 
     public var description: String { "page \(rawValue)" }
 
-    /// The page's byte offset in a file of `pageBytes` pages.
-    func offset(pageBytes: Int) -> Int64 { Int64(rawValue) * Int64(pageBytes) }
+    /// The page's byte offset in a file of `pageBytes` pages (`Int64.max` for a page
+    /// number from a corrupt page that no file can reach).
+    func offset(pageBytes: Int) -> Int64 {
+        guard rawValue <= Limits.maxPageCount else { return .max }
+        return Int64(rawValue) * Int64(pageBytes)
+    }
 }
 
 /// What a page holds (byte 4 of every page).

@@ -148,3 +148,36 @@ final class Locked<Value>: @unchecked Sendable {
         return try body(&value)
     }
 }
+
+@Suite struct EngineCorruptionTests {
+    /// Found by the EnginePage fuzz target: a branch pointing at page 2^63 made computing
+    /// the page's offset overflow (a trap) instead of reporting a corrupt page.
+    @Test func aChildPointerOutsideAnyFileIsACorruptPageNotATrap() throws {
+        let fileSystem = SimulatedFileSystem()
+        var options = EngineOptions()
+        options.log.segmentBytes = 4096
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        try engine.commit(WALBatch([.put(key: Array("a".utf8), value: [1])]))
+        try engine.close()
+        // Make page 2 a branch whose children are page 2^63 and page 3; point the meta page at it.
+        let branch = PageCodec.encodeBranch([BranchEntry(key: [], child: PageID(1 << 63)),
+                                             BranchEntry(key: Array("m".utf8), child: PageID(3))][...],
+                                            id: PageID(2), generation: 9, pageBytes: 4096)
+        let meta = MetaPage(pageBytes: 4096, generation: 9, root: PageID(2), freeListHead: .none, checkpointVersion: 1,
+                            pageCount: 4, keyCount: 1, height: 2)
+        fileSystem.modify("/db/data") { image in
+            if image.count < 4 * 4096 { image += [UInt8](repeating: 0, count: 4 * 4096 - image.count) }
+            image.replaceSubrange(2 * 4096..<3 * 4096, with: branch)
+            image.replaceSubrange(4096..<8192, with: meta.encoded())
+        }
+        let (reopened, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        #expect {
+            try reopened.snapshot().get(Array("a".utf8))
+        } throws: { error in
+            guard case let EngineError.corruptPage(path, _, reason) = error else { return false }
+            return path == "/db/data" && reason.contains("outside")
+        }
+        #expect(!reopened.verify().isValid)
+        try reopened.close(checkpoint: false)
+    }
+}
