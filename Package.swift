@@ -32,7 +32,7 @@ let package = Package(
         // Locks that park waiters instead of spinning (pthread mutex and condition variable).
         .target(name: "Locks"),
         // The file-system seam: POSIX implementation and a deterministic simulated one.
-        .target(name: "FileIO", dependencies: ["CPlatform"]),
+        .target(name: "FileIO", dependencies: ["CPlatform", "Locks"]),
         // The LZ4-compressed, checksummed write-ahead log with group commit.
         .target(name: "WAL", dependencies: ["Codec", "FileIO", "Locks"]),
         // The storage engine: page file, copy-on-write B+tree, memtables, snapshots, checkpoints.

@@ -10,7 +10,7 @@ import Musl
 import Darwin
 #endif
 import CPlatform
-import Synchronization
+import Locks
 
 /// The operating system's file system.
 public struct POSIXFileSystem: FileSystem {
@@ -98,7 +98,7 @@ func retryingInterrupts(_ operation: FileOperation, _ path: String, _ call: () -
 final class POSIXOpenFile: OpenFile {
     let path: String
     private let fd: Int32
-    private let isOpen = Mutex(true)
+    private let isOpen = Locked(true)
 
     init(fd: Int32, path: String) {
         self.fd = fd
@@ -192,10 +192,10 @@ final class POSIXOpenFile: OpenFile {
 /// A held flock(2) lock.
 final class POSIXFileLock: FileLock {
     let path: String
-    private let fd: Mutex<Int32?>
+    private let fd: Locked<Int32?>
 
     init(fd: Int32, path: String) {
-        self.fd = Mutex(fd)
+        self.fd = Locked(fd)
         self.path = path
     }
 

@@ -17,7 +17,7 @@
 //     effect. `cutPower(atOperation:)` fails every operation from that index with EIO,
 //     freezing the state a later `crash` starts from.
 // All state sits behind one mutex; operations are numbered in the order they take it.
-import Synchronization
+import Locks
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -39,7 +39,7 @@ public final class SimulatedFileSystem: FileSystem {
         case dropAll
     }
 
-    let state = Mutex(SimulatedState())
+    let state = Locked(SimulatedState())
 
     public init() {}
 

@@ -1,13 +1,13 @@
 // Handles and locks of a `SimulatedFileSystem`. Every call takes the file system's mutex,
 // is numbered and counted there, and fails with `closed` once a crash has outlived it.
-import Synchronization
+import Locks
 
 final class SimulatedOpenFile: OpenFile {
     let path: String
     private let fileSystem: SimulatedFileSystem
     private let inode: Int
     private let generation: Int
-    private let isOpen = Mutex(true)
+    private let isOpen = Locked(true)
 
     init(fileSystem: SimulatedFileSystem, inode: Int, path: String, generation: Int) {
         self.fileSystem = fileSystem
@@ -87,7 +87,7 @@ final class SimulatedFileLock: FileLock {
     let path: String
     private let fileSystem: SimulatedFileSystem
     private let generation: Int
-    private let isHeld = Mutex(true)
+    private let isHeld = Locked(true)
 
     init(fileSystem: SimulatedFileSystem, path: String, generation: Int) {
         self.fileSystem = fileSystem
