@@ -20,14 +20,18 @@ struct BTree: Sendable, Equatable {
         guard root != .none else { return nil }
         var id = root
         for level in 1...height {
-            switch try file.node(id) {
-            case let .branch(entries):
-                guard level < height else { throw corrupt(file, id, "a branch where a leaf belongs") }
-                id = entries[childIndex(entries, for: key)].child
-            case let .leaf(entries):
-                guard level == height else { throw corrupt(file, id, "a leaf above the bottom level") }
-                let index = lowerBound(entries, key)
-                return index < entries.count && compareKeys(entries[index].key, key) == 0 ? entries[index] : nil
+            let page = try file.page(id)
+            do {
+                switch page.type {
+                case .branch:
+                    guard level < height else { throw corrupt(file, id, "a branch where a leaf belongs") }
+                    id = try page.child(for: key)
+                default:
+                    guard level == height else { throw corrupt(file, id, "a leaf above the bottom level") }
+                    return try page.leafEntry(for: key)
+                }
+            } catch let defect as PageDefect {
+                throw corrupt(file, id, defect.description)
             }
         }
         throw corrupt(file, id, "the tree is deeper than its height")

@@ -135,35 +135,64 @@ enum PageCodec {
         var entries: [LeafEntry] = []
         entries.reserveCapacity(count)
         for index in 0..<count {
-            var reader = try cellReader(page, index: index, count: count)
-            do {
-                let key = try reader.readBytes(count: try reader.readLength(limit: Limits.maxKeyBytes))
-                let version = try reader.readUInt64()
-                let flags = try reader.readUInt8()
-                let payload: Payload
-                switch flags {
-                case 0: payload = .inline(try reader.readBytes(count: try reader.readLength(limit: page.count)))
-                case overflowFlag:
-                    let byteCount = Int(try reader.readUInt32())
-                    let first = PageID(try reader.readUInt64())
-                    guard byteCount <= Limits.maxValueBytes, first >= .firstDataPage else {
-                        throw PageDefect("cell \(index) has an overflow reference out of range")
-                    }
-                    payload = .overflow(first: first, byteCount: byteCount)
-                case tombstoneFlag: payload = .tombstone
-                default: throw PageDefect("cell \(index) has flags \(flags)")
-                }
-                if let previous = entries.last, !(previous.key.lexicographicallyPrecedes(key)) {
-                    throw PageDefect("cell \(index) is out of key order")
-                }
-                entries.append(LeafEntry(key: key, version: version, payload: payload))
-            } catch let defect as PageDefect {
-                throw defect
-            } catch {
-                throw PageDefect("cell \(index) does not decode: \(error)")
+            let entry = try decodeLeafCell(page, index: index, count: count)
+            if let previous = entries.last, compareKeys(previous.key, entry.key) >= 0 {
+                throw PageDefect("cell \(index) is out of key order")
             }
+            entries.append(entry)
         }
         return entries
+    }
+
+    /// Decodes leaf cell `index` alone.
+    static func decodeLeafCell(_ page: [UInt8], index: Int, count: Int) throws(PageDefect) -> LeafEntry {
+        var reader = try cellReader(page, index: index, count: count)
+        do {
+            let key = try reader.readBytes(count: try reader.readLength(limit: Limits.maxKeyBytes))
+            let version = try reader.readUInt64()
+            let flags = try reader.readUInt8()
+            let payload: Payload
+            switch flags {
+            case 0: payload = .inline(try reader.readBytes(count: try reader.readLength(limit: page.count)))
+            case overflowFlag:
+                let byteCount = Int(try reader.readUInt32())
+                let first = PageID(try reader.readUInt64())
+                guard byteCount <= Limits.maxValueBytes, first >= .firstDataPage else {
+                    throw PageDefect("cell \(index) has an overflow reference out of range")
+                }
+                payload = .overflow(first: first, byteCount: byteCount)
+            case tombstoneFlag: payload = .tombstone
+            default: throw PageDefect("cell \(index) has flags \(flags)")
+            }
+            return LeafEntry(key: key, version: version, payload: payload)
+        } catch let defect as PageDefect {
+            throw defect
+        } catch {
+            throw PageDefect("cell \(index) does not decode: \(error)")
+        }
+    }
+
+    /// Where cell `index`'s key lies in the page: its first byte and its length. Checks the
+    /// slot and the length against the page's bounds.
+    static func keyLocation(_ page: UnsafeRawBufferPointer, index: Int, count: Int) throws(PageDefect) -> (start: Int, length: Int) {
+        let cellsStart = PageHeader.bytes + 2 * count
+        let slot = PageHeader.bytes + 2 * index
+        let offset = Int(page[slot]) | Int(page[slot + 1]) << 8
+        guard cellsStart <= page.count, offset >= cellsStart, offset < page.count else {
+            throw PageDefect("slot \(index) points outside the cells")
+        }
+        // The key length is a varint of at most two bytes (Limits.maxKeyBytes < 16,384).
+        var length = Int(page[offset] & 0x7F)
+        var start = offset + 1
+        if page[offset] & 0x80 != 0 {
+            guard start < page.count, page[start] & 0x80 == 0 else { throw PageDefect("cell \(index) has a bad key length") }
+            length |= Int(page[start]) << 7
+            start += 1
+        }
+        guard length <= Limits.maxKeyBytes, start + length <= page.count else {
+            throw PageDefect("cell \(index) has a key running past the page")
+        }
+        return (start, length)
     }
 
     // MARK: Branches

@@ -1,8 +1,8 @@
-// A bounded cache of decoded B+tree pages, shared by every reader.
+// A bounded cache of verified B+tree pages (raw bytes, searched in place), shared by every reader.
 //
-// Why a cache over pread rather than mmap: pages are verified (checksum, layout, key
-// order) once when they are read and then served decoded, and a corrupt page becomes an
-// error instead of a SIGBUS; the memory bound is explicit. Eviction is two-generation
+// Why a cache over pread rather than mmap: pages are verified (checksum, type, ID) once
+// when they are read, a corrupt page becomes an error instead of a SIGBUS, and the memory
+// bound is explicit. (Not yet measured against an mmap reader: see Benchmarks/RESULTS.md.) Eviction is two-generation
 // (a "hot" and a "cold" map, the cold one dropped whole when the hot one fills), which
 // approximates LRU at O(1) per access with no per-entry links.
 // Thread-safety: every method takes the mutex; decoded nodes are immutable values.
@@ -11,8 +11,8 @@ import Synchronization
 
 final class PageCache: Sendable {
     private struct Generations {
-        var hot: [PageID: Node] = [:]
-        var cold: [PageID: Node] = [:]
+        var hot: [PageID: PageView] = [:]
+        var cold: [PageID: PageView] = [:]
     }
 
     /// The most pages held at once.
@@ -23,17 +23,17 @@ final class PageCache: Sendable {
         self.capacity = max(capacity, 16)
     }
 
-    func node(_ id: PageID) -> Node? {
+    func page(_ id: PageID) -> PageView? {
         maps.withLock { maps in
-            if let node = maps.hot[id] { return node }
-            guard let node = maps.cold.removeValue(forKey: id) else { return nil }
-            insert(id, node, into: &maps)
-            return node
+            if let page = maps.hot[id] { return page }
+            guard let page = maps.cold.removeValue(forKey: id) else { return nil }
+            insert(id, page, into: &maps)
+            return page
         }
     }
 
-    func insert(_ id: PageID, _ node: Node) {
-        maps.withLock { insert(id, node, into: &$0) }
+    func insert(_ id: PageID, _ page: PageView) {
+        maps.withLock { insert(id, page, into: &$0) }
     }
 
     /// Forgets a page that is about to be rewritten.
@@ -46,12 +46,12 @@ final class PageCache: Sendable {
 
     var count: Int { maps.withLock { $0.hot.count + $0.cold.count } }
 
-    private func insert(_ id: PageID, _ node: Node, into maps: inout Generations) {
+    private func insert(_ id: PageID, _ page: PageView, into maps: inout Generations) {
         if maps.hot.count >= capacity / 2 {
             maps.cold = maps.hot
             maps.hot = [:]
             maps.hot.reserveCapacity(capacity / 2)
         }
-        maps.hot[id] = node
+        maps.hot[id] = page
     }
 }

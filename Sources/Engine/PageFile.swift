@@ -42,20 +42,25 @@ final class PageFile: Sendable {
         }
     }
 
-    /// The decoded B+tree page `id` (from the cache when it is there). A branch's first
-    /// entry has an empty key: callers substitute the lower bound they know.
-    func node(_ id: PageID) throws -> Node {
-        if let node = cache.node(id) { return node }
+    /// The verified B+tree page `id`, from the cache when it is there.
+    func page(_ id: PageID) throws -> PageView {
+        if let page = cache.page(id) { return page }
         let (bytes, type, count, word) = try readPage(id, types: [.leaf, .branch])
-        let node: Node
+        let page = PageView(bytes: bytes, type: type, count: count, word: word)
+        cache.insert(id, page)
+        return page
+    }
+
+    /// The decoded B+tree page `id`. A branch's first entry has an empty key: callers
+    /// substitute the lower bound they know.
+    func node(_ id: PageID) throws -> Node {
+        let page = try page(id)
         do {
-            node = type == .leaf ? .leaf(try PageCodec.decodeLeaf(bytes, count: count))
-                : .branch(try PageCodec.decodeBranch(bytes, count: count, leftmost: word, lowerBound: []))
+            return page.type == .leaf ? .leaf(try PageCodec.decodeLeaf(page.bytes, count: page.count))
+                : .branch(try PageCodec.decodeBranch(page.bytes, count: page.count, leftmost: page.word, lowerBound: []))
         } catch {
             throw EngineError.corruptPage(path: path, offset: id.offset(pageBytes: pageBytes), reason: error.description)
         }
-        cache.insert(id, node)
-        return node
     }
 
     /// Reads a value stored in the overflow chain at `first`. Bounded by `byteCount`.
