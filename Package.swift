@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "WAL", targets: ["WAL"]),
         .library(name: "FileIO", targets: ["FileIO"]),
         .library(name: "Codec", targets: ["Codec"]),
+        .library(name: "Locks", targets: ["Locks"]),
         .executable(name: "strata", targets: ["StrataCLI"]),
     ],
     dependencies: [
@@ -46,8 +47,8 @@ let package = Package(
         ),
         .testTarget(name: "CodecTests", dependencies: ["Codec", "FileIO"]),
         .testTarget(name: "FileIOTests", dependencies: ["FileIO"]),
-        .testTarget(name: "WALTests", dependencies: ["WAL", "FileIO", "Codec"]),
-        .testTarget(name: "EngineTests", dependencies: ["Engine", "WAL", "FileIO", "Codec"]),
+        .testTarget(name: "WALTests", dependencies: ["WAL", "FileIO", "Codec", "Locks"]),
+        .testTarget(name: "EngineTests", dependencies: ["Engine", "WAL", "FileIO", "Codec", "Locks"]),
     ],
     swiftLanguageModes: [.v6]
 )

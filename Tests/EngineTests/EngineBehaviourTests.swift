@@ -1,4 +1,5 @@
 import FileIO
+import Locks
 import Foundation
 import Testing
 import WAL
@@ -131,21 +132,6 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             guard case let EngineError.unsupportedVersion(_, found, _) = error else { return false }
             return found == 9
         }
-    }
-}
-
-/// A value shared between test threads behind an NSLock (a pthread mutex, which the
-/// thread sanitizer understands).
-final class Locked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-
-    init(_ value: Value) { self.value = value }
-
-    func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
     }
 }
 

@@ -1,4 +1,5 @@
 import FileIO
+import Locks
 import Foundation
 import Testing
 @testable import WAL

@@ -1,4 +1,5 @@
 import FileIO
+import Locks
 import Foundation
 import Testing
 @testable import WAL
@@ -56,19 +57,4 @@ func readLog(_ fileSystem: any FileSystem, mode: RecoveryMode = .strict) throws 
 func firstSegmentPath(_ fileSystem: SimulatedFileSystem) throws -> String {
     let names = try fileSystem.contentsOfDirectory("/db/wal").filter { $0.hasSuffix(".seg") && !$0.contains("spare") }
     return "/db/wal/" + (try #require(names.first))
-}
-
-/// A value shared between test threads behind an NSLock (a pthread mutex, which the
-/// thread sanitizer understands).
-final class Locked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-
-    init(_ value: Value) { self.value = value }
-
-    func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
 }
