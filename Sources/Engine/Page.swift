@@ -176,9 +176,11 @@ enum PageCodec {
     /// slot and the length against the page's bounds.
     static func keyLocation(_ page: UnsafeRawBufferPointer, index: Int, count: Int) throws(PageDefect) -> (start: Int, length: Int) {
         let cellsStart = PageHeader.bytes + 2 * count
+        // The slot array must fit before a slot is read: the buffer is not bounds-checked.
+        guard index >= 0, index < count, cellsStart <= page.count else { throw PageDefect("its \(count) slots do not fit") }
         let slot = PageHeader.bytes + 2 * index
         let offset = Int(page[slot]) | Int(page[slot + 1]) << 8
-        guard cellsStart <= page.count, offset >= cellsStart, offset < page.count else {
+        guard offset >= cellsStart, offset < page.count else {
             throw PageDefect("slot \(index) points outside the cells")
         }
         // The key length is a varint of at most two bytes (Limits.maxKeyBytes < 16,384).

@@ -167,3 +167,34 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         try reopened.close(checkpoint: false)
     }
 }
+
+extension EngineCorruptionTests {
+    /// Found by the EnginePage fuzz target: a branch whose slot count puts the slot array
+    /// past the end of the page was read out of bounds by the in-place key search.
+    @Test func aSlotCountPastThePageIsACorruptPageNotAnOverread() throws {
+        let fileSystem = SimulatedFileSystem()
+        var options = EngineOptions()
+        options.log.segmentBytes = 4096
+        try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options).engine.close()
+        for type in [PageType.branch, .leaf] {
+            var page = PageCodec.emptyPage(type, id: PageID(2), generation: 1, count: 3000, word: 3, pageBytes: 4096)
+            PageCodec.seal(&page)
+            let meta = MetaPage(pageBytes: 4096, generation: 9, root: PageID(2), freeListHead: .none, checkpointVersion: 0,
+                                pageCount: 4, keyCount: 0, height: type == .branch ? 2 : 1)
+            fileSystem.modify("/db/data") { image in
+                if image.count < 4 * 4096 { image += [UInt8](repeating: 0, count: 4 * 4096 - image.count) }
+                image.replaceSubrange(2 * 4096..<3 * 4096, with: page)
+                image.replaceSubrange(4096..<8192, with: meta.encoded())
+            }
+            let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+            #expect {
+                try engine.snapshot().get(Array("key".utf8))
+            } throws: { error in
+                guard case let EngineError.corruptPage(_, offset, _) = error else { return false }
+                return offset == 2 * 4096
+            }
+            #expect(throws: EngineError.self) { try engine.snapshot().scan() }
+            try engine.close(checkpoint: false)
+        }
+    }
+}
