@@ -136,27 +136,40 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 }
 
 @Suite struct EngineCorruptionTests {
+    private static let pageBytes = 4096
+
+    private static var options: EngineOptions {
+        var options = EngineOptions()
+        options.log.segmentBytes = 4096
+        return options
+    }
+
+    /// A closed store in `/db` whose data file has `page` as page 2 and a meta page (in
+    /// slot 1, generation 9) with root page 2 and the given height.
+    private func storeWithRoot(_ page: [UInt8], height: UInt64) throws -> SimulatedFileSystem {
+        let fileSystem = SimulatedFileSystem()
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
+        try engine.commit(WALBatch([.put(key: Array("a".utf8), value: [1])]))
+        try engine.close()
+        let meta = MetaPage(pageBytes: Self.pageBytes, generation: 9, root: PageID(2), freeListHead: .none,
+                            checkpointVersion: 1, pageCount: 4, keyCount: 1, height: height)
+        fileSystem.modify("/db/data") { image in
+            let size = Self.pageBytes
+            if image.count < 4 * size { image += [UInt8](repeating: 0, count: 4 * size - image.count) }
+            image.replaceSubrange(2 * size..<3 * size, with: page)
+            image.replaceSubrange(size..<2 * size, with: meta.encoded())
+        }
+        return fileSystem
+    }
+
     /// Found by the EnginePage fuzz target: a branch pointing at page 2^63 made computing
     /// the page's offset overflow (a trap) instead of reporting a corrupt page.
     @Test func aChildPointerOutsideAnyFileIsACorruptPageNotATrap() throws {
-        let fileSystem = SimulatedFileSystem()
-        var options = EngineOptions()
-        options.log.segmentBytes = 4096
-        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
-        try engine.commit(WALBatch([.put(key: Array("a".utf8), value: [1])]))
-        try engine.close()
-        // Make page 2 a branch whose children are page 2^63 and page 3; point the meta page at it.
         let branch = PageCodec.encodeBranch([BranchEntry(key: [], child: PageID(1 << 63)),
                                              BranchEntry(key: Array("m".utf8), child: PageID(3))][...],
-                                            id: PageID(2), generation: 9, pageBytes: 4096)
-        let meta = MetaPage(pageBytes: 4096, generation: 9, root: PageID(2), freeListHead: .none, checkpointVersion: 1,
-                            pageCount: 4, keyCount: 1, height: 2)
-        fileSystem.modify("/db/data") { image in
-            if image.count < 4 * 4096 { image += [UInt8](repeating: 0, count: 4 * 4096 - image.count) }
-            image.replaceSubrange(2 * 4096..<3 * 4096, with: branch)
-            image.replaceSubrange(4096..<8192, with: meta.encoded())
-        }
-        let (reopened, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+                                            id: PageID(2), generation: 9, pageBytes: Self.pageBytes)
+        let fileSystem = try storeWithRoot(branch, height: 2)
+        let (reopened, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
         #expect {
             try reopened.snapshot().get(Array("a".utf8))
         } throws: { error in
@@ -166,35 +179,22 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect(!reopened.verify().isValid)
         try reopened.close(checkpoint: false)
     }
-}
 
-extension EngineCorruptionTests {
-    /// Found by the EnginePage fuzz target: a branch whose slot count puts the slot array
+    /// Found by the EnginePage fuzz target: a page whose slot count puts the slot array
     /// past the end of the page was read out of bounds by the in-place key search.
-    @Test func aSlotCountPastThePageIsACorruptPageNotAnOverread() throws {
-        let fileSystem = SimulatedFileSystem()
-        var options = EngineOptions()
-        options.log.segmentBytes = 4096
-        try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options).engine.close()
-        for type in [PageType.branch, .leaf] {
-            var page = PageCodec.emptyPage(type, id: PageID(2), generation: 1, count: 3000, word: 3, pageBytes: 4096)
-            PageCodec.seal(&page)
-            let meta = MetaPage(pageBytes: 4096, generation: 9, root: PageID(2), freeListHead: .none, checkpointVersion: 0,
-                                pageCount: 4, keyCount: 0, height: type == .branch ? 2 : 1)
-            fileSystem.modify("/db/data") { image in
-                if image.count < 4 * 4096 { image += [UInt8](repeating: 0, count: 4 * 4096 - image.count) }
-                image.replaceSubrange(2 * 4096..<3 * 4096, with: page)
-                image.replaceSubrange(4096..<8192, with: meta.encoded())
-            }
-            let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
-            #expect {
-                try engine.snapshot().get(Array("key".utf8))
-            } throws: { error in
-                guard case let EngineError.corruptPage(_, offset, _) = error else { return false }
-                return offset == 2 * 4096
-            }
-            #expect(throws: EngineError.self) { try engine.snapshot().scan() }
-            try engine.close(checkpoint: false)
+    @Test(arguments: [PageType.branch, .leaf])
+    func aSlotCountPastThePageIsACorruptPageNotAnOverread(type: PageType) throws {
+        var page = PageCodec.emptyPage(type, id: PageID(2), generation: 1, count: 3000, word: 3, pageBytes: Self.pageBytes)
+        PageCodec.seal(&page)
+        let fileSystem = try storeWithRoot(page, height: type == .branch ? 2 : 1)
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
+        #expect {
+            try engine.snapshot().get(Array("key".utf8))
+        } throws: { error in
+            guard case let EngineError.corruptPage(_, offset, _) = error else { return false }
+            return offset == 2 * Int64(Self.pageBytes)
         }
+        #expect(throws: EngineError.self) { try engine.snapshot().scan() }
+        try engine.close(checkpoint: false)
     }
 }
