@@ -37,8 +37,13 @@ final class StrataEngineBench: BenchEngine {
     let engine: StorageEngine
     private let readSnapshot = Mutex<Snapshot?>(nil)
 
-    init(directory: String, durability: Durability) throws {
-        engine = try StorageEngine.open(path: directory, options: EngineOptions(durability: durability)).engine
+    init(directory: String, durability: Durability, checkpoints: Bool = true) throws {
+        var options = EngineOptions(durability: durability)
+        if !checkpoints {
+            options.checkpointMemtableBytes = .max
+            options.checkpointLogBytes = .max
+        }
+        engine = try StorageEngine.open(path: directory, options: options).engine
     }
 
     func write(_ keys: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {

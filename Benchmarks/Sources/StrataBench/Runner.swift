@@ -13,6 +13,7 @@ struct Runner {
     let options: StrataBench
 
     func run() throws -> Result {
+        if workload == "recover" { return try recover() }
         let syncWorkload = workload.hasPrefix("fillsync")
         let keys = options.num ?? (syncWorkload ? 2_000 : 1_000_000)
         let perTransaction = syncWorkload ? 1 : options.batch
@@ -68,6 +69,40 @@ struct Runner {
         try bench.close()
         return Result(engine: engine, bench: workload, num: operations, batch: perTransaction, valueSize: options.valueSize,
                       seconds: seconds, bytesOnDisk: directoryBytes(directory), fdatasyncs: syncs)
+    }
+
+    /// `recover`: an untimed fill with checkpoints off (everything stays in the log), a
+    /// close without checkpoint, then the timed reopen that replays the log.
+    private func recover() throws -> Result {
+        let keys = options.num ?? 1_000_000
+        let directory = (options.dir as NSString).appendingPathComponent("strata-bench-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let durability: Durability = engine == "strata-relaxed" ? .relaxed : .full
+        let filler = try StrataEngineBench(directory: directory, durability: durability, checkpoints: false)
+        var random = SplitMix64(seed: options.seed)
+        let values = (0..<min(keys, 10_000)).map { _ in Workload.value(options.valueSize, random: &random) }
+        for start in stride(from: 0, to: keys, by: options.batch) {
+            try filler.write(ArraySlice(start..<min(keys, start + options.batch))) { values[$0 % values.count] }
+        }
+        try filler.engine.close(checkpoint: false)
+        var engineOptions = EngineOptions(durability: durability)
+        engineOptions.checkpointMemtableBytes = .max
+        engineOptions.checkpointLogBytes = .max
+        let start = ContinuousClock.now
+        let (engine, report) = try StorageEngine.open(path: directory, options: engineOptions)
+        let elapsed = start.duration(to: .now)
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let found = try engine.snapshot().get(Workload.key(keys - 1)) != nil
+        try engine.close(checkpoint: false)
+        guard found, report.batchesReplayed == (keys + options.batch - 1) / options.batch else {
+            throw BenchError(description: "recover replayed \(report.batchesReplayed) batches")
+        }
+        let mebibytes = Double(report.log.rawBytes) / Double(1 << 20)
+        FileHandle.standardError.write(Data(("recover: replayed \(String(format: "%.1f", mebibytes)) MiB of batches "
+            + "(\(String(format: "%.1f", Double(report.log.storedBytes) / Double(1 << 20))) MiB stored) "
+            + "at \(String(format: "%.0f", mebibytes / seconds)) MiB/s\n").utf8))
+        return Result(engine: self.engine, bench: workload, num: keys, batch: options.batch, valueSize: options.valueSize,
+                      seconds: seconds, bytesOnDisk: directoryBytes(directory), fdatasyncs: nil)
     }
 
     private func makeEngine(directory: String, keys: Int) throws -> any BenchEngine {

@@ -19,7 +19,7 @@ struct StrataBench: ParsableCommand {
 
     static let allEngines = ["strata", "strata-relaxed", "sqlite", "lmdb", "fdatasync"]
     static let allWorkloads = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readrandom",
-                               "readseq", "deleterandom"]
+                               "readseq", "deleterandom", "recover"]
 
     @Option(help: "Comma-separated engines: \(allEngines.joined(separator: ", ")).")
     var engines = allEngines.joined(separator: ",")
@@ -58,6 +58,7 @@ struct StrataBench: ParsableCommand {
             for engine in engineNames {
                 let writesOnly = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "deleterandom"]
                 if engine == "fdatasync" && !writesOnly.contains(workload) { continue }
+                if workload == "recover" && !engine.hasPrefix("strata") { continue }
                 FileHandle.standardError.write(Data("running \(engine) \(workload)…\n".utf8))
                 let result = try Runner(engine: engine, workload: workload, options: self).run()
                 print(result.json)
