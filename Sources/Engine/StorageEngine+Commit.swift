@@ -11,19 +11,31 @@ extension StorageEngine {
     /// (`commitOutcomeUnknown` when the frame's fdatasync failed).
     @discardableResult
     public func commit(_ batch: WALBatch, readAt snapshot: Snapshot) throws -> UInt64 {
+        try commit(batch, readVersion: snapshot.version)
+    }
+
+    /// Commits `batch` without a conflict check (a blind write: it read nothing, so the
+    /// last writer of each key wins). Throws as `commit(_:readAt:)` does, except conflicts.
+    @discardableResult
+    public func commit(_ batch: WALBatch) throws -> UInt64 {
+        try commit(batch, readVersion: nil)
+    }
+
+    private func commit(_ batch: WALBatch, readVersion: UInt64?) throws -> UInt64 {
         try Self.checkLimits(batch)
-        let readVersion = snapshot.version
         let keys = Set(batch.operations.map(\.key))
         let lsn: LSN = try commitLock.withLock { commits in
             guard !commits.closed else { throw EngineError.closed }
             if let failure = commits.failure { throw EngineError.storeFailed(reason: failure) }
-            let latest = stateLock.withLock { $0.current }
-            var conflicts: [[UInt8]] = []
-            for key in keys where try lastWriteVersion(key, commits: commits, state: latest) > readVersion {
-                conflicts.append(key)
-            }
-            guard conflicts.isEmpty else {
-                throw EngineError.conflict(keys: conflicts.sorted { compareKeys($0, $1) < 0 }, readVersion: readVersion)
+            if let readVersion {
+                let latest = stateLock.withLock { $0.current }
+                var conflicts: [[UInt8]] = []
+                for key in keys where try lastWriteVersion(key, commits: commits, state: latest) > readVersion {
+                    conflicts.append(key)
+                }
+                guard conflicts.isEmpty else {
+                    throw EngineError.conflict(keys: conflicts.sorted { compareKeys($0, $1) < 0 }, readVersion: readVersion)
+                }
             }
             let lsn: LSN
             do { lsn = try log.submit(batch) } catch let error as WALError {
@@ -44,13 +56,6 @@ extension StorageEngine {
         publish(through: lsn.rawValue)
         checkpointIfDue()
         return lsn.rawValue
-    }
-
-    /// Commits `batch` on top of the latest version (no conflict is possible).
-    @discardableResult
-    public func commit(_ batch: WALBatch) throws -> UInt64 {
-        let latest = snapshot()
-        return try commit(batch, readAt: latest)
     }
 
     static func checkLimits(_ batch: WALBatch) throws(EngineError) {

@@ -198,3 +198,24 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         try engine.close(checkpoint: false)
     }
 }
+
+extension EngineBehaviourTests {
+    @Test func blindWritesFromManyThreadsNeverConflictAndTheLastWriterWins() throws {
+        let engine = try StorageEngine.inMemory()
+        let failures = Locked(0)
+        let group = DispatchGroup()
+        for thread in 0..<4 {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                for round in 0..<50 {
+                    let batch = WALBatch([.put(key: Array("shared".utf8), value: [UInt8(thread), UInt8(round)])])
+                    if (try? engine.commit(batch)) == nil { failures.withLock { $0 += 1 } }
+                }
+            }
+        }
+        group.wait()
+        #expect(failures.withLock { $0 } == 0)
+        #expect(try engine.snapshot().get(Array("shared".utf8))?.last == 49)
+    }
+}
