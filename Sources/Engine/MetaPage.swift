@@ -74,7 +74,8 @@ struct MetaPage: Equatable, Sendable {
                   meta.root == .none || (meta.root >= .firstDataPage && meta.root.rawValue < meta.pageCount),
                   meta.freeListHead == .none
                     || (meta.freeListHead >= .firstDataPage && meta.freeListHead.rawValue < meta.pageCount),
-                  meta.height <= 64, (meta.root == .none) == (meta.height == 0) else {
+                  meta.height <= 64, (meta.root == .none) == (meta.height == 0),
+                  meta.generation < UInt64.max / 2, meta.checkpointVersion < UInt64.max / 2 else {
                 throw MetaDefect.invalid("its page references or counts are out of range")
             }
             return meta

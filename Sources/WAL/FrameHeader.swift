@@ -62,13 +62,14 @@ struct FrameHeader: Equatable {
         }
         let header = parse(bytes, at: offset)
         guard header.salt == salt else { return (header, "its salt is not the segment's") }
-        guard header.rawBytes > 0, header.rawBytes <= UInt32(WALFormat.maxFragmentBytes),
+        guard header.lsn > .none, header.lsn.rawValue < UInt64.max,
+              header.rawBytes > 0, header.rawBytes <= UInt32(WALFormat.maxFragmentBytes),
               header.storedBytes > 0, header.storedBytes <= header.rawBytes,
               header.batchBytes >= header.rawBytes, header.batchBytes <= UInt32(WALFormat.maxBatchBytes),
               header.flags & ~WALFormat.compressedFlag == 0,
               header.isCompressed || header.storedBytes == header.rawBytes,
               FragmentKind(rawValue: header.kind) != nil else {
-            return (header, "its length, flag or kind fields are out of range")
+            return (header, "its LSN, length, flag or kind fields are out of range")
         }
         let end = offset + WALFormat.frameHeaderBytes + Int(header.storedBytes)
         guard end <= bytes.count else { return (header, "its payload runs past the end of the segment") }

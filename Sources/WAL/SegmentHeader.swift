@@ -56,8 +56,8 @@ struct SegmentHeader: Equatable {
             }
             let header = SegmentHeader(salt: try reader.readUInt32(), sequence: try reader.readUInt64(),
                                        firstLSN: LSN(try reader.readUInt64()), capacityBytes: try reader.readUInt64())
-            guard header.salt != 0, header.firstLSN > .none else {
-                throw WALError.corruptSegmentHeader(path: path, reason: "its salt or first LSN is zero")
+            guard header.salt != 0, header.firstLSN > .none, header.firstLSN.rawValue < UInt64.max else {
+                throw WALError.corruptSegmentHeader(path: path, reason: "its salt or first LSN is out of range")
             }
             return header
         } catch let error as WALError {

@@ -123,3 +123,21 @@ import WAL
         #expect(fellBack > 64)
     }
 }
+
+extension EngineCrashTests {
+    /// A meta page whose checkpoint version or generation is at the top of the range
+    /// (crafted: a checksum that matches) is invalid, not a later overflow trap.
+    @Test func aMetaPageWithCountersAtTheirLimitIsRejected() throws {
+        let fileSystem = SimulatedFileSystem()
+        try StorageEngine.open(path: "/db", fileSystem: fileSystem).engine.close()
+        var meta = try MetaPage.decode(Array(try #require(fileSystem.contents(of: "/db/data"))[4096..<8192]))
+        meta.generation = 5
+        meta.checkpointVersion = UInt64.max
+        fileSystem.modify("/db/data") { $0.replaceSubrange(4096..<8192, with: meta.encoded()) }
+        let (engine, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        #expect(report.metaGeneration == 0)
+        #expect(report.rejectedMeta != nil)
+        try engine.commit(WALBatch([.put(key: [1], value: [2])]))
+        try engine.close()
+    }
+}

@@ -164,3 +164,31 @@ import Testing
         }
     }
 }
+
+extension WALCorruptionTests {
+    /// Found by the WALFrames fuzz target: in skip-corrupted mode a verified frame with LSN
+    /// 2^64 − 1 was accepted and computing the LSN after it overflowed (a trap).
+    @Test(arguments: [RecoveryMode.strict, .skipCorrupted, .pointInTime])
+    func aFrameWithTheLargestLSNIsDamageNotATrap(mode: RecoveryMode) throws {
+        let (fileSystem, batches, records) = try smallLog(count: 3)
+        let last = records[2]
+        fileSystem.modify(last.path) { image in
+            let start = Int(last.offset)
+            let end = start + WALFormat.frameHeaderBytes + last.storedBytes
+            var header = image.withUnsafeBytes { FrameHeader.parse($0, at: start) }
+            header.lsn = LSN(UInt64.max)
+            var writer = ByteWriter()
+            let payload = Array(image[(start + WALFormat.frameHeaderBytes)..<end])
+            payload.withUnsafeBytes { buffer in
+                FrameHeader.encode(salt: header.salt, lsn: header.lsn, durableLSN: header.durableLSN,
+                                   rawBytes: Int(header.rawBytes), batchBytes: Int(header.batchBytes),
+                                   compressed: header.isCompressed, kind: FragmentKind(rawValue: header.kind)!,
+                                   payload: buffer, into: &writer)
+            }
+            image.replaceSubrange(start..<(start + WALFormat.frameHeaderBytes), with: writer.bytes)
+        }
+        let (recovered, report) = try readLog(fileSystem, mode: mode)
+        #expect(recovered.map(\.batch) == Array(batches.prefix(2)))
+        #expect(report.damage.count == 1)
+    }
+}
