@@ -66,6 +66,22 @@ struct Memtable: Sendable {
         return result
     }
 
+    /// A memtable holding the given entries, built balanced in O(n) without rotations.
+    /// `entries` must be sorted by key with no key twice.
+    static func build(sortedUnique entries: [(key: [UInt8], entry: MemtableEntry)]) -> Memtable {
+        func subtree(_ low: Int, _ high: Int) -> MemtableNode? {
+            guard low < high else { return nil }
+            let middle = (low + high) / 2
+            return MemtableNode(key: entries[middle].key, entry: entries[middle].entry,
+                                left: subtree(low, middle), right: subtree(middle + 1, high))
+        }
+        var memtable = Memtable()
+        memtable.root = subtree(0, entries.count)
+        memtable.count = entries.count
+        memtable.byteCount = entries.reduce(0) { $0 + $1.key.count + ($1.entry.value?.count ?? 0) + entryOverheadBytes }
+        return memtable
+    }
+
     /// Entries in key order from the first key at or above `start` (forward) or at or
     /// below it (reverse); nil starts at the end.
     func entries(from start: [UInt8]?, reverse: Bool) -> MemtableIterator {

@@ -63,14 +63,22 @@ extension StorageEngine {
             var logOptions = options.log
             logOptions.durability = options.durability
             logOptions.firstLSN = LSN(meta.checkpointVersion + 1)
-            var active = Memtable()
+            // Replayed changes are gathered, sorted once and built into a balanced memtable:
+            // inserting them one by one would cost O(log n) new nodes each.
+            var changes: [(key: [UInt8], entry: MemtableEntry)] = []
             var replayed = 0
             let (log, logReport) = try WriteAheadLog.open(directory: joinPath(path, logDirectoryName), fileSystem: fileSystem,
                                                           options: logOptions) { record in
                 guard record.lsn.rawValue > meta.checkpointVersion else { return }
-                active = active.applying(record.batch, version: record.lsn.rawValue)
+                for operation in record.batch.operations {
+                    switch operation {
+                    case let .put(key, value): changes.append((key, MemtableEntry(version: record.lsn.rawValue, value: value)))
+                    case let .delete(key): changes.append((key, MemtableEntry(version: record.lsn.rawValue, value: nil)))
+                    }
+                }
                 replayed += 1
             }
+            let active = Memtable.build(sortedUnique: latestPerKey(changes))
             let version = max(meta.checkpointVersion, logReport.lastLSN.rawValue)
             let state = EngineState(version: version, tree: BTree(root: meta.root, height: Int(meta.height)),
                                     treeGeneration: meta.generation, frozen: nil, active: active)
@@ -90,6 +98,22 @@ extension StorageEngine {
             default: throw error
             }
         }
+    }
+
+    /// The last change of each key, sorted by key (`changes` is in commit order).
+    static func latestPerKey(_ changes: [(key: [UInt8], entry: MemtableEntry)]) -> [(key: [UInt8], entry: MemtableEntry)] {
+        // Sort positions by key, then by position, so the last change of a key ends its run.
+        let order = changes.indices.sorted { left, right in
+            let byKey = compareKeys(changes[left].key, changes[right].key)
+            return byKey != 0 ? byKey < 0 : left < right
+        }
+        var result: [(key: [UInt8], entry: MemtableEntry)] = []
+        result.reserveCapacity(order.count)
+        for (position, index) in order.enumerated() {
+            let isLastOfKey = position + 1 == order.count || compareKeys(changes[index].key, changes[order[position + 1]].key) != 0
+            if isLastOfKey { result.append(changes[index]) }
+        }
+        return result
     }
 
     /// Writes a new data file whole under a temporary name, then renames it into place,
