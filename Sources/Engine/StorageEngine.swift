@@ -39,7 +39,7 @@ public final class StorageEngine: Sendable {
     /// Conflict checks, LSN order and publication.
     let commitLock: Locked<CommitState>
     /// The durable layout of the data file, owned by the one running checkpoint.
-    let checkpointLock: Mutex<CheckpointState>
+    let checkpointLock: Locked<CheckpointState>
     /// Whether a checkpoint started by a commit's thresholds is running.
     let checkpointRunning = Atomic(false)
     /// Log bytes written when the last checkpoint started.
@@ -55,7 +55,7 @@ public final class StorageEngine: Sendable {
         self.lock = lock
         self.stateLock = Locked(ReaderState(current: state))
         self.commitLock = Locked(CommitState(publishedVersion: state.version))
-        self.checkpointLock = Mutex(checkpoint)
+        self.checkpointLock = Locked(checkpoint)
     }
 
     deinit {
