@@ -9,8 +9,9 @@
 //     directory) its volatile ones; each surviving file starts from its durable image and
 //     replays its unsynced writes in order, each kept whole, dropped, or torn (a random
 //     byte prefix, or a random subset of its 512-byte sectors, which also models writes
-//     persisting out of order). `.keepAll` models a process kill (all that reached the
-//     kernel survives); `.dropAll` keeps only what was synced.
+//     persisting out of order). `.keepAll` models a process kill: every write and name
+//     survives but stays unsynced, so a later power loss can still take it; `.dropAll`
+//     keeps only what was synced.
 //  4. After a crash, every handle and lock from before it is dead: its calls throw `closed`.
 //  5. `injectFault` fails the operation with a given index, once or from then on, with an
 //     errno mapped exactly as the POSIX implementation maps it. A failed operation has no
@@ -33,7 +34,7 @@ public final class SimulatedFileSystem: FileSystem {
     public enum CrashFates: Sendable, Equatable {
         /// Unsynced writes are kept, dropped or torn, chosen by a generator seeded with `seed`.
         case random(seed: UInt64)
-        /// Everything that reached the "kernel" survives (a process kill).
+        /// Everything that reached the "kernel" survives, still unsynced (a process kill).
         case keepAll
         /// Only synced data and names survive.
         case dropAll

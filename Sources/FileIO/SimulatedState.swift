@@ -102,14 +102,22 @@ struct SimulatedState {
     }
 
     mutating func crash(_ fates: SimulatedFileSystem.CrashFates) {
+        defer {
+            faults.removeAll()
+            powerCutIndex = nil
+            locks.removeAll()
+            generation += 1
+        }
+        // A process kill: the kernel keeps every write and name, still unsynced, so a later
+        // power loss can take them yet.
+        if case .keepAll = fates {
+            let live = Set(directories.values.flatMap { $0.volatile.values })
+            for id in inodes.keys where !live.contains(id) { inodes[id] = nil }
+            return
+        }
         var random = SplitMix64(seed: { if case let .random(seed) = fates { seed } else { 0 } }())
         for key in directories.keys.sorted() {
-            let keepVolatile: Bool
-            switch fates {
-            case .keepAll: keepVolatile = true
-            case .dropAll: keepVolatile = false
-            case .random: keepVolatile = random.next() & 1 == 0
-            }
+            let keepVolatile = fates == .dropAll ? false : random.next() & 1 == 0
             if keepVolatile { directories[key]!.durable = directories[key]!.volatile }
             directories[key]!.volatile = directories[key]!.durable
         }
@@ -118,18 +126,10 @@ struct SimulatedState {
             guard live.contains(id) else { inodes[id] = nil; continue }
             var image = inodes[id]!.durable
             for change in inodes[id]!.pending {
-                switch fates {
-                case .keepAll: apply(change, to: &image)
-                case .dropAll: break
-                case .random: applyWithRandomFate(change, to: &image, random: &random)
-                }
+                if fates != .dropAll { applyWithRandomFate(change, to: &image, random: &random) }
             }
             inodes[id] = SimulatedInode(volatile: image, durable: image, pending: [])
         }
-        faults.removeAll()
-        powerCutIndex = nil
-        locks.removeAll()
-        generation += 1
     }
 }
 

@@ -133,3 +133,19 @@ import Glibc
         _ = try fileSystem.lockExclusively("/db/LOCK")
     }
 }
+
+extension SimulatedFileSystemTests {
+    @Test func whatAProcessKillKeepsIsStillLostToALaterPowerLossUnlessSynced() throws {
+        let fileSystem = SimulatedFileSystem()
+        try fileSystem.createDirectory("/db")
+        let file = try fileSystem.open("/db/a", options: [.create, .write])
+        try file.write([1, 2], at: 0)
+        try file.sync()
+        try fileSystem.syncDirectory("/db")
+        try file.write([9], at: 0)
+        fileSystem.crash(.keepAll)
+        #expect(fileSystem.contents(of: "/db/a") == [9, 2])
+        fileSystem.crash(.dropAll)
+        #expect(fileSystem.contents(of: "/db/a") == [1, 2])
+    }
+}

@@ -144,3 +144,23 @@ import Glibc
         #expect(try readLog(fileSystem).0.map(\.batch) == synced)
     }
 }
+
+extension WALFailureTests {
+    /// FORMAT.md: recovery syncs the last segment and the directory before the log takes
+    /// appends, so what it replayed after a process kill survives a later power loss.
+    @Test func whatRecoveryReplayedSurvivesALaterPowerLoss() throws {
+        let fileSystem = SimulatedFileSystem()
+        let options = WALOptions(durability: .relaxed, segmentBytes: 4096)
+        let (log, _, _) = try openLog(fileSystem, options: options)
+        var generator = BatchGenerator(seed: 17)
+        let batches = (0..<30).map { _ in generator.batch(maxValueBytes: 200) }
+        for batch in batches { try log.append(batch) }
+        #expect(log.durableLSN < LSN(30), "relaxed appends stay unsynced until a rotation or sync")
+        fileSystem.crash(.keepAll)
+        let (reopened, replayed, _) = try openLog(fileSystem, options: options)
+        #expect(replayed.map(\.batch) == batches)
+        try reopened.close()
+        fileSystem.crash(.dropAll)
+        #expect(try readLog(fileSystem).0.map(\.batch) == batches)
+    }
+}
