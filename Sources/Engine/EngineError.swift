@@ -23,6 +23,9 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
     case storeFailed(reason: String)
     /// The store is closed.
     case closed
+    /// The write-ahead log no longer holds the batch of version `requested`: a checkpoint
+    /// released it. The oldest version it may hold is `oldest`.
+    case historyUnavailable(requested: UInt64, oldest: UInt64)
     /// Invalid options; the text names the setting.
     case invalidOptions(String)
     /// The write-ahead log failed or is damaged.
@@ -49,6 +52,9 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
             "The store stopped accepting writes after an I/O failure (\(reason)); reopen it to recover."
         case .closed:
             "The store is closed; open it again."
+        case let .historyUnavailable(requested, oldest):
+            "The log no longer holds version \(requested) (a checkpoint released it; the oldest it may hold is \(oldest)); "
+                + "start from a later version or raise the checkpoint thresholds."
         case let .invalidOptions(reason):
             "Invalid store options: \(reason)."
         case let .log(error):

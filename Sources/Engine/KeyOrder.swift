@@ -6,8 +6,8 @@ import Darwin
 #endif
 
 /// Compares two keys bytewise: negative, zero or positive.
-@inline(__always)
-func compareKeys(_ lhs: [UInt8], _ rhs: [UInt8]) -> Int {
+@inlinable @inline(__always)
+public func compareKeys(_ lhs: [UInt8], _ rhs: [UInt8]) -> Int {
     let common = min(lhs.count, rhs.count)
     let order = common == 0 ? 0 : lhs.withUnsafeBytes { a in
         rhs.withUnsafeBytes { b in Int(memcmp(a.baseAddress!, b.baseAddress!, common)) }
@@ -17,7 +17,7 @@ func compareKeys(_ lhs: [UInt8], _ rhs: [UInt8]) -> Int {
 
 /// The smallest key above every key that starts with `prefix`, or nil when there is none
 /// (the prefix is all 0xFF bytes).
-func keyAfterPrefix(_ prefix: [UInt8]) -> [UInt8]? {
+public func keyAfterPrefix(_ prefix: [UInt8]) -> [UInt8]? {
     var end = prefix
     while let last = end.last {
         if last < 0xFF {
@@ -27,4 +27,28 @@ func keyAfterPrefix(_ prefix: [UInt8]) -> [UInt8]? {
         end.removeLast()
     }
     return nil
+}
+
+/// A range of keys: `lower..<upper` (either bound optional), built from a start, an end
+/// and a prefix that all must hold.
+public struct KeyRange: Sendable, Equatable {
+    /// The smallest key in the range, if bounded below.
+    public var lower: [UInt8]?
+    /// The first key above the range, if bounded above.
+    public var upper: [UInt8]?
+
+    /// Keys in `start..<end` (either optional) that start with `prefix`.
+    public init(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = []) {
+        lower = start
+        upper = end
+        if !prefix.isEmpty {
+            if lower.map({ compareKeys($0, prefix) < 0 }) ?? true { lower = prefix }
+            if let after = keyAfterPrefix(prefix), upper.map({ compareKeys(after, $0) < 0 }) ?? true { upper = after }
+        }
+    }
+
+    /// Whether `key` lies in the range.
+    public func contains(_ key: [UInt8]) -> Bool {
+        (lower.map { compareKeys(key, $0) >= 0 } ?? true) && (upper.map { compareKeys(key, $0) < 0 } ?? true)
+    }
 }

@@ -9,7 +9,7 @@ public final class Snapshot: Sendable {
     public var version: UInt64 { state.version }
 
     let state: EngineState
-    private let engine: StorageEngine
+    let engine: StorageEngine
 
     init(state: EngineState, engine: StorageEngine) {
         self.state = state
@@ -28,33 +28,66 @@ public final class Snapshot: Sendable {
     /// Whether `key` has a value.
     public func contains(_ key: [UInt8]) throws -> Bool { try get(key) != nil }
 
+    /// The version of the last commit at or below this snapshot's version that wrote
+    /// `key` (a put or a delete), or 0 when none did.
+    public func lastWriteVersion(_ key: [UInt8]) throws -> UInt64 {
+        if let entry = state.active.entry(key) ?? state.frozen?.entry(key) { return entry.version }
+        return try state.tree.entry(key, file: engine.pageFile)?.version ?? 0
+    }
+
     /// Key/value pairs in key order (descending with `reverse`) with keys in `start..<end`
     /// (either bound optional) and starting with `prefix`, at most `limit` of them.
     /// O(log n + k) page reads for k results.
     public func scan(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [],
                      reverse: Bool = false, limit: Int = .max) throws -> [(key: [UInt8], value: [UInt8])] {
-        var lower = start
-        var upper = end
-        if !prefix.isEmpty {
-            if lower == nil || compareKeys(lower!, prefix) < 0 { lower = prefix }
-            if let after = keyAfterPrefix(prefix), upper == nil || compareKeys(after, upper!) < 0 { upper = after }
-        }
         var results: [(key: [UInt8], value: [UInt8])] = []
         guard limit > 0 else { return results }
-        // In reverse, begin at the last key below `upper`.
-        var merge = try MergedScan(state: state, file: engine.pageFile, start: reverse ? upper : lower, reverse: reverse)
-        while let (key, entry) = try merge.next() {
-            if reverse {
-                if let upper, compareKeys(key, upper) >= 0 { continue }
-                if let lower, compareKeys(key, lower) < 0 { break }
-            } else {
-                if let upper, compareKeys(key, upper) >= 0 { break }
-            }
-            guard let value = try entry.value(engine) else { continue }
-            results.append((key, value))
+        var cursor = try self.cursor(KeyRange(from: start, to: end, prefix: prefix), reverse: reverse)
+        while let pair = try cursor.next() {
+            results.append(pair)
             if results.count == limit { break }
         }
         return results
+    }
+
+    /// A cursor over the key/value pairs in `range`, in key order (descending with
+    /// `reverse`), reading pages as it goes. O(log n) to start.
+    public func cursor(_ range: KeyRange = KeyRange(), reverse: Bool = false) throws -> SnapshotCursor {
+        try SnapshotCursor(snapshot: self, range: range, reverse: reverse)
+    }
+}
+
+/// A walk over a snapshot's key/value pairs in key order; it keeps the snapshot alive.
+public struct SnapshotCursor {
+    private let snapshot: Snapshot
+    private let range: KeyRange
+    private let reverse: Bool
+    private var merge: MergedScan
+    private var finished = false
+
+    init(snapshot: Snapshot, range: KeyRange, reverse: Bool) throws {
+        self.snapshot = snapshot
+        self.range = range
+        self.reverse = reverse
+        // In reverse, begin at the last key below `upper`.
+        merge = try MergedScan(state: snapshot.state, file: snapshot.engine.pageFile,
+                               start: reverse ? range.upper : range.lower, reverse: reverse)
+    }
+
+    /// The next pair, or nil at the end of the range. Throws `EngineError` for a corrupt page.
+    public mutating func next() throws -> (key: [UInt8], value: [UInt8])? {
+        while !finished, let (key, entry) = try merge.next() {
+            if reverse {
+                if let upper = range.upper, compareKeys(key, upper) >= 0 { continue }
+                if let lower = range.lower, compareKeys(key, lower) < 0 { break }
+            } else {
+                if let upper = range.upper, compareKeys(key, upper) >= 0 { break }
+            }
+            guard let value = try entry.value(snapshot.engine) else { continue }
+            return (key, value)
+        }
+        finished = true
+        return nil
     }
 }
 
@@ -85,8 +118,8 @@ struct MergedScan {
         active = state.active.entries(from: start, reverse: reverse)
         frozen = state.frozen?.entries(from: start, reverse: reverse)
         tree = try state.tree.cursor(from: start, reverse: reverse, file: file)
-        heads[0] = active.next().map { ($0.key, .memtable($0.entry)) }
-        heads[1] = frozen?.next().map { ($0.key, .memtable($0.entry)) }
+        heads[0] = active.next().map { ($0.key, .memtable($0.value)) }
+        heads[1] = frozen?.next().map { ($0.key, .memtable($0.value)) }
         heads[2] = try tree.next().map { ($0.key, .tree($0)) }
     }
 
@@ -111,8 +144,8 @@ struct MergedScan {
 
     private mutating func advance(_ index: Int) throws {
         switch index {
-        case 0: heads[0] = active.next().map { ($0.key, .memtable($0.entry)) }
-        case 1: heads[1] = frozen?.next().map { ($0.key, .memtable($0.entry)) }
+        case 0: heads[0] = active.next().map { ($0.key, .memtable($0.value)) }
+        case 1: heads[1] = frozen?.next().map { ($0.key, .memtable($0.value)) }
         default: heads[2] = try tree.next().map { ($0.key, .tree($0)) }
         }
     }

@@ -65,7 +65,7 @@ extension StorageEngine {
         var changes: [(key: [UInt8], entry: MemtableEntry)] = []
         changes.reserveCapacity(frozen.count)
         var iterator = frozen.entries(from: nil, reverse: false)
-        while let next = iterator.next() { changes.append(next) }
+        while let next = iterator.next() { changes.append((next.key, next.value)) }
         let tree = try writer.apply(changes, to: frozenState.tree)
 
         // The free list: every page free after this checkpoint, stored in pages that are

@@ -4,27 +4,42 @@
 import WAL
 
 extension StorageEngine {
-    /// Commits `batch` as read at `snapshot`. Returns the new version once the batch is
-    /// durable (`.full`) or written (`.relaxed`) and visible to new snapshots.
+    /// Commits `batch` as read at `snapshot`. Returns once the batch is durable (`.full`)
+    /// or written (`.relaxed`) and visible to new snapshots. Blocks the calling thread
+    /// meanwhile; from async code use `commit(_:readAt:) async`.
     /// Throws `EngineError.conflict` naming the keys another commit wrote after the
     /// snapshot, `.keyTooLarge` / `.valueTooLarge`, `.storeFailed`, `.closed`, or `.log`
     /// (`commitOutcomeUnknown` when the frame's fdatasync failed).
     @discardableResult
-    public func commit(_ batch: WALBatch, readAt snapshot: Snapshot) throws -> UInt64 {
-        try commit(batch, readVersion: snapshot.version)
+    public func commit(_ batch: WALBatch, readAt snapshot: Snapshot) throws -> CommitResult {
+        try finishCommit(beginCommit(batch, readVersion: snapshot.version))
     }
 
     /// Commits `batch` without a conflict check (a blind write: it read nothing, so the
     /// last writer of each key wins). Throws as `commit(_:readAt:)` does, except conflicts.
     @discardableResult
-    public func commit(_ batch: WALBatch) throws -> UInt64 {
-        try commit(batch, readVersion: nil)
+    public func commit(_ batch: WALBatch) throws -> CommitResult {
+        try finishCommit(beginCommit(batch, readVersion: nil))
     }
 
-    private func commit(_ batch: WALBatch, readVersion: UInt64?) throws -> UInt64 {
+    /// `commit(_:readAt:)` for async code: suspends (never blocking a thread of the
+    /// cooperative pool) while a dedicated thread waits for the fdatasync. Cancelling the
+    /// task does not cancel a commit already submitted to the log.
+    @discardableResult
+    public func commit(_ batch: WALBatch, readAt snapshot: Snapshot) async throws -> CommitResult {
+        let submission = try beginCommit(batch, readVersion: snapshot.version)
+        return try await withCheckedThrowingContinuation { continuation in
+            durabilityWaiter.enqueue(submission.lsn) { [self] in
+                continuation.resume(with: Result { try finishCommit(submission) })
+            }
+        }
+    }
+
+    /// Checks conflicts and limits, takes the next version and queues the batch's frame.
+    private func beginCommit(_ batch: WALBatch, readVersion: UInt64?) throws -> Submission {
         try Self.checkLimits(batch)
         let keys = Set(batch.operations.map(\.key))
-        let lsn: LSN = try commitLock.withLock { commits in
+        return try commitLock.withLock { commits in
             guard !commits.closed else { throw EngineError.closed }
             if let failure = commits.failure { throw EngineError.storeFailed(reason: failure) }
             if let readVersion {
@@ -37,25 +52,32 @@ extension StorageEngine {
                     throw EngineError.conflict(keys: conflicts.sorted { compareKeys($0, $1) < 0 }, readVersion: readVersion)
                 }
             }
-            let lsn: LSN
-            do { lsn = try log.submit(batch) } catch let error as WALError {
+            let submission: Submission
+            do { submission = try log.enqueue(batch) } catch let error as WALError {
                 if case .batchTooLarge = error { throw EngineError.log(error) }
                 commits.failure = "\(error)"
                 throw EngineError.log(error)
             }
-            commits.inFlight[lsn.rawValue] = batch
-            for key in keys { commits.inFlightKeys[key] = lsn.rawValue }
-            return lsn
+            let version = submission.lsn.rawValue
+            commits.inFlight[version] = batch
+            for key in keys { commits.inFlightKeys[key] = version }
+            return submission
         }
+    }
+
+    /// Waits for the queued frame to be durable, then publishes it (E1).
+    private func finishCommit(_ submission: Submission) throws -> CommitResult {
+        let groupSize: Int
         do {
-            try log.waitUntilDone(lsn)
+            groupSize = try log.waitUntilDone(submission.lsn)
         } catch {
             commitLock.withLock { $0.failure = "\(error)" }
             throw (error as? WALError).map(EngineError.log) ?? error
         }
-        publish(through: lsn.rawValue)
+        publish(through: submission.lsn.rawValue)
         checkpointIfDue()
-        return lsn.rawValue
+        return CommitResult(version: submission.lsn.rawValue, rawByteCount: submission.rawByteCount,
+                            storedByteCount: submission.storedByteCount, groupSize: groupSize)
     }
 
     static func checkLimits(_ batch: WALBatch) throws(EngineError) {
@@ -82,7 +104,7 @@ extension StorageEngine {
     func publish(through version: UInt64) {
         commitLock.withLock { commits in
             guard commits.publishedVersion < version else { return }
-            var batches: [(UInt64, WALBatch)] = []
+            var batches: [(version: UInt64, batch: WALBatch)] = []
             var next = commits.publishedVersion + 1
             while next <= version, let batch = commits.inFlight.removeValue(forKey: next) {
                 batches.append((next, batch))
@@ -100,6 +122,8 @@ extension StorageEngine {
                 for (batchVersion, batch) in batches { active = active.applying(batch, version: batchVersion) }
                 readers.current = readers.current.with(version: published, active: active)
             }
+            // Still under the commit lock, so observers see versions in order.
+            if !batches.isEmpty { publishObserver.withLock { $0 }?(batches) }
         }
     }
 }
@@ -116,4 +140,16 @@ extension Memtable {
         }
         return result
     }
+}
+
+/// What a durable commit did.
+public struct CommitResult: Sendable, Equatable {
+    /// The version the commit created (its log LSN).
+    public let version: UInt64
+    /// Bytes of the encoded batch.
+    public let rawByteCount: Int
+    /// Bytes of its log frames' payloads as stored (after LZ4 where it helped).
+    public let storedByteCount: Int
+    /// How many commits shared the write and fdatasync of this one's group (0 when unknown).
+    public let groupSize: Int
 }

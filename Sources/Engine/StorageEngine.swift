@@ -44,6 +44,10 @@ public final class StorageEngine: Sendable {
     let checkpointRunning = Atomic(false)
     /// Log bytes written when the last checkpoint started.
     let logBytesAtCheckpoint = Atomic(0)
+    /// Waits for fdatasync on behalf of async commits.
+    let durabilityWaiter: DurabilityWaiter
+    /// Told about every published batch (see `observeCommits`).
+    let publishObserver = Locked<CommitObserver?>(nil)
 
     init(path: String, options: EngineOptions, fileSystem: any FileSystem, pageFile: PageFile, log: WriteAheadLog,
          lock: any FileLock, state: EngineState, checkpoint: CheckpointState) {
@@ -56,9 +60,11 @@ public final class StorageEngine: Sendable {
         self.stateLock = Locked(ReaderState(current: state))
         self.commitLock = Locked(CommitState(publishedVersion: state.version))
         self.checkpointLock = Locked(checkpoint)
+        self.durabilityWaiter = DurabilityWaiter(log: log)
     }
 
     deinit {
+        durabilityWaiter.stop()
         try? log.close()
         try? pageFile.file.close()
         lock.unlock()
@@ -82,6 +88,35 @@ public final class StorageEngine: Sendable {
 
     /// The latest published version.
     public var version: UInt64 { stateLock.withLock { $0.current.version } }
+
+    /// Calls `observer` with every batch published from now on, in version order, from
+    /// the committing thread while it holds the commit lock: the observer must be quick
+    /// and must not call back into the engine. Replaces any earlier observer.
+    public func observeCommits(_ observer: CommitObserver?) {
+        publishObserver.withLock { $0 = observer }
+    }
+
+    /// The oldest version whose batch the write-ahead log may still hold; checkpoints
+    /// release older ones.
+    public var oldestLoggedVersion: UInt64 { log.oldestLSN.rawValue }
+
+    /// Passes the committed batches with versions in `versions` to `visit` in order, read
+    /// back from the write-ahead log. Throws `EngineError.historyUnavailable` when the log
+    /// no longer holds the first of them, or the log's errors. Cost: reads the whole log.
+    public func history(_ versions: ClosedRange<UInt64>, visit: (UInt64, WALBatch) throws -> Void) throws {
+        let oldest = oldestLoggedVersion
+        guard versions.lowerBound >= oldest else {
+            throw EngineError.historyUnavailable(requested: versions.lowerBound, oldest: oldest)
+        }
+        do {
+            _ = try WriteAheadLog.read(directory: log.directory, fileSystem: fileSystem) { record in
+                if versions.contains(record.lsn.rawValue) { try visit(record.lsn.rawValue, record.batch) }
+            }
+        } catch where oldestLoggedVersion > versions.lowerBound {
+            // A checkpoint released a segment while it was being read.
+            throw EngineError.historyUnavailable(requested: versions.lowerBound, oldest: oldestLoggedVersion)
+        }
+    }
 
     /// What the write-ahead log did since the store was opened (group commits, fdatasyncs,
     /// bytes, compression).
@@ -115,6 +150,7 @@ public final class StorageEngine: Sendable {
             return commits.closed
         }
         guard !alreadyClosed else { return }
+        durabilityWaiter.stop()
         defer {
             try? log.close()
             try? pageFile.file.close()
@@ -125,6 +161,9 @@ public final class StorageEngine: Sendable {
         }
     }
 }
+
+/// Receives published batches with their versions (see `StorageEngine.observeCommits`).
+public typealias CommitObserver = @Sendable ([(version: UInt64, batch: WALBatch)]) -> Void
 
 /// The published view, and how many snapshots hold each tree generation.
 struct ReaderState {

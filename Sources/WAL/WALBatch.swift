@@ -106,3 +106,13 @@ private func varintByteCount(_ value: Int) -> Int {
     while rest > 0 { count += 1; rest >>= 7 }
     return count
 }
+
+/// A batch queued by `WriteAheadLog.enqueue(_:)`: its LSN and sizes.
+public struct Submission: Sendable {
+    /// The batch's LSN (its commit version).
+    public let lsn: LSN
+    /// Bytes of the encoded batch.
+    public let rawByteCount: Int
+    /// Bytes of its frame payloads as stored (after LZ4 where it helped).
+    public let storedByteCount: Int
+}

@@ -22,6 +22,11 @@ extension WriteAheadLog {
     /// holds its own lock across `submit` orders its commits by it. Follow with
     /// `waitUntilDone(_:)`. Encoding and compression run on the calling thread.
     public func submit(_ batch: WALBatch) throws -> LSN {
+        try enqueue(batch).lsn
+    }
+
+    /// `submit(_:)`, also returning the batch's encoded and stored (compressed) sizes.
+    public func enqueue(_ batch: WALBatch) throws -> Submission {
         let encoded = try EncodedBatch(batch, compression: options.compression)
         monitor.lock()
         defer { monitor.unlock() }
@@ -31,18 +36,21 @@ extension WriteAheadLog {
         state.nextLSN = lsn.next
         state.queue.append(PendingBatch(lsn: lsn, encoded: encoded))
         state.statistics.appendCount += 1
-        return lsn
+        return Submission(lsn: lsn, rawByteCount: encoded.batchBytes, storedByteCount: encoded.storedBytes)
     }
 
     /// Waits until the batch at `lsn` is durable (`.full`) or written (`.relaxed`), leading
-    /// group commits while no one else does. Throws as `append` does.
-    public func waitUntilDone(_ lsn: LSN) throws {
+    /// group commits while no one else does. Returns how many batches shared the group
+    /// commit that wrote `lsn` (0 when that group is long forgotten: more than
+    /// `WriterState.recentGroupLimit` groups ago). Throws as `append` does.
+    @discardableResult
+    public func waitUntilDone(_ lsn: LSN) throws -> Int {
         monitor.lock()
         defer { monitor.unlock() }
         guard lsn < state.nextLSN else { throw WALError.notSubmitted(lsn) }
         while true {
             let done = options.durability == .full ? state.durableLSN >= lsn : state.writtenLSN >= lsn
-            if done { return }
+            if done { return state.groupSize(containing: lsn) }
             if let failure = state.failure {
                 if let unknown = state.unknownOutcome, unknown.contains(lsn.rawValue) {
                     throw WALError.commitOutcomeUnknown(lsn: lsn, cause: failure)
@@ -189,6 +197,7 @@ extension WriteAheadLog {
             state.statistics.groupCount += 1
             state.statistics.bytesWritten += groupBytes
             state.statistics.largestGroup = max(state.statistics.largestGroup, count)
+            state.rememberGroup(group[0].lsn.rawValue...last.rawValue)
             for pending in group {
                 state.statistics.rawBytes += pending.encoded.batchBytes
                 state.statistics.storedBytes += pending.encoded.storedBytes

@@ -118,6 +118,10 @@ public final class WriteAheadLog: @unchecked Sendable {
                            spares: tail.spares, statistics: statistics)
     }
 
+    /// The first LSN the log's oldest segment may hold: batches from here on are in the log
+    /// (those before it were released by checkpoints).
+    public var oldestLSN: LSN { monitor.lock(); defer { monitor.unlock() }; return state.segments.first?.firstLSN ?? state.nextLSN }
+
     /// The LSN of the last batch on stable storage.
     public var durableLSN: LSN { monitor.lock(); defer { monitor.unlock() }; return state.durableLSN }
 

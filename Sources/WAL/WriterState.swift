@@ -59,6 +59,12 @@ struct WriterState {
     var segments: [Segment]
     var spares: [String]
     var statistics: WALStatistics
+    /// The LSN ranges of the latest group commits, oldest first (a ring of at most
+    /// `recentGroupLimit`), so a waiter can learn the size of its group.
+    private var recentGroups: [ClosedRange<UInt64>] = []
+    private var nextGroupSlot = 0
+
+    static let recentGroupLimit = 1024
 
     init(nextLSN: LSN, writtenLSN: LSN, durableLSN: LSN, active: ActiveSegment, segments: [Segment],
          spares: [String], statistics: WALStatistics) {
@@ -69,5 +75,29 @@ struct WriterState {
         self.segments = segments
         self.spares = spares
         self.statistics = statistics
+    }
+}
+
+extension WriterState {
+    mutating func rememberGroup(_ lsns: ClosedRange<UInt64>) {
+        if recentGroups.count < Self.recentGroupLimit {
+            recentGroups.append(lsns)
+        } else {
+            recentGroups[nextGroupSlot] = lsns
+        }
+        nextGroupSlot = (nextGroupSlot + 1) % Self.recentGroupLimit
+    }
+
+    /// The batch count of the remembered group holding `lsn`, or 0. Searches newest first:
+    /// a waiter usually asks right after its group finished.
+    func groupSize(containing lsn: LSN) -> Int {
+        var slot = nextGroupSlot
+        for _ in 0..<recentGroups.count {
+            slot = (slot + recentGroups.count - 1) % recentGroups.count
+            let lsns = recentGroups[slot]
+            if lsns.contains(lsn.rawValue) { return lsns.count }
+            if lsns.upperBound < lsn.rawValue { return 0 }
+        }
+        return 0
     }
 }

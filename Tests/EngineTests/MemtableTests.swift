@@ -23,7 +23,7 @@ import Testing
         while true {
             let a = left.next()
             let b = right.next()
-            #expect(a?.key == b?.key && a?.entry == b?.entry)
+            #expect(a?.key == b?.key && a?.value == b?.value)
             if a == nil || b == nil { break }
         }
     }

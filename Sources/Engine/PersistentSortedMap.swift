@@ -1,0 +1,191 @@
+// A persistent (immutable, structurally shared) ordered map from byte-string keys to
+// values: an AVL tree whose updates copy only the O(log n) nodes on the path they change.
+// Holding a copy of the map is therefore a snapshot of it, taken in O(1). The engine's
+// memtable and the contexts' overlays are both built on it.
+//
+// Invariants:
+//  M1. In-order traversal yields strictly increasing keys (in `compareKeys` order).
+//  M2. Every node's height is 1 + the larger child height, and child heights differ by
+//      at most 1.
+// Thread-safety: nodes are immutable; a map is a value and `Sendable` when its values are.
+
+/// An immutable ordered map from keys to `Value`; every update returns a new map that
+/// shares all but O(log n) nodes with the old one.
+public struct PersistentSortedMap<Value: Sendable>: Sendable {
+    @usableFromInline
+    final class Node: Sendable {
+        @usableFromInline let key: [UInt8]
+        @usableFromInline let value: Value
+        @usableFromInline let left: Node?
+        @usableFromInline let right: Node?
+        @usableFromInline let height: Int
+
+        @inlinable
+        init(key: [UInt8], value: Value, left: Node?, right: Node?) {
+            self.key = key
+            self.value = value
+            self.left = left
+            self.right = right
+            self.height = 1 + max(left?.height ?? 0, right?.height ?? 0)
+        }
+    }
+
+    @usableFromInline var root: Node?
+    @usableFromInline var storedCount = 0
+
+    /// Keys held.
+    @inlinable
+    public var count: Int { storedCount }
+
+    /// An empty map.
+    @inlinable
+    public init() {}
+
+    /// Whether the map holds no keys.
+    @inlinable
+    public var isEmpty: Bool { root == nil }
+
+    /// The value under `key`, if any. O(log n).
+    @inlinable
+    public subscript(key: [UInt8]) -> Value? {
+        var node = root
+        while let current = node {
+            let order = compareKeys(key, current.key)
+            if order == 0 { return current.value }
+            node = order < 0 ? current.left : current.right
+        }
+        return nil
+    }
+
+    /// Whether both maps are the same version of one map (they share their root), in O(1).
+    /// False does not mean their contents differ.
+    @inlinable
+    public func isIdentical(to other: PersistentSortedMap) -> Bool { root === other.root }
+
+    /// Stores `value` under `key` (replacing any earlier value) and returns the value it
+    /// replaced. O(log n) new nodes.
+    @inlinable
+    @discardableResult
+    public mutating func updateValue(_ value: Value, forKey key: [UInt8]) -> Value? {
+        var replaced: Value?
+        root = Self.insert(key, value, into: root, replaced: &replaced)
+        if replaced == nil { storedCount += 1 }
+        return replaced
+    }
+
+    /// A map holding `entries`, built balanced in O(n) without rotations. `entries` must
+    /// be sorted by key with no key twice.
+    public init(sortedUnique entries: [(key: [UInt8], value: Value)]) {
+        func subtree(_ low: Int, _ high: Int) -> Node? {
+            guard low < high else { return nil }
+            let middle = (low + high) / 2
+            return Node(key: entries[middle].key, value: entries[middle].value,
+                        left: subtree(low, middle), right: subtree(middle + 1, high))
+        }
+        root = subtree(0, entries.count)
+        storedCount = entries.count
+    }
+
+    /// Entries in key order from the first key at or above `start` (forward) or at or
+    /// below it (reverse); nil starts at the end. O(log n) to start, O(1) amortized per step.
+    @inlinable
+    public func entries(from start: [UInt8]? = nil, reverse: Bool = false) -> Iterator {
+        Iterator(root: root, start: start, reverse: reverse)
+    }
+
+    @inlinable
+    static func insert(_ key: [UInt8], _ value: Value, into node: Node?, replaced: inout Value?) -> Node {
+        guard let node else { return Node(key: key, value: value, left: nil, right: nil) }
+        let order = compareKeys(key, node.key)
+        if order == 0 {
+            replaced = node.value
+            return Node(key: key, value: value, left: node.left, right: node.right)
+        }
+        if order < 0 {
+            return balance(node.key, node.value, insert(key, value, into: node.left, replaced: &replaced), node.right)
+        }
+        return balance(node.key, node.value, node.left, insert(key, value, into: node.right, replaced: &replaced))
+    }
+
+    @inlinable
+    static func balance(_ key: [UInt8], _ value: Value, _ left: Node?, _ right: Node?) -> Node {
+        let leftHeight = left?.height ?? 0
+        let rightHeight = right?.height ?? 0
+        if leftHeight > rightHeight + 1, let left {
+            if (left.left?.height ?? 0) >= (left.right?.height ?? 0) {
+                return Node(key: left.key, value: left.value, left: left.left,
+                            right: Node(key: key, value: value, left: left.right, right: right))
+            }
+            let pivot = left.right!
+            return Node(key: pivot.key, value: pivot.value,
+                        left: Node(key: left.key, value: left.value, left: left.left, right: pivot.left),
+                        right: Node(key: key, value: value, left: pivot.right, right: right))
+        }
+        if rightHeight > leftHeight + 1, let right {
+            if (right.right?.height ?? 0) >= (right.left?.height ?? 0) {
+                return Node(key: right.key, value: right.value,
+                            left: Node(key: key, value: value, left: left, right: right.left),
+                            right: right.right)
+            }
+            let pivot = right.left!
+            return Node(key: pivot.key, value: pivot.value,
+                        left: Node(key: key, value: value, left: left, right: pivot.left),
+                        right: Node(key: right.key, value: right.value, left: pivot.right, right: right.right))
+        }
+        return Node(key: key, value: value, left: left, right: right)
+    }
+
+    /// Checks M1 and M2 (tests only: O(n)).
+    public func checkInvariants() -> Bool {
+        var previous: [UInt8]?
+        var ordered = true
+        var nodes = 0
+        func walk(_ node: Node?) -> Int? {
+            guard let node else { return 0 }
+            nodes += 1
+            guard let left = walk(node.left) else { return nil }
+            if let previous, compareKeys(previous, node.key) >= 0 { ordered = false }
+            previous = node.key
+            guard let right = walk(node.right) else { return nil }
+            guard abs(left - right) <= 1, node.height == 1 + max(left, right) else { return nil }
+            return node.height
+        }
+        return walk(root) != nil && ordered && nodes == count
+    }
+
+    /// An in-order walk with an explicit stack (no recursion, O(log n) memory).
+    public struct Iterator: IteratorProtocol {
+        @usableFromInline var stack: [Node] = []
+        @usableFromInline let reverse: Bool
+
+        @inlinable
+        init(root: Node?, start: [UInt8]?, reverse: Bool) {
+            self.reverse = reverse
+            var node = root
+            while let current = node {
+                guard let start else {
+                    stack.append(current)
+                    node = reverse ? current.right : current.left
+                    continue
+                }
+                let order = compareKeys(current.key, start)
+                if reverse {
+                    if order <= 0 { stack.append(current); node = current.right } else { node = current.left }
+                } else {
+                    if order >= 0 { stack.append(current); node = current.left } else { node = current.right }
+                }
+            }
+        }
+
+        @inlinable
+        public mutating func next() -> (key: [UInt8], value: Value)? {
+            guard let node = stack.popLast() else { return nil }
+            var child = reverse ? node.left : node.right
+            while let current = child {
+                stack.append(current)
+                child = reverse ? current.right : current.left
+            }
+            return (node.key, node.value)
+        }
+    }
+}
