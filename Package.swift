@@ -1,12 +1,14 @@
 // swift-tools-version: 6.1
 //
 // Strata: an embedded, transactional key/value store for Swift with nested contexts.
-// Layers point downward only (see README.md): strata (CLI) → WAL → FileIO / Codec → C shims.
+// Layers point downward only (see README.md): strata (CLI) → Contexts → Engine → WAL → FileIO / Codec → C shims.
 import PackageDescription
 
 let package = Package(
     name: "Strata",
     products: [
+        // What applications import: the store, contexts and units of work.
+        .library(name: "Strata", targets: ["Contexts"]),
         .library(name: "Engine", targets: ["Engine"]),
         .library(name: "WAL", targets: ["WAL"]),
         .library(name: "FileIO", targets: ["FileIO"]),
@@ -38,6 +40,8 @@ let package = Package(
         .target(name: "WAL", dependencies: ["Codec", "FileIO", "Locks"]),
         // The storage engine: page file, copy-on-write B+tree, memtables, snapshots, checkpoints.
         .target(name: "Engine", dependencies: ["WAL", "Codec", "FileIO", "Locks"]),
+        // Nested contexts, units of work and the store façade: the public API.
+        .target(name: "Contexts", dependencies: ["Engine", "WAL", "FileIO", "Locks"]),
         .executableTarget(
             name: "StrataCLI",
             dependencies: [
@@ -49,6 +53,7 @@ let package = Package(
         .testTarget(name: "FileIOTests", dependencies: ["FileIO"]),
         .testTarget(name: "WALTests", dependencies: ["WAL", "FileIO", "Codec", "Locks"]),
         .testTarget(name: "EngineTests", dependencies: ["Engine", "WAL", "FileIO", "Codec", "Locks"]),
+        .testTarget(name: "ContextsTests", dependencies: ["Contexts", "Engine", "WAL", "FileIO", "Locks"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -65,8 +65,8 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
     }
 }
 
-/// A key for messages: UTF-8 text when it is printable, hex otherwise.
-func renderKey(_ key: [UInt8]) -> String {
+/// A key for messages: UTF-8 text in quotes when it is printable, hex otherwise.
+public func renderKey(_ key: [UInt8]) -> String {
     if let text = String(validating: key, as: UTF8.self), text.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value < 0x7F }) {
         return "\"\(text)\""
     }

@@ -41,6 +41,12 @@ public final class SimulatedFileSystem: FileSystem {
     }
 
     let state = Locked(SimulatedState())
+    /// How a sync behaves apart from its effect: how long it takes, and who is told.
+    struct SyncBehaviour {
+        var latency = Duration.zero
+        var observer: (@Sendable (String) -> Void)?
+    }
+    let syncBehaviour = Locked(SyncBehaviour())
 
     public init() {}
 
@@ -66,6 +72,30 @@ public final class SimulatedFileSystem: FileSystem {
         state.withLock { state in
             state.faults.append(Fault(errno: code, firstIndex: state.operationCount, persistent: persistent,
                                       operations: [operation]))
+        }
+    }
+
+    /// Makes every fdatasync and fsync of a file take `latency` (the calling thread
+    /// sleeps, outside the file system's lock), like a real disk's flush.
+    public func setSyncLatency(_ latency: Duration) {
+        syncBehaviour.withLock { $0.latency = latency }
+    }
+
+    /// Calls `observer` with the path of every file about to be synced, on the syncing
+    /// thread (nil stops it): tests use it to see which threads wait for the disk.
+    public func observeSyncs(_ observer: (@Sendable (String) -> Void)?) {
+        syncBehaviour.withLock { $0.observer = observer }
+    }
+
+    /// Runs the latency and the observer of a sync of `path`.
+    func willSync(_ path: String) {
+        let behaviour = syncBehaviour.withLock { $0 }
+        behaviour.observer?(path)
+        if behaviour.latency > .zero {
+            let (seconds, attoseconds) = behaviour.latency.components
+            var delay = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
+            var remaining = timespec()
+            while nanosleep(&delay, &remaining) != 0 { delay = remaining }
         }
     }
 

@@ -56,10 +56,12 @@ final class SimulatedOpenFile: OpenFile {
     }
 
     func syncData() throws {
+        fileSystem.willSync(path)
         try perform(.syncData) { state, id in state.sync(id) }
     }
 
     func sync() throws {
+        fileSystem.willSync(path)
         try perform(.sync) { state, id in state.sync(id) }
     }
 

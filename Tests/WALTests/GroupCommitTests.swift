@@ -4,53 +4,6 @@ import Foundation
 import Testing
 @testable import WAL
 
-/// A file system whose fdatasync takes `delay`, as a disk's does, so that concurrent
-/// appenders pile up behind the leader and group commit can be observed.
-final class SlowSyncFileSystem: FileSystem {
-    let base: SimulatedFileSystem
-    let delay: Duration
-
-    init(base: SimulatedFileSystem, delay: Duration = .milliseconds(2)) {
-        self.base = base
-        self.delay = delay
-    }
-
-    func open(_ path: String, options: FileOpenOptions) throws -> any OpenFile {
-        SlowSyncHandle(base: try base.open(path, options: options), delay: delay)
-    }
-    func rename(_ source: String, to destination: String) throws { try base.rename(source, to: destination) }
-    func removeFile(_ path: String) throws { try base.removeFile(path) }
-    func createDirectory(_ path: String) throws { try base.createDirectory(path) }
-    func syncDirectory(_ path: String) throws { try base.syncDirectory(path) }
-    func contentsOfDirectory(_ path: String) throws -> [String] { try base.contentsOfDirectory(path) }
-    func fileExists(_ path: String) -> Bool { base.fileExists(path) }
-    func lockExclusively(_ path: String) throws -> any FileLock { try base.lockExclusively(path) }
-}
-
-final class SlowSyncHandle: OpenFile {
-    let base: any OpenFile
-    let delay: Duration
-    var path: String { base.path }
-
-    init(base: any OpenFile, delay: Duration) {
-        self.base = base
-        self.delay = delay
-    }
-
-    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int { try base.read(into: buffer, at: offset) }
-    func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws { try base.write(bytes, at: offset) }
-    func append(_ bytes: UnsafeRawBufferPointer) throws -> Int64 { try base.append(bytes) }
-    func size() throws -> Int64 { try base.size() }
-    func syncData() throws {
-        Thread.sleep(forTimeInterval: Double(delay.components.attoseconds) / 1e18)
-        try base.syncData()
-    }
-    func sync() throws { try base.syncData() }
-    func truncate(to size: Int64) throws { try base.truncate(to: size) }
-    func allocate(offset: Int64, length: Int64) throws { try base.allocate(offset: offset, length: length) }
-    func close() throws { try base.close() }
-}
-
 /// Runs `body(thread)` on `threads` threads at once and waits for all of them.
 func runConcurrently(threads: Int, _ body: @escaping @Sendable (Int) -> Void) {
     let group = DispatchGroup()
@@ -72,7 +25,8 @@ func workloadBatch(thread: Int, index: Int, generator: inout BatchGenerator) -> 
 @Suite struct GroupCommitTests {
     @Test func concurrentAppendersShareWritesAndFdatasyncs() throws {
         let simulated = SimulatedFileSystem()
-        let (log, _) = try WriteAheadLog.open(directory: "/db/wal", fileSystem: SlowSyncFileSystem(base: simulated),
+        simulated.setSyncLatency(.milliseconds(2))
+        let (log, _) = try WriteAheadLog.open(directory: "/db/wal", fileSystem: simulated,
                                               options: WALOptions(segmentBytes: 1 << 20))
         let syncsBefore = simulated.count(of: .syncData)
         let acknowledged = Locked<[LSN: WALBatch]>([:])

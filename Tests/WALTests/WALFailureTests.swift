@@ -44,7 +44,8 @@ import Glibc
 
     @Test func everyWaiterOfTheFailedGroupIsToldTheOutcomeIsUnknownAndNobodyHangs() throws {
         let simulated = SimulatedFileSystem()
-        let (log, _) = try WriteAheadLog.open(directory: "/db/wal", fileSystem: SlowSyncFileSystem(base: simulated),
+        simulated.setSyncLatency(.milliseconds(2))
+        let (log, _) = try WriteAheadLog.open(directory: "/db/wal", fileSystem: simulated,
                                               options: WALOptions(segmentBytes: 1 << 20))
         let outcomes = Locked<[String: Int]>([:])
         let acknowledged = Locked<[LSN: WALBatch]>([:])

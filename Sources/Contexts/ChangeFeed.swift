@@ -1,0 +1,156 @@
+// The change feed: committed change sets delivered to observers as an AsyncSequence, in
+// version order, from now or from a version the log still holds.
+//
+// Invariants:
+//  F1. A subscriber receives each version after its start exactly once, in order: the
+//      log's history up to the version current when it subscribed, then live change sets
+//      (which it buffers while it reads the history, dropping versions it already has).
+// Thread-safety: the hub and subscribers are guarded by their locks; `publish` runs on a
+// committing thread under the engine's commit lock, so it only appends and yields.
+import Engine
+import Locks
+import WAL
+
+/// One committed change: a key and its new value (nil when it was deleted).
+public struct Change: Sendable, Equatable {
+    public let key: [UInt8]
+    public let value: [UInt8]?
+}
+
+/// The changes of one commit.
+public struct ChangeSet: Sendable, Equatable {
+    /// The version the commit created.
+    public let version: UInt64
+    /// Its changes in key order.
+    public let changes: [Change]
+
+    init(version: UInt64, batch: WALBatch) {
+        self.version = version
+        self.changes = batch.operations.map { operation in
+            switch operation {
+            case let .put(key, value): Change(key: key, value: value)
+            case let .delete(key): Change(key: key, value: nil)
+            }
+        }
+    }
+}
+
+/// Committed change sets, in version order, until the store closes or the task stops
+/// iterating. Made by `Store.changes(after:)`.
+public struct ChangeFeed: AsyncSequence, Sendable {
+    public typealias Element = ChangeSet
+    let stream: AsyncStream<ChangeSet>
+
+    public func makeAsyncIterator() -> AsyncStream<ChangeSet>.Iterator { stream.makeAsyncIterator() }
+}
+
+extension Store {
+    /// The change sets committed after `version` (nil: from now on), in version order.
+    /// History comes from the write-ahead log: throws `EngineError.historyUnavailable`
+    /// when a checkpoint released the log that held version `version + 1`. Reading the
+    /// history happens here, before this returns.
+    public func changes(after version: UInt64? = nil) throws -> ChangeFeed {
+        let (stream, continuation) = AsyncStream<ChangeSet>.makeStream()
+        let subscriber = ChangeFeedSubscriber(continuation: continuation)
+        let id = feed.add(subscriber)
+        continuation.onTermination = { [feed] _ in feed.remove(id) }
+        let current = engine.version
+        var history: [ChangeSet] = []
+        if let version, version < current {
+            do {
+                try engine.history((version + 1)...current) { history.append(ChangeSet(version: $0, batch: $1)) }
+            } catch {
+                feed.remove(id)
+                continuation.finish()
+                throw error
+            }
+        }
+        subscriber.startLive(history: history, through: current)
+        return ChangeFeed(stream: stream)
+    }
+}
+
+/// One observer's stream and its position (F1).
+final class ChangeFeedSubscriber: Sendable {
+    private struct State {
+        var live = false
+        var buffered: [ChangeSet] = []
+        var lastDelivered: UInt64 = 0
+    }
+
+    private let continuation: AsyncStream<ChangeSet>.Continuation
+    private let state = Locked(State())
+
+    init(continuation: AsyncStream<ChangeSet>.Continuation) {
+        self.continuation = continuation
+    }
+
+    func deliver(_ changeSet: ChangeSet) {
+        state.withLock { state in
+            guard state.live else { return state.buffered.append(changeSet) }
+            guard changeSet.version > state.lastDelivered else { return }
+            state.lastDelivered = changeSet.version
+            continuation.yield(changeSet)
+        }
+    }
+
+    /// Yields `history`, then what arrived meanwhile past `version`, and goes live.
+    func startLive(history: [ChangeSet], through version: UInt64) {
+        state.withLock { state in
+            for changeSet in history { continuation.yield(changeSet) }
+            state.lastDelivered = version
+            for changeSet in state.buffered where changeSet.version > version {
+                state.lastDelivered = changeSet.version
+                continuation.yield(changeSet)
+            }
+            state.buffered.removeAll()
+            state.live = true
+        }
+    }
+
+    func finish() { continuation.finish() }
+}
+
+/// Every subscriber of a store.
+final class ChangeFeedHub: Sendable {
+    private struct Subscribers {
+        var nextID = 0
+        var byID: [Int: ChangeFeedSubscriber] = [:]
+        var finished = false
+    }
+
+    private let subscribers = Locked(Subscribers())
+
+    func add(_ subscriber: ChangeFeedSubscriber) -> Int {
+        let (id, finished) = subscribers.withLock { subscribers in
+            subscribers.nextID += 1
+            if !subscribers.finished { subscribers.byID[subscribers.nextID] = subscriber }
+            return (subscribers.nextID, subscribers.finished)
+        }
+        if finished { subscriber.finish() }
+        return id
+    }
+
+    func remove(_ id: Int) {
+        subscribers.withLock { _ = $0.byID.removeValue(forKey: id) }
+    }
+
+    /// Called with each published run of batches, in version order.
+    func publish(_ batches: [(version: UInt64, batch: WALBatch)]) {
+        let current = subscribers.withLock { Array($0.byID.values) }
+        guard !current.isEmpty else { return }
+        for (version, batch) in batches {
+            let changeSet = ChangeSet(version: version, batch: batch)
+            for subscriber in current { subscriber.deliver(changeSet) }
+        }
+    }
+
+    func finishAll() {
+        let all = subscribers.withLock { subscribers in
+            subscribers.finished = true
+            defer { subscribers.byID.removeAll() }
+            return Array(subscribers.byID.values)
+        }
+        for subscriber in all { subscriber.finish() }
+    }
+}

@@ -1,0 +1,62 @@
+// Merging a child into its parent, and moving a root to the latest version: the two
+// places where a context's writes meet writes made after it forked, settled by its
+// merge policy (MergePolicy.swift).
+import Engine
+
+extension Context {
+    /// Merges this child's overlay into `parent` (no I/O) under `mergePolicy` and ends
+    /// the child. O(k log n) for k staged keys.
+    func merge(into parent: Context) throws -> CommitReceipt {
+        try parent.checkOpen()
+        let forkOverlay = base?.overlay ?? Overlay()
+        let conflicts = parent.overlay.keysChanged(since: forkOverlay, among: overlay)
+        if !conflicts.isEmpty && mergePolicy == .error {
+            throw ContextError.mergeConflict(keys: conflicts)
+        }
+        let skipped = mergePolicy == .parentWins ? Set(conflicts) : []
+        var merged = parent.overlay
+        var iterator = overlay.entries()
+        while let (key, entry) = iterator.next() {
+            if !skipped.contains(key) { merged.updateValue(entry, forKey: key) }
+        }
+        let receipt = CommitReceipt(version: snapshot.version, changeCount: overlay.count - skipped.count,
+                                    rawByteCount: 0, storedByteCount: 0, groupSize: 0, latency: .zero)
+        parent.replaceOverlay(merged)
+        endCommitted()
+        return receipt
+    }
+
+    /// Moves this root context to the store's latest version, keeping its staged writes.
+    /// A key it wrote that another commit changed since its snapshot is settled by
+    /// `mergePolicy`: `.error` throws `ContextError.mergeConflict` and changes nothing,
+    /// `.childWins` keeps this context's write, `.parentWins` drops it. Throws
+    /// `ContextError.notRoot`, `.childrenOpen`, `.finished`, or `EngineError`.
+    public func refresh() throws {
+        try checkOpen()
+        guard parent == nil else { throw ContextError.notRoot }
+        guard openChildCount == 0 else { throw ContextError.childrenOpen(count: openChildCount) }
+        let latest = store.engine.snapshot()
+        var conflicts: [[UInt8]] = []
+        var iterator = overlay.entries()
+        while let (key, _) = iterator.next() {
+            if try latest.lastWriteVersion(key) > snapshot.version { conflicts.append(key) }
+        }
+        if !conflicts.isEmpty {
+            switch mergePolicy {
+            case .error:
+                throw ContextError.mergeConflict(keys: conflicts)
+            case .childWins:
+                break
+            case .parentWins:
+                let dropped = Set(conflicts)
+                var kept: [(key: [UInt8], value: OverlayEntry)] = []
+                var all = overlay.entries()
+                while let pair = all.next() {
+                    if !dropped.contains(pair.key) { kept.append(pair) }
+                }
+                replaceOverlay(Overlay(sortedUnique: kept))
+            }
+        }
+        replaceSnapshot(latest)
+    }
+}

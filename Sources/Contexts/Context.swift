@@ -1,0 +1,270 @@
+// A context: a place to stage changes. A root context reads the store as of its snapshot;
+// a child reads its parent as of the moment it was opened (MVCC). Writes go to the
+// context's own overlay; committing a child merges that overlay into the parent with no
+// I/O, committing the root makes it durable as one commit (DESIGN.md, "The write path").
+//
+// Invariants:
+//  C1. Reads see the context's overlay, then each ancestor's overlay as of the fork,
+//      nearest first, then the snapshot; a tombstone hides every level beneath it.
+//  C2. A context changes only while open; commit and discard end it, once.
+//  C3. A context with open children can be neither committed nor refreshed. Discarding
+//      a context discards its open children. A child that is dropped without a commit is
+//      discarded (a cancelled form is a child context simply thrown away).
+// Thread-safety: not `Sendable`; a context belongs to the task that uses it, like a
+// transaction. The store beneath it is shared.
+import Engine
+import WAL
+
+/// Staged changes over a consistent view of the store. Open a root with
+/// `store.makeContext()`, a child with `makeChild()`.
+public final class Context {
+    /// The store this context reads and commits to.
+    public let store: Store
+    /// The context this one commits into (nil for a root).
+    public let parent: Context?
+    /// How this context's commit into its parent (or a root's `refresh()`) treats keys
+    /// changed on both sides after the fork.
+    public let mergePolicy: MergePolicy
+    /// 0 for a root, 1 for its children, and so on.
+    public let depth: Int
+    /// Whether writes are refused (`Store.read`).
+    public let isReadOnly: Bool
+    /// Open, committed or discarded.
+    public private(set) var status = ContextStatus.open
+
+    /// The store's state beneath every overlay (C1).
+    private(set) var snapshot: Snapshot
+    /// The ancestors' overlays as of the fork, nearest first.
+    let base: OverlayLayer?
+    /// This context's staged writes.
+    private(set) var overlay = Overlay()
+    private var children: [WeakContext] = []
+
+    init(store: Store, snapshot: Snapshot, mergePolicy: MergePolicy, isReadOnly: Bool = false) {
+        self.store = store
+        self.parent = nil
+        self.snapshot = snapshot
+        self.base = nil
+        self.mergePolicy = mergePolicy
+        self.depth = 0
+        self.isReadOnly = isReadOnly
+    }
+
+    private init(parent: Context, mergePolicy: MergePolicy) {
+        self.store = parent.store
+        self.parent = parent
+        self.snapshot = parent.snapshot
+        self.base = OverlayLayer(overlay: parent.overlay, next: parent.base)
+        self.mergePolicy = mergePolicy
+        self.depth = parent.depth + 1
+        self.isReadOnly = parent.isReadOnly
+    }
+
+    /// The version of the store this context reads.
+    public var version: UInt64 { snapshot.version }
+
+    /// Whether this context staged any change.
+    public var hasChanges: Bool { !overlay.isEmpty }
+
+    /// How many keys this context staged a put or a delete for.
+    public var changeCount: Int { overlay.count }
+
+    // MARK: Reading
+
+    /// The value of `key` as this context sees it (C1), or nil. O(depth · log n).
+    /// Throws `ContextError.finished`, or `EngineError` for a corrupt page.
+    public func get(_ key: [UInt8]) throws -> [UInt8]? {
+        try checkOpen()
+        if let entry = overlay[key] { return entry.value }
+        var layer = base
+        while let current = layer {
+            if let entry = current.overlay[key] { return entry.value }
+            layer = current.next
+        }
+        return try snapshot.get(key)
+    }
+
+    /// Whether `key` has a value as this context sees it.
+    public func contains(_ key: [UInt8]) throws -> Bool { try get(key) != nil }
+
+    /// Key/value pairs as this context sees them, in key order (descending with
+    /// `reverse`), with keys in `start..<end` (either bound optional) that start with
+    /// `prefix`, at most `limit`. Every level is merged and tombstones hide what is beneath.
+    public func scan(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [],
+                     reverse: Bool = false, limit: Int = .max) throws -> [(key: [UInt8], value: [UInt8])] {
+        try checkOpen()
+        var results: [(key: [UInt8], value: [UInt8])] = []
+        guard limit > 0 else { return results }
+        var cursor = try ContextCursor(self, range: KeyRange(from: start, to: end, prefix: prefix), reverse: reverse)
+        while let pair = try cursor.next() {
+            results.append(pair)
+            if results.count == limit { break }
+        }
+        return results
+    }
+
+    // MARK: Writing
+
+    /// Stages `value` under `key`. Throws `EngineError.keyTooLarge` / `.valueTooLarge`
+    /// (the limits are in `Limits`), `ContextError.finished` or `.readOnly`.
+    public func put(_ key: [UInt8], _ value: [UInt8]) throws {
+        try checkWritable(key)
+        guard value.count <= Limits.maxValueBytes else {
+            throw EngineError.valueTooLarge(byteCount: value.count, limit: Limits.maxValueBytes)
+        }
+        overlay.updateValue(OverlayEntry(value: value), forKey: key)
+    }
+
+    /// Stages the removal of `key` (whether or not it has a value).
+    public func delete(_ key: [UInt8]) throws {
+        try checkWritable(key)
+        overlay.updateValue(OverlayEntry(value: nil), forKey: key)
+    }
+
+    // MARK: Children
+
+    /// Opens a child: it sees this context as it is now (later writes here stay invisible
+    /// to it) and commits into it. O(1) whatever this context holds. `mergePolicy`
+    /// defaults to this context's. Throws `ContextError.finished`.
+    public func makeChild(mergePolicy: MergePolicy? = nil) throws -> Context {
+        try checkOpen()
+        let child = Context(parent: self, mergePolicy: mergePolicy ?? self.mergePolicy)
+        children.removeAll { $0.context?.status != .open }
+        children.append(WeakContext(child))
+        return child
+    }
+
+    /// The children opened here that are still open (C3).
+    public var openChildCount: Int {
+        children.reduce(0) { $0 + ($1.context?.status == .open ? 1 : 0) }
+    }
+
+    // MARK: Ending
+
+    /// Drops this context's changes and those of its open children, and ends it. A
+    /// no-op on a context that already ended.
+    public func discard() {
+        guard status == .open else { return }
+        for child in children { child.context?.discard() }
+        children.removeAll()
+        overlay = Overlay()
+        status = .discarded
+    }
+
+    /// A child: merges its changes into the parent (no I/O) and ends. A root: makes its
+    /// changes durable as one commit (one log frame, one fdatasync shared with concurrent
+    /// commits) and ends. Blocks the calling thread for the fdatasync; from async code
+    /// use `commit() async`.
+    /// Throws `ContextError.mergeConflict` (child, `.error` policy), `.conflict` (root:
+    /// another commit wrote the same keys first), `.childrenOpen`, `.finished`, or the
+    /// engine's errors (`EngineError.log(.commitOutcomeUnknown)`: the fdatasync failed
+    /// and the commit may or may not survive). After a conflict the context stays open;
+    /// after any other failure of a root commit it is discarded.
+    @discardableResult
+    public func commit() throws -> CommitReceipt {
+        try checkCommittable()
+        if let parent { return try merge(into: parent) }
+        let clock = ContinuousClock()
+        let start = clock.now
+        guard let batch = try rootBatch() else { return emptyReceipt() }
+        do {
+            return finished(try store.engine.commit(batch, readAt: snapshot), latency: clock.now - start)
+        } catch {
+            throw endAfterFailedCommit(error)
+        }
+    }
+
+    /// `commit()` for async code: a root suspends while the fdatasync runs on a thread
+    /// outside the cooperative pool.
+    @discardableResult
+    public func commit() async throws -> CommitReceipt {
+        try checkCommittable()
+        if let parent { return try merge(into: parent) }
+        let clock = ContinuousClock()
+        let start = clock.now
+        guard let batch = try rootBatch() else { return emptyReceipt() }
+        do {
+            let result = try await store.engine.commit(batch, readAt: snapshot)
+            return finished(result, latency: clock.now - start)
+        } catch {
+            throw endAfterFailedCommit(error)
+        }
+    }
+
+    /// The overlay as one batch, or nil (and the context ended) when it is empty.
+    private func rootBatch() throws -> WALBatch? {
+        guard !overlay.isEmpty else {
+            status = .committed
+            return nil
+        }
+        var batch = WALBatch()
+        batch.operations.reserveCapacity(overlay.count)
+        var iterator = overlay.entries()
+        while let (key, entry) = iterator.next() {
+            if let value = entry.value { batch.put(key, value) } else { batch.delete(key) }
+        }
+        return batch
+    }
+
+    private func emptyReceipt() -> CommitReceipt {
+        CommitReceipt(version: snapshot.version, changeCount: 0, rawByteCount: 0, storedByteCount: 0, groupSize: 0,
+                      latency: .zero)
+    }
+
+    private func finished(_ result: CommitResult, latency: Duration) -> CommitReceipt {
+        let receipt = CommitReceipt(version: result.version, changeCount: overlay.count, rawByteCount: result.rawByteCount,
+                                    storedByteCount: result.storedByteCount, groupSize: result.groupSize, latency: latency)
+        status = .committed
+        overlay = Overlay()
+        return receipt
+    }
+
+    /// Maps a failed durable commit to the error to throw. A conflict leaves the context
+    /// open (the caller may discard it, or refresh and commit again); any other failure
+    /// discards it.
+    private func endAfterFailedCommit(_ error: any Error) -> any Error {
+        if case let EngineError.conflict(keys, readVersion) = error {
+            return ContextError.conflict(keys: keys, readVersion: readVersion)
+        }
+        discard()
+        return error
+    }
+
+    // MARK: State changes for merges
+
+    func replaceOverlay(_ overlay: Overlay) { self.overlay = overlay }
+
+    func replaceSnapshot(_ snapshot: Snapshot) { self.snapshot = snapshot }
+
+    func endCommitted() {
+        overlay = Overlay()
+        status = .committed
+    }
+
+    // MARK: Checks
+
+    func checkOpen() throws(ContextError) {
+        guard status == .open else { throw .finished(status) }
+    }
+
+    private func checkWritable(_ key: [UInt8]) throws {
+        try checkOpen()
+        guard !isReadOnly else { throw ContextError.readOnly }
+        guard !key.isEmpty, key.count <= Limits.maxKeyBytes else {
+            throw EngineError.keyTooLarge(byteCount: key.count, limit: Limits.maxKeyBytes)
+        }
+    }
+
+    private func checkCommittable() throws {
+        try checkOpen()
+        let open = openChildCount
+        guard open == 0 else { throw ContextError.childrenOpen(count: open) }
+    }
+}
+
+/// A parent's reference to a child that does not keep the child alive (C3).
+struct WeakContext {
+    weak var context: Context?
+
+    init(_ context: Context) { self.context = context }
+}

@@ -1,0 +1,52 @@
+// A context's staged writes: a persistent ordered map from key to value or tombstone
+// (PersistentSortedMap.swift), so a child captures its parent's overlay in O(1).
+//
+// Invariants:
+//  O1. Every write gets a stamp no other write of the process has had; an overlay entry
+//      keeps the stamp of the write that made it, also when a child's entry is merged
+//      into its parent. So "did the parent change this key after the fork" is "does the
+//      parent's entry now carry a different stamp than at the fork".
+// Thread-safety: overlays are immutable values; stamps come from an atomic counter.
+import Synchronization
+
+/// A staged write: a value, or a tombstone (nil), and its stamp (O1).
+struct OverlayEntry: Sendable {
+    var value: [UInt8]?
+    var stamp: UInt64
+
+    private static let nextStamp = Atomic<UInt64>(1)
+
+    /// A write with a fresh stamp.
+    init(value: [UInt8]?) {
+        self.value = value
+        self.stamp = Self.nextStamp.wrappingAdd(1, ordering: .relaxed).oldValue
+    }
+}
+
+typealias Overlay = PersistentSortedMap<OverlayEntry>
+
+/// What a context reads beneath its own overlay: its ancestors' overlays as of the fork,
+/// nearest first, as an immutable list shared by every context forked from the same point.
+final class OverlayLayer: Sendable {
+    let overlay: Overlay
+    let next: OverlayLayer?
+
+    init(overlay: Overlay, next: OverlayLayer?) {
+        self.overlay = overlay
+        self.next = next
+    }
+}
+
+extension Overlay {
+    /// The keys whose entries differ between this overlay and `earlier`, among `keys`:
+    /// written after `earlier` was captured (O1). O(k log n); O(1) when nothing changed.
+    func keysChanged(since earlier: Overlay, among keys: Overlay) -> [[UInt8]] {
+        guard !isIdentical(to: earlier) else { return [] }
+        var changed: [[UInt8]] = []
+        var iterator = keys.entries()
+        while let (key, _) = iterator.next() {
+            if self[key]?.stamp != earlier[key]?.stamp { changed.append(key) }
+        }
+        return changed
+    }
+}

@@ -1,0 +1,69 @@
+// The store: the one object an application keeps. It opens the engine (or an in-memory
+// one), hands out root contexts, runs units of work (Store+Write.swift) and publishes
+// committed changes to observers (ChangeFeed.swift).
+//
+// Thread-safety: `Sendable`; use one store from every thread and task. Contexts made
+// from it belong to the task that made them.
+import Engine
+import FileIO
+import Foundation
+
+/// An open Strata store.
+public final class Store: Sendable {
+    /// The storage engine beneath the contexts.
+    public let engine: StorageEngine
+    /// What opening found and repaired.
+    public let recoveryReport: RecoveryReport
+    let feed: ChangeFeedHub
+
+    private init(engine: StorageEngine, report: RecoveryReport) {
+        self.engine = engine
+        self.recoveryReport = report
+        let feed = ChangeFeedHub()
+        self.feed = feed
+        engine.observeCommits { batches in feed.publish(batches) }
+    }
+
+    /// Opens (creating if needed) the store in directory `path`: takes its lock, recovers
+    /// from the log, and returns. Throws `EngineError` (a second opener gets
+    /// `.io(.locked)` naming the path; damage names its file and offset).
+    public static func open(path: String, options: EngineOptions = EngineOptions()) throws -> Store {
+        try open(path: path, fileSystem: POSIXFileSystem(), options: options)
+    }
+
+    /// Opens the store in `path` on `fileSystem` (the crash harness passes a simulated one).
+    public static func open(path: String, fileSystem: any FileSystem, options: EngineOptions = EngineOptions()) throws -> Store {
+        let (engine, report) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options)
+        return Store(engine: engine, report: report)
+    }
+
+    /// A store that lives in memory only (the same code on a simulated file system that
+    /// never crashes): for tests and caches.
+    public static func inMemory(options: EngineOptions = EngineOptions()) throws -> Store {
+        try open(path: "/strata", fileSystem: SimulatedFileSystem(), options: options)
+    }
+
+    /// The latest committed version.
+    public var version: UInt64 { engine.version }
+
+    /// A root context reading the latest version. `mergePolicy` settles `refresh()`
+    /// conflicts and is inherited by its children.
+    public func makeContext(mergePolicy: MergePolicy = .error) -> Context {
+        Context(store: self, snapshot: engine.snapshot(), mergePolicy: mergePolicy)
+    }
+
+    /// Runs `body` on a read-only context at the latest version: it never conflicts and
+    /// never writes. Rethrows what `body` throws.
+    public func read<T>(_ body: (Context) throws -> T) rethrows -> T {
+        let context = Context(store: self, snapshot: engine.snapshot(), mergePolicy: .error, isReadOnly: true)
+        defer { context.discard() }
+        return try body(context)
+    }
+
+    /// Checkpoints, ends every change feed and closes the store. Later use throws
+    /// `EngineError.closed`.
+    public func close() throws {
+        defer { feed.finishAll() }
+        try engine.close()
+    }
+}
