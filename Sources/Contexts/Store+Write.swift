@@ -41,6 +41,17 @@ extension Store {
     /// that has started finishes.
     @discardableResult
     public func write<T>(retries: Int = 0, _ body: (UnitOfWork) async throws -> T) async throws(UnitOfWorkError) -> T {
+        try await writeAsync(retries: retries, body)
+    }
+
+    /// `write` from async code with a body that does not suspend: still suspends, not
+    /// blocks, during the fdatasync. (Async callers get this overload, not the blocking one.)
+    @discardableResult
+    public func write<T>(retries: Int = 0, _ body: (UnitOfWork) throws -> T) async throws(UnitOfWorkError) -> T {
+        try await writeAsync(retries: retries, body)
+    }
+
+    private func writeAsync<T>(retries: Int, _ body: (UnitOfWork) async throws -> T) async throws(UnitOfWorkError) -> T {
         precondition(retries >= 0, "retries must not be negative")
         var attempt = 0
         while true {

@@ -56,6 +56,15 @@ public final class UnitOfWork {
 
     /// `child` for async work.
     public func child<T>(_ body: (UnitOfWork) async throws -> T) async throws -> T {
+        try await childAsync(body)
+    }
+
+    /// `child` from async code with a body that does not suspend.
+    public func child<T>(_ body: (UnitOfWork) throws -> T) async throws -> T {
+        try await childAsync(body)
+    }
+
+    private func childAsync<T>(_ body: (UnitOfWork) async throws -> T) async throws -> T {
         let nested = UnitOfWork(context: try context.makeChild(mergePolicy: .error))
         let result: T
         do {

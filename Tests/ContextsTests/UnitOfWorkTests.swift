@@ -1,0 +1,295 @@
+import Contexts
+import FileIO
+import Foundation
+import Locks
+import Testing
+
+private struct UseCaseFailed: Error {}
+
+@Suite struct UnitOfWorkTests {
+    @Test func writeCommitsOnReturnAsOneVersion() throws {
+        let store = try Store.inMemory()
+        let before = store.version
+        let total = try store.write { unit in
+            try unit.put(bytes("a"), bytes("1"))
+            try unit.put(bytes("b"), bytes("2"))
+            return 3
+        }
+        #expect(total == 3)
+        #expect(store.version == before + 1)
+        #expect(keys(try store.makeContext().scan()) == ["a", "b"])
+    }
+
+    @Test func rolledBackUnitLeavesNoTraceAndRunsNoHook() throws {
+        let (store, fileSystem) = try simulatedStore()
+        try seed(store, ["kept": "1"])
+        let before = (store.version, fileSystem.operationCount)
+        var hookRan = false
+        #expect {
+            try store.write { unit in
+                try unit.put(bytes("kept"), bytes("changed"))
+                try unit.put(bytes("new"), bytes("x"))
+                unit.afterCommit { _ in hookRan = true }
+                throw UseCaseFailed()
+            }
+        } throws: { error in
+            guard case let UnitOfWorkError.workFailed(inner) = error else { return false }
+            return inner is UseCaseFailed
+        }
+        #expect(!hookRan)
+        #expect(store.version == before.0 && fileSystem.operationCount == before.1)
+        #expect(text(try store.makeContext().get(bytes("kept"))) == "1")
+        #expect(try store.makeContext().get(bytes("new")) == nil)
+    }
+
+    @Test func nestedUnitThatThrowsRollsBackOnlyItself() throws {
+        let store = try Store.inMemory()
+        try store.write { unit in
+            try unit.put(bytes("outer"), bytes("1"))
+            do {
+                try unit.child { nested in
+                    try nested.put(bytes("inner"), bytes("2"))
+                    throw UseCaseFailed()
+                }
+                Issue.record("the nested unit's error did not propagate")
+            } catch is UseCaseFailed {}
+            try unit.child { nested in try nested.put(bytes("kept"), bytes("3")) }
+            #expect(try unit.get(bytes("inner")) == nil)
+        }
+        #expect(keys(try store.makeContext().scan()) == ["kept", "outer"])
+    }
+
+    @Test func nestedUnitErrorThatEscapesRollsBackEverything() throws {
+        let store = try Store.inMemory()
+        #expect(throws: UnitOfWorkError.self) {
+            try store.write { unit in
+                try unit.put(bytes("outer"), bytes("1"))
+                try unit.child { _ in throw UseCaseFailed() }
+            }
+        }
+        #expect(try store.makeContext().scan().isEmpty)
+    }
+
+    @Test func failedMergeIsItsOwnCase() throws {
+        let store = try Store.inMemory()
+        var hookRan = false
+        #expect {
+            try store.write { outer in
+                try outer.child { nested in
+                    try nested.put(bytes("k"), bytes("nested"))
+                    nested.afterCommit { _ in hookRan = true }
+                    // The parent changes the same key while the nested unit is open.
+                    try outer.put(bytes("k"), bytes("outer"))
+                }
+            }
+        } throws: { error in
+            guard case let UnitOfWorkError.mergeFailed(keys) = error else { return false }
+            return keys == [bytes("k")]
+        }
+        #expect(!hookRan)
+        #expect(try store.makeContext().get(bytes("k")) == nil)
+    }
+
+    @Test func hooksRunAfterTheDurableCommitInOrderIncludingNestedOnes() throws {
+        let (store, fileSystem) = try simulatedStore()
+        var events: [String] = []
+        try store.write { unit in
+            try unit.put(bytes("banana"), bytes("eaten"))
+            unit.afterCommit { receipt in
+                // The commit is durable and visible when the hook runs.
+                events.append("outer v\(receipt.version) durable=\(fileSystem.count(of: .syncData) > 0)")
+            }
+            try unit.child { nested in
+                try nested.put(bytes("child"), bytes("fed"))
+                nested.afterCommit { _ in events.append("nested") }
+            }
+            try? unit.child { nested in
+                nested.afterCommit { _ in events.append("rolled back") }
+                throw UseCaseFailed()
+            }
+            #expect(events.isEmpty)
+        }
+        #expect(events == ["outer v\(store.version) durable=true", "nested"])
+    }
+
+    @Test func failedDurableCommitReportsUnknownOutcomeAndRunsNoHook() throws {
+        let (store, fileSystem) = try simulatedStore()
+        var hookRan = false
+        fileSystem.failNext(.syncData)
+        #expect {
+            try store.write { unit in
+                try unit.put(bytes("k"), bytes("v"))
+                unit.afterCommit { _ in hookRan = true }
+            }
+        } throws: { error in
+            guard case UnitOfWorkError.commitFailed(.outcomeUnknown) = error else { return false }
+            return true
+        }
+        #expect(!hookRan)
+        // The store does not pretend: later writes are refused, and nothing was written.
+        #expect {
+            try store.write { try $0.put(bytes("later"), bytes("v")) }
+        } throws: { error in
+            guard case UnitOfWorkError.commitFailed(.notWritten) = error else { return false }
+            return true
+        }
+    }
+
+    @Test func commitToAClosedStoreIsKnownNotWritten() throws {
+        let store = try Store.inMemory()
+        try store.close()
+        #expect {
+            try store.write { try $0.put(bytes("k"), bytes("v")) }
+        } throws: { error in
+            guard case UnitOfWorkError.commitFailed(.notWritten) = error else { return false }
+            return "\(error)".contains("closed")
+        }
+    }
+
+    @Test(arguments: [0, 1, 3])
+    func conflictIsRetriedUpToTheBound(retries: Int) throws {
+        let store = try Store.inMemory()
+        try seed(store, ["counter": "0"])
+        // The first two attempts each lose to a commit made while they run.
+        var attempts = 0
+        do {
+            try store.write(retries: retries) { unit in
+                attempts += 1
+                let value = Int(text(try unit.get(bytes("counter")))!)!
+                if attempts <= 2 { try seed(store, ["counter": "\(value + 100)"]) }
+                try unit.put(bytes("counter"), bytes("\(value + 1)"))
+            }
+            #expect(retries >= 2 && attempts == 3)
+            #expect(text(try store.makeContext().get(bytes("counter"))) == "201")
+        } catch {
+            guard case let UnitOfWorkError.commitFailed(.conflict(conflicting, tries)) = error else {
+                Issue.record("expected a conflict, got \(error)")
+                return
+            }
+            #expect(retries < 2 && tries == retries + 1 && attempts == retries + 1)
+            #expect(conflicting == [bytes("counter")])
+        }
+    }
+
+    @Test func readNeverConflicts() throws {
+        let store = try Store.inMemory()
+        try seed(store, ["k": "1"])
+        let value = try store.read { context in
+            try seed(store, ["k": "2"])
+            return try context.get(bytes("k"))
+        }
+        #expect(text(value) == "1")
+    }
+
+    @Test func asyncWriteCommitsAndRollsBack() async throws {
+        let store = try Store.inMemory()
+        let version = try await store.write { unit in
+            try unit.put(bytes("async"), bytes("1"))
+            await Task.yield()
+            return 7
+        }
+        #expect(version == 7)
+        await #expect(throws: UnitOfWorkError.self) {
+            try await store.write { unit in
+                try unit.put(bytes("rolled"), bytes("back"))
+                throw UseCaseFailed()
+            }
+        }
+        #expect(keys(try store.makeContext().scan()) == ["async"])
+    }
+
+    @Test func cancelledTaskRollsBack() async throws {
+        let store = try Store.inMemory()
+        let task = Task {
+            try await store.write { unit in
+                try unit.put(bytes("cancelled"), bytes("x"))
+                withUnsafeCurrentTask { $0?.cancel() }
+            }
+        }
+        let result = await task.result
+        guard case let .failure(UnitOfWorkError.workFailed(inner)) = result else {
+            Issue.record("expected a rollback, got \(result)")
+            return
+        }
+        #expect(inner is CancellationError)
+        #expect(try store.makeContext().get(bytes("cancelled")) == nil)
+    }
+
+    @Test func hundredConcurrentAsyncWritesOnTwoThreadsCompleteWithoutBlockingThem() async throws {
+        let fileSystem = SimulatedFileSystem()
+        fileSystem.setSyncLatency(.milliseconds(2))
+        let store = try Store.open(path: "/db", fileSystem: fileSystem)
+        let executor = TwoThreadExecutor()
+        // Any fdatasync on the executor's threads means a task blocked one of them.
+        let syncsOnExecutor = Locked(0)
+        fileSystem.observeSyncs { _ in
+            if executor.isCurrentThread { syncsOnExecutor.withLock { $0 += 1 } }
+        }
+        let before = fileSystem.count(of: .syncData)
+        try await withTaskExecutorPreference(executor) {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<100 {
+                    group.addTask {
+                        try await store.write { unit in try unit.put(bytes("key\(index)"), bytes("\(index)")) }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        #expect(syncsOnExecutor.withLock { $0 } == 0)
+        #expect(try store.makeContext().scan().count == 100)
+        let syncs = fileSystem.count(of: .syncData) - before
+        print("100 async writes on 2 threads: \(syncs) fdatasyncs, \(store.engine.logStatistics.largestGroup) in the largest group")
+        #expect(syncs >= 1 && syncs <= 100)
+        executor.stop()
+    }
+}
+
+/// A task executor with exactly two threads: a cooperative pool of two.
+final class TwoThreadExecutor: TaskExecutor, @unchecked Sendable {
+    // `monitor` guards `jobs`, `stopped` and `threadIDs`.
+    private let monitor = ConditionLock()
+    private var jobs: [UnownedJob] = []
+    private var stopped = false
+    private var threadIDs: Set<pthread_t> = []
+
+    init() {
+        for _ in 0..<2 {
+            Thread.detachNewThread { [self] in run() }
+        }
+    }
+
+    var isCurrentThread: Bool {
+        monitor.lock()
+        defer { monitor.unlock() }
+        return threadIDs.contains(pthread_self())
+    }
+
+    func enqueue(_ job: UnownedJob) {
+        monitor.lock()
+        jobs.append(job)
+        monitor.broadcast()
+        monitor.unlock()
+    }
+
+    func stop() {
+        monitor.lock()
+        stopped = true
+        monitor.broadcast()
+        monitor.unlock()
+    }
+
+    private func run() {
+        monitor.lock()
+        threadIDs.insert(pthread_self())
+        monitor.unlock()
+        while true {
+            monitor.lock()
+            while jobs.isEmpty && !stopped { monitor.wait() }
+            guard !jobs.isEmpty else { monitor.unlock(); return }
+            let job = jobs.removeFirst()
+            monitor.unlock()
+            job.runSynchronously(on: asUnownedTaskExecutor())
+        }
+    }
+}
