@@ -15,6 +15,11 @@ import WAL
 public struct Change: Sendable, Equatable {
     public let key: [UInt8]
     public let value: [UInt8]?
+
+    public init(key: [UInt8], value: [UInt8]?) {
+        self.key = key
+        self.value = value
+    }
 }
 
 /// The changes of one commit.

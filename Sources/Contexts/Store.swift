@@ -38,9 +38,12 @@ public final class Store: Sendable {
     }
 
     /// A store that lives in memory only (the same code on a simulated file system that
-    /// never crashes): for tests and caches.
+    /// never crashes): for tests and caches. Log segments are capped at
+    /// `StorageEngine.inMemorySegmentBytes`.
     public static func inMemory(options: EngineOptions = EngineOptions()) throws -> Store {
-        try open(path: "/strata", fileSystem: SimulatedFileSystem(), options: options)
+        var options = options
+        options.log.segmentBytes = min(options.log.segmentBytes, StorageEngine.inMemorySegmentBytes)
+        return try open(path: "/strata", fileSystem: SimulatedFileSystem(), options: options)
     }
 
     /// The latest committed version.

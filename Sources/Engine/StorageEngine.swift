@@ -71,10 +71,16 @@ public final class StorageEngine: Sendable {
     }
 
     /// An in-memory store: the same engine on a private simulated file system that never
-    /// crashes. For tests and caches; nothing is written to disk.
+    /// crashes. For tests and caches; nothing is written to disk. Log segments live in
+    /// memory, so they are capped at `inMemorySegmentBytes`.
     public static func inMemory(options: EngineOptions = EngineOptions()) throws -> StorageEngine {
-        try open(path: "/strata", fileSystem: SimulatedFileSystem(), options: options).engine
+        var options = options
+        options.log.segmentBytes = min(options.log.segmentBytes, inMemorySegmentBytes)
+        return try open(path: "/strata", fileSystem: SimulatedFileSystem(), options: options).engine
     }
+
+    /// The largest log segment of an in-memory store (a preallocated segment is RAM there).
+    public static let inMemorySegmentBytes = 1 << 20
 
     /// A snapshot of the latest published version.
     public func snapshot() -> Snapshot {

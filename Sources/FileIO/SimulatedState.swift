@@ -95,7 +95,8 @@ struct SimulatedState {
     }
 
     mutating func sync(_ id: Int) {
-        var inode = inodes[id]!
+        // Taken out of the table so its images are uniquely referenced and change in place.
+        var inode = inodes.removeValue(forKey: id)!
         for change in inode.pending { apply(change, to: &inode.durable) }
         inode.pending.removeAll()
         inodes[id] = inode

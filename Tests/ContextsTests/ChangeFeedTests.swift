@@ -1,0 +1,93 @@
+import Contexts
+import FileIO
+import Testing
+
+@Suite struct ChangeFeedTests {
+    @Test func liveFeedDeliversCommittedChangeSetsInOrder() async throws {
+        let store = try Store.inMemory()
+        let feed = try store.changes()
+        let start = store.version
+        try seed(store, ["a": "1"])
+        try await store.write { unit in
+            try unit.delete(bytes("a"))
+            try unit.put(bytes("b"), bytes("2"))
+        }
+        // A rolled-back unit publishes nothing.
+        try? await store.write { unit in
+            try unit.put(bytes("never"), bytes("x"))
+            throw ContextError.readOnly
+        }
+        try seed(store, ["c": "3"])
+        var received: [ChangeSet] = []
+        for await changeSet in feed {
+            received.append(changeSet)
+            if received.count == 3 { break }
+        }
+        #expect(received.map(\.version) == [start + 1, start + 2, start + 3])
+        #expect(received[1].changes == [Change(key: bytes("a"), value: nil), Change(key: bytes("b"), value: bytes("2"))])
+        #expect(received[2].changes == [Change(key: bytes("c"), value: bytes("3"))])
+    }
+
+    @Test func feedFromAnEarlierVersionReplaysTheLogThenGoesLive() async throws {
+        let store = try Store.inMemory()
+        let start = store.version
+        for index in 0..<5 { try seed(store, ["k\(index)": "\(index)"]) }
+        let feed = try store.changes(after: start + 2)
+        try seed(store, ["live": "yes"])
+        var versions: [UInt64] = []
+        for await changeSet in feed {
+            versions.append(changeSet.version)
+            if versions.count == 4 { break }
+        }
+        #expect(versions == [start + 3, start + 4, start + 5, start + 6])
+    }
+
+    @Test func feedSurvivesConcurrentCommitsWithoutGapsOrRepeats() async throws {
+        let store = try Store.inMemory()
+        let start = store.version
+        for index in 0..<20 { try seed(store, ["before\(index)": "x"]) }
+        let writer = Task.detached {
+            for index in 0..<200 { try seed(store, ["during\(index)": "x"]) }
+        }
+        let feed = try store.changes(after: start)
+        var versions: [UInt64] = []
+        for await changeSet in feed {
+            versions.append(changeSet.version)
+            if versions.count == 220 { break }
+        }
+        try await writer.value
+        #expect(versions == Array((start + 1)...(start + 220)))
+    }
+
+    @Test func historyReleasedByACheckpointIsAClearError() throws {
+        var options = EngineOptions()
+        options.log.segmentBytes = 64 << 10
+        let (store, _) = try simulatedStore(options: options)
+        let start = store.version
+        // Values that do not compress, so the log spans several segments.
+        var generator = SplitMix64(seed: 7)
+        for index in 0..<400 {
+            try store.write { unit in
+                try unit.put(bytes("key\(index)"), (0..<400).map { _ in UInt8.random(in: 0...255, using: &generator) })
+            }
+        }
+        try store.engine.checkpoint()
+        #expect(store.engine.oldestLoggedVersion > start + 1)
+        #expect {
+            _ = try store.changes(after: start)
+        } throws: { error in
+            guard case EngineError.historyUnavailable(requested: start + 1, _) = error else { return false }
+            return "\(error)".contains("checkpoint")
+        }
+    }
+
+    @Test func closingTheStoreEndsTheFeed() async throws {
+        let store = try Store.inMemory()
+        let feed = try store.changes()
+        try seed(store, ["a": "1"])
+        try store.close()
+        var count = 0
+        for await _ in feed { count += 1 }
+        #expect(count == 1)
+    }
+}
