@@ -122,6 +122,17 @@ public final class WriteAheadLog: @unchecked Sendable {
     /// (those before it were released by checkpoints).
     public var oldestLSN: LSN { monitor.lock(); defer { monitor.unlock() }; return state.segments.first?.firstLSN ?? state.nextLSN }
 
+    /// The log's files as they stand between group commits: every segment's path, how
+    /// many bytes of the last one hold frames, and the last LSN written. Bytes below that
+    /// extent never change again while the segments are kept (frames are only appended), so
+    /// a copy of them is a consistent log. Waits for a running group commit to finish.
+    public func extent() -> (segmentPaths: [String], activeBytes: Int, lastLSN: LSN) {
+        monitor.lock()
+        defer { monitor.unlock() }
+        while state.flushing { monitor.wait() }
+        return (state.segments.map(\.path), state.active.offset, state.writtenLSN)
+    }
+
     /// The LSN of the last batch on stable storage.
     public var durableLSN: LSN { monitor.lock(); defer { monitor.unlock() }; return state.durableLSN }
 

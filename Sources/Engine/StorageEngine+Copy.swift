@@ -1,0 +1,110 @@
+// Copies of a live store: `backup(to:)` copies the files as they stand (the data file as
+// of the last checkpoint plus the log after it), `compact(to:)` writes a fresh store
+// holding just the live keys of one snapshot. Both run while commits continue.
+import FileIO
+import WAL
+
+/// What a copy wrote.
+public struct CopyReport: Sendable {
+    /// The version the copy opens at.
+    public var version: UInt64
+    /// Keys copied (compact) and bytes written.
+    public var keyCount = 0
+    public var byteCount = 0
+}
+
+extension StorageEngine {
+    /// Writes a consistent copy of the store into the directory `destination` (created; it
+    /// must not hold a store): the data file and the log segments up to the last written
+    /// batch. Commits continue meanwhile; checkpoints wait. Opening the copy recovers the
+    /// state of the version reported. Throws `EngineError`.
+    @discardableResult
+    public func backup(to destination: String) throws -> CopyReport {
+        try checkpointLock.withLock { _ in
+            try mapIOErrors {
+                try prepareDestination(destination)
+                var report = CopyReport(version: 0)
+                let dataBytes = Int(try pageFile.file.size())
+                report.byteCount += try copyFile(pageFile.file, bytes: dataBytes, to: joinPath(destination, Self.dataFileName))
+                let (segments, activeBytes, lastLSN) = log.extent()
+                let logDirectory = joinPath(destination, Self.logDirectoryName)
+                try fileSystem.createDirectory(logDirectory)
+                for (index, path) in segments.enumerated() {
+                    let source = try fileSystem.open(path, options: [])
+                    defer { try? source.close() }
+                    // Sealed segments are copied whole, the active one up to its last frame.
+                    let bytes = index == segments.count - 1 ? activeBytes : Int(try source.size())
+                    let name = String(path.split(separator: "/").last ?? "")
+                    report.byteCount += try copyFile(source, bytes: bytes, to: joinPath(logDirectory, name))
+                }
+                try fileSystem.syncDirectory(logDirectory)
+                try fileSystem.syncDirectory(destination)
+                report.version = lastLSN.rawValue
+                return report
+            }
+        }
+    }
+
+    /// Writes a new store into `destination` holding the live keys of the latest version
+    /// (no free pages, no tombstones, no log history), in batches, while commits continue.
+    /// `progress` is called with the keys copied so far. Throws `EngineError`.
+    @discardableResult
+    public func compact(to destination: String, progress: (Int) -> Void = { _ in }) throws -> CopyReport {
+        let source = snapshot()
+        try mapIOErrors { try prepareDestination(destination) }
+        let (target, _) = try StorageEngine.open(path: destination, fileSystem: fileSystem, options: options)
+        var report = CopyReport(version: source.version)
+        var cursor = try source.cursor()
+        var batch = WALBatch()
+        var batchBytes = 0
+        while let (key, value) = try cursor.next() {
+            batch.put(key, value)
+            batchBytes += key.count + value.count
+            report.keyCount += 1
+            if batchBytes >= 1 << 20 {
+                try target.commit(batch)
+                batch = WALBatch()
+                batchBytes = 0
+                progress(report.keyCount)
+            }
+        }
+        if !batch.operations.isEmpty { try target.commit(batch) }
+        progress(report.keyCount)
+        try target.close()
+        report.byteCount = try mapIOErrors {
+            let data = try fileSystem.open(joinPath(destination, Self.dataFileName), options: [])
+            defer { try? data.close() }
+            return Int(try data.size())
+        }
+        return report
+    }
+
+    /// Creates `destination`, refusing one that already holds a store.
+    private func prepareDestination(_ destination: String) throws {
+        guard !fileSystem.fileExists(joinPath(destination, Self.dataFileName)),
+              !fileSystem.fileExists(joinPath(destination, Self.logDirectoryName)) else {
+            throw FileIOError.alreadyExists(operation: .createDirectory, path: destination)
+        }
+        try fileSystem.createDirectory(destination)
+    }
+
+    /// Copies the first `bytes` bytes of `source` to a new file at `path` and syncs it.
+    private func copyFile(_ source: any OpenFile, bytes: Int, to path: String) throws -> Int {
+        let target = try fileSystem.open(path, options: [.create, .exclusive, .write])
+        defer { try? target.close() }
+        let chunkBytes = 1 << 20
+        var offset = 0
+        while offset < bytes {
+            let chunk = try source.read(count: min(chunkBytes, bytes - offset), at: Int64(offset))
+            guard !chunk.isEmpty else { break }
+            try chunk.withUnsafeBytes { try target.write($0, at: Int64(offset)) }
+            offset += chunk.count
+        }
+        try target.syncData()
+        return offset
+    }
+
+    private func mapIOErrors<T>(_ body: () throws -> T) throws -> T {
+        do { return try body() } catch let error as FileIOError { throw EngineError.io(error) }
+    }
+}
