@@ -45,7 +45,7 @@ let package = Package(
         .executableTarget(
             name: "StrataCLI",
             dependencies: [
-                "WAL", "FileIO",
+                "Contexts", "WAL", "FileIO",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -54,6 +54,8 @@ let package = Package(
         .testTarget(name: "WALTests", dependencies: ["WAL", "FileIO", "Codec", "Locks"]),
         .testTarget(name: "EngineTests", dependencies: ["Engine", "WAL", "FileIO", "Codec", "Locks"]),
         .testTarget(name: "ContextsTests", dependencies: ["Contexts", "Engine", "WAL", "FileIO", "Locks"]),
+        // Drives the built `strata` executable as a process.
+        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI"]),
     ],
     swiftLanguageModes: [.v6]
 )

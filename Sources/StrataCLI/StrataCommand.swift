@@ -1,5 +1,6 @@
-// The `strata` command-line tool. Until the engine lands, its default subcommand exercises
-// the write-ahead log for real (`demo`), and `wal` inspects a log directory.
+// The `strata` command-line tool: an interactive shell over a store (the default), and
+// one-shot commands for operators (stat, verify, dump, wal, get/put/del/scan, checkpoint,
+// backup, compact, bench).
 import ArgumentParser
 
 @main
@@ -7,7 +8,10 @@ struct StrataCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "strata",
         abstract: "Strata: an embedded, transactional key/value store with nested contexts.",
-        subcommands: [DemoCommand.self, WALCommand.self],
-        defaultSubcommand: DemoCommand.self
+        subcommands: [ShellCommand.self, StatCommand.self, VerifyCommand.self, DumpCommand.self, WALCommand.self,
+                      GetCommand.self, PutCommand.self, DeleteCommand.self, ScanCommand.self,
+                      CheckpointCommand.self, BackupCommand.self, CompactCommand.self, BenchCommand.self,
+                      DemoCommand.self],
+        defaultSubcommand: ShellCommand.self
     )
 }

@@ -1,5 +1,5 @@
-// `strata wal DIRECTORY`: lists every batch of a write-ahead log and what recovery found,
-// without changing the log.
+// `strata wal [PATH]`: lists every batch of a store's write-ahead log (or of a log
+// directory) and what recovery found, without changing anything.
 import ArgumentParser
 import FileIO
 import Foundation
@@ -10,13 +10,19 @@ struct WALCommand: ParsableCommand {
         commandName: "wal",
         abstract: "List the batches of a write-ahead log directory (read-only).")
 
-    @Argument(help: "The log's directory.")
-    var directory: String
+    @Argument(help: "A store's directory (its wal/ is read) or a log directory.")
+    var path = StorePath.defaultPath
 
     @Flag(help: "One JSON object per batch, then one for the report.")
     var json = false
 
     func run() throws {
+        let storeLog = path + "/wal"
+        let directory = FileManager.default.fileExists(atPath: storeLog) ? storeLog : path
+        guard FileManager.default.fileExists(atPath: directory) else {
+            printError("no log at \(path)")
+            throw ExitCode.failure
+        }
         let report: WALRecoveryReport
         do {
             report = try WriteAheadLog.read(directory: directory) { record in
@@ -32,7 +38,7 @@ struct WALCommand: ParsableCommand {
                 }
             }
         } catch {
-            FileHandle.standardError.write(Data("strata: \(error)\n".utf8))
+            printError("\(error)")
             throw ExitCode.failure
         }
         let damage = report.damage.map(\.description)

@@ -1,0 +1,88 @@
+// One-shot reads and writes: get, put, del, scan. Each write is one durable commit.
+import ArgumentParser
+import Contexts
+
+struct GetCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "get", abstract: "Print a key's value (exit status 1 when it has none).")
+
+    @Argument(help: "The key (0x… for raw bytes).")
+    var key: String
+
+    @OptionGroup var store: StorePath
+
+    func run() throws {
+        let value = try reportingErrors {
+            let opened = try openExistingStore(store.path)
+            defer { try? opened.close() }
+            return try opened.read { try $0.get(parseBytes(key)) }
+        }
+        guard let value else {
+            printError("\(key) has no value")
+            throw ExitCode.failure
+        }
+        print(display(value))
+    }
+}
+
+struct PutCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "put", abstract: "Store a value under a key (one durable commit).")
+
+    @Argument(help: "The key (0x… for raw bytes).")
+    var key: String
+
+    @Argument(help: "The value (0x… for raw bytes).")
+    var value: String
+
+    @OptionGroup var store: StorePath
+
+    func run() throws {
+        try reportingErrors {
+            let opened = try Store.open(path: store.path)
+            defer { try? opened.close() }
+            try opened.write { try $0.put(parseBytes(key), parseBytes(value)) }
+            print("committed version \(opened.version)")
+        }
+    }
+}
+
+struct DeleteCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "del", abstract: "Remove a key (one durable commit).")
+
+    @Argument(help: "The key (0x… for raw bytes).")
+    var key: String
+
+    @OptionGroup var store: StorePath
+
+    func run() throws {
+        try reportingErrors {
+            let opened = try openExistingStore(store.path)
+            defer { try? opened.close() }
+            try opened.write { try $0.delete(parseBytes(key)) }
+            print("committed version \(opened.version)")
+        }
+    }
+}
+
+struct ScanCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "scan", abstract: "List keys and values in key order.")
+
+    @Argument(help: "Only keys starting with this prefix.")
+    var prefix = ""
+
+    @Option(help: "At most this many keys.")
+    var limit = Int.max
+
+    @Flag(help: "Descending key order.")
+    var reverse = false
+
+    @OptionGroup var store: StorePath
+
+    func run() throws {
+        try reportingErrors {
+            let opened = try openExistingStore(store.path)
+            defer { try? opened.close() }
+            let pairs = try opened.read { try $0.scan(prefix: parseBytes(prefix), reverse: reverse, limit: limit) }
+            for (key, value) in pairs { print("\(display(key)) = \(display(value))") }
+        }
+    }
+}

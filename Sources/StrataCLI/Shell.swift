@@ -1,0 +1,147 @@
+// The interpreter behind `strata shell`: a stack of contexts over one store, driven one
+// line at a time. On a terminal it prompts with the context depth and explains what it
+// did; otherwise it prints only results, so scripts can pipe commands in.
+//
+// Invariants:
+//  S1. `contexts` is never empty: its first element is a root context, each later one a
+//      child of the one before; commands act on the last.
+import Contexts
+import Foundation
+
+final class Shell {
+    let store: Store
+    let interactive: Bool
+    private(set) var contexts: [Context]
+    /// Whether any command failed (the exit status of a script says so).
+    private(set) var failed = false
+    private(set) var finished = false
+
+    init(store: Store, interactive: Bool) {
+        self.store = store
+        self.interactive = interactive
+        contexts = [store.makeContext()]
+    }
+
+    var prompt: String { contexts.count == 1 ? "strata> " : "strata[\(contexts.count - 1)]> " }
+
+    static let help = """
+        put KEY VALUE    stage VALUE (the rest of the line) under KEY
+        get KEY          show KEY's value as this context sees it
+        del KEY          stage the removal of KEY
+        scan [PREFIX]    list keys (starting with PREFIX) and values in key order
+        child            open a child of the current context
+        commit           merge the current context into its parent, or commit the root durably
+        discard          drop the current context's changes (a child is closed)
+        stats            the store's version, checkpoint, pages and log
+        help             this list
+        quit             leave (uncommitted changes are dropped)
+        Keys and values are text; write 0x… for raw bytes.
+        """
+
+    /// Runs one line; prints results to stdout and errors to stderr.
+    func execute(_ line: String) {
+        let trimmed = line.trimmingCharacters(in: .whitespaces)
+        guard !trimmed.isEmpty, !trimmed.hasPrefix("#") else { return }
+        let (command, rest) = split(trimmed)
+        do {
+            try run(command.lowercased(), rest)
+        } catch {
+            failed = true
+            printError("\(error)")
+        }
+    }
+
+    private func run(_ command: String, _ rest: String) throws {
+        let context = contexts[contexts.count - 1]
+        switch command {
+        case "put", "set":
+            let (key, value) = split(rest)
+            guard !key.isEmpty else { throw ShellError.usage("put KEY VALUE") }
+            try context.put(parseBytes(key), parseBytes(value))
+        case "get":
+            guard !rest.isEmpty else { throw ShellError.usage("get KEY") }
+            print(try context.get(parseBytes(rest)).map(display) ?? "(nil)")
+        case "del", "delete":
+            guard !rest.isEmpty else { throw ShellError.usage("del KEY") }
+            try context.delete(parseBytes(rest))
+        case "scan":
+            let pairs = try context.scan(prefix: parseBytes(rest))
+            for (key, value) in pairs { print("\(display(key)) = \(display(value))") }
+            if interactive { print("(\(pairs.count) key(s))") }
+        case "child", "begin":
+            contexts.append(try context.makeChild())
+            if interactive { print("opened a child context (depth \(contexts.count - 1))") }
+        case "commit":
+            try commit(context)
+        case "discard", "rollback":
+            let count = context.changeCount
+            context.discard()
+            if contexts.count > 1 { contexts.removeLast() } else { contexts[0] = store.makeContext() }
+            print("discarded \(count) change(s)")
+        case "stats", "stat":
+            for line in try statusLines(store) { print(line) }
+        case "help", "?":
+            print(Self.help)
+        case "quit", "exit":
+            finish()
+        default:
+            throw ShellError.unknownCommand(command)
+        }
+    }
+
+    private func commit(_ context: Context) throws {
+        let receipt = try context.commit()
+        if contexts.count > 1 {
+            contexts.removeLast()
+            print("merged \(receipt.changeCount) change(s) into depth \(contexts.count - 1)")
+        } else {
+            contexts[0] = store.makeContext()
+            print("committed version \(receipt.version): \(receipt.changeCount) change(s), "
+                  + "\(receipt.rawByteCount) bytes logged as \(receipt.storedByteCount)")
+        }
+    }
+
+    /// Ends the session; on a terminal, says what was dropped.
+    func finish() {
+        guard !finished else { return }
+        finished = true
+        let pending = contexts.reduce(0) { $0 + $1.changeCount }
+        if interactive && pending > 0 { print("dropped \(pending) uncommitted change(s)") }
+        contexts[0].discard()
+    }
+
+    /// The first word of `text` (or a "quoted phrase") and the rest, trimmed.
+    private func split(_ text: String) -> (String, String) {
+        if text.hasPrefix("\""), let close = text.dropFirst().firstIndex(of: "\"") {
+            let word = String(text[text.index(after: text.startIndex)..<close])
+            return (word, String(text[text.index(after: close)...]).trimmingCharacters(in: .whitespaces))
+        }
+        guard let space = text.firstIndex(where: { $0 == " " || $0 == "\t" }) else { return (text, "") }
+        return (String(text[..<space]), String(text[space...]).trimmingCharacters(in: .whitespaces))
+    }
+}
+
+enum ShellError: Error, CustomStringConvertible {
+    case usage(String)
+    case unknownCommand(String)
+
+    var description: String {
+        switch self {
+        case let .usage(form): "usage: \(form)"
+        case let .unknownCommand(command): "unknown command \"\(command)\"; type help for the list"
+        }
+    }
+}
+
+/// The lines of `stats` and `strata stat`.
+func statusLines(_ store: Store) throws -> [String] {
+    let status = try store.engine.status()
+    let log = store.engine.logStatistics
+    return [
+        "version \(status.version), checkpoint at version \(status.checkpointVersion)",
+        "data file: \(status.pageCount) pages of \(status.pageBytes) bytes, tree height \(status.treeHeight)",
+        "memtable: \(status.memtableKeys) key(s), \(status.memtableBytes) bytes not yet checkpointed",
+        "log: \(status.logSegments.count) segment(s), \(status.logBytes) bytes on disk; this session: "
+            + "\(log.groupCount) group commit(s), \(log.syncCount) fdatasync(s)",
+    ]
+}

@@ -1,0 +1,141 @@
+import Foundation
+import Testing
+
+@Suite struct StrataToolTests {
+    @Test func scriptedShellSessionWithNestedContextsCommitAndDiscard() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let script = """
+            put fruit/apple red
+            put fruit/banana yellow and ripe
+            child
+            put fruit/cherry dark red
+            del fruit/apple
+            child
+            put fruit/durian spiky
+            discard
+            get fruit/durian
+            commit
+            get fruit/apple
+            scan fruit/
+            commit
+            quit
+            """
+        let run = try runStrata(["shell", "shop.db"], input: script, in: directory)
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.stderr.isEmpty)
+        #expect(run.lines.dropLast() == [
+            "discarded 1 change(s)",
+            "(nil)",
+            "merged 2 change(s) into depth 0",
+            "(nil)",
+            "fruit/banana = yellow and ripe",
+            "fruit/cherry = dark red",
+        ])
+        #expect(run.lines.last?.hasPrefix("committed version 1: 3 change(s)") == true)
+        // The commit is durable: a new process sees it, and not the discarded or deleted keys.
+        let scan = try runStrata(["scan", "--store", "shop.db"], in: directory)
+        #expect(scan.lines == ["fruit/banana = yellow and ripe", "fruit/cherry = dark red"])
+    }
+
+    @Test func shellReportsErrorsAndExitsNonZeroForAFailedScript() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let run = try runStrata(["shell", "s.db"], input: "put k v\nfrobnicate\ncommit\n", in: directory)
+        #expect(run.status != 0)
+        #expect(run.stderr.contains("unknown command \"frobnicate\""))
+        #expect(run.lines.first?.hasPrefix("committed version 1") == true)
+    }
+
+    @Test func oneShotsOnAStoreTheTestMade() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let session = (0..<200).map { "put key\($0) value-\($0)" }.joined(separator: "\n") + "\ncommit\n"
+        #expect(try runStrata(["shell", "s.db"], input: session, in: directory).status == 0)
+        #expect(try runStrata(["put", "--store", "s.db", "extra", "0x00ff"], in: directory).status == 0)
+        #expect(try runStrata(["del", "--store", "s.db", "key7"], in: directory).status == 0)
+
+        let get = try runStrata(["get", "--store", "s.db", "key42"], in: directory)
+        #expect(get.status == 0 && get.lines == ["value-42"])
+        let missing = try runStrata(["get", "--store", "s.db", "key7"], in: directory)
+        #expect(missing.status != 0 && missing.stderr.contains("no value"))
+
+        let dump = try runStrata(["dump", "s.db", "--prefix", "key1", "--json"], in: directory)
+        #expect(dump.lines.count == 111 && dump.lines.first == #"{"key":"key1","value":"value-1"}"#)
+        let hex = try runStrata(["dump", "s.db", "--prefix", "extra", "--json"], in: directory)
+        #expect(hex.lines == [#"{"key":"extra","value":"0x00ff","encoding":"hex"}"#])
+
+        let checkpoint = try runStrata(["checkpoint", "s.db"], in: directory)
+        #expect(checkpoint.status == 0 && checkpoint.stdout.contains("checkpoint at version 3"))
+        let stat = try runStrata(["stat", "s.db"], in: directory)
+        #expect(stat.status == 0 && stat.stdout.contains("keys: 200 live") && stat.stdout.contains("checkpoint at version 3"))
+        let verify = try runStrata(["verify", "s.db"], in: directory)
+        #expect(verify.status == 0 && verify.lines.last == "ok")
+
+        let wal = try runStrata(["wal", "s.db", "--json"], in: directory)
+        #expect(wal.status == 0 && wal.lines.contains { $0.hasPrefix(#"{"lsn":1,"puts":200,"deletes":0"#) })
+
+        let backup = try runStrata(["backup", "copy.db", "--store", "s.db"], in: directory)
+        #expect(backup.status == 0, "\(backup.stderr)")
+        let compact = try runStrata(["compact", "small.db", "--store", "s.db"], in: directory)
+        #expect(compact.status == 0 && compact.stdout.contains("200 keys"), "\(compact.stderr)")
+        for copy in ["copy.db", "small.db"] {
+            let copied = try runStrata(["dump", copy], in: directory)
+            #expect(copied.lines == (try runStrata(["dump", "s.db"], in: directory)).lines, "\(copy)")
+            #expect(try runStrata(["verify", copy], in: directory).status == 0)
+        }
+    }
+
+    @Test func verifyOnACorruptedFileExitsNonZeroWithOneLineNamingTheOffset() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let session = (0..<300).map { "put key\($0) \(String(repeating: "v", count: 50))\($0)" }.joined(separator: "\n")
+        #expect(try runStrata(["shell", "s.db"], input: session + "\ncommit\n", in: directory).status == 0)
+        // Closing checkpointed the keys into pages 2 and up; flip a byte in page 3.
+        let data = directory.appendingPathComponent("s.db/data")
+        var bytes = try Data(contentsOf: data)
+        #expect(bytes.count >= 4 * 4096)
+        bytes[3 * 4096 + 100] ^= 0xFF
+        try bytes.write(to: data)
+        let verify = try runStrata(["verify", "s.db"], in: directory)
+        #expect(verify.status != 0)
+        let errorLines = verify.stderr.split(separator: "\n")
+        #expect(errorLines.count == 1 && errorLines[0].contains("offset 12288"), "\(verify.stderr)")
+    }
+
+    @Test func secondShellOnAnOpenStoreReportsTheLock() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        // The first shell holds the store open while it waits for input.
+        let first = Process()
+        first.executableURL = strataExecutable
+        first.arguments = ["shell", "s.db"]
+        first.currentDirectoryURL = directory
+        let input = Pipe()
+        first.standardInput = input
+        first.standardOutput = FileHandle.nullDevice
+        try first.run()
+        defer {
+            try? input.fileHandleForWriting.close()
+            first.waitUntilExit()
+        }
+        // Wait until it has the lock (its LOCK file exists and is held).
+        var second = ToolRun(status: 0, stdout: "", stderr: "")
+        for _ in 0..<200 {
+            second = try runStrata(["shell", "s.db"], input: "quit\n", in: directory)
+            if second.status != 0 { break }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        #expect(second.status != 0)
+        #expect(second.stderr.contains("locked") && second.stderr.contains("s.db"), "\(second.stderr)")
+        #expect(second.stderr.split(separator: "\n").count == 1)
+    }
+
+    @Test func getOnAMissingStoreIsOneClearLine() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let run = try runStrata(["get", "--store", "nowhere.db", "k"], in: directory)
+        #expect(run.status != 0 && run.stderr.contains("no store at nowhere.db"))
+        #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("nowhere.db").path))
+    }
+}
