@@ -25,6 +25,9 @@ struct ShellCommand: ParsableCommand {
             }
             guard let line = readLine() else { break }
             shell.execute(line)
+            // Each answer goes out at once, so a program driving the shell through pipes
+            // can wait for it.
+            fflush(nil)
         }
         shell.finish()
         try reportingErrors { try store.close() }

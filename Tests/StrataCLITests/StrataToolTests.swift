@@ -106,26 +106,26 @@ import Testing
     @Test func secondShellOnAnOpenStoreReportsTheLock() throws {
         let directory = try scratchDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        // The first shell holds the store open while it waits for input.
+        #expect(try runStrata(["put", "--store", "s.db", "k", "v"], in: directory).status == 0)
+        // The first shell holds the store open while it waits for input; the answer to its
+        // first command shows it has opened the store (and so holds the lock).
         let first = Process()
         first.executableURL = strataExecutable
         first.arguments = ["shell", "s.db"]
         first.currentDirectoryURL = directory
         let input = Pipe()
+        let output = Pipe()
         first.standardInput = input
-        first.standardOutput = FileHandle.nullDevice
+        first.standardOutput = output
         try first.run()
         defer {
             try? input.fileHandleForWriting.close()
             first.waitUntilExit()
         }
-        // Wait until it has the lock (its LOCK file exists and is held).
-        var second = ToolRun(status: 0, stdout: "", stderr: "")
-        for _ in 0..<200 {
-            second = try runStrata(["shell", "s.db"], input: "quit\n", in: directory)
-            if second.status != 0 { break }
-            Thread.sleep(forTimeInterval: 0.02)
-        }
+        input.fileHandleForWriting.write(Data("get k\n".utf8))
+        let answer = output.fileHandleForReading.availableData
+        #expect(String(decoding: answer, as: UTF8.self) == "v\n")
+        let second = try runStrata(["shell", "s.db"], input: "quit\n", in: directory)
         #expect(second.status != 0)
         #expect(second.stderr.contains("locked") && second.stderr.contains("s.db"), "\(second.stderr)")
         #expect(second.stderr.split(separator: "\n").count == 1)
