@@ -9,6 +9,8 @@ let package = Package(
     products: [
         // What applications import: the store, contexts and units of work.
         .library(name: "Strata", targets: ["Contexts"]),
+        // The crash harness for Strata and for applications' own units of work.
+        .library(name: "StrataTesting", targets: ["StrataTesting"]),
         .library(name: "Engine", targets: ["Engine"]),
         .library(name: "WAL", targets: ["WAL"]),
         .library(name: "FileIO", targets: ["FileIO"]),
@@ -42,10 +44,12 @@ let package = Package(
         .target(name: "Engine", dependencies: ["WAL", "Codec", "FileIO", "Locks"]),
         // Nested contexts, units of work and the store façade: the public API.
         .target(name: "Contexts", dependencies: ["Engine", "WAL", "FileIO", "Locks"]),
+        // The crash harness: workloads, suites under the whole fault model, process kills.
+        .target(name: "StrataTesting", dependencies: ["Contexts", "FileIO", "Locks"]),
         .executableTarget(
             name: "StrataCLI",
             dependencies: [
-                "Contexts", "WAL", "FileIO",
+                "Contexts", "StrataTesting", "WAL", "FileIO",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -54,6 +58,7 @@ let package = Package(
         .testTarget(name: "WALTests", dependencies: ["WAL", "FileIO", "Codec", "Locks"]),
         .testTarget(name: "EngineTests", dependencies: ["Engine", "WAL", "FileIO", "Codec", "Locks"]),
         .testTarget(name: "ContextsTests", dependencies: ["Contexts", "Engine", "WAL", "FileIO", "Locks"]),
+        .testTarget(name: "StrataTestingTests", dependencies: ["StrataTesting"]),
         // Drives the built `strata` executable as a process.
         .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI"]),
     ],

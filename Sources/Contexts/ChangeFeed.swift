@@ -75,6 +75,27 @@ extension Store {
     }
 }
 
+extension Store {
+    /// Calls `observer` with every change set committed from now on, in version order,
+    /// synchronously on the committing thread right after the commit became durable and
+    /// visible (and before the committer returns). It runs under the store's commit lock:
+    /// keep it short and do not use the store from it. Returns a token for
+    /// `removeObserver`. For most uses prefer `changes(after:)`.
+    public func observeCommits(_ observer: @escaping @Sendable (ChangeSet) -> Void) -> CommitObservation {
+        CommitObservation(id: feed.addObserver(observer))
+    }
+
+    /// Stops an observer added by `observeCommits`.
+    public func removeObserver(_ observation: CommitObservation) {
+        feed.removeObserver(observation.id)
+    }
+}
+
+/// Identifies an observer added by `Store.observeCommits`.
+public struct CommitObservation: Sendable, Hashable {
+    let id: Int
+}
+
 /// One observer's stream and its position (F1).
 final class ChangeFeedSubscriber: Sendable {
     private struct State {
@@ -116,11 +137,12 @@ final class ChangeFeedSubscriber: Sendable {
     func finish() { continuation.finish() }
 }
 
-/// Every subscriber of a store.
+/// Every subscriber of a store: change feeds, and observers called synchronously.
 final class ChangeFeedHub: Sendable {
     private struct Subscribers {
         var nextID = 0
         var byID: [Int: ChangeFeedSubscriber] = [:]
+        var observers: [Int: @Sendable (ChangeSet) -> Void] = [:]
         var finished = false
     }
 
@@ -136,17 +158,30 @@ final class ChangeFeedHub: Sendable {
         return id
     }
 
+    func addObserver(_ observer: @escaping @Sendable (ChangeSet) -> Void) -> Int {
+        subscribers.withLock { subscribers in
+            subscribers.nextID += 1
+            subscribers.observers[subscribers.nextID] = observer
+            return subscribers.nextID
+        }
+    }
+
+    func removeObserver(_ id: Int) {
+        subscribers.withLock { _ = $0.observers.removeValue(forKey: id) }
+    }
+
     func remove(_ id: Int) {
         subscribers.withLock { _ = $0.byID.removeValue(forKey: id) }
     }
 
     /// Called with each published run of batches, in version order.
     func publish(_ batches: [(version: UInt64, batch: WALBatch)]) {
-        let current = subscribers.withLock { Array($0.byID.values) }
-        guard !current.isEmpty else { return }
+        let (current, observers) = subscribers.withLock { (Array($0.byID.values), Array($0.observers.values)) }
+        guard !current.isEmpty || !observers.isEmpty else { return }
         for (version, batch) in batches {
             let changeSet = ChangeSet(version: version, batch: batch)
             for subscriber in current { subscriber.deliver(changeSet) }
+            for observer in observers { observer(changeSet) }
         }
     }
 

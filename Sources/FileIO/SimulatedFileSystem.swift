@@ -1,22 +1,29 @@
 // A deterministic, in-memory file system that can lose power.
 //
-// Fault model (what `crash(_:)` may do; the full matrix of TESTING.md grows from here):
+// Fault model (TESTING.md, "The fault model"; every item is something `crash(_:)` or an
+// injected fault may do):
 //  1. Every file has a durable image and a volatile one. Reads see the volatile image.
 //     `syncData`/`sync` apply the file's unsynced changes to its durable image.
 //  2. Every directory has durable and volatile entries; `syncDirectory` makes the volatile
 //     entries durable. Creating a directory is durable at once.
-//  3. `crash(.random(seed:))`: each directory keeps its durable entries or (a coin per
-//     directory) its volatile ones; each surviving file starts from its durable image and
-//     replays its unsynced writes in order, each kept whole, dropped, or torn (a random
-//     byte prefix, or a random subset of its 512-byte sectors, which also models writes
-//     persisting out of order). `.keepAll` models a process kill: every write and name
-//     survives but stays unsynced, so a later power loss can still take it; `.dropAll`
-//     keeps only what was synced.
-//  4. After a crash, every handle and lock from before it is dead: its calls throw `closed`.
-//  5. `injectFault` fails the operation with a given index, once or from then on, with an
-//     errno mapped exactly as the POSIX implementation maps it. A failed operation has no
-//     effect. `cutPower(atOperation:)` fails every operation from that index with EIO,
-//     freezing the state a later `crash` starts from.
+//  3. Power loss, `crash(.random(seed:))`: each directory keeps its durable entries or (a
+//     coin per directory) its volatile ones, so names not covered by a directory sync may
+//     vanish; each surviving file starts from its durable image and replays its unsynced
+//     writes in order, each kept whole, dropped, or torn (a random byte prefix, or a
+//     random subset of its sectors, which also models writes persisting out of order).
+//     `crash(.tornWrites(seed:))` tears every unsynced write. Sectors are 512 bytes unless
+//     `setSectorBytes` says otherwise (4096 for 4Kn disks). A file grown but not synced
+//     reads as its durable size plus whatever of the growth survived (zeros otherwise).
+//  4. Process kill, `crash(.keepAll)`: every write and name survives but stays unsynced,
+//     so a later power loss can still take it. `.dropAll` keeps only what was synced.
+//  5. After a crash, every handle and lock from before it is dead: its calls throw `closed`.
+//  6. `injectFault` at operation k, once or from then on: an errno (EIO, ENOSPC, EDQUOT,
+//     EROFS, EINTR, …) mapped exactly as the POSIX implementation maps it, the operation
+//     having no effect; a short write (half the bytes land, then ENOSPC); a lost sync
+//     (EIO, and the unsynced changes will never be durable: "fsyncgate"); a corrupted read
+//     (one byte of the returned data flipped). `cutPower(atOperation:)` fails every
+//     operation from that index with EIO, freezing the state a later `crash` starts from.
+//  7. `modify(path)` changes both images, as bit rot on the medium would.
 // All state sits behind one mutex; operations are numbered in the order they take it.
 import Locks
 #if canImport(Glibc)
@@ -38,6 +45,30 @@ public final class SimulatedFileSystem: FileSystem {
         case keepAll
         /// Only synced data and names survive.
         case dropAll
+        /// As `.random`, but every unsynced write is torn: only a byte prefix of it, or a
+        /// random subset of its sectors (`setSectorBytes`), reaches the medium.
+        case tornWrites(seed: UInt64)
+
+        var seed: UInt64 {
+            switch self {
+            case let .random(seed), let .tornWrites(seed): seed
+            case .keepAll, .dropAll: 0
+            }
+        }
+    }
+
+    /// A fault to inject at an operation (`injectFault`).
+    public enum InjectedFault: Sendable, Equatable {
+        /// The operation fails with this errno and has no effect.
+        case errno(Int32)
+        /// A write stores only its first half, then fails with ENOSPC.
+        case shortWrite
+        /// An fdatasync or fsync fails with EIO and the file's unsynced changes are lost on
+        /// the way to the medium (reads still see them; a retried sync "succeeds" without
+        /// making them durable): Linux's behaviour that PostgreSQL met in 2018.
+        case lostSync
+        /// A read succeeds but one byte of what it returns is flipped (bit rot on the way).
+        case corruptRead
     }
 
     let state = Locked(SimulatedState())
@@ -64,15 +95,43 @@ public final class SimulatedFileSystem: FileSystem {
     /// hits exactly operation `index`).
     public func injectFault(errno code: Int32, atOperation index: Int, persistent: Bool = false,
                             operations: Set<FileOperation>? = nil) {
-        state.withLock { $0.faults.append(Fault(errno: code, firstIndex: index, persistent: persistent, operations: operations)) }
+        injectFault(.errno(code), atOperation: index, persistent: persistent, operations: operations)
+    }
+
+    /// Injects `fault` at the first matching operation whose index is `index` or later
+    /// (with `persistent`, at every matching one after it too). A fault that does not fit
+    /// the operation it lands on (a short write on a rename) fails it with EIO instead.
+    public func injectFault(_ fault: InjectedFault, atOperation index: Int, persistent: Bool = false,
+                            operations: Set<FileOperation>? = nil) {
+        state.withLock { $0.faults.append(Fault(kind: fault, firstIndex: index, persistent: persistent, operations: operations)) }
+    }
+
+    /// Sets the sector size torn writes are cut at (512 by default; 4096 for 4Kn disks).
+    public func setSectorBytes(_ bytes: Int) {
+        precondition(bytes > 0, "a sector has at least one byte")
+        state.withLock { $0.sectorBytes = bytes }
     }
 
     /// Fails the next operation of kind `operation` (and, with `persistent`, all later ones).
     public func failNext(_ operation: FileOperation, errno code: Int32 = EIO, persistent: Bool = false) {
         state.withLock { state in
-            state.faults.append(Fault(errno: code, firstIndex: state.operationCount, persistent: persistent,
+            state.faults.append(Fault(kind: .errno(code), firstIndex: state.operationCount, persistent: persistent,
                                       operations: [operation]))
         }
+    }
+
+    /// An independent copy of this file system as it stands (files, directories, unsynced
+    /// changes, counts), so several crashes can be tried from one state. Handles and
+    /// locks stay with the original; injected faults and the power cut are not copied.
+    public func clone() -> SimulatedFileSystem {
+        let copy = SimulatedFileSystem()
+        var snapshot = state.withLock { $0 }
+        snapshot.faults.removeAll()
+        snapshot.powerCutIndex = nil
+        snapshot.locks.removeAll()
+        snapshot.generation += 1
+        copy.state.withLock { $0 = snapshot }
+        return copy
     }
 
     /// Makes every fdatasync and fsync of a file take `latency` (the calling thread

@@ -16,18 +16,24 @@ final class SimulatedOpenFile: OpenFile {
         self.generation = generation
     }
 
-    /// Runs `body` on the state after numbering the operation and checking the handle.
-    private func perform<T>(_ operation: FileOperation, _ body: (inout SimulatedState, Int) throws -> T) throws -> T {
+    /// Runs `body` on the state after numbering the operation and checking the handle;
+    /// `body` also gets the fault injected into the operation, if one changes what it does.
+    private func perform<T>(_ operation: FileOperation,
+                            _ body: (inout SimulatedState, Int, SimulatedFileSystem.InjectedFault?) throws -> T) throws -> T {
         guard isOpen.withLock({ $0 }) else { throw FileIOError.closed(operation: operation, path: path) }
         return try fileSystem.state.withLock { state in
-            try state.begin(operation, path, generation: generation)
+            let fault = try state.begin(operation, path, generation: generation)
             guard state.inodes[inode] != nil else { throw FileIOError.closed(operation: operation, path: path) }
-            return try body(&state, inode)
+            return try body(&state, inode, fault)
         }
     }
 
+    private func perform<T>(_ operation: FileOperation, _ body: (inout SimulatedState, Int) throws -> T) throws -> T {
+        try perform(operation) { state, id, _ in try body(&state, id) }
+    }
+
     func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
-        try perform(.read) { state, id in
+        try perform(.read) { state, id, fault in
             let image = state.inodes[id]!.volatile
             let start = Int(offset)
             guard start < image.count else { return 0 }
@@ -35,12 +41,17 @@ final class SimulatedOpenFile: OpenFile {
             image.withUnsafeBytes { source in
                 buffer.baseAddress!.copyMemory(from: source.baseAddress! + start, byteCount: count)
             }
+            if fault == .corruptRead, count > 0 { buffer[count / 2] ^= 0x10 }
             return count
         }
     }
 
     func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws {
-        try perform(.write) { state, id in state.write(id, bytes, at: Int(offset)) }
+        try perform(.write) { state, id, fault in
+            guard fault == .shortWrite else { return state.write(id, bytes, at: Int(offset)) }
+            state.write(id, UnsafeRawBufferPointer(rebasing: bytes[..<(bytes.count / 2)]), at: Int(offset))
+            throw FileIOError.noSpace(operation: .write, path: path)
+        }
     }
 
     func append(_ bytes: UnsafeRawBufferPointer) throws -> Int64 {
@@ -57,12 +68,19 @@ final class SimulatedOpenFile: OpenFile {
 
     func syncData() throws {
         fileSystem.willSync(path)
-        try perform(.syncData) { state, id in state.sync(id) }
+        try perform(.syncData) { state, id, fault in try Self.sync(&state, id, fault, path: path, operation: .syncData) }
     }
 
     func sync() throws {
         fileSystem.willSync(path)
-        try perform(.sync) { state, id in state.sync(id) }
+        try perform(.sync) { state, id, fault in try Self.sync(&state, id, fault, path: path, operation: .sync) }
+    }
+
+    private static func sync(_ state: inout SimulatedState, _ id: Int, _ fault: SimulatedFileSystem.InjectedFault?,
+                             path: String, operation: FileOperation) throws {
+        guard fault == .lostSync else { return state.sync(id) }
+        state.loseUnsyncedChanges(id)
+        throw FileIOError.ioError(operation: operation, path: path)
     }
 
     func truncate(to size: Int64) throws {

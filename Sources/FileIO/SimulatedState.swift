@@ -20,7 +20,7 @@ struct SimulatedDirectory {
 }
 
 struct Fault {
-    let errno: Int32
+    let kind: SimulatedFileSystem.InjectedFault
     let firstIndex: Int
     let persistent: Bool
     let operations: Set<FileOperation>?
@@ -44,24 +44,37 @@ struct SimulatedState {
     var powerCutIndex: Int?
     var generation = 0
     var locks: Set<String> = []
+    /// The sector size torn writes are cut at (fault model 3).
+    var sectorBytes = 512
 
-    /// Numbers the operation and throws the fault injected for it, if any.
-    mutating func begin(_ operation: FileOperation, _ path: String) throws {
+    /// Numbers the operation and throws the errno injected for it, if any. Returns a fault
+    /// that changes what the operation does rather than failing it outright (a short
+    /// write, a lost sync, a corrupted read), for the handle to carry out.
+    @discardableResult
+    mutating func begin(_ operation: FileOperation, _ path: String) throws -> SimulatedFileSystem.InjectedFault? {
         let index = operationCount
         operationCount += 1
         counts[operation, default: 0] += 1
         if let cut = powerCutIndex, index >= cut { throw FileIOError.ioError(operation: operation, path: path) }
-        if let position = faults.firstIndex(where: { $0.matches(index: index, operation: operation) }) {
-            let fault = faults[position]
-            if !fault.persistent { faults.remove(at: position) }
-            throw FileIOError(errno: fault.errno, operation: operation, path: path)
+        guard let position = faults.firstIndex(where: { $0.matches(index: index, operation: operation) }) else { return nil }
+        let fault = faults[position]
+        if !fault.persistent { faults.remove(at: position) }
+        switch (fault.kind, operation) {
+        case let (.errno(code), _):
+            throw FileIOError(errno: code, operation: operation, path: path)
+        case (.shortWrite, .write), (.lostSync, .syncData), (.lostSync, .sync), (.corruptRead, .read):
+            return fault.kind
+        default:
+            throw FileIOError.ioError(operation: operation, path: path)
         }
     }
 
     /// Numbers an operation on a handle, first checking that the handle outlived no crash.
-    mutating func begin(_ operation: FileOperation, _ path: String, generation handleGeneration: Int) throws {
+    @discardableResult
+    mutating func begin(_ operation: FileOperation, _ path: String,
+                        generation handleGeneration: Int) throws -> SimulatedFileSystem.InjectedFault? {
         guard handleGeneration == generation else { throw FileIOError.closed(operation: operation, path: path) }
-        try begin(operation, path)
+        return try begin(operation, path)
     }
 
     func split(_ path: String, _ operation: FileOperation) throws -> (String, String) {
@@ -102,6 +115,13 @@ struct SimulatedState {
         inodes[id] = inode
     }
 
+    /// A failed sync that lost the file's unsynced changes on the way to the medium (the
+    /// "fsyncgate" behaviour of Linux): reads still see them, but no later sync will make
+    /// them durable, and a crash takes them.
+    mutating func loseUnsyncedChanges(_ id: Int) {
+        inodes[id]!.pending.removeAll()
+    }
+
     mutating func crash(_ fates: SimulatedFileSystem.CrashFates) {
         defer {
             faults.removeAll()
@@ -116,7 +136,7 @@ struct SimulatedState {
             for id in inodes.keys where !live.contains(id) { inodes[id] = nil }
             return
         }
-        var random = SplitMix64(seed: { if case let .random(seed) = fates { seed } else { 0 } }())
+        var random = SplitMix64(seed: fates.seed)
         for key in directories.keys.sorted() {
             let keepVolatile = fates == .dropAll ? false : random.next() & 1 == 0
             if keepVolatile { directories[key]!.durable = directories[key]!.volatile }
@@ -127,7 +147,11 @@ struct SimulatedState {
             guard live.contains(id) else { inodes[id] = nil; continue }
             var image = inodes[id]!.durable
             for change in inodes[id]!.pending {
-                if fates != .dropAll { applyWithRandomFate(change, to: &image, random: &random) }
+                switch fates {
+                case .dropAll, .keepAll: break
+                case .random: applyWithRandomFate(change, to: &image, sectorBytes: sectorBytes, tearAlways: false, random: &random)
+                case .tornWrites: applyWithRandomFate(change, to: &image, sectorBytes: sectorBytes, tearAlways: true, random: &random)
+                }
             }
             inodes[id] = SimulatedInode(volatile: image, durable: image, pending: [])
         }
@@ -148,10 +172,12 @@ func apply(_ change: PendingChange, to image: inout [UInt8]) {
     }
 }
 
-/// Keeps, drops or tears one unsynced change, as the generator says.
-func applyWithRandomFate(_ change: PendingChange, to image: inout [UInt8], random: inout SplitMix64) {
-    let sectorBytes = 512
-    switch (change, random.next() % 4) {
+/// Keeps, drops or tears one unsynced change, as the generator says (with `tearAlways`,
+/// every write is torn: a byte prefix or a subset of its sectors).
+func applyWithRandomFate(_ change: PendingChange, to image: inout [UInt8], sectorBytes: Int, tearAlways: Bool,
+                         random: inout SplitMix64) {
+    let fate = tearAlways ? 2 + random.next() % 2 : random.next() % 4
+    switch (change, fate) {
     case (_, 0):
         apply(change, to: &image)
     case (_, 1), (.resize, _):

@@ -10,7 +10,7 @@ struct StrataCommand: ParsableCommand {
         abstract: "Strata: an embedded, transactional key/value store with nested contexts.",
         subcommands: [ShellCommand.self, StatCommand.self, VerifyCommand.self, DumpCommand.self, WALCommand.self,
                       GetCommand.self, PutCommand.self, DeleteCommand.self, ScanCommand.self,
-                      CheckpointCommand.self, BackupCommand.self, CompactCommand.self, BenchCommand.self,
+                      CheckpointCommand.self, BackupCommand.self, CompactCommand.self, BenchCommand.self, CrashTestCommand.self,
                       DemoCommand.self],
         defaultSubcommand: ShellCommand.self
     )

@@ -139,3 +139,34 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("nowhere.db").path))
     }
 }
+
+@Suite struct CrashTestCommandTests {
+    @Test func crashtestPrintsATableAndEndsWithPassedFailed() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let run = try runStrata(["crashtest", "--workload", "bank", "--steps", "20", "--ops", "8", "--kills", "4"], in: directory)
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        for suite in ["sim", "recovery", "torn", "errors", "bitflip", "kill"] {
+            #expect(run.lines.contains { $0.hasPrefix("| \(suite) ") }, "no row for \(suite)")
+        }
+        let last = try #require(run.lines.last)
+        #expect(last.wholeMatch(of: /[0-9]+ passed, 0 failed/) != nil, "\(last)")
+    }
+
+    @Test func crashtestRejectsAnUnknownWorkloadWithOneLine() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let run = try runStrata(["crashtest", "--workload", "nope"], in: directory)
+        #expect(run.status != 0 && run.stderr.contains("unknown workload nope"))
+    }
+
+    /// TESTING.md's process-kill suite at its CI size: 200 kills of a bank child process.
+    @Test func twoHundredProcessKillsLoseNothingAcknowledged() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let run = try runStrata(["crashtest", "--workload", "bank", "--mode", "kill", "--kills", "200", "--json"], in: directory)
+        print(run.lines.first ?? "")
+        #expect(run.status == 0, "\(run.stdout)")
+        #expect(run.lines.last == "201 passed, 0 failed")
+    }
+}

@@ -1,0 +1,120 @@
+// The built-in workloads: W1 (TESTING.md's crash-every-op workload of ~200 commits with
+// checkpoints), a random key/value workload with nested units, and a bank whose total
+// must never change.
+
+/// W1: 200 commits of one to three puts or deletes over 40 keys, values of 0 to 700
+/// bytes, a checkpoint every 20 commits.
+public struct W1Workload: CrashWorkload {
+    public var name: String { "w1" }
+    public let stepCount: Int
+
+    public init(commits: Int = 200) { stepCount = commits }
+
+    public func run(step index: Int, on store: Store, random: inout SplitMix64) throws {
+        let count = Int(random.next() % 3) + 1
+        var operations: [(key: [UInt8], value: [UInt8]?)] = []
+        for _ in 0..<count {
+            let key = Array("key-\(random.next() % 40)".utf8)
+            let value = random.next() % 4 == 0
+                ? nil : [UInt8](repeating: UInt8(truncatingIfNeeded: index), count: Int(random.next() % 700))
+            operations.append((key, value))
+        }
+        try store.write { unit in
+            for (key, value) in operations {
+                if let value { try unit.put(key, value) } else { try unit.delete(key) }
+            }
+        }
+    }
+}
+
+/// Random puts and deletes over 64 keys, each unit with a nested unit that is rolled back
+/// one time in three.
+public struct KeyValueWorkload: CrashWorkload {
+    public var name: String { "kv" }
+    public let stepCount: Int
+
+    public init(units: Int = 150) { stepCount = units }
+
+    public func run(step index: Int, on store: Store, random: inout SplitMix64) throws {
+        let keys = (0..<(1 + random.next() % 4)).map { _ in Array("kv/\(random.next() % 64)".utf8) }
+        let values = keys.map { _ in (0..<Int(random.next() % 200)).map { _ in UInt8(truncatingIfNeeded: random.next()) } }
+        let nestedKey = Array("kv/\(random.next() % 64)".utf8)
+        let rollBack = random.next() % 3 == 0
+        try store.write { unit in
+            for (key, value) in zip(keys, values) {
+                if value.count % 5 == 0 { try unit.delete(key) } else { try unit.put(key, value) }
+            }
+            try? unit.child { nested in
+                try nested.put(nestedKey, Array("nested \(index)".utf8))
+                if rollBack { throw WorkloadViolation("rolled back on purpose") }
+            }
+        }
+    }
+}
+
+/// A bank: `accounts` accounts open with 100 each; every step is a transfer (a unit of
+/// work whose credit is a nested unit). The invariant: the total never changes.
+public struct BankWorkload: CrashWorkload {
+    public var name: String { "bank" }
+    public let stepCount: Int
+    public let accounts: Int
+    public static let openingBalance = 100
+
+    public init(transfers: Int = 150, accounts: Int = 8) {
+        stepCount = transfers
+        self.accounts = accounts
+    }
+
+    static func key(_ account: Int) -> [UInt8] { Array("bank/\(account)".utf8) }
+
+    public func setUp(_ store: Store) throws {
+        try store.write { unit in
+            for account in 0..<accounts { try unit.put(Self.key(account), Array("\(Self.openingBalance)".utf8)) }
+        }
+    }
+
+    public func run(step index: Int, on store: Store, random: inout SplitMix64) throws {
+        let from = Int(random.next() % UInt64(accounts))
+        let to = (from + 1 + Int(random.next() % UInt64(accounts - 1))) % accounts
+        let amount = Int(random.next() % 40) + 1
+        try store.write { unit in
+            let balance = try Self.balance(of: from, in: unit.context)
+            try unit.put(Self.key(from), Array("\(balance - amount)".utf8))
+            try unit.child { nested in
+                let credit = try Self.balance(of: to, in: nested.context)
+                try nested.put(Self.key(to), Array("\(credit + amount)".utf8))
+            }
+        }
+    }
+
+    public func checkInvariant(_ store: Store) throws {
+        let context = store.makeContext()
+        guard try context.contains(Self.key(0)) else {
+            // The bank never opened: then no account may exist.
+            let present = try context.scan(prefix: Array("bank/".utf8))
+            guard present.isEmpty else { throw WorkloadViolation("\(present.count) accounts exist without the bank") }
+            return
+        }
+        let total = try (0..<accounts).reduce(0) { $0 + (try Self.balance(of: $1, in: context)) }
+        guard total == accounts * Self.openingBalance else {
+            throw WorkloadViolation("the accounts hold \(total) in total, not \(accounts * Self.openingBalance)")
+        }
+    }
+
+    static func balance(of account: Int, in context: Context) throws -> Int {
+        guard let bytes = try context.get(key(account)), let balance = Int(String(decoding: bytes, as: UTF8.self)) else {
+            throw WorkloadViolation("account \(account) is missing or unreadable")
+        }
+        return balance
+    }
+}
+
+/// The built-in workloads by name.
+public func builtInWorkload(named name: String, steps: Int? = nil) -> (any CrashWorkload)? {
+    switch name {
+    case "w1": steps.map { W1Workload(commits: $0) } ?? W1Workload()
+    case "kv": steps.map { KeyValueWorkload(units: $0) } ?? KeyValueWorkload()
+    case "bank": steps.map { BankWorkload(transfers: $0) } ?? BankWorkload()
+    default: nil
+    }
+}
