@@ -82,6 +82,32 @@ func workloadBatch(thread: Int, index: Int, generator: inout BatchGenerator) -> 
         print("seed \(seed): crashed at each of \(dryRun + 1) operations; \(lostUnacknowledged) crashes lost unacknowledged batches")
     }
 
+    /// TESTING.md's group-commit suite at its CI size: 1,000 seeds, each a crash at a
+    /// seeded operation of the concurrent workload below (I1, I2, I4), and for every tenth
+    /// seed an uncrashed run whose fdatasyncs are counted: exactly one per group commit.
+    @Test func thousandSeededInterleavingsKeepAcknowledgedBatchesAndOneFdatasyncPerGroup() throws {
+        var groupedRuns = 0
+        for seed in UInt64(1)...1_000 {
+            var random = SplitMix64(seed: seed)
+            _ = try runCrashWorkload(seed: seed, cutAt: Int(random.next() % 120))
+            guard seed % 10 == 0 else { continue }
+            let fileSystem = SimulatedFileSystem()
+            let (log, _) = try WriteAheadLog.open(directory: "/db/wal", fileSystem: fileSystem,
+                                                  options: WALOptions(segmentBytes: 1 << 20))
+            let syncsAfterOpen = fileSystem.count(of: .syncData)
+            runConcurrently(threads: 4) { thread in
+                var generator = BatchGenerator(seed: seed &+ UInt64(thread))
+                for index in 0..<8 { _ = try? log.append(workloadBatch(thread: thread, index: index, generator: &generator)) }
+            }
+            let statistics = log.statistics
+            #expect(statistics.appendCount == 32 && statistics.groupCount <= 32, "seed \(seed)")
+            #expect(fileSystem.count(of: .syncData) - syncsAfterOpen == statistics.groupCount, "seed \(seed)")
+            if statistics.groupCount < 32 { groupedRuns += 1 }
+            try log.close()
+        }
+        print("1,000 seeded crashes of concurrent appenders; \(groupedRuns) of 100 uncrashed runs shared an fdatasync")
+    }
+
     /// Four threads append eight batches each to a log with small segments while the main
     /// thread releases segments; power is cut at operation `cutAt`, then the log is
     /// recovered and checked (I1, I2, I4). Returns the operations the run performed and the
