@@ -19,6 +19,7 @@ let package = Package(
             name: "strata-bench",
             dependencies: [
                 "CSQLite", "CLMDB",
+                .product(name: "Strata", package: "Strata"),
                 .product(name: "Engine", package: "Strata"),
                 .product(name: "WAL", package: "Strata"),
                 .product(name: "FileIO", package: "Strata"),

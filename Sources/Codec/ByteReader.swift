@@ -42,7 +42,9 @@ public struct ByteReader: Sendable {
 
     public mutating func readUInt64() throws(CodecError) -> UInt64 { try readLittleEndian() }
 
-    /// Reads an unsigned LEB128 varint of at most 10 bytes.
+    /// Reads an unsigned LEB128 varint of at most 10 bytes, in its shortest form: a
+    /// longer encoding of the same value (a final byte of zero) is malformed, so every
+    /// value has exactly one encoding and a decoded record re-encodes to the same bytes.
     public mutating func readVarint() throws(CodecError) -> UInt64 {
         let start = offset
         var result: UInt64 = 0
@@ -56,7 +58,10 @@ public struct ByteReader: Sendable {
             // The tenth byte may only contribute the top bit of a 64-bit value.
             if shift == 63 && byte > 1 { throw .malformedVarint(offset: start) }
             result |= UInt64(byte & 0x7F) << shift
-            if byte & 0x80 == 0 { return result }
+            if byte & 0x80 == 0 {
+                guard byte != 0 || shift == 0 else { throw .malformedVarint(offset: start) }
+                return result
+            }
             shift += 7
             if shift > 63 { throw .malformedVarint(offset: start) }
         }

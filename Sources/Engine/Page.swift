@@ -187,7 +187,9 @@ enum PageCodec {
         var length = Int(page[offset] & 0x7F)
         var start = offset + 1
         if page[offset] & 0x80 != 0 {
-            guard start < page.count, page[start] & 0x80 == 0 else { throw PageDefect("cell \(index) has a bad key length") }
+            guard start < page.count, page[start] & 0x80 == 0, page[start] != 0 else {
+                throw PageDefect("cell \(index) has a bad key length")
+            }
             length |= Int(page[start]) << 7
             start += 1
         }

@@ -38,6 +38,21 @@ import Testing
         #expect(throws: CodecError.self) { try unterminated.readVarint() }
     }
 
+    /// Found by fuzzing the log reader: `0x83 0x00` decoded as 3, so a batch with such a
+    /// length re-encoded shorter than it was stored. Only the shortest form is accepted.
+    @Test(arguments: [[UInt8]([0x83, 0x00]), [0x80, 0x00], [0xFF, 0x80, 0x00]])
+    func nonMinimalVarintsAreRejected(bytes: [UInt8]) {
+        var reader = ByteReader(bytes)
+        #expect(throws: CodecError.malformedVarint(offset: 0)) { try reader.readVarint() }
+    }
+
+    @Test func zeroAndOneByteValuesStillDecode() throws {
+        var reader = ByteReader([0x00, 0x7F, 0x80, 0x01])
+        #expect(try reader.readVarint() == 0)
+        #expect(try reader.readVarint() == 127)
+        #expect(try reader.readVarint() == 128)
+    }
+
     @Test func aHostileLengthIsCheckedBeforeAllocating() {
         var writer = ByteWriter()
         writer.writeVarint(1 << 40)

@@ -1,12 +1,16 @@
 // The engines under test, each behind one small protocol: a transaction of puts and
 // deletes, point reads, and a full ordered scan. Settings follow BENCHMARKS.md.
-//  - strata / strata-relaxed: Strata's storage engine, durability .full / .relaxed.
+//  - strata / strata-relaxed: Strata's storage engine, durability .full / .relaxed; its
+//    contexts (child contexts committed or discarded) for `nested`.
 //  - sqlite: one table (k BLOB PRIMARY KEY, v BLOB) WITHOUT ROWID, journal_mode=WAL,
-//    synchronous=FULL, prepared statements, BEGIN/COMMIT per transaction.
-//  - lmdb: default (durable) flags, one write transaction per batch.
+//    synchronous=FULL, prepared statements, BEGIN/COMMIT per transaction; SAVEPOINT,
+//    RELEASE and ROLLBACK TO for `nested`.
+//  - lmdb: default (durable) flags, one write transaction per batch; nested (child)
+//    transactions for `nested`.
 //  - fdatasync: the disk's limit: 16 + V bytes appended and fdatasync'd per transaction.
 import CLMDB
 import CSQLite
+import Contexts
 import Engine
 import FileIO
 import Foundation
@@ -25,6 +29,10 @@ protocol BenchEngine: AnyObject, Sendable {
     func scanCount() throws -> Int
     /// fdatasyncs issued, when the engine can tell.
     var fdatasyncs: Int? { get }
+    /// One root transaction of the `nested` workload: a child that writes `kept` and is
+    /// committed into the root, a second child that writes `discarded` and is thrown
+    /// away, then the root's durable commit.
+    func nested(kept: ArraySlice<Int>, discarded: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws
     func close() throws
 }
 
@@ -32,9 +40,10 @@ struct BenchError: Error, CustomStringConvertible {
     let description: String
 }
 
-/// Strata's storage engine.
+/// Strata: the storage engine for plain batches, the contexts above it for `nested`.
 final class StrataEngineBench: BenchEngine {
-    let engine: StorageEngine
+    let store: Store
+    var engine: StorageEngine { store.engine }
     private let readSnapshot = Mutex<Snapshot?>(nil)
 
     init(directory: String, durability: Durability, checkpoints: Bool = true) throws {
@@ -43,7 +52,18 @@ final class StrataEngineBench: BenchEngine {
             options.checkpointMemtableBytes = .max
             options.checkpointLogBytes = .max
         }
-        engine = try StorageEngine.open(path: directory, options: options).engine
+        store = try Store.open(path: directory, options: options)
+    }
+
+    func nested(kept: ArraySlice<Int>, discarded: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {
+        let root = store.makeContext()
+        let child = try root.makeChild()
+        for key in kept { try child.put(Workload.key(key), values(key)!) }
+        try child.commit()
+        let draft = try root.makeChild()
+        for key in discarded { try draft.put(Workload.key(key), values(key)!) }
+        draft.discard()
+        try root.commit()
     }
 
     func write(_ keys: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {
@@ -110,16 +130,34 @@ final class SQLiteBench: BenchEngine, @unchecked Sendable {
         defer { lock.unlock() }
         try exec("BEGIN")
         for key in keys {
-            let k = Workload.key(key)
-            let statement = values(key) == nil ? delete : put
-            sqlite3_reset(statement)
-            k.withUnsafeBytes { _ = sqlite3_bind_blob(statement, 1, $0.baseAddress, Int32(k.count), transient) }
-            if let value = values(key) {
-                value.withUnsafeBytes { _ = sqlite3_bind_blob(statement, 2, $0.baseAddress, Int32(value.count), transient) }
-            }
-            guard sqlite3_step(statement) == SQLITE_DONE else { throw BenchError(description: "sqlite: write failed") }
+            let value = values(key)
+            try bindAndStep(value == nil ? delete : put, key, value)
         }
         try exec("COMMIT")
+    }
+
+    func nested(kept: ArraySlice<Int>, discarded: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        try exec("BEGIN")
+        try exec("SAVEPOINT kept")
+        for key in kept { try bindAndStep(put, key, values(key)) }
+        try exec("RELEASE kept")
+        try exec("SAVEPOINT draft")
+        for key in discarded { try bindAndStep(put, key, values(key)) }
+        try exec("ROLLBACK TO draft")
+        try exec("RELEASE draft")
+        try exec("COMMIT")
+    }
+
+    private func bindAndStep(_ statement: OpaquePointer?, _ key: Int, _ value: [UInt8]?) throws {
+        let k = Workload.key(key)
+        sqlite3_reset(statement)
+        k.withUnsafeBytes { _ = sqlite3_bind_blob(statement, 1, $0.baseAddress, Int32(k.count), transient) }
+        if let value {
+            value.withUnsafeBytes { _ = sqlite3_bind_blob(statement, 2, $0.baseAddress, Int32(value.count), transient) }
+        }
+        guard sqlite3_step(statement) == SQLITE_DONE else { throw BenchError(description: "sqlite: write failed") }
     }
 
     func beginReads() throws {}
@@ -181,6 +219,26 @@ final class LMDBBench: BenchEngine, @unchecked Sendable {
     func write(_ keys: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {
         var txn: OpaquePointer?
         try check(mdb_txn_begin(env, nil, 0, &txn), "txn_begin")
+        try apply(keys, values: values, in: txn)
+        try check(mdb_txn_commit(txn), "txn_commit")
+    }
+
+    func nested(kept: ArraySlice<Int>, discarded: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {
+        var root: OpaquePointer?
+        try check(mdb_txn_begin(env, nil, 0, &root), "txn_begin")
+        var child: OpaquePointer?
+        try check(mdb_txn_begin(env, root, 0, &child), "txn_begin(nested)")
+        try apply(kept, values: values, in: child)
+        try check(mdb_txn_commit(child), "txn_commit(nested)")
+        var draft: OpaquePointer?
+        try check(mdb_txn_begin(env, root, 0, &draft), "txn_begin(nested)")
+        try apply(discarded, values: values, in: draft)
+        mdb_txn_abort(draft)
+        try check(mdb_txn_commit(root), "txn_commit")
+    }
+
+    /// Puts (or deletes) `keys` in `txn`; aborts it and throws on failure.
+    private func apply(_ keys: ArraySlice<Int>, values: (Int) -> [UInt8]?, in txn: OpaquePointer?) throws {
         for key in keys {
             var k = Workload.key(key)
             let value = values(key)
@@ -198,7 +256,6 @@ final class LMDBBench: BenchEngine, @unchecked Sendable {
                 return
             }
         }
-        try check(mdb_txn_commit(txn), "txn_commit")
     }
 
     func beginReads() throws { try check(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &reader), "txn_begin(rdonly)") }
@@ -265,6 +322,9 @@ final class FdatasyncBench: BenchEngine {
 
     func beginReads() throws {}
     func endReads() {}
+    func nested(kept: ArraySlice<Int>, discarded: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {
+        throw BenchError(description: "fdatasync has no transactions to nest")
+    }
     func read(_ key: Int) throws -> Bool { throw BenchError(description: "fdatasync measures writes only") }
     func scanCount() throws -> Int { throw BenchError(description: "fdatasync measures writes only") }
     var fdatasyncs: Int? { syncs.withLock { $0 } }

@@ -48,6 +48,13 @@ struct Runner {
             try commitAll(order.map { _ in Int(shuffler.next() % UInt64(keys)) }, per: perTransaction, threads: 1, bench, value)
         case "deleterandom":
             try commitAll(order, per: perTransaction, threads: 1, bench) { _ in nil }
+        case "nested":
+            let half = max(perTransaction / 2, 1)
+            for first in stride(from: 0, to: keys, by: 2 * half) {
+                let kept = first..<min(keys, first + half)
+                try bench.nested(kept: order[kept], discarded: order[kept.upperBound..<min(keys, first + 2 * half)],
+                                 values: value)
+            }
         case "readrandom":
             try bench.beginReads()
             var found = 0
@@ -64,6 +71,13 @@ struct Runner {
         if workload == "deleterandom", engine != "fdatasync" {
             let remaining = try bench.scanCount()
             guard remaining == 0 else { throw BenchError(description: "\(engine) deleterandom left \(remaining) keys") }
+        }
+        if workload == "nested" {
+            // Exactly the first half of every root transaction's keys is stored.
+            let half = max(perTransaction / 2, 1)
+            let expected = stride(from: 0, to: keys, by: 2 * half).reduce(0) { $0 + min(half, keys - $1) }
+            let stored = try bench.scanCount()
+            guard stored == expected else { throw BenchError(description: "\(engine) nested stored \(stored) of \(expected) keys") }
         }
         let syncs = bench.fdatasyncs
         try bench.close()

@@ -19,7 +19,7 @@ struct StrataBench: ParsableCommand {
 
     static let allEngines = ["strata", "strata-relaxed", "sqlite", "lmdb", "fdatasync"]
     static let allWorkloads = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readrandom",
-                               "readseq", "deleterandom", "recover"]
+                               "readseq", "deleterandom", "nested", "recover"]
 
     @Option(help: "Comma-separated engines: \(allEngines.joined(separator: ", ")).")
     var engines = allEngines.joined(separator: ",")
@@ -48,6 +48,9 @@ struct StrataBench: ParsableCommand {
     @Flag(help: "Also print a Markdown table with ratios to strata.")
     var table = false
 
+    @Option(help: "Also write a grouped bar chart of the results to this SVG file.")
+    var chart: String?
+
     func run() throws {
         let engineNames = engines.split(separator: ",").map(String.init)
         let workloadNames = benchmarks.split(separator: ",").map(String.init)
@@ -57,6 +60,7 @@ struct StrataBench: ParsableCommand {
         for workload in workloadNames {
             for engine in engineNames {
                 let writesOnly = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "deleterandom"]
+                // (`nested` needs transactions inside transactions, which raw fdatasync has not.)
                 if engine == "fdatasync" && !writesOnly.contains(workload) { continue }
                 if workload == "recover" && !engine.hasPrefix("strata") { continue }
                 FileHandle.standardError.write(Data("running \(engine) \(workload)…\n".utf8))
@@ -66,6 +70,11 @@ struct StrataBench: ParsableCommand {
             }
         }
         if table { printTable(results, engines: engineNames, workloads: workloadNames) }
+        if let chart {
+            let svg = BarChart(results: results, engines: engineNames, workloads: workloadNames).svg
+            try svg.write(toFile: chart, atomically: true, encoding: .utf8)
+            FileHandle.standardError.write(Data("wrote \(chart)\n".utf8))
+        }
     }
 
     private func printTable(_ results: [Result], engines: [String], workloads: [String]) {
