@@ -10,7 +10,7 @@ struct CrashTestCommand: ParsableCommand {
         commandName: "crashtest",
         abstract: "Crash Strata under the whole fault model and check what it recovers.")
 
-    @Option(help: "The workload: w1 (200 commits with checkpoints), kv (units with nested units) or bank.")
+    @Option(help: "The workload: w1 (200 commits with checkpoints), kv (units with nested units), bank, or bank-concurrent (8 threads).")
     var workload = "w1"
 
     @Option(help: "Suites: sim, recovery, torn, errors, bitflip, kill or all.")
@@ -42,7 +42,7 @@ struct CrashTestCommand: ParsableCommand {
 
     func run() throws {
         guard let chosen = builtInWorkload(named: workload, steps: steps) else {
-            throw ValidationError("unknown workload \(workload); use w1, kv or bank")
+            throw ValidationError("unknown workload \(workload); use w1, kv, bank or bank-concurrent")
         }
         let parsedSeeds = seeds.split(separator: ",").compactMap { UInt64($0.trimmingCharacters(in: .whitespaces)) }
         guard !parsedSeeds.isEmpty else { throw ValidationError("--seeds takes numbers separated by commas") }
@@ -99,11 +99,11 @@ struct CrashTestCommand: ParsableCommand {
             return
         }
         for failure in results.flatMap(\.failures).prefix(20) { print("FAILED \(failure)") }
-        print("| suite    | workload | K (ops) | states | passed | failed | seconds |")
-        print("|----------|----------|--------:|-------:|-------:|-------:|--------:|")
+        print("| suite    | workload        | K (ops) | states | passed | failed | seconds |")
+        print("|----------|-----------------|--------:|-------:|-------:|-------:|--------:|")
         for result in results {
             print("| " + result.suite.rawValue.padding(toLength: 8, withPad: " ", startingAt: 0)
-                  + " | " + workload.padding(toLength: 8, withPad: " ", startingAt: 0)
+                  + " | " + workload.padding(toLength: 15, withPad: " ", startingAt: 0)
                   + String(format: " | %7d | %6d | %6d | %6d | %7.1f |", result.operations, result.statesExplored,
                            result.passed, result.failures.count, result.seconds))
         }

@@ -15,6 +15,10 @@ public protocol CrashWorkload: Sendable {
     /// The harness checkpoints after every this many steps (0: never), so crashes also
     /// land inside checkpoints.
     var checkpointInterval: Int { get }
+    /// Whether a seed always yields the same commits in the same order. When false (steps
+    /// that commit from several threads at once), the harness cannot know which prefix
+    /// states are legal and checks I1, I3, I4 and the invariant only.
+    var isDeterministic: Bool { get }
     /// Prepares a fresh store (one or more units of work); called once, before step 0.
     func setUp(_ store: Store) throws
     /// Runs step `index`, drawing any randomness from `random`. Throwing ends the run
@@ -27,6 +31,7 @@ public protocol CrashWorkload: Sendable {
 
 extension CrashWorkload {
     public var checkpointInterval: Int { 20 }
+    public var isDeterministic: Bool { true }
     public func setUp(_ store: Store) throws {}
     public func checkInvariant(_ store: Store) throws {}
 }

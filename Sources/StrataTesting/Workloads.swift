@@ -1,6 +1,8 @@
 // The built-in workloads: W1 (TESTING.md's crash-every-op workload of ~200 commits with
 // checkpoints), a random key/value workload with nested units, and a bank whose total
-// must never change.
+// must never change (sequential, and concurrent).
+import Foundation
+import Locks
 
 /// W1: 200 commits of one to three puts or deletes over 40 keys, values of 0 to 700
 /// bytes, a checkpoint every 20 commits.
@@ -74,10 +76,15 @@ public struct BankWorkload: CrashWorkload {
     }
 
     public func run(step index: Int, on store: Store, random: inout SplitMix64) throws {
+        try run(step: index, on: store, random: &random, retries: 0)
+    }
+
+    /// A transfer, rerun up to `retries` times when another commit wrote its accounts first.
+    func run(step index: Int, on store: Store, random: inout SplitMix64, retries: Int) throws {
         let from = Int(random.next() % UInt64(accounts))
         let to = (from + 1 + Int(random.next() % UInt64(accounts - 1))) % accounts
         let amount = Int(random.next() % 40) + 1
-        try store.write { unit in
+        try store.write(retries: retries) { unit in
             let balance = try Self.balance(of: from, in: unit.context)
             try unit.put(Self.key(from), Array("\(balance - amount)".utf8))
             try unit.child { nested in
@@ -109,12 +116,60 @@ public struct BankWorkload: CrashWorkload {
     }
 }
 
+/// TESTING.md's bank with concurrency: each step runs one transfer on each of `threads`
+/// threads at once (units of work that retry on conflict), while a reader thread checks
+/// the total in a snapshot. Commit order depends on the scheduler, so the harness checks
+/// durability, integrity and the total, not a particular prefix.
+public struct ConcurrentBankWorkload: CrashWorkload {
+    public var name: String { "bank-concurrent" }
+    public let stepCount: Int
+    public let threads: Int
+    private let bank: BankWorkload
+    public var isDeterministic: Bool { false }
+
+    public init(rounds: Int = 40, threads: Int = 8, accounts: Int = 100) {
+        stepCount = rounds
+        self.threads = threads
+        bank = BankWorkload(transfers: rounds * threads, accounts: accounts)
+    }
+
+    public func setUp(_ store: Store) throws { try bank.setUp(store) }
+
+    public func run(step index: Int, on store: Store, random: inout SplitMix64) throws {
+        let seeds = (0..<threads).map { _ in random.next() }
+        let failure = Locked<(any Error)?>(nil)
+        let group = DispatchGroup()
+        for thread in 0...threads {
+            group.enter()
+            Thread.detachNewThread { [bank] in
+                defer { group.leave() }
+                do {
+                    if thread == threads {
+                        // The reader: every snapshot must show the opening total.
+                        try bank.checkInvariant(store)
+                    } else {
+                        var generator = SplitMix64(seed: seeds[thread])
+                        try bank.run(step: index, on: store, random: &generator, retries: 10_000)
+                    }
+                } catch {
+                    failure.withLock { $0 = $0 ?? error }
+                }
+            }
+        }
+        group.wait()
+        if let error = failure.withLock({ $0 }) { throw error }
+    }
+
+    public func checkInvariant(_ store: Store) throws { try bank.checkInvariant(store) }
+}
+
 /// The built-in workloads by name.
 public func builtInWorkload(named name: String, steps: Int? = nil) -> (any CrashWorkload)? {
     switch name {
     case "w1": steps.map { W1Workload(commits: $0) } ?? W1Workload()
     case "kv": steps.map { KeyValueWorkload(units: $0) } ?? KeyValueWorkload()
     case "bank": steps.map { BankWorkload(transfers: $0) } ?? BankWorkload()
+    case "bank-concurrent": steps.map { ConcurrentBankWorkload(rounds: $0) } ?? ConcurrentBankWorkload()
     default: nil
     }
 }

@@ -170,3 +170,17 @@ import Testing
         #expect(run.lines.last == "201 passed, 0 failed")
     }
 }
+
+@Suite struct ConcurrentBankKillTests {
+    /// TESTING.md's bank suite's kill cycles at CI size: 50 kills of a child process whose
+    /// eight threads transfer concurrently while a reader checks the total.
+    @Test func fiftyKillsOfEightConcurrentWritersKeepTheTotal() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let run = try runStrata(["crashtest", "--workload", "bank-concurrent", "--mode", "kill", "--kills", "50", "--json"],
+                                in: directory)
+        print(run.lines.first ?? "")
+        #expect(run.status == 0, "\(run.stdout)")
+        #expect(run.lines.last == "51 passed, 0 failed")
+    }
+}

@@ -14,7 +14,7 @@ struct BarChart {
         let barWidth = 26
         let groupGap = 30
         let plotHeight = 260
-        let top = 70
+        let top = 130
         let left = 20
         let groups = workloads.filter { workload in results.contains { $0.bench == workload } }
         let groupWidth = engines.count * barWidth + groupGap

@@ -1,0 +1,78 @@
+// The hot paths, one benchmark each, with allocation and reference-count metrics:
+// - WAL append: encode, LZ4 and frame one 10-key batch and hand it to group commit
+//   (`.relaxed` on the simulated file system, so the disk is out of the picture).
+//   Expect a few microseconds; allocations: the encoded batch, the frame buffer.
+// - B+tree lookup: a point read of a checkpointed key through a snapshot (page cache
+//   hit, in-place binary search). Expect about a microsecond.
+// - overlay get: a read that a context's own overlay answers (a persistent-map walk).
+//   Expect well under a microsecond, no allocation.
+// - child commit: open a child, stage 10 puts, merge it into its parent (no I/O).
+//   Expect O(10 log n) node allocations.
+import Benchmark
+import Contexts
+import Engine
+import FileIO
+import WAL
+
+let benchmarks: @Sendable () -> Void = {
+    Benchmark.defaultConfiguration = .init(
+        metrics: [.wallClock, .throughput, .mallocCountTotal, .retainCount, .releaseCount],
+        maxDuration: .seconds(2))
+
+    let keys = (0..<100_000).map { Array(String(format: "%016d", $0).utf8) }
+    let value = [UInt8]((0..<100).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+
+    Benchmark("WAL append (10-key batch, relaxed)") { benchmark in
+        let (log, _) = try WriteAheadLog.open(directory: "/wal", fileSystem: SimulatedFileSystem(),
+                                              options: WALOptions(durability: .relaxed, segmentBytes: 1 << 20))
+        var batch = WALBatch()
+        for key in keys.prefix(10) { batch.put(key, value) }
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations { blackHole(try log.append(batch)) }
+        benchmark.stopMeasurement()
+        try log.close()
+    }
+
+    Benchmark("B+tree lookup (snapshot get, cached page)") { benchmark in
+        let engine = try StorageEngine.inMemory()
+        for start in stride(from: 0, to: keys.count, by: 1_000) {
+            var batch = WALBatch()
+            for key in keys[start..<(start + 1_000)] { batch.put(key, value) }
+            try engine.commit(batch)
+        }
+        try engine.checkpoint()
+        let snapshot = engine.snapshot()
+        var index = 0
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            blackHole(try snapshot.get(keys[index]))
+            index = (index &+ 7_919) % keys.count
+        }
+    }
+
+    Benchmark("overlay get (context's own write)") { benchmark in
+        let store = try Store.inMemory()
+        let context = store.makeContext()
+        for key in keys.prefix(10_000) { try context.put(key, value) }
+        var index = 0
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            blackHole(try context.get(keys[index]))
+            index = (index &+ 7_919) % 10_000
+        }
+    }
+
+    Benchmark("child commit (10 puts merged into a parent of 10,000)") { benchmark in
+        let store = try Store.inMemory()
+        let parent = store.makeContext()
+        for key in keys.prefix(10_000) { try parent.put(key, value) }
+        var round = 0
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            let child = try parent.makeChild()
+            for offset in 0..<10 { try child.put(keys[(round * 10 + offset) % keys.count], value) }
+            blackHole(try child.commit())
+            round += 1
+        }
+    }
+}
