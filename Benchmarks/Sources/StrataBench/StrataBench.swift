@@ -51,9 +51,21 @@ struct StrataBench: ParsableCommand {
     @Option(help: "Also write a grouped bar chart of the results to this SVG file.")
     var chart: String?
 
+    @Option(help: "Run nothing: read the JSON lines of an earlier run from this file and print its table and chart.")
+    var replot: String?
+
     func run() throws {
         let engineNames = engines.split(separator: ",").map(String.init)
         let workloadNames = benchmarks.split(separator: ",").map(String.init)
+        if let replot {
+            let lines = try String(contentsOfFile: replot, encoding: .utf8).split(separator: "\n").filter { $0.hasPrefix("{") }
+            let results = try lines.map { try Result(jsonLine: String($0)) }
+            let engines = engineNames.filter { name in results.contains { $0.engine == name } }
+            let workloads = workloadNames.filter { name in results.contains { $0.bench == name } }
+            printTable(results, engines: engines, workloads: workloads)
+            if let chart { try BarChart(results: results, engines: engines, workloads: workloads).svg.write(toFile: chart, atomically: true, encoding: .utf8) }
+            return
+        }
         for name in engineNames where !Self.allEngines.contains(name) { throw ValidationError("unknown engine \(name)") }
         for name in workloadNames where !Self.allWorkloads.contains(name) { throw ValidationError("unknown workload \(name)") }
         var results: [Result] = []

@@ -1,6 +1,7 @@
 // The data of BENCHMARKS.md: 16-byte keys (the key number, zero-padded decimal) and values
 // of V bytes, half random and half one repeated byte, so a good compressor halves them.
 import FileIO
+import Foundation
 
 enum Workload {
     static func key(_ number: Int) -> [UInt8] {
@@ -32,6 +33,25 @@ struct Result {
         #"{"engine":"\#(engine)","bench":"\#(bench)","num":\#(num),"batch":\#(batch),"value_size":\#(valueSize),"#
             + #""seconds":\#(rounded(seconds, 4)),"ops_per_sec":\#(Int(opsPerSecond)),"bytes_on_disk":\#(bytesOnDisk),"#
             + #""fdatasyncs":\#(fdatasyncs.map(String.init) ?? "null")}"#
+    }
+}
+
+extension Result {
+    /// Reads back one line of `json`.
+    init(jsonLine: String) throws {
+        struct Line: Decodable {
+            var engine: String
+            var bench: String
+            var num: Int
+            var batch: Int
+            var value_size: Int
+            var seconds: Double
+            var bytes_on_disk: Int
+            var fdatasyncs: Int?
+        }
+        let line = try JSONDecoder().decode(Line.self, from: Data(jsonLine.utf8))
+        self.init(engine: line.engine, bench: line.bench, num: line.num, batch: line.batch, valueSize: line.value_size,
+                  seconds: line.seconds, bytesOnDisk: line.bytes_on_disk, fdatasyncs: line.fdatasyncs)
     }
 }
 
