@@ -43,7 +43,7 @@ let package = Package(
         // The storage engine: page file, copy-on-write B+tree, memtables, snapshots, checkpoints.
         .target(name: "Engine", dependencies: ["WAL", "Codec", "FileIO", "Locks"]),
         // Nested contexts, units of work and the store façade: the public API.
-        .target(name: "Contexts", dependencies: ["Engine", "WAL", "FileIO", "Locks"]),
+        .target(name: "Contexts", dependencies: ["Engine", "WAL", "FileIO", "Locks", "Codec"]),
         // The crash harness: workloads, suites under the whole fault model, process kills.
         .target(name: "StrataTesting", dependencies: ["Contexts", "FileIO", "Locks"]),
         .executableTarget(
@@ -59,6 +59,7 @@ let package = Package(
         .testTarget(name: "EngineTests", dependencies: ["Engine", "WAL", "FileIO", "Codec", "Locks"]),
         .testTarget(name: "ContextsTests", dependencies: ["Contexts", "Engine", "WAL", "FileIO", "Locks"]),
         .testTarget(name: "StrataTestingTests", dependencies: ["StrataTesting"]),
+        .testTarget(name: "RecordsTests", dependencies: ["Contexts", "FileIO"]),
         // Drives the built `strata` executable as a process.
         .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI"]),
     ],

@@ -1,0 +1,141 @@
+// A repository: a typed view of one entity's records through a context. It sees the
+// context's overlays exactly as the context does, and its writes are the context's
+// staged writes, committed or discarded with it. Cheap to make; make one per unit of work.
+import Foundation
+
+/// Records of type `R` as seen by one context.
+public struct Repository<R: Record> {
+    /// The context the repository reads and writes through.
+    public let context: Context
+    private let prefix: [UInt8]
+
+    init(context: Context) {
+        self.context = context
+        prefix = RecordKeys.prefix(entity: R.entityName)
+    }
+
+    private func key(_ id: R.ID) -> [UInt8] { prefix + id.keyBytes }
+
+    private func describe(_ id: R.ID) -> String { "\(id)" }
+
+    // MARK: Writing
+
+    /// Stages a new record. Throws `RecordError.duplicate` when its id exists.
+    public func insert(_ record: R) throws {
+        guard try !context.contains(key(record.id)) else { throw RecordError.duplicate(entity: R.entityName, id: describe(record.id)) }
+        try upsert(record)
+    }
+
+    /// Stages a changed record. Throws `RecordError.notFound` when its id does not exist.
+    public func update(_ record: R) throws {
+        guard try context.contains(key(record.id)) else { throw RecordError.notFound(entity: R.entityName, id: describe(record.id)) }
+        try upsert(record)
+    }
+
+    /// Stages the record, whether or not its id exists.
+    public func upsert(_ record: R) throws {
+        try context.put(key(record.id), try RecordEncoder().encode(record))
+    }
+
+    /// Stages the removal of the record with `id`. Throws `RecordError.notFound` when
+    /// there is none.
+    public func delete(_ id: R.ID) throws {
+        guard try context.contains(key(id)) else { throw RecordError.notFound(entity: R.entityName, id: describe(id)) }
+        try context.delete(key(id))
+    }
+
+    // MARK: Reading
+
+    /// The record with `id`, or nil.
+    public func get(_ id: R.ID) throws -> R? {
+        try context.get(key(id)).map { try decode($0, key: key(id)) }
+    }
+
+    /// Every record, in id order.
+    public func all() throws -> [R] { try fetch() }
+
+    /// The records for which `predicate` holds (all when nil), sorted by `sortBy` (id
+    /// order when empty), skipping `offset`, at most `limit`. An `id == constant` term
+    /// anded at the top of the predicate becomes a point lookup and id range terms a key
+    /// range; the rest is evaluated on each record (`explain` shows which is which).
+    public func fetch(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = [],
+                      limit: Int? = nil, offset: Int = 0) throws -> [R] {
+        precondition(offset >= 0 && (limit ?? 0) >= 0, "offset and limit must not be negative")
+        let plan = QueryPlan<R>(predicate)
+        // Without a sort, records come in id order, so a limit can stop the scan early.
+        let stopAfter = sortBy.isEmpty ? limit.map { offset + $0 } : nil
+        var matches: [R] = []
+        for (key, bytes) in try candidates(plan) {
+            let record = try decode(bytes, key: key)
+            if let predicate, try !predicate.evaluate(record) { continue }
+            matches.append(record)
+            if let stopAfter, matches.count >= stopAfter { break }
+        }
+        if !sortBy.isEmpty { matches.sort(using: sortBy) }
+        let skipped = matches.dropFirst(offset)
+        return Array(limit.map { skipped.prefix($0) } ?? skipped)
+    }
+
+    /// How many records `predicate` holds for (all when nil).
+    public func count(_ predicate: Predicate<R>? = nil) throws -> Int { try fetch(predicate).count }
+
+    /// The first record `predicate` holds for, in `sortBy` order (id order when empty).
+    public func first(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = []) throws -> R? {
+        try fetch(predicate, sortBy: sortBy, limit: 1).first
+    }
+
+    /// How `fetch` would run `predicate`: the key range it reads and what it evaluates.
+    public func explain(_ predicate: Predicate<R>? = nil) -> String {
+        QueryPlan<R>(predicate).description(entity: R.entityName)
+    }
+
+    /// Rewrites every record stored as `Old` (its entity, in id order) as `R` with
+    /// `transform`, inside this repository's context; when the entity names differ the
+    /// old records are removed (a rename). Returns how many were migrated.
+    @discardableResult
+    public func migrate<Old: Record>(from old: Old.Type, _ transform: (Old) throws -> R) throws -> Int {
+        let oldRepository = Repository<Old>(context: context)
+        let records = try oldRepository.all()
+        for record in records {
+            if Old.entityName != R.entityName { try context.delete(RecordKeys.key(entity: Old.entityName, id: record.id)) }
+            try upsert(try transform(record))
+        }
+        return records.count
+    }
+
+    // MARK: Internals
+
+    private func candidates(_ plan: QueryPlan<R>) throws -> [(key: [UInt8], value: [UInt8])] {
+        switch plan.access {
+        case let .point(id):
+            let key = key(id)
+            return try context.get(key).map { [(key, $0)] } ?? []
+        case let .range(lower, upper):
+            let start = lower.map { prefix + $0 }
+            let end = upper.map { prefix + $0 }
+            return try context.scan(from: start, to: end, prefix: prefix)
+        case .scan:
+            return try context.scan(prefix: prefix)
+        }
+    }
+
+    private func decode(_ bytes: [UInt8], key: [UInt8]) throws -> R {
+        do {
+            return try RecordDecoder().decode(R.self, from: bytes)
+        } catch let error as RecordError {
+            throw error
+        } catch {
+            throw RecordError.decoding(entity: R.entityName, key: renderKey(key), reason: "\(error)")
+        }
+    }
+}
+
+extension Context {
+    /// A repository of `type`'s records that reads and writes through this context.
+    public func repository<R: Record>(_ type: R.Type) -> Repository<R> { Repository(context: self) }
+}
+
+extension UnitOfWork {
+    /// A repository of `type`'s records in this unit of work.
+    public func repository<R: Record>(_ type: R.Type) -> Repository<R> { Repository(context: context) }
+}
