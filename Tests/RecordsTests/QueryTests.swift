@@ -52,12 +52,12 @@ import Testing
 
     @Test func explainShowsTheKeyAccessAndTheResidualFilter() throws {
         let repository = try Self.store().makeContext().repository(Book.self)
-        #expect(repository.explain(#Predicate<Book> { $0.id == 87 }).hasPrefix("read: point lookup of Book id 87;"))
-        let range = repository.explain(#Predicate<Book> { $0.id >= 0 && $0.id < 120 && $0.year != 1999 })
+        #expect(try repository.explain(#Predicate<Book> { $0.id == 87 }).hasPrefix("read: point lookup of Book id 87;"))
+        let range = try repository.explain(#Predicate<Book> { $0.id >= 0 && $0.id < 120 && $0.year != 1999 })
         #expect(range.hasPrefix("read: key range of Book ids where id >= 0 and id < 120;"), "\(range)")
         #expect(range.contains("evaluate on each candidate"))
-        let scan = repository.explain(#Predicate<Book> { $0.id == 3 || $0.year > 2000 })
+        let scan = try repository.explain(#Predicate<Book> { $0.id == 3 || $0.year > 2000 })
         #expect(scan.hasPrefix("read: scan of every Book;"), "\(scan)")
-        #expect(repository.explain() == "read: scan of every Book; no filter")
+        #expect(try repository.explain() == "read: scan of every Book; no filter")
     }
 }

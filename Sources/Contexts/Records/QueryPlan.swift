@@ -1,8 +1,10 @@
-// Query planning: walks a `#Predicate`'s expression tree for terms on the record id that
-// are anded at its top level — `id == constant` becomes a point lookup, `<`, `<=`, `>`,
-// `>=` a key range — and leaves everything to `Predicate.evaluate`, which runs on every
-// candidate (so a plan only narrows what is read, never decides a result). Any predicate
-// that compiles runs: shapes the planner does not know fall back to a scan of the entity.
+// Query planning: walks a `#Predicate`'s expression tree for comparisons of a key path
+// with a constant that are anded at its top level. A term on the record id becomes a point
+// lookup or a key range; a term on an indexed key path becomes an index range. Everything
+// is still evaluated with `Predicate.evaluate` on every candidate, so a plan only narrows
+// what is read, never decides a result. Any predicate that compiles runs: shapes the
+// planner does not know fall back to a scan of the entity.
+import Engine
 import Foundation
 
 /// How a fetch reads its candidates.
@@ -10,40 +12,94 @@ struct QueryPlan<R: Record> {
     enum Access {
         case point(R.ID)
         case range(lower: [UInt8]?, upper: [UInt8]?)
+        /// Index entries in `lower..<upper` (full keys); their values are record ids.
+        case index(RecordIndex<R>, lower: [UInt8], upper: [UInt8]?)
         case scan
     }
 
     private(set) var access = Access.scan
-    /// The id terms the access uses, for `explain`.
-    private(set) var idTerms: [String] = []
+    /// The terms the access uses, for `explain`.
+    private(set) var usedTerms: [String] = []
     let predicateText: String?
 
-    init(_ predicate: Predicate<R>?) {
+    private struct Term {
+        var keyPath: AnyKeyPath
+        var op: String
+        var constant: Any
+    }
+
+    init(_ predicate: Predicate<R>?, indexes: [RecordIndex<R>] = []) {
         predicateText = predicate.map { "\($0)" }
         guard let predicate else { return }
+        let terms = Self.conjuncts(predicate.expression).compactMap(Self.term)
+        if planID(terms) { return }
+        planIndex(terms, indexes: indexes)
+    }
+
+    /// Uses the id terms; true when there were any.
+    private mutating func planID(_ terms: [Term]) -> Bool {
         var lower: [UInt8]?
         var upper: [UInt8]?
-        for term in Self.conjuncts(predicate.expression) {
-            guard let (op, id) = idTerm(term) else { continue }
+        for term in terms where Self.isID(term.keyPath) {
+            guard let id = term.constant as? R.ID else { continue }
             let bytes = id.keyBytes
-            idTerms.append("id \(op) \(id)")
-            switch op {
+            usedTerms.append("id \(term.op) \(id)")
+            switch term.op {
             case "==":
                 access = .point(id)
-                return
+                usedTerms = ["id == \(id)"]
+                return true
             case ">": lower = Self.larger(lower, bytes + [0])
             case ">=": lower = Self.larger(lower, bytes)
             case "<": upper = Self.smaller(upper, bytes)
             default: upper = Self.smaller(upper, bytes + [0])
             }
         }
-        if lower != nil || upper != nil { access = .range(lower: lower, upper: upper) }
+        guard lower != nil || upper != nil else { return false }
+        access = .range(lower: lower, upper: upper)
+        return true
+    }
+
+    /// Uses the terms on one index: an equality on a unique index first, then any
+    /// equality, then a range.
+    private mutating func planIndex(_ terms: [Term], indexes: [RecordIndex<R>]) {
+        let ranked = indexes.sorted { $0.isUnique && !$1.isUnique }
+        for wantEquality in [true, false] {
+            for index in ranked {
+                let prefix = RecordKeys.indexPrefix(entity: R.entityName, index: index.name)
+                var lower = prefix
+                var upper = keyAfterPrefix(prefix)
+                var used: [String] = []
+                for term in terms where term.keyPath == index.keyPath {
+                    guard let bytes = index.constantBytes(term.constant) else { continue }
+                    let start = prefix + bytes
+                    let after = keyAfterPrefix(start)
+                    switch term.op {
+                    case "==":
+                        lower = Self.larger(lower, start)
+                        upper = Self.smallerOptional(upper, after)
+                    case ">": if let after { lower = Self.larger(lower, after) } else { upper = lower }
+                    case ">=": lower = Self.larger(lower, start)
+                    case "<": upper = Self.smallerOptional(upper, start)
+                    default: upper = Self.smallerOptional(upper, after)
+                    }
+                    used.append("\(index.name) \(term.op) \(term.constant)")
+                }
+                let hasEquality = used.contains { $0.contains(" == ") }
+                guard !used.isEmpty, hasEquality == wantEquality || !wantEquality else { continue }
+                access = .index(index, lower: lower, upper: upper)
+                usedTerms = used
+                return
+            }
+        }
     }
 
     func description(entity: String) -> String {
         let read = switch access {
         case let .point(id): "point lookup of \(entity) id \(id)"
-        case .range: "key range of \(entity) ids where " + idTerms.joined(separator: " and ")
+        case .range: "key range of \(entity) ids where " + usedTerms.joined(separator: " and ")
+        case let .index(index, _, _):
+            "\(index.isUnique ? "unique " : "")index \(index.name) where " + usedTerms.joined(separator: " and ")
         case .scan: "scan of every \(entity)"
         }
         let residual = predicateText.map { "evaluate on each candidate: \($0)" } ?? "no filter"
@@ -56,33 +112,33 @@ struct QueryPlan<R: Record> {
         return [node]
     }
 
-    /// `(operator, id)` when `term` compares the record's id with a constant.
-    private func idTerm(_ term: Any) -> (String, R.ID)? {
-        if let equal = term as? EqualNode {
-            if let id = idConstant(keyPath: equal.lhsNode, value: equal.rhsNode)
-                ?? idConstant(keyPath: equal.rhsNode, value: equal.lhsNode) { return ("==", id) }
+    /// A comparison of the predicate input's key path with a constant, key path first.
+    private static func term(_ node: Any) -> Term? {
+        let sides: (Any, Any, String)
+        if let equal = node as? EqualNode {
+            sides = (equal.lhsNode, equal.rhsNode, "==")
+        } else if let comparison = node as? ComparisonNode {
+            sides = (comparison.lhsNode, comparison.rhsNode, comparison.symbol)
+        } else {
             return nil
         }
-        if let comparison = term as? ComparisonNode {
-            if let id = idConstant(keyPath: comparison.lhsNode, value: comparison.rhsNode) { return (comparison.symbol, id) }
-            // `constant < id` is `id > constant`.
-            if let id = idConstant(keyPath: comparison.rhsNode, value: comparison.lhsNode) {
-                let flipped = ["<": ">", "<=": ">=", ">": "<", ">=": "<="][comparison.symbol] ?? comparison.symbol
-                return (flipped, id)
-            }
+        if let path = sides.0 as? KeyPathNode, path.rootNode is VariableNode, let value = sides.1 as? ValueNode {
+            return Term(keyPath: path.anyKeyPath, op: sides.2, constant: value.constant)
+        }
+        // `constant < keyPath` is `keyPath > constant`.
+        if let path = sides.1 as? KeyPathNode, path.rootNode is VariableNode, let value = sides.0 as? ValueNode {
+            let flipped = ["<": ">", "<=": ">=", ">": "<", ">=": "<="][sides.2] ?? sides.2
+            return Term(keyPath: path.anyKeyPath, op: flipped, constant: value.constant)
         }
         return nil
     }
 
-    /// The constant when `keyPath` is the record's `id` read from the predicate's input.
-    private func idConstant(keyPath: Any, value: Any) -> R.ID? {
-        guard let path = keyPath as? KeyPathNode, path.rootNode is VariableNode,
-              let constant = (value as? ValueNode)?.constant as? R.ID else { return nil }
-        // A generic `\R.id` names the protocol requirement and never equals the concrete
-        // `\Book.id`, so the key path is recognised by its last component.
-        let text = "\(path.anyKeyPath)"
-        guard text.hasSuffix(".id"), text.dropLast(3).hasSuffix(String(describing: R.self)) else { return nil }
-        return constant
+    /// Whether `keyPath` is the record's `id`. A generic `\R.id` names the protocol
+    /// requirement and never equals the concrete `\Book.id`, so the key path is recognised
+    /// by its last component.
+    private static func isID(_ keyPath: AnyKeyPath) -> Bool {
+        let text = "\(keyPath)"
+        return text.hasSuffix(".id") && text.dropLast(3).hasSuffix(String(describing: R.self))
     }
 
     private static func larger(_ a: [UInt8]?, _ b: [UInt8]) -> [UInt8] {
@@ -93,6 +149,11 @@ struct QueryPlan<R: Record> {
     private static func smaller(_ a: [UInt8]?, _ b: [UInt8]) -> [UInt8] {
         guard let a else { return b }
         return compareKeys(a, b) <= 0 ? a : b
+    }
+
+    private static func smallerOptional(_ a: [UInt8]?, _ b: [UInt8]?) -> [UInt8]? {
+        guard let b else { return a }
+        return smaller(a, b)
     }
 }
 

@@ -6,6 +6,8 @@ import Foundation
 public protocol Record: Codable, Identifiable, Sendable where ID: RecordID {
     /// The name records of this type are stored under (default: the type's name).
     static var entityName: String { get }
+    /// The secondary indexes kept for this type (default: none). See `RecordIndex`.
+    static var indexes: [RecordIndex<Self>] { get }
 }
 
 extension Record {
@@ -67,16 +69,7 @@ enum RecordKeys {
     static let reservedByte: UInt8 = 0xFE
     static let recordTag = UInt8(ascii: "r")
 
-    static func prefix(entity: String) -> [UInt8] {
-        let name = Array(entity.utf8)
-        var prefix = [reservedByte, recordTag]
-        var length = UInt64(name.count)
-        repeat {
-            prefix.append(UInt8(length & 0x7F) | (length > 0x7F ? 0x80 : 0))
-            length >>= 7
-        } while length > 0
-        return prefix + name
-    }
+    static func prefix(entity: String) -> [UInt8] { named(recordTag, [entity]) }
 
     static func key<ID: RecordID>(entity: String, id: ID) -> [UInt8] { prefix(entity: entity) + id.keyBytes }
 }
@@ -91,6 +84,8 @@ public enum RecordError: Error, Sendable, CustomStringConvertible, Equatable {
     case malformed(offset: Int, reason: String)
     /// A record written by a newer encoding version.
     case unsupportedVersion(found: UInt8, supported: UInt8)
+    /// A unique index already holds this value for another record.
+    case uniqueViolation(entity: String, index: String, value: String)
     /// A record's bytes hold a different shape than its type (a renamed field, a changed
     /// type): what the decoder said.
     case decoding(entity: String, key: String, reason: String)
@@ -102,6 +97,8 @@ public enum RecordError: Error, Sendable, CustomStringConvertible, Equatable {
         case let .malformed(offset, reason): "A stored record is damaged at byte \(offset): \(reason)."
         case let .unsupportedVersion(found, supported):
             "A stored record uses encoding version \(found); this build reads up to \(supported). Use a newer Strata."
+        case let .uniqueViolation(entity, index, value):
+            "Another \(entity) already has \(value) in unique index \(index); change the value or update that record."
         case let .decoding(entity, key, reason):
             "The \(entity) stored under \(key) does not decode as its type (\(reason)); migrate it with Repository.migrate."
         }

@@ -8,10 +8,12 @@ public struct Repository<R: Record> {
     /// The context the repository reads and writes through.
     public let context: Context
     private let prefix: [UInt8]
+    private let indexes: IndexMaintenance<R>
 
     init(context: Context) {
         self.context = context
         prefix = RecordKeys.prefix(entity: R.entityName)
+        indexes = IndexMaintenance(context: context)
     }
 
     private func key(_ id: R.ID) -> [UInt8] { prefix + id.keyBytes }
@@ -20,28 +22,52 @@ public struct Repository<R: Record> {
 
     // MARK: Writing
 
-    /// Stages a new record. Throws `RecordError.duplicate` when its id exists.
+    /// Stages a new record and its index entries. Throws `RecordError.duplicate` when its
+    /// id exists, `.uniqueViolation` when a unique index already holds its value.
     public func insert(_ record: R) throws {
-        guard try !context.contains(key(record.id)) else { throw RecordError.duplicate(entity: R.entityName, id: describe(record.id)) }
-        try upsert(record)
+        try write(record) { exists in
+            guard !exists else { throw RecordError.duplicate(entity: R.entityName, id: describe(record.id)) }
+        }
     }
 
-    /// Stages a changed record. Throws `RecordError.notFound` when its id does not exist.
+    /// Stages a changed record and its index entries. Throws `RecordError.notFound` when
+    /// its id does not exist, `.uniqueViolation` as `insert` does.
     public func update(_ record: R) throws {
-        guard try context.contains(key(record.id)) else { throw RecordError.notFound(entity: R.entityName, id: describe(record.id)) }
-        try upsert(record)
+        try write(record) { exists in
+            guard exists else { throw RecordError.notFound(entity: R.entityName, id: describe(record.id)) }
+        }
     }
 
     /// Stages the record, whether or not its id exists.
     public func upsert(_ record: R) throws {
-        try context.put(key(record.id), try RecordEncoder().encode(record))
+        try write(record) { _ in }
     }
 
-    /// Stages the removal of the record with `id`. Throws `RecordError.notFound` when
-    /// there is none.
+    /// Stages the removal of the record with `id` and its index entries. Throws
+    /// `RecordError.notFound` when there is none.
     public func delete(_ id: R.ID) throws {
         guard try context.contains(key(id)) else { throw RecordError.notFound(entity: R.entityName, id: describe(id)) }
+        if indexes.isEmpty {
+            // No entries to find: the record need not even decode.
+            return try context.delete(key(id))
+        }
+        try indexes.ensureBuilt()
+        if let old = try get(id) { try indexes.remove(old) }
         try context.delete(key(id))
+    }
+
+    /// Stages `record` after `check` saw whether it existed (decoded only when index
+    /// entries must be replaced, so records of an older shape can be overwritten).
+    private func write(_ record: R, check: (Bool) throws -> Void) throws {
+        if indexes.isEmpty {
+            try check(try context.contains(key(record.id)))
+        } else {
+            try indexes.ensureBuilt()
+            let old = try get(record.id)
+            try check(old != nil)
+            try indexes.replace(old: old, with: record)
+        }
+        try context.put(key(record.id), try RecordEncoder().encode(record))
     }
 
     // MARK: Reading
@@ -61,7 +87,7 @@ public struct Repository<R: Record> {
     public func fetch(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = [],
                       limit: Int? = nil, offset: Int = 0) throws -> [R] {
         precondition(offset >= 0 && (limit ?? 0) >= 0, "offset and limit must not be negative")
-        let plan = QueryPlan<R>(predicate)
+        let plan = QueryPlan<R>(predicate, indexes: try indexes.usable())
         // Without a sort, records come in id order, so a limit can stop the scan early.
         let stopAfter = sortBy.isEmpty ? limit.map { offset + $0 } : nil
         var matches: [R] = []
@@ -84,9 +110,10 @@ public struct Repository<R: Record> {
         try fetch(predicate, sortBy: sortBy, limit: 1).first
     }
 
-    /// How `fetch` would run `predicate`: the key range it reads and what it evaluates.
-    public func explain(_ predicate: Predicate<R>? = nil) -> String {
-        QueryPlan<R>(predicate).description(entity: R.entityName)
+    /// How `fetch` would run `predicate`: the key range or index it reads and what it
+    /// evaluates on each candidate.
+    public func explain(_ predicate: Predicate<R>? = nil) throws -> String {
+        QueryPlan<R>(predicate, indexes: try indexes.usable()).description(entity: R.entityName)
     }
 
     /// Rewrites every record stored as `Old` (its entity, in id order) as `R` with
@@ -114,6 +141,12 @@ public struct Repository<R: Record> {
             let start = lower.map { prefix + $0 }
             let end = upper.map { prefix + $0 }
             return try context.scan(from: start, to: end, prefix: prefix)
+        case let .index(_, lower, upper):
+            // Each entry's value is a record id; the records are read in index order.
+            return try context.scan(from: lower, to: upper).compactMap { entry in
+                let key = prefix + entry.value
+                return try context.get(key).map { (key, $0) }
+            }
         case .scan:
             return try context.scan(prefix: prefix)
         }

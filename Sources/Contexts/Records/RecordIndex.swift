@@ -1,0 +1,117 @@
+// Secondary indexes: declared on a record type's key paths, kept in the same commit as the
+// record, used by `fetch` for equality and range terms (FORMAT.md, "Records").
+//
+// Invariants:
+//  X1. After any staged write through a repository, every declared index of the entity
+//      holds exactly one entry per record (for a unique index: per value), built from the
+//      record as it is now; an index declared later is built on first use in a writable
+//      context and noted in the entity's manifest.
+import Foundation
+
+/// A value an index can order: its bytes sort as the values do.
+public protocol IndexableValue: Sendable {
+    /// Order-preserving bytes, self-delimiting so that an id can follow them.
+    var indexBytes: [UInt8] { get }
+}
+
+extension String: IndexableValue {
+    /// UTF-8 with each zero byte escaped as `00 FF`, ended by `00 00`.
+    public var indexBytes: [UInt8] {
+        var bytes: [UInt8] = []
+        for byte in utf8 { bytes += byte == 0 ? [0, 0xFF] : [byte] }
+        return bytes + [0, 0]
+    }
+}
+
+extension Int: IndexableValue {
+    public var indexBytes: [UInt8] { keyBytes }
+}
+
+extension Int64: IndexableValue {
+    public var indexBytes: [UInt8] { keyBytes }
+}
+
+extension UInt64: IndexableValue {
+    public var indexBytes: [UInt8] { keyBytes }
+}
+
+extension Bool: IndexableValue {
+    public var indexBytes: [UInt8] { [self ? 1 : 0] }
+}
+
+extension Double: IndexableValue {
+    /// IEEE 754 bits, sign bit flipped for positives and every bit for negatives.
+    public var indexBytes: [UInt8] {
+        let bits = bitPattern
+        return UInt64(bits & (1 << 63) == 0 ? bits | (1 << 63) : ~bits).keyBytes
+    }
+}
+
+extension UUID: IndexableValue {
+    public var indexBytes: [UInt8] { keyBytes }
+}
+
+extension Optional: IndexableValue where Wrapped: IndexableValue {
+    /// nil sorts first.
+    public var indexBytes: [UInt8] { map { [1] + $0.indexBytes } ?? [0] }
+}
+
+/// A secondary index of `R`, declared in `R.indexes`.
+public struct RecordIndex<R: Record>: Sendable {
+    /// The index's name: part of its keys, so keep it stable.
+    public let name: String
+    /// Whether two records may not share a value.
+    public let isUnique: Bool
+    /// The indexed key path, as the predicate planner sees it.
+    let keyPath: AnyKeyPath & Sendable
+    let bytes: @Sendable (R) -> [UInt8]
+    let constantBytes: @Sendable (Any) -> [UInt8]?
+    let render: @Sendable (R) -> String
+
+    /// An index on `keyPath` (named after it unless `name` is given).
+    public static func index<V: IndexableValue>(_ keyPath: KeyPath<R, V> & Sendable, name: String? = nil,
+                                                unique: Bool = false) -> RecordIndex<R> {
+        let text = "\(keyPath)"
+        let fallback = String(text.split(separator: ".").last ?? Substring(text))
+        return RecordIndex(name: name ?? fallback, isUnique: unique, keyPath: keyPath,
+                           bytes: { $0[keyPath: keyPath].indexBytes },
+                           constantBytes: { ($0 as? V)?.indexBytes },
+                           render: { "\($0[keyPath: keyPath])" })
+    }
+}
+
+extension Record {
+    /// The secondary indexes of this type (none by default).
+    public static var indexes: [RecordIndex<Self>] { [] }
+}
+
+extension RecordKeys {
+    static let indexTag = UInt8(ascii: "i")
+    static let manifestTag = UInt8(ascii: "m")
+
+    static func varint(_ value: Int) -> [UInt8] {
+        var bytes: [UInt8] = []
+        var rest = UInt64(value)
+        repeat {
+            bytes.append(UInt8(rest & 0x7F) | (rest > 0x7F ? 0x80 : 0))
+            rest >>= 7
+        } while rest > 0
+        return bytes
+    }
+
+    static func named(_ tag: UInt8, _ parts: [String]) -> [UInt8] {
+        var key = [reservedByte, tag]
+        for part in parts {
+            let bytes = Array(part.utf8)
+            key += varint(bytes.count) + bytes
+        }
+        return key
+    }
+
+    /// The keys of index `index` of `entity`: this prefix, the value's index bytes, then
+    /// (non-unique indexes) the id's key bytes.
+    static func indexPrefix(entity: String, index: String) -> [UInt8] { named(indexTag, [entity, index]) }
+
+    /// Where the names of an entity's built indexes are kept.
+    static func manifest(entity: String) -> [UInt8] { named(manifestTag, [entity]) }
+}

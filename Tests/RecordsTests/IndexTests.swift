@@ -1,0 +1,144 @@
+import Contexts
+import FileIO
+import Foundation
+import Testing
+
+struct Member: Record, Equatable {
+    var id: Int
+    var email: String
+    var city: String
+    var age: Int
+    var nickname: String?
+
+    static var indexes: [RecordIndex<Member>] {
+        [.index(\Member.email, unique: true), .index(\Member.city), .index(\Member.age), .index(\Member.nickname)]
+    }
+}
+
+/// The same records without indexes, stored under the same entity name.
+struct PlainMember: Record {
+    static var entityName: String { "Member" }
+    var id: Int
+    var email: String
+    var city: String
+    var age: Int
+    var nickname: String?
+}
+
+@Suite struct IndexTests {
+    static let cities = ["Rome", "Oslo", "Lima", "Kyiv"]
+
+    static func member(_ id: Int, random: inout SplitMix64) -> Member {
+        Member(id: id, email: "m\(id)@example.org", city: cities[Int(random.next() % 4)], age: 18 + Int(random.next() % 60),
+               nickname: random.next() % 3 == 0 ? nil : "n\(random.next() % 10)")
+    }
+
+    /// X1: one entry per record per index, and each index answers equality queries exactly
+    /// as filtering the records does.
+    static func checkConsistency(_ store: Store) throws {
+        let context = store.makeContext()
+        let members = try context.repository(Member.self).all()
+        let entries = try context.scan(prefix: [0xFE, UInt8(ascii: "i")])
+        #expect(entries.count == members.count * Member.indexes.count, "\(entries.count) entries for \(members.count) members")
+        for city in cities {
+            let viaIndex = try context.repository(Member.self).fetch(#Predicate<Member> { $0.city == city })
+            #expect(viaIndex.sorted { $0.id < $1.id } == members.filter { $0.city == city })
+        }
+        for member in members {
+            let email = member.email
+            #expect(try context.repository(Member.self).fetch(#Predicate<Member> { $0.email == email }) == [member])
+        }
+    }
+
+    @Test(arguments: [UInt64(1), 2])
+    func indexesStayConsistentThroughRandomWritesRollbacksAndDiscards(seed: UInt64) throws {
+        print("IndexTests seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let store = try Store.inMemory()
+        for round in 0..<60 {
+            // The round's changes are drawn first; the unit of work only applies them.
+            let changes: [(id: Int, member: Member?)] = (0..<(1 + random.next() % 4)).map { _ in
+                let id = Int(random.next() % 40)
+                return (id, random.next() % 3 == 0 ? nil : Self.member(id, random: &random))
+            }
+            let nested = Self.member(100 + round, random: &random)
+            let rollBackNested = random.next() % 2 == 0
+            let discarded = Self.member(200 + round, random: &random)
+            let rollBackAll = random.next() % 4 == 0
+            do {
+                try store.write { unit in
+                    let repository = unit.repository(Member.self)
+                    for (id, member) in changes {
+                        if let member { try repository.upsert(member) } else { try? repository.delete(id) }
+                    }
+                    try? unit.child { child in
+                        try child.repository(Member.self).upsert(nested)
+                        if rollBackNested { throw CancellationError() }
+                    }
+                    let draft = try unit.context.makeChild()
+                    try draft.repository(Member.self).upsert(discarded)
+                    draft.discard()
+                    if rollBackAll { throw CancellationError() }
+                }
+            } catch {
+                // A rolled-back round is fine; any other failure is not.
+                guard case .workFailed = error else { throw error }
+            }
+            try Self.checkConsistency(store)
+        }
+        let members = try store.makeContext().repository(Member.self).all()
+        #expect(!members.contains { $0.id >= 200 })
+        // Range and optional terms through the indexes match filtering.
+        let repository = store.makeContext().repository(Member.self)
+        let older = try repository.fetch(#Predicate<Member> { $0.age >= 40 && $0.age < 60 }, sortBy: [SortDescriptor(\Member.id)])
+        #expect(older == members.filter { $0.age >= 40 && $0.age < 60 })
+        let named = try repository.fetch(#Predicate<Member> { $0.nickname == "n3" }, sortBy: [SortDescriptor(\Member.id)])
+        #expect(named == members.filter { $0.nickname == "n3" })
+    }
+
+    @Test func uniqueViolationNamesTheIndexAndTheValue() throws {
+        let store = try Store.inMemory()
+        var random = SplitMix64(seed: 3)
+        let first = Self.member(1, random: &random)
+        try store.write { try $0.repository(Member.self).insert(first) }
+        var clash = Self.member(2, random: &random)
+        clash.email = first.email
+        #expect {
+            try store.write { try $0.repository(Member.self).insert(clash) }
+        } throws: { error in
+            guard case let UnitOfWorkError.workFailed(inner) = error else { return false }
+            return inner as? RecordError == .uniqueViolation(entity: "Member", index: "email", value: first.email)
+        }
+        // Changing one's own unique value is fine, and frees the old one.
+        var moved = first
+        moved.email = "new@example.org"
+        try store.write { try $0.repository(Member.self).update(moved) }
+        try store.write { try $0.repository(Member.self).insert(clash) }
+        #expect(try store.makeContext().repository(Member.self).first(#Predicate<Member> { $0.email == "m1@example.org" })?.id == 2)
+    }
+
+    @Test func anIndexDeclaredLaterIsBuiltForExistingRecords() throws {
+        let store = try Store.inMemory()
+        try store.write { unit in
+            for id in 0..<30 {
+                try unit.repository(PlainMember.self).insert(
+                    PlainMember(id: id, email: "p\(id)@x", city: id % 2 == 0 ? "Rome" : "Oslo", age: 20 + id, nickname: nil))
+            }
+        }
+        #expect(try store.makeContext().scan(prefix: [0xFE, UInt8(ascii: "i")]).isEmpty)
+        // The first writable use builds every declared index.
+        let plan = try store.write { try $0.repository(Member.self).explain(#Predicate<Member> { $0.city == "Rome" }) }
+        #expect(plan.hasPrefix("read: index city where city == Rome;"), "\(plan)")
+        #expect(try store.makeContext().scan(prefix: [0xFE, UInt8(ascii: "i")]).count == 30 * Member.indexes.count)
+        let rome = try store.makeContext().repository(Member.self).fetch(#Predicate<Member> { $0.city == "Rome" })
+        #expect(rome.map(\.id) == Array(stride(from: 0, to: 30, by: 2)))
+    }
+
+    @Test func explainPrefersAUniqueIndexEquality() throws {
+        let store = try Store.inMemory()
+        let plan = try store.write { unit in
+            try unit.repository(Member.self).explain(#Predicate<Member> { $0.age > 30 && $0.email == "a@b" && $0.city == "Lima" })
+        }
+        #expect(plan.hasPrefix("read: unique index email where email == a@b;"), "\(plan)")
+    }
+}
