@@ -18,6 +18,7 @@ let package = Package(
             .product(name: "FileIO", package: "Strata"),
             .product(name: "Codec", package: "Strata"),
         ]),
+        .executableTarget(name: "RecordDecoderFuzz", dependencies: [.product(name: "Strata", package: "Strata")]),
         .executableTarget(name: "EngineOpenFuzz", dependencies: [
             .product(name: "Engine", package: "Strata"),
             .product(name: "FileIO", package: "Strata"),
