@@ -19,7 +19,7 @@ struct StrataBench: ParsableCommand {
 
     static let allEngines = ["strata", "strata-relaxed", "sqlite", "lmdb", "fdatasync"]
     static let allWorkloads = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readrandom",
-                               "readseq", "deleterandom", "nested", "recover"]
+                               "readseq", "deleterandom", "nested", "recover", "records-insert", "records-fetch"]
 
     @Option(help: "Comma-separated engines: \(allEngines.joined(separator: ", ")).")
     var engines = allEngines.joined(separator: ",")
@@ -75,8 +75,12 @@ struct StrataBench: ParsableCommand {
                 // (`nested` needs transactions inside transactions, which raw fdatasync has not.)
                 if engine == "fdatasync" && !writesOnly.contains(workload) { continue }
                 if workload == "recover" && !engine.hasPrefix("strata") { continue }
+                // The record workloads compare Strata's repositories with an indexed SQLite table.
+                if workload.hasPrefix("records-") && engine != "strata" && engine != "sqlite" { continue }
                 FileHandle.standardError.write(Data("running \(engine) \(workload)…\n".utf8))
-                let result = try Runner(engine: engine, workload: workload, options: self).run()
+                let result = workload.hasPrefix("records-")
+                    ? try RecordWorkloads(engine: engine, workload: workload, options: self).run()
+                    : try Runner(engine: engine, workload: workload, options: self).run()
                 print(result.json)
                 results.append(result)
             }

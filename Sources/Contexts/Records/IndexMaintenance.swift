@@ -7,14 +7,14 @@ import Engine
 struct IndexMaintenance<R: Record> {
     let context: Context
 
-    private var declared: [RecordIndex<R>] { R.indexes }
+    private var declared: [RecordIndex<R>] { RecordTypeCache.indexes(of: R.self) }
 
     /// Whether the entity declares no index.
     var isEmpty: Bool { declared.isEmpty }
 
     /// The key of `record`'s entry in `index`, and its value (the record's id bytes).
     private func entry(_ index: RecordIndex<R>, _ record: R) -> (key: [UInt8], value: [UInt8]) {
-        let prefix = RecordKeys.indexPrefix(entity: R.entityName, index: index.name) + index.bytes(record)
+        let prefix = RecordKeys.indexPrefix(entity: RecordTypeCache.entityName(of: R.self), index: index.name) + index.bytes(record)
         let id = record.id.keyBytes
         return (index.isUnique ? prefix : prefix + id, id)
     }
@@ -28,7 +28,7 @@ struct IndexMaintenance<R: Record> {
                 if previous.key != next.key { try context.delete(previous.key) }
             }
             if index.isUnique, let holder = try context.get(next.key), holder != next.value {
-                throw RecordError.uniqueViolation(entity: R.entityName, index: index.name, value: index.render(new))
+                throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: index.name, value: index.render(new))
             }
             try context.put(next.key, next.value)
         }
@@ -41,7 +41,7 @@ struct IndexMaintenance<R: Record> {
 
     /// The names of the indexes built for this entity, from its manifest.
     private func built() throws -> Set<String> {
-        guard let bytes = try context.get(RecordKeys.manifest(entity: R.entityName)) else { return [] }
+        guard let bytes = try context.get(RecordKeys.manifest(entity: RecordTypeCache.entityName(of: R.self))) else { return [] }
         return Set(try RecordDecoder().decode([String].self, from: bytes))
     }
 
@@ -52,19 +52,19 @@ struct IndexMaintenance<R: Record> {
         let have = try built()
         let missing = declared.filter { !have.contains($0.name) }
         guard !missing.isEmpty else { return }
-        let records = try context.scan(prefix: RecordKeys.prefix(entity: R.entityName))
+        let records = try context.scan(prefix: RecordKeys.prefix(entity: RecordTypeCache.entityName(of: R.self)))
         for (_, bytes) in records {
             let record = try RecordDecoder().decode(R.self, from: bytes)
             for index in missing {
                 let next = entry(index, record)
                 if index.isUnique, let holder = try context.get(next.key), holder != next.value {
-                    throw RecordError.uniqueViolation(entity: R.entityName, index: index.name, value: index.render(record))
+                    throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: index.name, value: index.render(record))
                 }
                 try context.put(next.key, next.value)
             }
         }
         let names = (have.union(missing.map(\.name))).sorted()
-        try context.put(RecordKeys.manifest(entity: R.entityName), try RecordEncoder().encode(names))
+        try context.put(RecordKeys.manifest(entity: RecordTypeCache.entityName(of: R.self)), try RecordEncoder().encode(names))
     }
 
     /// The indexes a fetch may use: built ones (building missing ones first when it can).

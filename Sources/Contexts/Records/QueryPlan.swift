@@ -20,7 +20,7 @@ struct QueryPlan<R: Record> {
     private(set) var access = Access.scan
     /// The terms the access uses, for `explain`.
     private(set) var usedTerms: [String] = []
-    let predicateText: String?
+    private let predicate: Predicate<R>?
 
     private struct Term {
         var keyPath: AnyKeyPath
@@ -29,7 +29,7 @@ struct QueryPlan<R: Record> {
     }
 
     init(_ predicate: Predicate<R>?, indexes: [RecordIndex<R>] = []) {
-        predicateText = predicate.map { "\($0)" }
+        self.predicate = predicate
         guard let predicate else { return }
         let terms = Self.conjuncts(predicate.expression).compactMap(Self.term)
         if planID(terms) { return }
@@ -66,7 +66,7 @@ struct QueryPlan<R: Record> {
         let ranked = indexes.sorted { $0.isUnique && !$1.isUnique }
         for wantEquality in [true, false] {
             for index in ranked {
-                let prefix = RecordKeys.indexPrefix(entity: R.entityName, index: index.name)
+                let prefix = RecordKeys.indexPrefix(entity: RecordTypeCache.entityName(of: R.self), index: index.name)
                 var lower = prefix
                 var upper = keyAfterPrefix(prefix)
                 var used: [String] = []
@@ -102,7 +102,7 @@ struct QueryPlan<R: Record> {
             "\(index.isUnique ? "unique " : "")index \(index.name) where " + usedTerms.joined(separator: " and ")
         case .scan: "scan of every \(entity)"
         }
-        let residual = predicateText.map { "evaluate on each candidate: \($0)" } ?? "no filter"
+        let residual = predicate.map { "evaluate on each candidate: \($0)" } ?? "no filter"
         return "read: \(read); \(residual)"
     }
 
@@ -137,8 +137,10 @@ struct QueryPlan<R: Record> {
     /// requirement and never equals the concrete `\Book.id`, so the key path is recognised
     /// by its last component.
     private static func isID(_ keyPath: AnyKeyPath) -> Bool {
-        let text = "\(keyPath)"
-        return text.hasSuffix(".id") && text.dropLast(3).hasSuffix(String(describing: R.self))
+        RecordTypeCache.isID(keyPath) {
+            let text = "\(keyPath)"
+            return text.hasSuffix(".id") && text.dropLast(3).hasSuffix(String(describing: R.self))
+        }
     }
 
     private static func larger(_ a: [UInt8]?, _ b: [UInt8]) -> [UInt8] {

@@ -12,7 +12,7 @@ public struct Repository<R: Record> {
 
     init(context: Context) {
         self.context = context
-        prefix = RecordKeys.prefix(entity: R.entityName)
+        prefix = RecordKeys.prefix(entity: RecordTypeCache.entityName(of: R.self))
         indexes = IndexMaintenance(context: context)
     }
 
@@ -26,7 +26,7 @@ public struct Repository<R: Record> {
     /// id exists, `.uniqueViolation` when a unique index already holds its value.
     public func insert(_ record: R) throws {
         try write(record) { exists in
-            guard !exists else { throw RecordError.duplicate(entity: R.entityName, id: describe(record.id)) }
+            guard !exists else { throw RecordError.duplicate(entity: RecordTypeCache.entityName(of: R.self), id: describe(record.id)) }
         }
     }
 
@@ -34,7 +34,7 @@ public struct Repository<R: Record> {
     /// its id does not exist, `.uniqueViolation` as `insert` does.
     public func update(_ record: R) throws {
         try write(record) { exists in
-            guard exists else { throw RecordError.notFound(entity: R.entityName, id: describe(record.id)) }
+            guard exists else { throw RecordError.notFound(entity: RecordTypeCache.entityName(of: R.self), id: describe(record.id)) }
         }
     }
 
@@ -46,7 +46,7 @@ public struct Repository<R: Record> {
     /// Stages the removal of the record with `id` and its index entries. Throws
     /// `RecordError.notFound` when there is none.
     public func delete(_ id: R.ID) throws {
-        guard try context.contains(key(id)) else { throw RecordError.notFound(entity: R.entityName, id: describe(id)) }
+        guard try context.contains(key(id)) else { throw RecordError.notFound(entity: RecordTypeCache.entityName(of: R.self), id: describe(id)) }
         if indexes.isEmpty {
             // No entries to find: the record need not even decode.
             return try context.delete(key(id))
@@ -113,7 +113,7 @@ public struct Repository<R: Record> {
     /// How `fetch` would run `predicate`: the key range or index it reads and what it
     /// evaluates on each candidate.
     public func explain(_ predicate: Predicate<R>? = nil) throws -> String {
-        QueryPlan<R>(predicate, indexes: try indexes.usable()).description(entity: R.entityName)
+        QueryPlan<R>(predicate, indexes: try indexes.usable()).description(entity: RecordTypeCache.entityName(of: R.self))
     }
 
     /// Rewrites every record stored as `Old` (its entity, in id order) as `R` with
@@ -124,7 +124,7 @@ public struct Repository<R: Record> {
         let oldRepository = Repository<Old>(context: context)
         let records = try oldRepository.all()
         for record in records {
-            if Old.entityName != R.entityName { try context.delete(RecordKeys.key(entity: Old.entityName, id: record.id)) }
+            if Old.entityName != RecordTypeCache.entityName(of: R.self) { try context.delete(RecordKeys.key(entity: Old.entityName, id: record.id)) }
             try upsert(try transform(record))
         }
         return records.count
@@ -158,7 +158,7 @@ public struct Repository<R: Record> {
         } catch let error as RecordError {
             throw error
         } catch {
-            throw RecordError.decoding(entity: R.entityName, key: renderKey(key), reason: "\(error)")
+            throw RecordError.decoding(entity: RecordTypeCache.entityName(of: R.self), key: renderKey(key), reason: "\(error)")
         }
     }
 }
