@@ -35,6 +35,7 @@ import Testing
     @Test(arguments: 0..<12)
     func fetchMatchesFilteringAnArray(index: Int) throws {
         let (name, predicate) = Self.predicates[index]
+        print("QueryTests: books of seed 11, page of seed \(index), predicate \(name)")
         let store = try Self.store()
         let repository = store.makeContext().repository(Book.self)
         let expected = try Self.books.filter { try predicate.evaluate($0) }.sorted { $0.id < $1.id }
