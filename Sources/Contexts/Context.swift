@@ -106,20 +106,35 @@ public final class Context {
     // MARK: Writing
 
     /// Stages `value` under `key`. Throws `EngineError.keyTooLarge` / `.valueTooLarge`
-    /// (the limits are in `Limits`), `ContextError.finished` or `.readOnly`.
+    /// (the limits are in `Limits`), `ContextError.finished`, `.readOnly`, or
+    /// `.reservedKey` for a key starting with `0xFE` (records' keys: use a repository).
     public func put(_ key: [UInt8], _ value: [UInt8]) throws {
+        try checkUnreserved(key)
+        try stage(key, value)
+    }
+
+    /// Stages the removal of `key` (whether or not it has a value). Throws as `put` does.
+    public func delete(_ key: [UInt8]) throws {
+        try checkUnreserved(key)
+        try stage(key, nil)
+    }
+
+    /// Stages a put (or, with nil, a delete) of any key, reserved ones included: the
+    /// record layer's way in.
+    func stage(_ key: [UInt8], _ value: [UInt8]?) throws {
         try checkWritable(key)
-        guard value.count <= Limits.maxValueBytes else {
+        if let value, value.count > Limits.maxValueBytes {
             throw EngineError.valueTooLarge(byteCount: value.count, limit: Limits.maxValueBytes)
         }
         overlay.updateValue(OverlayEntry(value: value), forKey: key)
     }
 
-    /// Stages the removal of `key` (whether or not it has a value).
-    public func delete(_ key: [UInt8]) throws {
-        try checkWritable(key)
-        overlay.updateValue(OverlayEntry(value: nil), forKey: key)
+    private func checkUnreserved(_ key: [UInt8]) throws(ContextError) {
+        guard key.first != Self.reservedKeyByte else { throw .reservedKey }
     }
+
+    /// Keys starting with this byte belong to records and their indexes (FORMAT.md, "Records").
+    public static let reservedKeyByte: UInt8 = 0xFE
 
     // MARK: Children
 

@@ -3,7 +3,7 @@
 import Engine
 
 /// Errors of `Context` and `Store`.
-public enum ContextError: Error, Sendable, CustomStringConvertible {
+public enum ContextError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The context was already committed or discarded.
     case finished(ContextStatus)
     /// The context has open children; commit or discard them first.
@@ -18,6 +18,8 @@ public enum ContextError: Error, Sendable, CustomStringConvertible {
     case conflict(keys: [[UInt8]], readVersion: UInt64)
     /// `refresh()` was called on a child; only a root context moves to a newer version.
     case notRoot
+    /// A key starting with `0xFE`: those belong to records and their indexes.
+    case reservedKey
 
     public var description: String {
         switch self {
@@ -36,6 +38,9 @@ public enum ContextError: Error, Sendable, CustomStringConvertible {
                 + "(first: \(renderKey(keys.first ?? []))); nothing was written. Redo the work on a fresh context."
         case .notRoot:
             "refresh() moves a root context to the latest version; a child sees its parent as of its fork."
+        case .reservedKey:
+            "Keys starting with the byte 0xFE belong to records and their indexes; write records through a repository, "
+                + "and give plain keys another first byte."
         }
     }
 }

@@ -276,6 +276,15 @@ import Testing
         try context.put([UInt8](repeating: 1, count: Limits.maxKeyBytes), [])
     }
 
+    @Test func keysReservedForRecordsAreRefusedWithAClearError() throws {
+        let store = try Store.inMemory()
+        let context = store.makeContext()
+        #expect(throws: ContextError.reservedKey) { try context.put([0xFE, 0x72, 0x01], [1]) }
+        #expect(throws: ContextError.reservedKey) { try context.delete([0xFE]) }
+        try context.put([0xFD, 0xFF], [1])
+        #expect("\(ContextError.reservedKey)".contains("repository"))
+    }
+
     @Test func readIsReadOnly() throws {
         let store = try Store.inMemory()
         try seed(store, ["k": "v"])

@@ -25,18 +25,18 @@ struct IndexMaintenance<R: Record> {
             let next = entry(index, new)
             if let old {
                 let previous = entry(index, old)
-                if previous.key != next.key { try context.delete(previous.key) }
+                if previous.key != next.key { try context.stage(previous.key, nil) }
             }
             if index.isUnique, let holder = try context.get(next.key), holder != next.value {
                 throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: index.name, value: index.render(new))
             }
-            try context.put(next.key, next.value)
+            try context.stage(next.key, next.value)
         }
     }
 
     /// Removes `record`'s entries.
     func remove(_ record: R) throws {
-        for index in declared { try context.delete(entry(index, record).key) }
+        for index in declared { try context.stage(entry(index, record).key, nil) }
     }
 
     /// The names of the indexes built for this entity, from its manifest.
@@ -60,11 +60,11 @@ struct IndexMaintenance<R: Record> {
                 if index.isUnique, let holder = try context.get(next.key), holder != next.value {
                     throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: index.name, value: index.render(record))
                 }
-                try context.put(next.key, next.value)
+                try context.stage(next.key, next.value)
             }
         }
         let names = (have.union(missing.map(\.name))).sorted()
-        try context.put(RecordKeys.manifest(entity: RecordTypeCache.entityName(of: R.self)), try RecordEncoder().encode(names))
+        try context.stage(RecordKeys.manifest(entity: RecordTypeCache.entityName(of: R.self)), try RecordEncoder().encode(names))
     }
 
     /// The indexes a fetch may use: built ones (building missing ones first when it can).

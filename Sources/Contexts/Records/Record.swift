@@ -66,7 +66,7 @@ extension UUID: RecordID {
 /// name's length as a varint and the name, then the id's key bytes. Keys starting with
 /// `0xFE` are reserved for records.
 enum RecordKeys {
-    static let reservedByte: UInt8 = 0xFE
+    static let reservedByte = Context.reservedKeyByte
     static let recordTag = UInt8(ascii: "r")
 
     static func prefix(entity: String) -> [UInt8] { named(recordTag, [entity]) }

@@ -49,11 +49,11 @@ public struct Repository<R: Record> {
         guard try context.contains(key(id)) else { throw RecordError.notFound(entity: RecordTypeCache.entityName(of: R.self), id: describe(id)) }
         if indexes.isEmpty {
             // No entries to find: the record need not even decode.
-            return try context.delete(key(id))
+            return try context.stage(key(id), nil)
         }
         try indexes.ensureBuilt()
         if let old = try get(id) { try indexes.remove(old) }
-        try context.delete(key(id))
+        try context.stage(key(id), nil)
     }
 
     /// Stages `record` after `check` saw whether it existed (decoded only when index
@@ -67,7 +67,7 @@ public struct Repository<R: Record> {
             try check(old != nil)
             try indexes.replace(old: old, with: record)
         }
-        try context.put(key(record.id), try RecordEncoder().encode(record))
+        try context.stage(key(record.id), try RecordEncoder().encode(record))
     }
 
     // MARK: Reading
@@ -124,7 +124,7 @@ public struct Repository<R: Record> {
         let oldRepository = Repository<Old>(context: context)
         let records = try oldRepository.all()
         for record in records {
-            if Old.entityName != RecordTypeCache.entityName(of: R.self) { try context.delete(RecordKeys.key(entity: Old.entityName, id: record.id)) }
+            if Old.entityName != RecordTypeCache.entityName(of: R.self) { try context.stage(RecordKeys.key(entity: Old.entityName, id: record.id), nil) }
             try upsert(try transform(record))
         }
         return records.count
