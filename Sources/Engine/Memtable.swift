@@ -32,6 +32,24 @@ struct Memtable: Sendable {
         return result
     }
 
+    /// The largest key held, or nil when empty. O(log n).
+    var lastKey: [UInt8]? {
+        var iterator = map.entries(from: nil, reverse: true)
+        return iterator.next()?.key
+    }
+
+    /// This memtable with `entries` (sorted by key, no key twice) added, replacing any
+    /// entry of the same key. O(m log(n/m + 1)) for m entries into n.
+    func merging(sortedUnique entries: [(key: [UInt8], entry: MemtableEntry)]) -> Memtable {
+        var result = self
+        var replacedBytes = 0
+        result.map = map.merging(PersistentSortedMap(sortedUnique: entries.map { ($0.key, $0.entry) })) { key, old in
+            replacedBytes += Self.bytes(key, old)
+        }
+        result.byteCount += entries.reduce(0) { $0 + Self.bytes($1.key, $1.entry) } - replacedBytes
+        return result
+    }
+
     /// A memtable holding the given entries, built balanced in O(n) without rotations.
     /// `entries` must be sorted by key with no key twice.
     static func build(sortedUnique entries: [(key: [UInt8], entry: MemtableEntry)]) -> Memtable {
