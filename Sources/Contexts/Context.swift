@@ -177,15 +177,13 @@ public final class Context {
     /// after any other failure of a root commit it is discarded.
     @discardableResult
     public func commit() throws -> CommitReceipt {
-        try checkCommittable()
-        if let parent { return try merge(into: parent) }
-        let clock = ContinuousClock()
-        let start = clock.now
-        guard let batch = try rootBatch() else { return emptyReceipt() }
-        do {
-            return finished(try store.engine.commit(batch, readAt: snapshot), latency: clock.now - start)
-        } catch {
-            throw endAfterFailedCommit(error)
+        switch try beginCommit() {
+        case let .done(receipt):
+            return receipt
+        case let .durable(batch, start):
+            do { return finished(try store.engine.commit(batch, readAt: snapshot), since: start) } catch {
+                throw endAfterFailedCommit(error)
+            }
         }
     }
 
@@ -193,17 +191,29 @@ public final class Context {
     /// outside the cooperative pool.
     @discardableResult
     public func commit() async throws -> CommitReceipt {
-        try checkCommittable()
-        if let parent { return try merge(into: parent) }
-        let clock = ContinuousClock()
-        let start = clock.now
-        guard let batch = try rootBatch() else { return emptyReceipt() }
-        do {
-            let result = try await store.engine.commit(batch, readAt: snapshot)
-            return finished(result, latency: clock.now - start)
-        } catch {
-            throw endAfterFailedCommit(error)
+        switch try beginCommit() {
+        case let .done(receipt):
+            return receipt
+        case let .durable(batch, start):
+            do { return finished(try await store.engine.commit(batch, readAt: snapshot), since: start) } catch {
+                throw endAfterFailedCommit(error)
+            }
         }
+    }
+
+    /// A commit after its checks: finished (a child's merge, an empty root), or a root's
+    /// batch still to make durable.
+    private enum PendingCommit {
+        case done(CommitReceipt)
+        case durable(WALBatch, ContinuousClock.Instant)
+    }
+
+    private func beginCommit() throws -> PendingCommit {
+        try checkCommittable()
+        if let parent { return .done(try merge(into: parent)) }
+        let start = ContinuousClock.now
+        guard let batch = try rootBatch() else { return .done(emptyReceipt()) }
+        return .durable(batch, start)
     }
 
     /// The overlay as one batch, or nil (and the context ended) when it is empty.
@@ -226,9 +236,10 @@ public final class Context {
                       latency: .zero)
     }
 
-    private func finished(_ result: CommitResult, latency: Duration) -> CommitReceipt {
+    private func finished(_ result: CommitResult, since start: ContinuousClock.Instant) -> CommitReceipt {
         let receipt = CommitReceipt(version: result.version, changeCount: overlay.count, rawByteCount: result.rawByteCount,
-                                    storedByteCount: result.storedByteCount, groupSize: result.groupSize, latency: latency)
+                                    storedByteCount: result.storedByteCount, groupSize: result.groupSize,
+                                    latency: ContinuousClock.now - start)
         status = .committed
         overlay = Overlay()
         return receipt

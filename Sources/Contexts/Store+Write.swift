@@ -12,7 +12,7 @@ extension Store {
     /// Throws `UnitOfWorkError`, which tells the three failures apart.
     @discardableResult
     public func write<T>(retries: Int = 0, _ body: (UnitOfWork) throws -> T) throws(UnitOfWorkError) -> T {
-        precondition(retries >= 0, "retries must not be negative")
+        guard retries >= 0 else { throw .invalidRequest("retries is \(retries); give 0 or more") }
         var attempt = 0
         while true {
             attempt += 1
@@ -24,13 +24,10 @@ extension Store {
                 throw rollBack(unit, after: error)
             }
             do {
-                let receipt = try unit.context.commit()
-                for hook in unit.hooks { hook(receipt) }
+                unit.committed(try unit.context.commit())
                 return result
             } catch {
-                let failure = CommitFailure(error, attempts: attempt)
-                if case .conflict = failure, attempt <= retries { continue }
-                throw .commitFailed(failure)
+                try retryOrThrow(error, attempt: attempt, retries: retries)
             }
         }
     }
@@ -52,7 +49,7 @@ extension Store {
     }
 
     private func writeAsync<T>(retries: Int, _ body: (UnitOfWork) async throws -> T) async throws(UnitOfWorkError) -> T {
-        precondition(retries >= 0, "retries must not be negative")
+        guard retries >= 0 else { throw .invalidRequest("retries is \(retries); give 0 or more") }
         var attempt = 0
         while true {
             attempt += 1
@@ -65,15 +62,20 @@ extension Store {
                 throw rollBack(unit, after: error)
             }
             do {
-                let receipt = try await unit.context.commit()
-                for hook in unit.hooks { hook(receipt) }
+                unit.committed(try await unit.context.commit())
                 return result
             } catch {
-                let failure = CommitFailure(error, attempts: attempt)
-                if case .conflict = failure, attempt <= retries { continue }
-                throw .commitFailed(failure)
+                try retryOrThrow(error, attempt: attempt, retries: retries)
             }
         }
+    }
+
+    /// Returns when a failed commit should be run again (a conflict, with retries left);
+    /// otherwise throws the failure.
+    private func retryOrThrow(_ error: any Error, attempt: Int, retries: Int) throws(UnitOfWorkError) {
+        let failure = CommitFailure(error, attempts: attempt)
+        if case .conflict = failure, attempt <= retries { return }
+        throw .commitFailed(failure)
     }
 
     private func rollBack(_ unit: UnitOfWork, after error: any Error) -> UnitOfWorkError {

@@ -41,41 +41,33 @@ public final class UnitOfWork {
     /// into this unit (throwing `UnitOfWorkError.mergeFailed` when this unit changed the
     /// same keys meanwhile) and its `afterCommit` hooks join this unit's (U1).
     public func child<T>(_ body: (UnitOfWork) throws -> T) throws -> T {
-        let nested = UnitOfWork(context: try context.makeChild(mergePolicy: .error))
+        let nested = try makeNested()
         let result: T
-        do {
-            result = try body(nested)
-        } catch {
-            nested.context.discard()
-            throw error
-        }
-        try nested.mergeIntoParent()
-        hooks += nested.hooks
+        do { result = try body(nested) } catch { throw nested.rollBack(error) }
+        try absorb(nested)
         return result
     }
 
     /// `child` for async work.
     public func child<T>(_ body: (UnitOfWork) async throws -> T) async throws -> T {
-        try await childAsync(body)
-    }
-
-    /// `child` from async code with a body that does not suspend.
-    public func child<T>(_ body: (UnitOfWork) throws -> T) async throws -> T {
-        try await childAsync(body)
-    }
-
-    private func childAsync<T>(_ body: (UnitOfWork) async throws -> T) async throws -> T {
-        let nested = UnitOfWork(context: try context.makeChild(mergePolicy: .error))
+        let nested = try makeNested()
         let result: T
-        do {
-            result = try await body(nested)
-        } catch {
-            nested.context.discard()
-            throw error
-        }
-        try nested.mergeIntoParent()
-        hooks += nested.hooks
+        do { result = try await body(nested) } catch { throw nested.rollBack(error) }
+        try absorb(nested)
         return result
+    }
+
+    /// `child` from async code with a body that does not suspend (a child's merge does
+    /// no I/O, so nothing here blocks).
+    public func child<T>(_ body: (UnitOfWork) throws -> T) async throws -> T {
+        // Named by type: a plain call here would pick this async overload again.
+        let run: ((UnitOfWork) throws -> T) throws -> T = child
+        return try run(body)
+    }
+
+    /// Runs the hooks of this (outermost) unit after its durable commit.
+    func committed(_ receipt: CommitReceipt) {
+        for hook in hooks { hook(receipt) }
     }
 
     /// Runs `hook` with the commit's receipt after the outermost unit committed durably;
@@ -85,12 +77,24 @@ public final class UnitOfWork {
         hooks.append(hook)
     }
 
-    private func mergeIntoParent() throws {
+    private func makeNested() throws -> UnitOfWork {
+        UnitOfWork(context: try context.makeChild(mergePolicy: .error))
+    }
+
+    /// Drops this nested unit's changes; returns `error` to rethrow.
+    private func rollBack(_ error: any Error) -> any Error {
+        context.discard()
+        return error
+    }
+
+    /// Merges `nested` into this unit and takes over its hooks (U1).
+    private func absorb(_ nested: UnitOfWork) throws {
         do {
-            try context.commit()
+            try nested.context.commit()
         } catch let ContextError.mergeConflict(keys) {
-            context.discard()
+            nested.context.discard()
             throw UnitOfWorkError.mergeFailed(keys: keys)
         }
+        hooks += nested.hooks
     }
 }

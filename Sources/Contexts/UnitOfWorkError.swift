@@ -11,6 +11,8 @@ public enum UnitOfWorkError: Error, CustomStringConvertible {
     case mergeFailed(keys: [[UInt8]])
     /// The durable commit failed.
     case commitFailed(CommitFailure)
+    /// `write` was called with arguments it cannot honour; the body did not run.
+    case invalidRequest(String)
 
     public var description: String {
         switch self {
@@ -21,6 +23,8 @@ public enum UnitOfWorkError: Error, CustomStringConvertible {
                 + "(first: \(renderKey(keys.first ?? []))); everything was rolled back."
         case let .commitFailed(failure):
             "\(failure)"
+        case let .invalidRequest(reason):
+            "The unit of work did not run: \(reason)."
         }
     }
 }

@@ -23,9 +23,7 @@ struct BenchCommand: ParsableCommand {
         guard num > 0, valueSize >= 0 else { throw ValidationError("--num must be positive and --value-size not negative") }
         let path = directory ?? NSTemporaryDirectory() + "strata-bench-\(UUID().uuidString)"
         defer { if directory == nil { try? FileManager.default.removeItem(atPath: path) } }
-        try reportingErrors {
-            let store = try Store.open(path: path)
-            defer { try? store.close() }
+        try withStore(path, create: true) { store in
             var random = SystemRandomNumberGenerator()
             let keys = (0..<num).map { index in Array(String(format: "%016d", index).utf8) }.shuffled(using: &random)
             let value = (0..<valueSize).map { UInt8(truncatingIfNeeded: $0 &* 31) }

@@ -29,6 +29,22 @@ func printError(_ message: String) {
     FileHandle.standardError.write(Data("strata: \(message)\n".utf8))
 }
 
+/// Opens the store at `path` (refusing to create one unless `create`), runs `body` and
+/// closes the store, which checkpoints; any error, the close's included, becomes one
+/// line on stderr and exit status 1.
+func withStore<T>(_ path: String, create: Bool = false, _ body: (Store) throws -> T) throws -> T {
+    try reportingErrors {
+        let store = create ? try Store.open(path: path) : try openExistingStore(path)
+        let result: T
+        do { result = try body(store) } catch {
+            try? store.close()
+            throw error
+        }
+        try store.close()
+        return result
+    }
+}
+
 /// Opens the store at `path`, refusing to create one where none exists.
 func openExistingStore(_ path: String) throws -> Store {
     guard FileManager.default.fileExists(atPath: path) else {

@@ -11,9 +11,7 @@ struct GetCommand: ParsableCommand {
     @OptionGroup var store: StorePath
 
     func run() throws {
-        let value = try reportingErrors {
-            let opened = try openExistingStore(store.path)
-            defer { try? opened.close() }
+        let value = try withStore(store.path) { opened in
             return try opened.read { try $0.get(parseBytes(key)) }
         }
         guard let value else {
@@ -36,9 +34,7 @@ struct PutCommand: ParsableCommand {
     @OptionGroup var store: StorePath
 
     func run() throws {
-        try reportingErrors {
-            let opened = try Store.open(path: store.path)
-            defer { try? opened.close() }
+        try withStore(store.path, create: true) { opened in
             try opened.write { try $0.put(parseBytes(key), parseBytes(value)) }
             print("committed version \(opened.version)")
         }
@@ -54,9 +50,7 @@ struct DeleteCommand: ParsableCommand {
     @OptionGroup var store: StorePath
 
     func run() throws {
-        try reportingErrors {
-            let opened = try openExistingStore(store.path)
-            defer { try? opened.close() }
+        try withStore(store.path) { opened in
             try opened.write { try $0.delete(parseBytes(key)) }
             print("committed version \(opened.version)")
         }
@@ -78,9 +72,7 @@ struct ScanCommand: ParsableCommand {
     @OptionGroup var store: StorePath
 
     func run() throws {
-        try reportingErrors {
-            let opened = try openExistingStore(store.path)
-            defer { try? opened.close() }
+        try withStore(store.path) { opened in
             let pairs = try opened.read { try $0.scan(prefix: parseBytes(prefix), reverse: reverse, limit: limit) }
             for (key, value) in pairs { print("\(display(key)) = \(display(value))") }
         }

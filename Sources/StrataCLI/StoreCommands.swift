@@ -12,9 +12,7 @@ struct StatCommand: ParsableCommand {
     var path = StorePath.defaultPath
 
     func run() throws {
-        try reportingErrors {
-            let store = try openExistingStore(path)
-            defer { try? store.close() }
+        try withStore(path) { store in
             for line in try statusLines(store) { print(line) }
             let check = store.engine.verify()
             let keyCount = try store.read { try $0.scan().count }
@@ -36,9 +34,7 @@ struct VerifyCommand: ParsableCommand {
     var path = StorePath.defaultPath
 
     func run() throws {
-        let report = try reportingErrors {
-            let store = try openExistingStore(path)
-            defer { try? store.close() }
+        let report = try withStore(path) { store in
             // Reading every key also checks the pages and overflow chains reads go through.
             _ = try store.read { try $0.scan().count }
             return store.engine.verify()
@@ -65,9 +61,7 @@ struct DumpCommand: ParsableCommand {
     var json = false
 
     func run() throws {
-        try reportingErrors {
-            let store = try openExistingStore(path)
-            defer { try? store.close() }
+        try withStore(path) { store in
             let pairs = try store.read { try $0.scan(prefix: parseBytes(prefix)) }
             for (key, value) in pairs {
                 if json {
@@ -101,9 +95,7 @@ struct CheckpointCommand: ParsableCommand {
     var path = StorePath.defaultPath
 
     func run() throws {
-        try reportingErrors {
-            let store = try openExistingStore(path)
-            defer { try? store.close() }
+        try withStore(path) { store in
             try store.engine.checkpoint()
             let status = try store.engine.status()
             print("checkpoint at version \(status.checkpointVersion); log: \(status.logSegments.count) segment(s)")
@@ -121,9 +113,7 @@ struct BackupCommand: ParsableCommand {
     @OptionGroup var store: StorePath
 
     func run() throws {
-        try reportingErrors {
-            let source = try openExistingStore(store.path)
-            defer { try? source.close() }
+        try withStore(store.path) { source in
             let report = try source.engine.backup(to: destination)
             print("backed up version \(report.version) to \(destination): \(report.byteCount) bytes")
         }
@@ -140,9 +130,7 @@ struct CompactCommand: ParsableCommand {
     @OptionGroup var store: StorePath
 
     func run() throws {
-        try reportingErrors {
-            let source = try openExistingStore(store.path)
-            defer { try? source.close() }
+        try withStore(store.path) { source in
             let total = try source.read { try $0.scan().count }
             var progress = ProgressReporter(label: "compact", total: total)
             let report = try source.engine.compact(to: destination) { progress.update($0) }

@@ -171,6 +171,18 @@ private struct UseCaseFailed: Error {}
         }
     }
 
+    @Test func negativeRetriesAreRefusedBeforeTheBodyRuns() throws {
+        let store = try Store.inMemory()
+        var ran = false
+        #expect {
+            try store.write(retries: -1) { _ in ran = true }
+        } throws: { error in
+            guard case let UnitOfWorkError.invalidRequest(reason) = error else { return false }
+            return reason.contains("-1")
+        }
+        #expect(!ran)
+    }
+
     @Test func readNeverConflicts() throws {
         let store = try Store.inMemory()
         try seed(store, ["k": "1"])

@@ -3,6 +3,18 @@ import Testing
 import WAL
 @testable import Engine
 
+/// Expects both memtables to hold the same keys with the same entries, in order.
+func expectSameEntries(_ first: Memtable, _ second: Memtable, sourceLocation: SourceLocation = #_sourceLocation) {
+    var left = first.entries(from: nil, reverse: false)
+    var right = second.entries(from: nil, reverse: false)
+    while true {
+        let a = left.next()
+        let b = right.next()
+        #expect(a?.key == b?.key && a?.value == b?.value, sourceLocation: sourceLocation)
+        if a == nil || b == nil { break }
+    }
+}
+
 @Suite struct MemtableTests {
     @Test(arguments: [UInt64(1), 2, 3])
     func aBuiltMemtableEqualsOneMadeByInsertingTheSameChangesInOrder(seed: UInt64) {
@@ -19,14 +31,7 @@ import WAL
         let built = Memtable.build(sortedUnique: StorageEngine.latestPerKey(changes))
         #expect(built.checkInvariants() && inserted.checkInvariants())
         #expect(built.count == inserted.count && built.byteCount == inserted.byteCount)
-        var left = built.entries(from: nil, reverse: false)
-        var right = inserted.entries(from: nil, reverse: false)
-        while true {
-            let a = left.next()
-            let b = right.next()
-            #expect(a?.key == b?.key && a?.value == b?.value)
-            if a == nil || b == nil { break }
-        }
+        expectSameEntries(built, inserted)
     }
 
     @Test func scansStartWhereAskedInBothDirections() {
@@ -71,14 +76,7 @@ import WAL
             #expect(merged.checkInvariants(), "seed \(seed), batch \(version)")
             #expect(merged.count == inserted.count && merged.byteCount == inserted.byteCount, "seed \(seed), batch \(version)")
         }
-        var left = merged.entries(from: nil, reverse: false)
-        var right = inserted.entries(from: nil, reverse: false)
-        while true {
-            let a = left.next()
-            let b = right.next()
-            #expect(a?.key == b?.key && a?.value == b?.value)
-            if a == nil || b == nil { break }
-        }
+        expectSameEntries(merged, inserted)
     }
 }
 
@@ -106,13 +104,6 @@ import WAL
             }
             #expect(applied.checkInvariants() && applied.count == inserted.count && applied.byteCount == inserted.byteCount)
         }
-        var left = applied.entries(from: nil, reverse: false)
-        var right = inserted.entries(from: nil, reverse: false)
-        while true {
-            let a = left.next()
-            let b = right.next()
-            #expect(a?.key == b?.key && a?.value == b?.value)
-            if a == nil || b == nil { break }
-        }
+        expectSameEntries(applied, inserted)
     }
 }

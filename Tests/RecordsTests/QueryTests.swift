@@ -51,6 +51,15 @@ import Testing
         #expect(try repository.first(predicate, sortBy: sort) == expected.sorted(using: sort).first, "\(name)")
     }
 
+    @Test func aNegativeOffsetOrLimitIsAClearError() throws {
+        let repository = try Self.store().makeContext().repository(Book.self)
+        #expect(throws: RecordError.invalidQuery("offset -1 and limit none must not be negative")) {
+            try repository.fetch(offset: -1)
+        }
+        #expect(throws: RecordError.self) { try repository.fetch(limit: -2) }
+        #expect(try repository.fetch(limit: 0).isEmpty)
+    }
+
     @Test func explainShowsTheKeyAccessAndTheResidualFilter() throws {
         let repository = try Self.store().makeContext().repository(Book.self)
         #expect(try repository.explain(#Predicate<Book> { $0.id == 87 }).hasPrefix("read: point lookup of Book id 87;"))

@@ -84,6 +84,8 @@ public enum RecordError: Error, Sendable, CustomStringConvertible, Equatable {
     case malformed(offset: Int, reason: String)
     /// A record written by a newer encoding version.
     case unsupportedVersion(found: UInt8, supported: UInt8)
+    /// A query that cannot run as asked (the text says why).
+    case invalidQuery(String)
     /// A unique index already holds this value for another record.
     case uniqueViolation(entity: String, index: String, value: String)
     /// A record's bytes hold a different shape than its type (a renamed field, a changed
@@ -97,6 +99,8 @@ public enum RecordError: Error, Sendable, CustomStringConvertible, Equatable {
         case let .malformed(offset, reason): "A stored record is damaged at byte \(offset): \(reason)."
         case let .unsupportedVersion(found, supported):
             "A stored record uses encoding version \(found); this build reads up to \(supported). Use a newer Strata."
+        case let .invalidQuery(reason):
+            "The query cannot run: \(reason)."
         case let .uniqueViolation(entity, index, value):
             "Another \(entity) already has \(value) in unique index \(index); change the value or update that record."
         case let .decoding(entity, key, reason):

@@ -81,12 +81,15 @@ public struct Repository<R: Record> {
     public func all() throws -> [R] { try fetch() }
 
     /// The records for which `predicate` holds (all when nil), sorted by `sortBy` (id
-    /// order when empty), skipping `offset`, at most `limit`. An `id == constant` term
+    /// order when empty), skipping `offset`, at most `limit` (a negative one of either is
+    /// `RecordError.invalidQuery`). An `id == constant` term
     /// anded at the top of the predicate becomes a point lookup and id range terms a key
     /// range; the rest is evaluated on each record (`explain` shows which is which).
     public func fetch(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = [],
                       limit: Int? = nil, offset: Int = 0) throws -> [R] {
-        precondition(offset >= 0 && (limit ?? 0) >= 0, "offset and limit must not be negative")
+        guard offset >= 0, (limit ?? 0) >= 0 else {
+            throw RecordError.invalidQuery("offset \(offset) and limit \(limit.map(String.init) ?? "none") must not be negative")
+        }
         let plan = QueryPlan<R>(predicate, indexes: try indexes.usable())
         // Without a sort, records come in id order, so a limit can stop the scan early.
         let stopAfter = sortBy.isEmpty ? limit.map { offset + $0 } : nil
