@@ -1,66 +1,103 @@
 // swift-tools-version: 6.1
 //
-// Strata: an embedded, transactional key/value store for Swift with nested contexts.
-// Layers point downward only (see README.md): strata (CLI) → Contexts → Engine → WAL → FileIO / Codec → C shims.
+// Strata: an embedded, transactional key/value and record store for Swift with nested
+// contexts and units of work. Layers point downward only (README.md, "Layers"):
+//   strata (CLI) → StrataTesting → Strata → StrataEngine → StrataWAL → StrataFileIO / StrataCodec → C shims.
+//
+// Products are what an application or its tests use: `Strata` (import Strata) and
+// `StrataTesting` (the crash harness and the decoders' fuzz entry points), plus the
+// `strata` tool. The layers beneath are modules of their own, named `Strata…` so they
+// never clash with an application's targets, and not products: `Strata` re-exports by name
+// the few of their types that appear in its API (Sources/Contexts/Exports.swift). The folder
+// names are fixed by the project card; each target's `path:` maps it to its module name.
 import PackageDescription
 
 let package = Package(
     name: "Strata",
+    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
-        // What applications import: the store, contexts and units of work.
-        .library(name: "Strata", targets: ["Contexts"]),
+        // What applications import: the store, contexts, units of work, records.
+        .library(name: "Strata", targets: ["Strata"]),
         // The crash harness for Strata and for applications' own units of work.
         .library(name: "StrataTesting", targets: ["StrataTesting"]),
-        .library(name: "Engine", targets: ["Engine"]),
-        .library(name: "WAL", targets: ["WAL"]),
-        .library(name: "FileIO", targets: ["FileIO"]),
-        .library(name: "Codec", targets: ["Codec"]),
-        .library(name: "Locks", targets: ["Locks"]),
         .executable(name: "strata", targets: ["StrataCLI"]),
     ],
     dependencies: [
         // The ecosystem's standard for command-line parsing; used by the `strata` tool only.
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // The ecosystem's logging API: recovery, checkpoints, recycled segments and failed
+        // syncs are logged under the label "strata"; silent unless the app bootstraps a handler.
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        // `swift package generate-documentation --target Strata` (Sources/Contexts/Strata.docc).
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // liblz4 from the system (Debian/Ubuntu: liblz4-dev).
         .systemLibrary(
-            name: "CLZ4",
+            name: "CStrataLZ4",
             path: "Sources/CLZ4",
             pkgConfig: "liblz4",
             providers: [.apt(["liblz4-dev"])]
         ),
-        // Hardware CRC32C with a software fallback, and the syscalls Glibc hides (fallocate).
-        .target(name: "CPlatform"),
+        // Hardware CRC32C with a software fallback, and the syscalls the C library hides (fallocate).
+        .target(name: "CStrataPlatform", path: "Sources/CPlatform"),
         // Checksums, LZ4 blocks and bounded little-endian coding shared by every on-disk format.
-        .target(name: "Codec", dependencies: ["CLZ4", "CPlatform"]),
+        .target(name: "StrataCodec", dependencies: ["CStrataLZ4", "CStrataPlatform"], path: "Sources/Codec"),
         // Locks that park waiters instead of spinning (pthread mutex and condition variable).
-        .target(name: "Locks"),
+        .target(name: "StrataLocks", path: "Sources/Locks"),
         // The file-system seam: POSIX implementation and a deterministic simulated one.
-        .target(name: "FileIO", dependencies: ["CPlatform", "Locks"]),
+        .target(name: "StrataFileIO", dependencies: ["CStrataPlatform", "StrataLocks"], path: "Sources/FileIO"),
         // The LZ4-compressed, checksummed write-ahead log with group commit.
-        .target(name: "WAL", dependencies: ["Codec", "FileIO", "Locks"]),
+        .target(
+            name: "StrataWAL",
+            dependencies: ["StrataCodec", "StrataFileIO", "StrataLocks", .product(name: "Logging", package: "swift-log")],
+            path: "Sources/WAL"
+        ),
         // The storage engine: page file, copy-on-write B+tree, memtables, snapshots, checkpoints.
-        .target(name: "Engine", dependencies: ["WAL", "Codec", "FileIO", "Locks"]),
-        // Nested contexts, units of work and the store façade: the public API.
-        .target(name: "Contexts", dependencies: ["Engine", "WAL", "FileIO", "Locks", "Codec"]),
-        // The crash harness: workloads, suites under the whole fault model, process kills.
-        .target(name: "StrataTesting", dependencies: ["Contexts", "FileIO", "Locks"]),
+        .target(
+            name: "StrataEngine",
+            dependencies: [
+                "StrataWAL", "StrataCodec", "StrataFileIO", "StrataLocks",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/Engine"
+        ),
+        // Nested contexts, units of work, records and the store: the public API.
+        .target(
+            name: "Strata",
+            dependencies: ["StrataEngine", "StrataWAL", "StrataFileIO", "StrataLocks", "StrataCodec"],
+            path: "Sources/Contexts"
+        ),
+        // The crash harness: workloads, suites under the whole fault model, process kills;
+        // and the entry points of the decoders' fuzz targets (Fuzz/).
+        .target(
+            name: "StrataTesting",
+            dependencies: ["Strata", "StrataEngine", "StrataWAL", "StrataFileIO", "StrataCodec", "StrataLocks"]
+        ),
         .executableTarget(
             name: "StrataCLI",
             dependencies: [
-                "Contexts", "StrataTesting", "WAL", "FileIO",
+                "Strata", "StrataTesting", "StrataEngine", "StrataWAL", "StrataFileIO",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .testTarget(name: "CodecTests", dependencies: ["Codec", "FileIO"]),
-        .testTarget(name: "FileIOTests", dependencies: ["FileIO"]),
-        .testTarget(name: "WALTests", dependencies: ["WAL", "FileIO", "Codec", "Locks"]),
-        .testTarget(name: "EngineTests", dependencies: ["Engine", "WAL", "FileIO", "Codec", "Locks"]),
-        .testTarget(name: "ContextsTests", dependencies: ["Contexts", "Engine", "WAL", "FileIO", "Locks"]),
+        .testTarget(name: "CodecTests", dependencies: ["StrataCodec", "StrataFileIO"]),
+        .testTarget(name: "FileIOTests", dependencies: ["StrataFileIO"]),
+        .testTarget(name: "WALTests", dependencies: ["StrataWAL", "StrataFileIO", "StrataCodec", "StrataLocks"]),
+        .testTarget(
+            name: "EngineTests",
+            dependencies: [
+                "StrataEngine", "StrataWAL", "StrataFileIO", "StrataCodec", "StrataLocks",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "InMemoryLogging", package: "swift-log"),
+            ]
+        ),
+        // Contexts and records are tested through the public API only, as an app uses them
+        // (`import Strata`, plus `StrataTesting` for the crash harness).
+        .testTarget(name: "ContextsTests", dependencies: ["Strata", "StrataTesting"]),
         .testTarget(name: "StrataTestingTests", dependencies: ["StrataTesting"]),
-        .testTarget(name: "RecordsTests", dependencies: ["Contexts", "FileIO"]),
-        // Drives the built `strata` executable as a process.
+        .testTarget(name: "RecordsTests", dependencies: ["Strata", "StrataTesting"]),
+        // Drives the built `strata` executable as a process; checks the repository's docs.
         .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI"]),
     ],
     swiftLanguageModes: [.v6]

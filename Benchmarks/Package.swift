@@ -20,9 +20,6 @@ let package = Package(
             dependencies: [
                 "CSQLite", "CLMDB",
                 .product(name: "Strata", package: "Strata"),
-                .product(name: "Engine", package: "Strata"),
-                .product(name: "WAL", package: "Strata"),
-                .product(name: "FileIO", package: "Strata"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Sources/StrataBench"

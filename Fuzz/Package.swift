@@ -6,23 +6,7 @@ import PackageDescription
 let package = Package(
     name: "StrataFuzz",
     dependencies: [.package(name: "Strata", path: "..")],
-    targets: [
-        .executableTarget(name: "WALFramesFuzz", dependencies: [
-            .product(name: "WAL", package: "Strata"),
-            .product(name: "FileIO", package: "Strata"),
-            .product(name: "Codec", package: "Strata"),
-        ]),
-        .executableTarget(name: "LZ4BlockFuzz", dependencies: [.product(name: "Codec", package: "Strata")]),
-        .executableTarget(name: "EnginePageFuzz", dependencies: [
-            .product(name: "Engine", package: "Strata"),
-            .product(name: "FileIO", package: "Strata"),
-            .product(name: "Codec", package: "Strata"),
-        ]),
-        .executableTarget(name: "RecordDecoderFuzz", dependencies: [.product(name: "Strata", package: "Strata")]),
-        .executableTarget(name: "EngineOpenFuzz", dependencies: [
-            .product(name: "Engine", package: "Strata"),
-            .product(name: "FileIO", package: "Strata"),
-            .product(name: "Codec", package: "Strata"),
-        ]),
-    ]
+    targets: ["WALFramesFuzz", "LZ4BlockFuzz", "EnginePageFuzz", "EngineOpenFuzz", "RecordDecoderFuzz"].map { name in
+        .executableTarget(name: name, dependencies: [.product(name: "StrataTesting", package: "Strata")])
+    }
 )

@@ -17,10 +17,7 @@ let package = Package(
             name: "HotPaths",
             dependencies: [
                 .product(name: "Benchmark", package: "benchmark"),
-                .product(name: "Strata", package: "Strata"),
-                .product(name: "Engine", package: "Strata"),
-                .product(name: "WAL", package: "Strata"),
-                .product(name: "FileIO", package: "Strata"),
+                .product(name: "StrataTesting", package: "Strata"),
             ],
             path: "Benchmarks/HotPaths",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]

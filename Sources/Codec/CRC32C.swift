@@ -2,7 +2,7 @@
 //
 // Backed by the CPlatform C target: SSE4.2 / ARMv8 CRC instructions when the CPU has them
 // (chosen once at run time), a slice-by-8 table otherwise. Thread-safe; no allocation.
-import CPlatform
+import CStrataPlatform
 
 /// CRC-32C (Castagnoli). `CRC32C.checksum("123456789".utf8) == 0xE306_9283`.
 public enum CRC32C {

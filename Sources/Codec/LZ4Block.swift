@@ -7,7 +7,7 @@
 //  2. `compress` reports `nil` when the block would not be smaller than its input, so the
 //     caller stores those bytes raw (incompressible data never grows by more than 0 bytes).
 // Thread-safe: liblz4's block functions keep no shared state.
-import CLZ4
+import CStrataLZ4
 
 /// LZ4 block compression.
 public enum LZ4Block {

@@ -7,9 +7,9 @@
 //      (which it buffers while it reads the history, dropping versions it already has).
 // Thread-safety: the hub and subscribers are guarded by their locks; `publish` runs on a
 // committing thread under the engine's commit lock, so it only appends and yields.
-import Engine
-import Locks
-import WAL
+import StrataEngine
+import StrataLocks
+import StrataWAL
 
 /// One committed change: a key and its new value (nil when it was deleted).
 public struct Change: Sendable, Equatable {

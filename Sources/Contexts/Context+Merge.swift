@@ -1,7 +1,7 @@
 // Merging a child into its parent, and moving a root to the latest version: the two
 // places where a context's writes meet writes made after it forked, settled by its
 // merge policy (MergePolicy.swift).
-import Engine
+import StrataEngine
 
 extension Context {
     /// Merges this child's overlay into `parent` (no I/O) under `mergePolicy` and ends

@@ -12,8 +12,8 @@
 //      discarded (a cancelled form is a child context simply thrown away).
 // Thread-safety: not `Sendable`; a context belongs to the task that uses it, like a
 // transaction. The store beneath it is shared.
-import Engine
-import WAL
+import StrataEngine
+import StrataWAL
 
 /// Staged changes over a consistent view of the store. Open a root with
 /// `store.makeContext()`, a child with `makeChild()`.
@@ -187,10 +187,10 @@ public final class Context {
         }
     }
 
-    /// `commit()` for async code: a root suspends while the fdatasync runs on a thread
-    /// outside the cooperative pool.
+    /// `commit()` for async code: it runs on the caller's actor, and a root suspends while
+    /// the fdatasync runs on a thread outside the cooperative pool.
     @discardableResult
-    public func commit() async throws -> CommitReceipt {
+    nonisolated(nonsending) public func commit() async throws -> CommitReceipt {
         switch try beginCommit() {
         case let .done(receipt):
             return receipt

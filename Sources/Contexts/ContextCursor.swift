@@ -1,7 +1,7 @@
 // A context's scan: a merge of its overlay, its ancestors' overlays as of the fork and
 // the snapshot, in key order, where the nearest level wins a key and tombstones hide it
 // (C1 of Context.swift).
-import Engine
+import StrataEngine
 
 struct ContextCursor {
     /// The overlays' iterators, nearest level first; the snapshot comes after them.

@@ -1,6 +1,6 @@
 // The errors of contexts: wrong use of the API, and conflicts. Each description says what
 // to do next.
-import Engine
+import StrataEngine
 
 /// Errors of `Context` and `Store`.
 public enum ContextError: Error, Sendable, Equatable, CustomStringConvertible {

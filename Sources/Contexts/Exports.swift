@@ -1,4 +1,40 @@
-// The one module a user imports: it re-exports the engine's and the log's public types
-// (options, errors, durability modes) that appear in the contexts' API.
-@_exported import Engine
-@_exported import WAL
+// The types of the layers beneath that appear in Strata's own API, re-exported by name so
+// that `import Strata` is the only import an application needs. Nothing else of those
+// modules is visible to an application: their other public declarations exist for the
+// modules above them in this package, not as API.
+
+// Options, reports and errors of the storage engine; the engine itself is reachable as
+// `Store.engine` for key/value work below contexts (blind batches, snapshots, cursors).
+@_exported import struct StrataEngine.EngineOptions
+@_exported import enum StrataEngine.EngineError
+@_exported import enum StrataEngine.Limits
+@_exported import struct StrataEngine.RecoveryReport
+@_exported import struct StrataEngine.StoreStatus
+@_exported import struct StrataEngine.VerifyReport
+@_exported import struct StrataEngine.CopyReport
+@_exported import struct StrataEngine.CommitResult
+@_exported import class StrataEngine.StorageEngine
+@_exported import class StrataEngine.Snapshot
+@_exported import struct StrataEngine.SnapshotCursor
+@_exported import struct StrataEngine.KeyRange
+
+// The log's options, its batches (what `StorageEngine.commit` takes), and its errors.
+@_exported import enum StrataWAL.Durability
+@_exported import enum StrataWAL.RecoveryMode
+@_exported import struct StrataWAL.WALOptions
+@_exported import struct StrataWAL.WALBatch
+@_exported import enum StrataWAL.WALError
+@_exported import struct StrataWAL.WALRecoveryReport
+@_exported import struct StrataWAL.WALDamage
+@_exported import struct StrataWAL.WALStatistics
+@_exported import struct StrataWAL.LSN
+
+// The file-system seam: `Store.open(path:fileSystem:)` takes any `FileSystem`; I/O errors
+// name their operation and path.
+@_exported import protocol StrataFileIO.FileSystem
+@_exported import protocol StrataFileIO.OpenFile
+@_exported import protocol StrataFileIO.FileLock
+@_exported import struct StrataFileIO.FileOpenOptions
+@_exported import struct StrataFileIO.POSIXFileSystem
+@_exported import enum StrataFileIO.FileIOError
+@_exported import enum StrataFileIO.FileOperation

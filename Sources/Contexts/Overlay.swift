@@ -7,6 +7,7 @@
 //      into its parent. So "did the parent change this key after the fork" is "does the
 //      parent's entry now carry a different stamp than at the fork".
 // Thread-safety: overlays are immutable values; stamps come from an atomic counter.
+import StrataEngine
 import Synchronization
 
 /// A staged write: a value, or a tombstone (nil), and its stamp (O1).

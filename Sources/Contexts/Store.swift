@@ -4,8 +4,8 @@
 //
 // Thread-safety: `Sendable`; use one store from every thread and task. Contexts made
 // from it belong to the task that made them.
-import Engine
-import FileIO
+import StrataEngine
+import StrataFileIO
 import Foundation
 
 /// An open Strata store.
@@ -14,11 +14,14 @@ public final class Store: Sendable {
     public let engine: StorageEngine
     /// What opening found and repaired.
     public let recoveryReport: RecoveryReport
+    /// Whether the store lives in memory only (`Store.inMemory`).
+    public let isInMemory: Bool
     let feed: ChangeFeedHub
 
-    private init(engine: StorageEngine, report: RecoveryReport) {
+    private init(engine: StorageEngine, report: RecoveryReport, isInMemory: Bool) {
         self.engine = engine
         self.recoveryReport = report
+        self.isInMemory = isInMemory
         let feed = ChangeFeedHub()
         self.feed = feed
         engine.observeCommits { batches in feed.publish(batches) }
@@ -33,8 +36,12 @@ public final class Store: Sendable {
 
     /// Opens the store in `path` on `fileSystem` (the crash harness passes a simulated one).
     public static func open(path: String, fileSystem: any FileSystem, options: EngineOptions = EngineOptions()) throws -> Store {
+        try open(path: path, fileSystem: fileSystem, options: options, isInMemory: false)
+    }
+
+    private static func open(path: String, fileSystem: any FileSystem, options: EngineOptions, isInMemory: Bool) throws -> Store {
         let (engine, report) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options)
-        return Store(engine: engine, report: report)
+        return Store(engine: engine, report: report, isInMemory: isInMemory)
     }
 
     /// A store that lives in memory only (the same code on a simulated file system that
@@ -43,7 +50,7 @@ public final class Store: Sendable {
     public static func inMemory(options: EngineOptions = EngineOptions()) throws -> Store {
         var options = options
         options.log.segmentBytes = min(options.log.segmentBytes, StorageEngine.inMemorySegmentBytes)
-        return try open(path: "/strata", fileSystem: SimulatedFileSystem(), options: options)
+        return try open(path: "/strata", fileSystem: SimulatedFileSystem(), options: options, isInMemory: true)
     }
 
     /// The latest committed version.
@@ -58,9 +65,13 @@ public final class Store: Sendable {
     /// Runs `body` on a read-only context at the latest version: it never conflicts and
     /// never writes. Rethrows what `body` throws.
     public func read<T>(_ body: (Context) throws -> T) rethrows -> T {
-        let context = Context(store: self, snapshot: engine.snapshot(), mergePolicy: .error, isReadOnly: true)
+        let context = makeReadOnlyContext()
         defer { context.discard() }
         return try body(context)
+    }
+
+    func makeReadOnlyContext() -> Context {
+        Context(store: self, snapshot: engine.snapshot(), mergePolicy: .error, isReadOnly: true)
     }
 
     /// Checkpoints, ends every change feed and closes the store. Later use throws

@@ -6,7 +6,7 @@
 //  U1. A hook registered in a nested unit runs only if that unit merged into its parent
 //      and the outermost unit committed durably; never after a rollback or a failed commit.
 // Thread-safety: not `Sendable`; it belongs to the body it was handed to.
-import Engine
+import StrataEngine
 
 /// The changes of one use case, committed together by `Store.write` or not at all.
 public final class UnitOfWork {
@@ -48,8 +48,11 @@ public final class UnitOfWork {
         return result
     }
 
-    /// `child` for async work.
-    public func child<T>(_ body: (UnitOfWork) async throws -> T) async throws -> T {
+    /// `child` for async work, run on the caller's actor.
+    public func child<T>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: nonisolated(nonsending) (UnitOfWork) async throws -> T
+    ) async throws -> T {
         let nested = try makeNested()
         let result: T
         do { result = try await body(nested) } catch { throw nested.rollBack(error) }
@@ -59,7 +62,10 @@ public final class UnitOfWork {
 
     /// `child` from async code with a body that does not suspend (a child's merge does
     /// no I/O, so nothing here blocks).
-    public func child<T>(_ body: (UnitOfWork) throws -> T) async throws -> T {
+    public func child<T>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: (UnitOfWork) throws -> T
+    ) async throws -> T {
         // Named by type: a plain call here would pick this async overload again.
         let run: ((UnitOfWork) throws -> T) throws -> T = child
         return try run(body)

@@ -1,13 +1,15 @@
-// Why a unit of work did not commit: the three cases of the Unit of Work pattern kept
-// apart, so a caller knows what was rolled back and whether anything may be on disk.
+// Why a unit of work did not commit. The three phases of the Unit of Work pattern stay
+// apart: an error of the work itself is the body's own error, unchanged; a nested unit
+// that cannot merge is `.mergeFailed`; a durable commit that fails is `.commitFailed`,
+// which says whether anything may be on disk.
+import StrataEngine
 
-/// The failure of `Store.write`. In every case but `.commitFailed(.outcomeUnknown)`,
-/// nothing of the unit of work was written.
+/// Strata's failures of a unit of work (`Store.write`, `UnitOfWork.child`) outside the
+/// body's own work. In every case but `.commitFailed(.outcomeUnknown)`, nothing of the
+/// unit of work was written.
 public enum UnitOfWorkError: Error, CustomStringConvertible {
-    /// The work itself threw (or its task was cancelled); everything was rolled back.
-    case workFailed(any Error)
     /// A nested unit's changes met keys its parent changed after the nested unit began
-    /// (`ContextError.mergeConflict`); everything was rolled back.
+    /// (`ContextError.mergeConflict`); the nested unit was rolled back.
     case mergeFailed(keys: [[UInt8]])
     /// The durable commit failed.
     case commitFailed(CommitFailure)
@@ -16,11 +18,9 @@ public enum UnitOfWorkError: Error, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case let .workFailed(error):
-            "The unit of work threw and was rolled back: \(error)"
         case let .mergeFailed(keys):
             "A nested unit of work conflicted with its parent on \(keys.count) key(s) "
-                + "(first: \(renderKey(keys.first ?? []))); everything was rolled back."
+                + "(first: \(renderKey(keys.first ?? []))) and was rolled back; run it again, or settle the keys in one unit."
         case let .commitFailed(failure):
             "\(failure)"
         case let .invalidRequest(reason):
@@ -44,7 +44,8 @@ public enum CommitFailure: Error, CustomStringConvertible {
         switch self {
         case let .conflict(keys, attempts):
             "The commit conflicted with other commits on \(keys.count) key(s) "
-                + "(first: \(renderKey(keys.first ?? []))) after \(attempts) attempt(s); nothing was written."
+                + "(first: \(renderKey(keys.first ?? []))) after \(attempts) attempt(s); nothing was written. "
+                + "Pass retries: to write, or redo the work."
         case let .notWritten(error):
             "The commit was refused and nothing was written: \(error)"
         case let .outcomeUnknown(error):

@@ -9,8 +9,8 @@
 //      enqueuing thread when the waiter has stopped.
 // Thread-safety: `enqueue` and `stop` from any thread; the queue is guarded by `monitor`.
 import Foundation
-import Locks
-import WAL
+import StrataLocks
+import StrataWAL
 
 final class DurabilityWaiter: @unchecked Sendable {
     private struct Pending {

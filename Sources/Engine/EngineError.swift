@@ -1,7 +1,7 @@
 // The one error type of the Engine module. Every case says where and what; its
 // description reads as a sentence with a remedy where there is one.
-import FileIO
-import WAL
+import StrataFileIO
+import StrataWAL
 
 /// Errors of the storage engine.
 public enum EngineError: Error, Sendable, CustomStringConvertible {
@@ -65,10 +65,19 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
     }
 }
 
-/// A key for messages: UTF-8 text in quotes when it is printable, hex otherwise.
+/// A key for messages: UTF-8 text in quotes when it is valid UTF-8 without control
+/// characters (any script), `0x`-prefixed hex otherwise.
 public func renderKey(_ key: [UInt8]) -> String {
-    if let text = String(validating: key, as: UTF8.self), text.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value < 0x7F }) {
+    if let text = String(validating: key, as: UTF8.self),
+       !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
         return "\"\(text)\""
     }
-    return "0x" + key.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+    let digits = Array("0123456789abcdef".utf8)
+    var hex = [UInt8]("0x".utf8)
+    hex.reserveCapacity(2 + key.count * 2)
+    for byte in key {
+        hex.append(digits[Int(byte >> 4)])
+        hex.append(digits[Int(byte & 0x0F)])
+    }
+    return String(decoding: hex, as: UTF8.self)
 }

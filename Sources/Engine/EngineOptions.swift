@@ -1,5 +1,6 @@
 // Settings of a storage engine.
-import WAL
+import Logging
+import StrataWAL
 
 /// Settings of a `StorageEngine`.
 public struct EngineOptions: Sendable {
@@ -14,8 +15,13 @@ public struct EngineOptions: Sendable {
     public var checkpointMemtableBytes = 64 << 20
     /// A checkpoint starts when the log grew this much since the last one. Default 256 MiB.
     public var checkpointLogBytes = 256 << 20
-    /// Settings of the write-ahead log (its durability follows `durability`).
+    /// Settings of the write-ahead log (its durability and logger follow `durability` and
+    /// `logger`).
     public var log = WALOptions()
+    /// Where the store logs opening and recovery, checkpoints, released log segments and
+    /// failed I/O. Default: `Logger.strataSilent` (nothing); pass `Logger(label: "strata")`
+    /// to log through the application's swift-log handler.
+    public var logger = Logger.strataSilent
 
     public init(durability: Durability = .full) {
         self.durability = durability

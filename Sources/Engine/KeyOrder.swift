@@ -1,6 +1,8 @@
 // The order of keys: unsigned bytewise (memcmp), shorter first on a common prefix.
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif

@@ -1,7 +1,7 @@
 // The two meta pages (pages 0 and 1): which tree, free list and checkpoint the data file
 // holds (FORMAT.md, "Meta pages"). Checkpoint generation g writes meta page g % 2, so a
 // torn meta write leaves the other, older one valid; open takes the newest valid one.
-import Codec
+import StrataCodec
 
 struct MetaPage: Equatable, Sendable {
     static let magic: [UInt8] = Array("STRATADB".utf8)

@@ -4,7 +4,7 @@
 // its own page ID, the checkpoint generation that wrote it, and one type-specific word.
 // Decoders check the checksum first, then the type and ID (a misdirected write shows up
 // as the wrong ID), then every slot, length and key order against the page's bounds.
-import Codec
+import StrataCodec
 
 /// The common page header.
 enum PageHeader {

@@ -10,7 +10,7 @@
 // Eviction is two-generation (a "hot" and a "cold" map, the cold one dropped whole when
 // the hot one fills), which approximates LRU at O(1) per access with no per-entry links.
 // Thread-safety: every method takes the mutex; decoded nodes are immutable values.
-import Locks
+import StrataLocks
 import Synchronization
 
 final class PageCache: Sendable {

@@ -8,7 +8,7 @@
 //  P2. Every page read from disk is verified before use; a bad page is
 //      `EngineError.corruptPage` with the file and offset, never a trap.
 // Thread-safety: reads from any thread; writes only from the one running checkpoint.
-import FileIO
+import StrataFileIO
 
 final class PageFile: Sendable {
     let path: String

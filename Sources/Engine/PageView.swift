@@ -5,6 +5,8 @@
 // checksum already matched; bounds keep a crafted page from trapping).
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif

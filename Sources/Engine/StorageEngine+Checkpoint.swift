@@ -3,7 +3,7 @@
 // the log segments the checkpoint covers (E2). Commits and readers continue meanwhile:
 // commits go to a new active memtable, readers keep the view they hold.
 import Foundation
-import WAL
+import StrataWAL
 
 extension StorageEngine {
     /// Runs a checkpoint now (one at a time; a call while one runs waits for it).
@@ -16,12 +16,19 @@ extension StorageEngine {
     func checkpointNow() throws {
         try checkpointLock.withLock { durable in
             if let failure = commitLock.withLock({ $0.failure }) { throw EngineError.storeFailed(reason: failure) }
+            let start = ContinuousClock.now
             do {
                 try runCheckpoint(&durable)
             } catch {
                 commitLock.withLock { $0.failure = "checkpoint failed: \(error)" }
+                options.logger.error("checkpoint failed; the store accepts no more writes until reopened",
+                                   metadata: ["path": "\(path)", "error": "\(error)"])
                 throw error
             }
+            options.logger.debug("checkpoint done", metadata: [
+                "path": "\(path)", "version": "\(durable.meta.checkpointVersion)",
+                "pages": "\(durable.meta.pageCount)", "duration": "\(ContinuousClock.now - start)",
+            ])
         }
     }
 

@@ -1,7 +1,7 @@
 // Committing a batch: conflict check against everything committed after the batch's
 // snapshot (first committer wins), one log frame through group commit, and publication
 // in version order once the frame is durable (E1).
-import WAL
+import StrataWAL
 
 extension StorageEngine {
     /// Commits `batch` as read at `snapshot`. Returns once the batch is durable (`.full`)

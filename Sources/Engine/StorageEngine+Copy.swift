@@ -1,8 +1,8 @@
 // Copies of a live store: `backup(to:)` copies the files as they stand (the data file as
 // of the last checkpoint plus the log after it), `compact(to:)` writes a fresh store
 // holding just the live keys of one snapshot. Both run while commits continue.
-import FileIO
-import WAL
+import StrataFileIO
+import StrataWAL
 
 /// What a copy wrote.
 public struct CopyReport: Sendable {

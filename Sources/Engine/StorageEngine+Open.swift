@@ -1,7 +1,7 @@
 // Opening a store: take the lock, create or read the data file, choose the newest valid
 // meta page, load the free list, and replay the log into the memtable.
-import FileIO
-import WAL
+import StrataFileIO
+import StrataWAL
 
 /// What opening a store found.
 public struct RecoveryReport: Sendable {
@@ -62,6 +62,7 @@ extension StorageEngine {
             let (free, freeListPages) = try readFreeList(meta, pageFile: pageFile)
             var logOptions = options.log
             logOptions.durability = options.durability
+            logOptions.logger = options.logger
             logOptions.firstLSN = LSN(meta.checkpointVersion + 1)
             // Replayed changes are gathered, sorted once and built into a balanced memtable:
             // inserting them one by one would cost O(log n) new nodes each.
@@ -88,6 +89,17 @@ extension StorageEngine {
             let report = RecoveryReport(checkpointVersion: meta.checkpointVersion, lastDurableVersion: version,
                                         metaGeneration: meta.generation, rejectedMeta: rejected, log: logReport,
                                         batchesReplayed: replayed)
+            options.logger.info("opened store", metadata: [
+                "path": "\(path)", "checkpoint_version": "\(meta.checkpointVersion)", "version": "\(version)",
+                "batches_replayed": "\(replayed)", "log_segments": "\(logReport.segmentCount)",
+            ])
+            for damage in logReport.damage {
+                options.logger.warning("recovery cut the log", metadata: ["path": "\(path)", "damage": "\(damage)"])
+            }
+            if let rejected {
+                options.logger.warning("a meta page was rejected; the other one was used",
+                                     metadata: ["path": "\(path)", "reason": "\(rejected)"])
+            }
             return (engine, report)
         } catch {
             try? file.close()

@@ -18,11 +18,11 @@
 // Thread-safety: `Sendable`. Readers take `stateLock` only to copy the current view;
 // commits serialize on `commitLock` only to check conflicts and take an LSN; the
 // fdatasync wait and the checkpoint's I/O hold neither.
-import FileIO
+import StrataFileIO
 import Foundation
-import Locks
+import StrataLocks
 import Synchronization
-import WAL
+import StrataWAL
 
 /// An open store.
 public final class StorageEngine: Sendable {
@@ -192,4 +192,14 @@ struct CommitState {
     var inFlightKeys: [[UInt8]: UInt64] = [:]
     var failure: String?
     var closed = false
+}
+
+// A short description and mirror: `dump(engine)` names the store instead of walking its
+// page cache, memtables and log.
+extension StorageEngine: CustomStringConvertible, CustomReflectable {
+    public var description: String { "StorageEngine(\(path), version \(version))" }
+
+    public var customMirror: Mirror {
+        Mirror(self, children: ["path": path, "version": version], displayStyle: .class)
+    }
 }

@@ -1,5 +1,5 @@
 // A store's vital signs, for `strata stat` and monitoring.
-import FileIO
+import StrataFileIO
 
 /// What a store holds and where, at one moment.
 public struct StoreStatus: Sendable {

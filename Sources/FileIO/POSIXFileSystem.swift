@@ -9,8 +9,14 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import CPlatform
-import Locks
+import CStrataPlatform
+import StrataLocks
+
+// The C library's calls under names of their own: this file's types have methods called
+// `open`, `close` and `rename`, and the module that holds the C calls differs by platform.
+private func systemOpen(_ path: String, _ flags: Int32, _ mode: mode_t = 0) -> Int32 { open(path, flags, mode) }
+private func systemClose(_ descriptor: Int32) -> Int32 { close(descriptor) }
+private func systemRename(_ source: String, _ destination: String) -> Int32 { rename(source, destination) }
 
 /// The operating system's file system.
 public struct POSIXFileSystem: FileSystem {
@@ -22,12 +28,12 @@ public struct POSIXFileSystem: FileSystem {
         if options.contains(.create) { flags |= O_CREAT }
         if options.contains(.exclusive) { flags |= O_EXCL }
         if options.contains(.truncate) { flags |= O_TRUNC }
-        let fd = try retryingInterrupts(.open, path) { Glibc.open(path, flags, 0o644) }
+        let fd = try retryingInterrupts(.open, path) { systemOpen(path, flags, 0o644) }
         return POSIXOpenFile(fd: fd, path: path)
     }
 
     public func rename(_ source: String, to destination: String) throws {
-        _ = try retryingInterrupts(.rename, source) { Glibc.rename(source, destination) }
+        _ = try retryingInterrupts(.rename, source) { systemRename(source, destination) }
     }
 
     public func removeFile(_ path: String) throws {
@@ -46,8 +52,8 @@ public struct POSIXFileSystem: FileSystem {
     }
 
     public func syncDirectory(_ path: String) throws {
-        let fd = try retryingInterrupts(.syncDirectory, path) { Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-        defer { _ = Glibc.close(fd) }
+        let fd = try retryingInterrupts(.syncDirectory, path) { systemOpen(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        defer { _ = systemClose(fd) }
         if fsync(fd) != 0 { throw FileIOError(errno: errno, operation: .syncDirectory, path: path) }
     }
 
@@ -71,12 +77,12 @@ public struct POSIXFileSystem: FileSystem {
     }
 
     public func lockExclusively(_ path: String) throws -> any FileLock {
-        let fd = try retryingInterrupts(.lock, path) { Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644) }
+        let fd = try retryingInterrupts(.lock, path) { systemOpen(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644) }
         // flock locks belong to the open file description, so a second open of the same
         // path in this process is refused as well.
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
             let code = errno
-            _ = Glibc.close(fd)
+            _ = systemClose(fd)
             throw FileIOError(errno: code, operation: .lock, path: path)
         }
         return POSIXFileLock(fd: fd, path: path)
@@ -106,7 +112,7 @@ final class POSIXOpenFile: OpenFile {
     }
 
     deinit {
-        if isOpen.withLock({ $0 }) { _ = Glibc.close(fd) }
+        if isOpen.withLock({ $0 }) { _ = systemClose(fd) }
     }
 
     private func checkOpen(_ operation: FileOperation) throws {
@@ -183,7 +189,7 @@ final class POSIXOpenFile: OpenFile {
         }
         guard wasOpen else { return }
         // close(2) is not retried on EINTR: on Linux the descriptor is released regardless.
-        if Glibc.close(fd) != 0 && errno != EINTR {
+        if systemClose(fd) != 0 && errno != EINTR {
             throw FileIOError(errno: errno, operation: .close, path: path)
         }
     }
@@ -204,6 +210,6 @@ final class POSIXFileLock: FileLock {
     func unlock() {
         guard let descriptor = fd.withLock({ value in defer { value = nil }; return value }) else { return }
         _ = flock(descriptor, LOCK_UN)
-        _ = Glibc.close(descriptor)
+        _ = systemClose(descriptor)
     }
 }

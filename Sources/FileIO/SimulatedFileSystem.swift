@@ -25,7 +25,7 @@
 //     operation from that index with EIO, freezing the state a later `crash` starts from.
 //  7. `modify(path)` changes both images, as bit rot on the medium would.
 // All state sits behind one mutex; operations are numbered in the order they take it.
-import Locks
+import StrataLocks
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

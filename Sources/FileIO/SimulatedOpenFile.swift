@@ -1,6 +1,6 @@
 // Handles and locks of a `SimulatedFileSystem`. Every call takes the file system's mutex,
 // is numbered and counted there, and fails with `closed` once a crash has outlived it.
-import Locks
+import StrataLocks
 
 final class SimulatedOpenFile: OpenFile {
     let path: String

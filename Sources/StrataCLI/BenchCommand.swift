@@ -3,7 +3,7 @@
 // reads are CPU-bound (hundreds of thousands of operations a second); fillsync is bounded
 // by the disk's fdatasync rate.
 import ArgumentParser
-import Contexts
+import Strata
 import Foundation
 
 struct BenchCommand: ParsableCommand {

@@ -1,7 +1,7 @@
 // What the subcommands share: where the store is, how an error ends a command (one line
 // on stderr and a non-zero exit), and how bytes are shown.
 import ArgumentParser
-import Contexts
+import Strata
 import Foundation
 
 /// The store a one-shot command works on.

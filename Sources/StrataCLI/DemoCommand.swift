@@ -2,10 +2,10 @@
 // commit, closes it, reopens it, checks that recovery replays exactly what was appended,
 // and prints what happened at each step.
 import ArgumentParser
-import FileIO
+import StrataFileIO
 import Foundation
 import Synchronization
-import WAL
+import StrataWAL
 
 struct DemoCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,6 +1,6 @@
 // One-shot reads and writes: get, put, del, scan. Each write is one durable commit.
 import ArgumentParser
-import Contexts
+import Strata
 
 struct GetCommand: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "get", abstract: "Print a key's value (exit status 1 when it has none).")

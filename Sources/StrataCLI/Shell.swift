@@ -5,7 +5,7 @@
 // Invariants:
 //  S1. `contexts` is never empty: its first element is a root context, each later one a
 //      child of the one before; commands act on the last.
-import Contexts
+import Strata
 import Foundation
 
 final class Shell {

@@ -1,6 +1,6 @@
 // `strata shell [PATH]`: the interactive prompt (the default subcommand).
 import ArgumentParser
-import Contexts
+import Strata
 import Foundation
 
 struct ShellCommand: ParsableCommand {

@@ -1,8 +1,8 @@
 // One-shot commands on a whole store: stat, verify, dump, checkpoint, backup, compact.
 import ArgumentParser
-import Contexts
+import Strata
 import Foundation
-import WAL
+import StrataWAL
 
 struct StatCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

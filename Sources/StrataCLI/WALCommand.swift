@@ -1,9 +1,9 @@
 // `strata wal [PATH]`: lists every batch of a store's write-ahead log (or of a log
 // directory) and what recovery found, without changing anything.
 import ArgumentParser
-import FileIO
+import StrataFileIO
 import Foundation
-import WAL
+import StrataWAL
 
 struct WALCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

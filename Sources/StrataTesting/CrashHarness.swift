@@ -7,10 +7,12 @@
 // (fsyncgate) and a corrupted read at every operation, once and persistently, then
 // crashes; `bitflip` flips a bit in bytes of every file of a finished store. Every
 // failure comes with the command that replays it.
-import Contexts
-import FileIO
+import Strata
+import StrataFileIO
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif

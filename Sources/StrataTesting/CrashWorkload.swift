@@ -1,8 +1,13 @@
 // What the crash harness runs: a workload is a deterministic sequence of steps, each
 // typically one unit of work, plus an invariant of its own that must hold after any crash.
 // The harness checks the store-wide promises (I1–I4 of TESTING.md) itself.
-@_exported import Contexts
-@_exported import FileIO
+@_exported import Strata
+import Foundation
+// The simulated file system (crashes, torn writes, injected errors) and the seeded
+// generator that workloads draw from: the two things a user's own workload touches.
+@_exported import class StrataFileIO.SimulatedFileSystem
+@_exported import struct StrataFileIO.SplitMix64
+import StrataFileIO
 
 /// A workload for the crash harness. Steps must be deterministic for a given random
 /// generator state: the harness runs the same seed once without faults to learn every
@@ -37,8 +42,10 @@ extension CrashWorkload {
 }
 
 /// A broken workload invariant.
-public struct WorkloadViolation: Error, CustomStringConvertible {
+public struct WorkloadViolation: Error, CustomStringConvertible, LocalizedError {
     public let description: String
 
     public init(_ description: String) { self.description = description }
+
+    public var errorDescription: String? { description }
 }

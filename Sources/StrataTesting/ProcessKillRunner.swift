@@ -2,8 +2,8 @@
 // reports each acknowledged version on a pipe; the parent kills it with SIGKILL at a
 // random moment, recovers the store and checks acknowledged ≤ recovered ≤ attempted, I2
 // against a fault-free run of the same seed, I3, I4 and the workload's invariant.
-import Contexts
-import FileIO
+import Strata
+import StrataFileIO
 import Foundation
 
 /// Kills a child process running a workload, again and again.

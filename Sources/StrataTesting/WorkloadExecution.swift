@@ -1,8 +1,8 @@
 // Running a workload on a simulated file system and checking a recovered store against
 // what the fault-free run committed (I1–I4 of TESTING.md plus the workload's invariant).
-import Contexts
-import FileIO
-import Locks
+import Strata
+import StrataFileIO
+import StrataLocks
 
 /// The store directory the harness uses on its simulated file systems.
 let harnessStorePath = "/store"

@@ -2,7 +2,7 @@
 // checkpoints), a random key/value workload with nested units, and a bank whose total
 // must never change (sequential, and concurrent).
 import Foundation
-import Locks
+import StrataLocks
 
 /// W1: 200 commits of one to three puts or deletes over 40 keys, values of 0 to 700
 /// bytes, a checkpoint every 20 commits.

@@ -3,7 +3,7 @@
 // stored raw when compression does not make it smaller (FORMAT.md, "Payload").
 // Only the header fields that depend on the log's state (LSN, durable LSN, salt) are left
 // for the group-commit leader to fill in.
-import Codec
+import StrataCodec
 
 struct EncodedBatch {
     struct Fragment {

@@ -3,7 +3,7 @@
 // The checksum covers header bytes 4..<40 and the stored payload, so a frame verifies only
 // when every byte of it is what the writer wrote. Padding after the payload (to the next
 // multiple of 8) is not covered.
-import Codec
+import StrataCodec
 
 struct FrameHeader: Equatable {
     var checksum: UInt32

@@ -5,7 +5,7 @@
 //         wal-<sequence>.seg.tmp              a segment being created (removed at open)
 //         wal-spare-<old sequence>.seg        a released segment kept for reuse
 // A segment gets its name only after its header is written and synced (SegmentHeader.swift).
-import FileIO
+import StrataFileIO
 
 struct SegmentFiles {
     let fileSystem: any FileSystem

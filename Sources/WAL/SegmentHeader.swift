@@ -3,7 +3,7 @@
 // A header is written and synced in a temporary file before the file gets its segment
 // name, so every file that carries a segment name has a complete header: a header that
 // does not verify is corruption, never a half-created segment.
-import Codec
+import StrataCodec
 
 struct SegmentHeader: Equatable {
     /// Chosen at random (never 0) each time the header is written; every frame of this

@@ -5,7 +5,7 @@
 //  1. `decode(encode(b)) == b` for every batch.
 //  2. `decode` is total: any bytes give a batch or a `CodecError`, never a trap; counts and
 //     lengths are checked against the bytes that remain before anything is allocated.
-import Codec
+import StrataCodec
 
 /// The operations of one commit, in the order they were made.
 public struct WALBatch: Sendable, Equatable {

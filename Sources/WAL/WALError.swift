@@ -1,6 +1,6 @@
 // The one error type of the WAL module. Every case says where (file, offset, LSN) and what,
 // and its description reads as a sentence with a remedy where there is one.
-import FileIO
+import StrataFileIO
 
 /// Errors of the write-ahead log.
 public enum WALError: Error, Sendable, CustomStringConvertible {

@@ -1,5 +1,6 @@
 // Settings of a write-ahead log: durability, segment sizing, compression and the recovery
 // mode used when it is opened.
+import Logging
 
 /// When `append` returns.
 public enum Durability: Sendable, Equatable {
@@ -46,6 +47,9 @@ public struct WALOptions: Sendable {
     /// The LSN of the first batch when the directory holds no segment yet (a store whose
     /// data file already holds versions up to n starts its log at n + 1). Default 1.
     public var firstLSN = LSN(1)
+    /// Where failed writes and fdatasyncs, recovery's cuts and released segments are
+    /// logged. Default: `Logger.strataSilent` (nothing).
+    public var logger = Logger.strataSilent
 
     public init(durability: Durability = .full, segmentBytes: Int = 64 << 20, recoveryMode: RecoveryMode = .strict) {
         self.durability = durability

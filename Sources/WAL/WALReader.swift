@@ -7,8 +7,8 @@
 //     length is checked against `WALFormat` limits and the bytes present before use.
 //  2. Batches reach the visitor in LSN order, each exactly once, and only whole.
 //  3. Every loop is bounded by the bytes of the segment being read.
-import Codec
-import FileIO
+import StrataCodec
+import StrataFileIO
 
 struct WALReader {
     let files: SegmentFiles

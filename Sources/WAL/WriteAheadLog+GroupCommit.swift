@@ -2,8 +2,8 @@
 // batch queued so far, writes their frames with one write and syncs them with one
 // fdatasync (W3), then hands the lead to the next waiter. Also `sync()` for `.relaxed`
 // mode and `releaseSegments(through:)` for checkpoints.
-import Codec
-import FileIO
+import StrataCodec
+import StrataFileIO
 
 extension WriteAheadLog {
     /// Appends `batch` as the next LSN and returns that LSN once the batch is durable
@@ -85,6 +85,8 @@ extension WriteAheadLog {
             state.durableLSN = target
         case .failure(let error):
             let cause = error as? FileIOError ?? .ioError(operation: .syncData, path: handle.path)
+            options.logger.error("fdatasync of the log failed; commits through LSN \(target.rawValue) have an unknown outcome and the log stops",
+                               metadata: ["path": "\(handle.path)", "error": "\(cause)"])
             state.failure = cause
             state.unknownOutcome = (state.durableLSN.rawValue + 1)...target.rawValue
             throw WALError.commitOutcomeUnknown(lsn: target, cause: cause)
@@ -125,6 +127,10 @@ extension WriteAheadLog {
             if let spare { state.spares.append(spare) }
         }
         state.statistics.segmentsReleased += released.count
+        if !released.isEmpty {
+            options.logger.debug("released \(released.count) log segment(s) through LSN \(lsn.rawValue)",
+                               metadata: ["spares": "\(released.filter { $0.1 != nil }.count)"])
+        }
         if case .failure(let error) = result {
             throw (error as? FileIOError).map(WALError.io) ?? error
         }
@@ -205,6 +211,10 @@ extension WriteAheadLog {
         case .failure(let error):
             // W6: memory and disk may disagree now; stop.
             state.failure = error as? FileIOError ?? .ioError(operation: .write, path: active.path)
+            options.logger.error("a group commit's write or fdatasync failed; the log stops",
+                               metadata: ["path": "\(active.path)", "first_lsn": "\(group[0].lsn.rawValue)",
+                                          "last_lsn": "\(last.rawValue)", "outcome_unknown": "\(attemptedWrite)",
+                                          "error": "\(error)"])
             if attemptedWrite { state.unknownOutcome = group[0].lsn.rawValue...last.rawValue }
         }
         monitor.broadcast()

@@ -15,8 +15,8 @@
 // only while `monitor` is held; file I/O runs outside it, by one leader at a time
 // (`flushing`). Callers block in `append` while their group is written and synced: call it
 // from a thread of your own, not from Swift's cooperative pool.
-import FileIO
-import Locks
+import StrataFileIO
+import StrataLocks
 
 /// An open write-ahead log in one directory.
 public final class WriteAheadLog: @unchecked Sendable {

@@ -1,7 +1,7 @@
 // The mutable state of an open log, guarded by `WriteAheadLog.monitor`, and the segment
 // being appended to.
-import Codec
-import FileIO
+import StrataCodec
+import StrataFileIO
 
 /// A segment of the log that recovery still needs.
 struct Segment {

@@ -1,4 +1,4 @@
-import Codec
+import StrataCodec
 import Testing
 
 @Suite struct ByteReaderTests {

@@ -1,5 +1,5 @@
-import Codec
-import FileIO
+import StrataCodec
+import StrataFileIO
 import Testing
 
 @Suite struct LZ4BlockTests {

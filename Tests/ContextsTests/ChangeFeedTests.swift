@@ -1,5 +1,5 @@
-import Contexts
-import FileIO
+import Strata
+import StrataTesting
 import Testing
 
 @Suite struct ChangeFeedTests {

@@ -2,10 +2,9 @@
 // with units of work (retrying on conflict) while reader threads check, in every
 // snapshot they take, that the total is unchanged. On a real directory, so group commit
 // and fdatasync are the real ones.
-import Contexts
-import FileIO
+import Strata
+import StrataTesting
 import Foundation
-import Locks
 import Testing
 
 @Suite struct ConcurrentBankTests {
@@ -27,10 +26,10 @@ import Testing
         try store.write { unit in
             for account in 0..<Self.accounts { try unit.put(Self.key(account), Array("\(Self.opening)".utf8)) }
         }
-        let writersDone = Locked(0)
-        let snapshotsChecked = Locked(0)
-        let badTotals = Locked<[Int]>([])
-        let failures = Locked<[String]>([])
+        let writersDone = Shared(0)
+        let snapshotsChecked = Shared(0)
+        let badTotals = Shared<[Int]>([])
+        let failures = Shared<[String]>([])
         let threads = DispatchGroup()
         for writer in 0..<8 {
             threads.enter()

@@ -1,7 +1,8 @@
 // Helpers shared by the contexts' tests: byte keys from text, and stores on a simulated
 // file system whose operations can be counted and failed.
-import Contexts
-import FileIO
+import Strata
+import StrataTesting
+import Synchronization
 
 /// The bytes of `text`.
 func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
@@ -23,4 +24,13 @@ func seed(_ store: Store, _ pairs: [String: String]) throws {
     try store.write { unit in
         for (key, value) in pairs { try unit.put(bytes(key), bytes(value)) }
     }
+}
+
+/// A value shared between threads, as an application would share one: behind a `Mutex`.
+final class Shared<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+
+    init(_ value: Value) { mutex = Mutex(value) }
+
+    func withLock<T: Sendable>(_ body: (inout sending Value) -> T) -> T { mutex.withLock { body(&$0) } }
 }

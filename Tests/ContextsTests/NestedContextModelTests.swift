@@ -2,8 +2,8 @@
 // with puts, deletes, gets, scans, child commits under every merge policy, discards,
 // refreshes, competing root commits, checkpoints and reopens, checked against plain
 // dictionaries. Replay a failure with its printed seed.
-import Contexts
-import FileIO
+import Strata
+import StrataTesting
 import Testing
 
 @Suite struct NestedContextModelTests {

@@ -1,6 +1,6 @@
 // The "Using it" example of README.md, run on an in-memory store, so the README shows
 // code that compiles and does what it says.
-import Contexts
+import Strata
 import Testing
 
 @Suite struct ReadmeExampleTests {

@@ -2,8 +2,8 @@
 // units, some rolled back) is crashed at every I/O operation. After recovery the money
 // adds up (a unit of work is all or nothing), the state is that after a prefix of the
 // units, and every acknowledged unit is in it (TESTING.md, I1 and I2).
-import Contexts
-import FileIO
+import Strata
+import StrataTesting
 import Testing
 
 @Suite struct UnitOfWorkCrashTests {

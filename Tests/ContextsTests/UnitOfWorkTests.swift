@@ -1,7 +1,6 @@
-import Contexts
-import FileIO
+import Strata
+import StrataTesting
 import Foundation
-import Locks
 import Testing
 
 private struct UseCaseFailed: Error {}
@@ -25,16 +24,14 @@ private struct UseCaseFailed: Error {}
         try seed(store, ["kept": "1"])
         let before = (store.version, fileSystem.operationCount)
         var hookRan = false
-        #expect {
+        // The body's error reaches the caller as itself, after the rollback.
+        #expect(throws: UseCaseFailed.self) {
             try store.write { unit in
                 try unit.put(bytes("kept"), bytes("changed"))
                 try unit.put(bytes("new"), bytes("x"))
                 unit.afterCommit { _ in hookRan = true }
                 throw UseCaseFailed()
             }
-        } throws: { error in
-            guard case let UnitOfWorkError.workFailed(inner) = error else { return false }
-            return inner is UseCaseFailed
         }
         #expect(!hookRan)
         #expect(store.version == before.0 && fileSystem.operationCount == before.1)
@@ -61,7 +58,7 @@ private struct UseCaseFailed: Error {}
 
     @Test func nestedUnitErrorThatEscapesRollsBackEverything() throws {
         let store = try Store.inMemory()
-        #expect(throws: UnitOfWorkError.self) {
+        #expect(throws: UseCaseFailed.self) {
             try store.write { unit in
                 try unit.put(bytes("outer"), bytes("1"))
                 try unit.child { _ in throw UseCaseFailed() }
@@ -201,7 +198,7 @@ private struct UseCaseFailed: Error {}
             return 7
         }
         #expect(version == 7)
-        await #expect(throws: UnitOfWorkError.self) {
+        await #expect(throws: UseCaseFailed.self) {
             try await store.write { unit in
                 try unit.put(bytes("rolled"), bytes("back"))
                 throw UseCaseFailed()
@@ -219,11 +216,11 @@ private struct UseCaseFailed: Error {}
             }
         }
         let result = await task.result
-        guard case let .failure(UnitOfWorkError.workFailed(inner)) = result else {
+        guard case let .failure(error) = result else {
             Issue.record("expected a rollback, got \(result)")
             return
         }
-        #expect(inner is CancellationError)
+        #expect(error is CancellationError)
         #expect(try store.makeContext().get(bytes("cancelled")) == nil)
     }
 
@@ -233,7 +230,7 @@ private struct UseCaseFailed: Error {}
         let store = try Store.open(path: "/db", fileSystem: fileSystem)
         let executor = TwoThreadExecutor()
         // Any fdatasync on the executor's threads means a task blocked one of them.
-        let syncsOnExecutor = Locked(0)
+        let syncsOnExecutor = Shared(0)
         fileSystem.observeSyncs { _ in
             if executor.isCurrentThread { syncsOnExecutor.withLock { $0 += 1 } }
         }
@@ -260,7 +257,7 @@ private struct UseCaseFailed: Error {}
 /// A task executor with exactly two threads: a cooperative pool of two.
 final class TwoThreadExecutor: TaskExecutor, @unchecked Sendable {
     // `monitor` guards `jobs`, `stopped` and `threadIDs`.
-    private let monitor = ConditionLock()
+    private let monitor = NSCondition()
     private var jobs: [UnownedJob] = []
     private var stopped = false
     private var threadIDs: Set<pthread_t> = []

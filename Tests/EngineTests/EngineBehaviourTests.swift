@@ -1,9 +1,9 @@
-import FileIO
-import Locks
+import StrataFileIO
+import StrataLocks
 import Foundation
 import Testing
-import WAL
-@testable import Engine
+import StrataWAL
+@testable import StrataEngine
 
 private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 

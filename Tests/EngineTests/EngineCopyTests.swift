@@ -1,7 +1,7 @@
-import FileIO
+import StrataFileIO
 import Testing
-import WAL
-@testable import Engine
+import StrataWAL
+@testable import StrataEngine
 
 @Suite struct EngineCopyTests {
     /// Every committed state, by version, from a writer that commits `key-(n % 50) = n`.

@@ -1,7 +1,7 @@
-import FileIO
+import StrataFileIO
 import Testing
-import WAL
-@testable import Engine
+import StrataWAL
+@testable import StrataEngine
 
 /// Crashes on the simulated file system, checked against the invariants of TESTING.md:
 /// I1 (acknowledged commits survive), I2 (the state is that of a prefix of the commits),

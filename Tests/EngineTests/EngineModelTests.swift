@@ -1,7 +1,7 @@
-import FileIO
+import StrataFileIO
 import Testing
-import WAL
-@testable import Engine
+import StrataWAL
+@testable import StrataEngine
 
 /// Seeded random puts, deletes, reads, scans, checkpoints and reopens against a plain
 /// dictionary model.

@@ -1,7 +1,7 @@
-import FileIO
+import StrataFileIO
 import Testing
-import WAL
-@testable import Engine
+import StrataWAL
+@testable import StrataEngine
 
 /// Expects both memtables to hold the same keys with the same entries, in order.
 func expectSameEntries(_ first: Memtable, _ second: Memtable, sourceLocation: SourceLocation = #_sourceLocation) {

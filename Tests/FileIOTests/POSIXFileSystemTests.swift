@@ -1,4 +1,4 @@
-import FileIO
+import StrataFileIO
 import Foundation
 import Testing
 

@@ -1,7 +1,11 @@
-import FileIO
+import StrataFileIO
 import Testing
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 @Suite struct SimulatedFileSystemTests {

@@ -1,5 +1,5 @@
-import Contexts
-import FileIO
+import Strata
+import StrataTesting
 import Foundation
 import Testing
 
@@ -82,7 +82,7 @@ struct PlainMember: Record {
                 }
             } catch {
                 // A rolled-back round is fine; any other failure is not.
-                guard case .workFailed = error else { throw error }
+                guard error is CancellationError else { throw error }
             }
             try Self.checkConsistency(store)
         }
@@ -103,11 +103,8 @@ struct PlainMember: Record {
         try store.write { try $0.repository(Member.self).insert(first) }
         var clash = Self.member(2, random: &random)
         clash.email = first.email
-        #expect {
+        #expect(throws: RecordError.uniqueViolation(entity: "Member", index: "email", value: first.email)) {
             try store.write { try $0.repository(Member.self).insert(clash) }
-        } throws: { error in
-            guard case let UnitOfWorkError.workFailed(inner) = error else { return false }
-            return inner as? RecordError == .uniqueViolation(entity: "Member", index: "email", value: first.email)
         }
         // Changing one's own unique value is fine, and frees the old one.
         var moved = first

@@ -1,5 +1,5 @@
-import Contexts
-import FileIO
+import Strata
+import StrataTesting
 import Foundation
 import Testing
 

@@ -1,5 +1,5 @@
-import Contexts
-import FileIO
+import Strata
+import StrataTesting
 import Foundation
 import Testing
 
@@ -63,11 +63,9 @@ func makeBooks(_ count: Int, seed: UInt64) -> [Book] {
         let reader = store.makeContext().repository(Book.self)
         #expect(try reader.get(books[2].id) == books[2])
         #expect(try reader.all() == books.sorted { $0.id < $1.id })
-        #expect {
+        // The body's own error reaches the caller as itself.
+        #expect(throws: RecordError.duplicate(entity: "Book", id: "\(books[0].id)")) {
             try store.write { try $0.repository(Book.self).insert(books[0]) }
-        } throws: { error in
-            guard case let UnitOfWorkError.workFailed(inner) = error else { return false }
-            return inner as? RecordError == .duplicate(entity: "Book", id: "\(books[0].id)")
         }
         var changed = books[1]
         changed.title = "changed"
@@ -79,17 +77,16 @@ func makeBooks(_ count: Int, seed: UInt64) -> [Book] {
         #expect(try after.get(changed.id)?.title == "changed")
         #expect(try after.get(books[3].id) == nil)
         #expect(try after.count() == 4)
-        #expect {
+        #expect(throws: RecordError.notFound(entity: "Book", id: "999")) {
             try store.write { unit in
                 var missing = books[0]
                 missing.id = 999
                 try unit.repository(Book.self).update(missing)
             }
-        } throws: { error in
-            guard case let UnitOfWorkError.workFailed(inner) = error else { return false }
-            return inner as? RecordError == .notFound(entity: "Book", id: "999")
         }
-        #expect(throws: UnitOfWorkError.self) { try store.write { try $0.repository(Book.self).delete(999) } }
+        #expect(throws: RecordError.notFound(entity: "Book", id: "999")) {
+            try store.write { try $0.repository(Book.self).delete(999) }
+        }
     }
 
     @Test func repositoriesSeeOverlaysAndRollbacksLeaveNothing() throws {
@@ -104,7 +101,7 @@ func makeBooks(_ count: Int, seed: UInt64) -> [Book] {
         form.discard()
         try root.commit()
         #expect(try store.makeContext().repository(Book.self).all() == [books[0]])
-        #expect(throws: UnitOfWorkError.self) {
+        #expect(throws: CancellationError.self) {
             try store.write { unit in
                 try unit.repository(Book.self).insert(books[2])
                 throw CancellationError()

@@ -1,6 +1,6 @@
-import Codec
+import StrataCodec
 import Testing
-@testable import WAL
+@testable import StrataWAL
 
 /// The worked examples of FORMAT.md, byte for byte: if the format changes, this fails until
 /// the document is changed with it.

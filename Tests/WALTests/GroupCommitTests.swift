@@ -1,8 +1,8 @@
-import FileIO
-import Locks
+import StrataFileIO
+import StrataLocks
 import Foundation
 import Testing
-@testable import WAL
+@testable import StrataWAL
 
 /// Runs `body(thread)` on `threads` threads at once and waits for all of them.
 func runConcurrently(threads: Int, _ body: @escaping @Sendable (Int) -> Void) {

@@ -1,8 +1,8 @@
-import Codec
-import FileIO
+import StrataCodec
+import StrataFileIO
 import Foundation
 import Testing
-@testable import WAL
+@testable import StrataWAL
 
 /// Damage that is not a torn tail: bit flips anywhere, broken headers, files from a newer
 /// format, and the salvage modes that recover around corruption when asked to.

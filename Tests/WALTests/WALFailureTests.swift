@@ -1,10 +1,14 @@
-import FileIO
-import Locks
+import StrataFileIO
+import StrataLocks
 import Foundation
 import Testing
-@testable import WAL
+@testable import StrataWAL
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// A failed write or fdatasync stops the log (W6): waiters learn that their outcome is

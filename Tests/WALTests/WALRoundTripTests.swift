@@ -1,6 +1,6 @@
-import FileIO
+import StrataFileIO
 import Testing
-@testable import WAL
+@testable import StrataWAL
 
 @Suite struct WALRoundTripTests {
     @Test(arguments: [UInt64(1), 2, 3, 4])

@@ -1,8 +1,8 @@
-import FileIO
-import Locks
+import StrataFileIO
+import StrataLocks
 import Foundation
 import Testing
-@testable import WAL
+@testable import StrataWAL
 
 /// A seeded generator of batches with the value shape of BENCHMARKS.md (half random bytes,
 /// half repeated) unless asked for incompressible values.

@@ -1,8 +1,8 @@
-import Codec
-import FileIO
+import StrataCodec
+import StrataFileIO
 import Foundation
 import Testing
-@testable import WAL
+@testable import StrataWAL
 
 /// The last frame torn at every byte offset, three ways: the file cut there, the rest of
 /// the frame zero-filled, or garbage-filled. Recovery must return exactly the earlier

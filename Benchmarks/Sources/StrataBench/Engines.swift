@@ -10,12 +10,9 @@
 //  - fdatasync: the disk's limit: 16 + V bytes appended and fdatasync'd per transaction.
 import CLMDB
 import CSQLite
-import Contexts
-import Engine
-import FileIO
+import Strata
 import Foundation
 import Synchronization
-import WAL
 
 protocol BenchEngine: AnyObject, Sendable {
     /// Commits one transaction: a put per (key, value), a delete where the value is nil.

@@ -5,8 +5,7 @@
 //  - records-insert: insert N records, B per transaction (each also writes its index entries);
 //  - records-fetch: after an untimed insert, N fetches of one record by its email.
 // Expectation: both are CPU-bound (encoding, index maintenance, predicate evaluation).
-import Contexts
-import FileIO
+import Strata
 import CSQLite
 import Foundation
 

@@ -1,11 +1,9 @@
 // One (engine, workload) measurement: set up a fresh directory, do the untimed fill the
 // workload needs, time only the workload, verify its result the same way for every
 // engine, and measure the bytes left on disk.
-import Engine
-import FileIO
 import Foundation
+import Strata
 import Synchronization
-import WAL
 
 struct Runner {
     let engine: String

@@ -7,8 +7,8 @@
 // committers (≥ 5 × fillsync with 8 threads); batched fills are bounded by CPU (encoding,
 // LZ4, the memtable) and reads by the page cache's decode cost.
 import ArgumentParser
-import FileIO
 import Foundation
+import Strata
 import Synchronization
 
 @main

@@ -1,7 +1,7 @@
 // The data of BENCHMARKS.md: 16-byte keys (the key number, zero-padded decimal) and values
 // of V bytes, half random and half one repeated byte, so a good compressor halves them.
-import FileIO
 import Foundation
+import Strata
 
 enum Workload {
     static func key(_ number: Int) -> [UInt8] {

@@ -1,7 +1,7 @@
 // Keeping an entity's secondary indexes (RecordIndex.swift, X1) in step with its records:
 // entries replaced on every write, removed on delete, and built for existing records the
 // first time a writable context uses an index that the entity's manifest does not list.
-import Engine
+import StrataEngine
 
 /// The index work of one repository.
 struct IndexMaintenance<R: Record> {

@@ -4,7 +4,7 @@
 // is still evaluated with `Predicate.evaluate` on every candidate, so a plan only narrows
 // what is read, never decides a result. Any predicate that compiles runs: shapes the
 // planner does not know fall back to a scan of the entity.
-import Engine
+import StrataEngine
 import Foundation
 
 /// How a fetch reads its candidates.

@@ -3,7 +3,7 @@
 // process and kept here.
 //
 // Thread-safety: behind a pthread lock; values are immutable once stored.
-import Locks
+import StrataLocks
 
 enum RecordTypeCache {
     private struct Entries {

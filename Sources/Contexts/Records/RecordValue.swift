@@ -11,7 +11,7 @@
 //      were encoded), so `decode(encode(v)) == v`, and a decoded record re-encodes to the
 //      same bytes unless its type encodes in an unstable order (a `Dictionary` field).
 // Thread-safety: values are immutable.
-import Codec
+import StrataCodec
 
 /// A decoded record before it becomes a Swift value.
 indirect enum RecordValue: Equatable, Sendable {

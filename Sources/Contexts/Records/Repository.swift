@@ -1,6 +1,7 @@
 // A repository: a typed view of one entity's records through a context. It sees the
 // context's overlays exactly as the context does, and its writes are the context's
 // staged writes, committed or discarded with it. Cheap to make; make one per unit of work.
+import StrataEngine
 import Foundation
 
 /// Records of type `R` as seen by one context.

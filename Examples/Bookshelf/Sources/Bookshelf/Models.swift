@@ -1,5 +1,5 @@
 // The records of the example: books and the files attached to them, children and bananas.
-import Contexts
+import Strata
 import Foundation
 
 public struct Book: Record, Equatable {

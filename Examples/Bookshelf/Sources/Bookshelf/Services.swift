@@ -1,7 +1,7 @@
 // Application services: each use case is one unit of work. Everything it changes is
 // committed together or not at all; follow-up work (publishing a domain event) runs only
 // after the durable commit.
-import Contexts
+import Strata
 import Foundation
 
 /// Why a use case refused.

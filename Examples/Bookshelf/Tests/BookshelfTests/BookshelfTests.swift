@@ -1,5 +1,5 @@
 import Bookshelf
-import Contexts
+import Strata
 import Foundation
 import Testing
 

@@ -1,0 +1,35 @@
+// Every error Strata throws reads as a sentence through Foundation's `LocalizedError`
+// too (`error.localizedDescription`, SwiftUI alerts, logs), not only through
+// `description`: the same text, which says what happened and what to do.
+import Foundation
+import StrataEngine
+import StrataFileIO
+import StrataWAL
+
+extension UnitOfWorkError: LocalizedError {
+    public var errorDescription: String? { description }
+}
+
+extension CommitFailure: LocalizedError {
+    public var errorDescription: String? { description }
+}
+
+extension ContextError: LocalizedError {
+    public var errorDescription: String? { description }
+}
+
+extension RecordError: LocalizedError {
+    public var errorDescription: String? { description }
+}
+
+extension EngineError: LocalizedError {
+    public var errorDescription: String? { description }
+}
+
+extension WALError: LocalizedError {
+    public var errorDescription: String? { description }
+}
+
+extension FileIOError: LocalizedError {
+    public var errorDescription: String? { description }
+}

@@ -1,0 +1,230 @@
+// The bodies of the fuzz targets of Strata's decoders (Fuzz/): each takes arbitrary bytes
+// and must return normally: a decoder gives a result or a typed error, never a trap, a
+// hang or a huge allocation, and what decodes round-trips. A broken promise stops the
+// process with `preconditionFailure` naming it (libFuzzer then keeps the input).
+//
+// They live here, not in the Fuzz package, so the fuzzers need only this library, and so
+// `swift test` replays the saved corpus (Tests/StrataTestingTests/FuzzCorpusTests.swift)
+// without a fuzzer build.
+import Foundation
+import StrataCodec
+import StrataEngine
+import StrataFileIO
+import StrataWAL
+
+/// The decoders' fuzz targets, one function per target, named as in Fuzz/README.md.
+public enum FuzzTargets {
+    /// The targets by name (the corpus folders' names).
+    public static let all: [(name: String, run: @Sendable ([UInt8]) -> Void)] = [
+        ("WALFrames", walFrames), ("LZ4Block", lz4Block), ("EnginePage", enginePage),
+        ("EngineOpen", engineOpen), ("RecordDecoder", recordDecoder),
+    ]
+
+    // MARK: WALFrames
+
+    /// Byte 0 chooses the mode. Mode 0: the rest is a segment body after a valid header, as
+    /// is. Mode 1: the rest is a sequence of (36 header bytes, payload) pieces whose salt and
+    /// checksum are fixed here, so the fuzzer reaches decompression, fragments and batch
+    /// decoding. The reader must give batches in LSN order or a typed error.
+    public static func walFrames(_ input: [UInt8]) {
+        guard let mode = input.first else { return }
+        let body = mode & 1 == 0 ? Array(input.dropFirst()) : framesWithValidChecksums(input.dropFirst())
+        let fileSystem = SimulatedFileSystem()
+        do {
+            try fileSystem.createDirectory("/wal")
+            let file = try fileSystem.open("/wal/wal-0000000000000001.seg", options: [.create, .write])
+            try file.write(segmentHeader() + body, at: 0)
+        } catch {
+            preconditionFailure("the simulated file system failed: \(error)")
+        }
+        for recoveryMode in [RecoveryMode.strict, .skipCorrupted] {
+            var expected = LSN(1)
+            _ = try? WriteAheadLog.read(directory: "/wal", fileSystem: fileSystem, mode: recoveryMode) { record in
+                precondition(recoveryMode == .skipCorrupted || record.lsn == expected, "batches out of order")
+                precondition(record.lsn >= expected, "LSN went backwards")
+                precondition(WALBatch(record.batch.operations).encoded().count == record.rawBytes, "batch size mismatch")
+                expected = record.lsn.next
+            }
+        }
+    }
+
+    private static let salt: UInt32 = 0x5354_5241
+
+    private static func segmentHeader() -> [UInt8] {
+        var header = Array("STRATWAL".utf8) + littleEndian(UInt16(1)) + littleEndian(UInt16(64)) + littleEndian(salt)
+        header += littleEndian(UInt64(1)) + littleEndian(UInt64(1)) + littleEndian(UInt64(4096))
+        header += [UInt8](repeating: 0, count: 60 - header.count)
+        return header + littleEndian(CRC32C.checksum(header))
+    }
+
+    private static func framesWithValidChecksums(_ input: ArraySlice<UInt8>) -> [UInt8] {
+        var body: [UInt8] = []
+        var rest = input
+        while rest.count >= 36 {
+            var fields = Array(rest.prefix(36))
+            rest = rest.dropFirst(36)
+            fields.replaceSubrange(0..<4, with: littleEndian(salt))
+            let declared = fields.withUnsafeBytes { Int(UInt32(littleEndian: $0.loadUnaligned(fromByteOffset: 20, as: UInt32.self))) }
+            let payload = Array(rest.prefix(min(declared, rest.count)))
+            rest = rest.dropFirst(payload.count)
+            let checksum = CRC32C.extend(CRC32C.checksum(fields), payload)
+            body += littleEndian(checksum) + fields + payload
+            body += [UInt8](repeating: 0, count: (8 - body.count % 8) % 8)
+        }
+        return body
+    }
+
+    // MARK: LZ4Block
+
+    /// Bytes 0–3 little-endian are the declared decompressed size (modulo 1 MiB, plus 1);
+    /// the rest is the block. Decompression is bounded and exact; compression round-trips.
+    public static func lz4Block(_ input: [UInt8]) {
+        guard input.count >= 4 else { return }
+        let declared = Int(readUInt32(input, at: 0)) % (1 << 20) + 1
+        let block = Array(input.dropFirst(4))
+        if let output = try? LZ4Block.decompress(block, decompressedCount: declared) {
+            precondition(output.count == declared, "decompressed to the wrong size")
+        }
+        if let compressed = LZ4Block.compress(block) {
+            precondition(compressed.count < block.count, "compression reported a block that is not smaller")
+            let restored = try? LZ4Block.decompress(compressed, decompressedCount: block.count)
+            precondition(restored == block, "LZ4 round trip lost data")
+        }
+    }
+
+    // MARK: EnginePage
+
+    private static let pageBytes = 4096
+
+    /// Pages 2 and up of a data file whose meta page is written here (root at page 2,
+    /// height and free list from bytes 1 and 2); page IDs and checksums are fixed unless
+    /// byte 0 is odd, so the fuzzer reaches slot, cell, overflow and free-list decoding.
+    /// Open, get, scans both ways and verify give results or typed errors.
+    public static func enginePage(_ input: [UInt8]) {
+        guard input.count >= 4 else { return }
+        let fixChecksums = input[0] & 1 == 0
+        let height = UInt64(input[1] % 4)
+        let freeList = input[2] % 8 == 0 ? UInt64(3) : 0
+        var pages: [[UInt8]] = []
+        var rest = input.dropFirst(3)
+        while !rest.isEmpty && pages.count < 6 {
+            var page = Array(rest.prefix(pageBytes))
+            rest = rest.dropFirst(pageBytes)
+            page += [UInt8](repeating: 0, count: pageBytes - page.count)
+            if fixChecksums {
+                page.replaceSubrange(8..<16, with: littleEndian(UInt64(pages.count + 2)))
+                seal(&page)
+            }
+            pages.append(page)
+        }
+        let pageCount = UInt64(2 + pages.count)
+        let root: UInt64 = height == 0 ? 0 : 2
+        let file = metaPage(generation: 1, root: root, freeList: freeList, height: height, pageCount: pageCount)
+            + [UInt8](repeating: 0, count: pageBytes) + pages.flatMap { $0 }
+        let fileSystem = SimulatedFileSystem()
+        do {
+            try fileSystem.createDirectory("/db")
+            let handle = try fileSystem.open("/db/data", options: [.create, .write])
+            try handle.write(file, at: 0)
+        } catch {
+            preconditionFailure("the simulated file system failed: \(error)")
+        }
+        guard let (engine, _) = try? StorageEngine.open(path: "/db", fileSystem: fileSystem, options: smallOptions()) else { return }
+        let snapshot = engine.snapshot()
+        _ = try? snapshot.get(Array("k".utf8))
+        _ = try? snapshot.scan(limit: 100)
+        _ = try? snapshot.scan(reverse: true, limit: 100)
+        _ = engine.verify()
+        try? engine.close(checkpoint: false)
+    }
+
+    private static func seal(_ page: inout [UInt8]) {
+        let checksum = CRC32C.checksum(page[4...])
+        page.replaceSubrange(0..<4, with: littleEndian(checksum))
+    }
+
+    private static func metaPage(generation: UInt64, root: UInt64, freeList: UInt64, height: UInt64, pageCount: UInt64) -> [UInt8] {
+        var page = [UInt8](repeating: 0, count: 4) + [1, 0, 0, 0] + Array("STRATADB".utf8) + littleEndian(UInt16(1))
+        page += littleEndian(UInt16(0)) + littleEndian(UInt32(pageBytes)) + littleEndian(generation) + littleEndian(root)
+        page += littleEndian(freeList) + littleEndian(UInt64(0)) + littleEndian(pageCount) + littleEndian(UInt64(0))
+        page += littleEndian(height)
+        page += [UInt8](repeating: 0, count: pageBytes - page.count)
+        seal(&page)
+        return page
+    }
+
+    // MARK: EngineOpen
+
+    /// A data file and a log segment on the simulated file system (bytes 0–3 little-endian
+    /// give the data file's length; the rest after it is the segment). Opening gives a store
+    /// or a typed error; a store that opens reads, verifies, takes a commit and closes.
+    public static func engineOpen(_ input: [UInt8]) {
+        guard input.count >= 4 else { return }
+        let body = Array(input.dropFirst(4))
+        let split = min(Int(readUInt32(input, at: 0)), body.count)
+        let fileSystem = SimulatedFileSystem()
+        do {
+            try fileSystem.createDirectory("/db/wal")
+            let dataFile = try fileSystem.open("/db/data", options: [.create, .write])
+            try dataFile.write(Array(body[..<split]), at: 0)
+            let segment = try fileSystem.open("/db/wal/wal-0000000000000001.seg", options: [.create, .write])
+            try segment.write(Array(body[split...]), at: 0)
+        } catch {
+            preconditionFailure("the simulated file system failed: \(error)")
+        }
+        guard let (engine, _) = try? StorageEngine.open(path: "/db", fileSystem: fileSystem, options: smallOptions()) else { return }
+        _ = try? engine.snapshot().scan(limit: 50)
+        _ = engine.verify()
+        _ = try? engine.commit(WALBatch([.put(key: [1], value: [2])]))
+        try? engine.close()
+    }
+
+    // MARK: RecordDecoder
+
+    private struct FuzzRecord: Record {
+        enum Kind: String, Codable { case a, b }
+        struct Part: Codable {
+            var name: String
+            var weight: Double?
+            var flags: [Bool]
+        }
+
+        var id: Int64
+        var title: String
+        var count: UInt32
+        var kind: Kind?
+        var parts: [Part]
+        var blob: Data
+        var nested: [[Int8]]
+    }
+
+    /// Record bytes (FORMAT.md, "Records"): they decode to a record of a many-shaped type or
+    /// give a typed error; what decodes re-encodes, decodes and re-encodes to the same bytes
+    /// (compared as bytes: a NaN field is not equal to itself).
+    public static func recordDecoder(_ bytes: [UInt8]) {
+        guard let record = try? RecordDecoder().decode(FuzzRecord.self, from: bytes) else { return }
+        guard let again = try? RecordEncoder().encode(record) else { preconditionFailure("a decoded record does not encode") }
+        guard let decodedAgain = try? RecordDecoder().decode(FuzzRecord.self, from: again),
+              (try? RecordEncoder().encode(decodedAgain)) == again else {
+            preconditionFailure("a decoded record does not round-trip")
+        }
+    }
+
+    // MARK: Shared
+
+    /// Small log segments and cache: the simulated file system holds every byte in memory.
+    private static func smallOptions() -> EngineOptions {
+        var options = EngineOptions()
+        options.log.segmentBytes = 4096
+        options.cacheBytes = 1 << 20
+        return options
+    }
+
+    private static func littleEndian<T: FixedWidthInteger>(_ value: T) -> [UInt8] {
+        withUnsafeBytes(of: value.littleEndian) { Array($0) }
+    }
+
+    private static func readUInt32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
+        bytes.withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: UInt32.self)) }
+    }
+}
