@@ -20,6 +20,8 @@ let package = Package(
             dependencies: [
                 "CSQLite", "CLMDB",
                 .product(name: "Strata", package: "Strata"),
+                // The seeded generator (SplitMix64) the workloads draw keys and values from.
+                .product(name: "StrataTesting", package: "Strata"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Sources/StrataBench"

@@ -38,3 +38,7 @@
 @_exported import struct StrataFileIO.POSIXFileSystem
 @_exported import enum StrataFileIO.FileIOError
 @_exported import enum StrataFileIO.FileOperation
+
+// Foundation, as SwiftData brings it: records are `Codable` values that hold `Date`, `UUID`
+// and `Data`, and repositories are queried with `#Predicate` and `SortDescriptor`.
+@_exported import Foundation

@@ -71,7 +71,7 @@ struct CrashTestCommand: ParsableCommand {
                 results.append(harness.run(suite))
             }
         }
-        report(results)
+        try report(results)
         let passed = results.reduce(0) { $0 + $1.passed }
         let failed = results.reduce(0) { $0 + $1.failures.count }
         print("\(passed) passed, \(failed) failed")
@@ -85,15 +85,32 @@ struct CrashTestCommand: ParsableCommand {
         return suite
     }
 
-    private func report(_ results: [SuiteResult]) {
+    /// One suite's line of `--json`.
+    private struct SuiteLine: Encodable {
+        let suite: String
+        let workload: String
+        let operations: Int
+        let states: Int
+        let passed: Int
+        let failed: Int
+        let seconds: Double
+    }
+
+    /// One failure's line of `--json`.
+    private struct FailureLine: Encodable {
+        let failure: String
+        let detail: String
+        let replay: String
+    }
+
+    private func report(_ results: [SuiteResult]) throws {
         if json {
             for result in results {
-                print(#"{"suite":"\#(result.suite.rawValue)","workload":"\#(workload)","operations":\#(result.operations),"#
-                      + #""states":\#(result.statesExplored),"passed":\#(result.passed),"failed":\#(result.failures.count),"#
-                      + #""seconds":\#(String(format: "%.2f", result.seconds))}"#)
+                print(try jsonLine(SuiteLine(suite: result.suite.rawValue, workload: workload, operations: result.operations,
+                                             states: result.statesExplored, passed: result.passed,
+                                             failed: result.failures.count, seconds: (result.seconds * 100).rounded() / 100)))
                 for failure in result.failures {
-                    let detail = String(decoding: try! JSONEncoder().encode(failure.detail), as: UTF8.self)
-                    print(#"{"failure":"\#(failure.suite.rawValue)","detail":\#(detail),"replay":"\#(failure.replay)"}"#)
+                    print(try jsonLine(FailureLine(failure: failure.suite.rawValue, detail: failure.detail, replay: failure.replay)))
                 }
             }
             return

@@ -65,7 +65,7 @@ struct DumpCommand: ParsableCommand {
             let pairs = try store.read { try $0.scan(prefix: parseBytes(prefix)) }
             for (key, value) in pairs {
                 if json {
-                    print(jsonLine(key: key, value: value))
+                    print(try jsonLine(DumpLine(key: key, value: value)))
                 } else {
                     print("\(display(key)) = \(display(value))")
                 }
@@ -74,17 +74,23 @@ struct DumpCommand: ParsableCommand {
     }
 }
 
-/// A dump line: `{"key":…,"value":…}`, with hex and an encoding field for non-text bytes.
-func jsonLine(key: [UInt8], value: [UInt8]) -> String {
-    func field(_ bytes: [UInt8]) -> (String, Bool) {
-        let shown = display(bytes)
-        let isHex = shown.hasPrefix("0x") && shown != String(decoding: bytes, as: UTF8.self)
-        let encoded = String(decoding: try! JSONEncoder().encode(shown), as: UTF8.self)
-        return (encoded, isHex)
+/// A dump line: `{"key":…,"value":…}`, with hex and `"encoding":"hex"` for non-text bytes.
+struct DumpLine: Encodable {
+    let key: String
+    let value: String
+    let encoding: String?
+
+    init(key: [UInt8], value: [UInt8]) {
+        func field(_ bytes: [UInt8]) -> (String, Bool) {
+            let shown = display(bytes)
+            return (shown, shown.hasPrefix("0x") && shown != String(decoding: bytes, as: UTF8.self))
+        }
+        let (keyText, keyHex) = field(key)
+        let (valueText, valueHex) = field(value)
+        self.key = keyText
+        self.value = valueText
+        self.encoding = keyHex || valueHex ? "hex" : nil
     }
-    let (keyText, keyHex) = field(key)
-    let (valueText, valueHex) = field(value)
-    return "{\"key\":\(keyText),\"value\":\(valueText)" + (keyHex || valueHex ? ",\"encoding\":\"hex\"}" : "}")
 }
 
 struct CheckpointCommand: ParsableCommand {

@@ -6,6 +6,30 @@ import Foundation
 import StrataWAL
 
 struct WALCommand: ParsableCommand {
+    /// One batch's line of `--json`.
+    private struct BatchLine: Encodable {
+        let lsn: UInt64
+        let puts: Int
+        let deletes: Int
+        let rawBytes: Int
+        let storedBytes: Int
+        let frames: Int
+        let offset: Int64
+        let checksum: String
+    }
+
+    /// The closing line of `--json`: what recovery found.
+    private struct ReportLine: Encodable {
+        let segments: Int
+        let batches: Int
+        let frames: Int
+        let firstLsn: UInt64
+        let lastLsn: UInt64
+        let rawBytes: Int
+        let storedBytes: Int
+        let damage: [String]
+    }
+
     static let configuration = CommandConfiguration(
         commandName: "wal",
         abstract: "List the batches of a write-ahead log directory (read-only).")
@@ -29,9 +53,9 @@ struct WALCommand: ParsableCommand {
                 let puts = record.batch.operations.filter { if case .put = $0 { true } else { false } }.count
                 let deletes = record.batch.operations.count - puts
                 if json {
-                    print(#"{"lsn":\#(record.lsn.rawValue),"puts":\#(puts),"deletes":\#(deletes),"#
-                          + #""raw_bytes":\#(record.rawBytes),"stored_bytes":\#(record.storedBytes),"#
-                          + #""frames":\#(record.frameCount),"offset":\#(record.offset),"checksum":"ok"}"#)
+                    print(try jsonLine(BatchLine(lsn: record.lsn.rawValue, puts: puts, deletes: deletes,
+                                                 rawBytes: record.rawBytes, storedBytes: record.storedBytes,
+                                                 frames: record.frameCount, offset: record.offset, checksum: "ok")))
                 } else {
                     print("\(record.lsn)  \(puts) puts, \(deletes) deletes  \(record.rawBytes) → \(record.storedBytes) bytes"
                           + "  \(record.frameCount) frame(s) at \((record.path as NSString).lastPathComponent):\(record.offset)")
@@ -43,10 +67,9 @@ struct WALCommand: ParsableCommand {
         }
         let damage = report.damage.map(\.description)
         if json {
-            let quoted = String(decoding: try JSONEncoder().encode(damage), as: UTF8.self)
-            print(#"{"segments":\#(report.segmentCount),"batches":\#(report.batchCount),"frames":\#(report.frameCount),"#
-                  + #""first_lsn":\#(report.firstLSN.rawValue),"last_lsn":\#(report.lastLSN.rawValue),"#
-                  + #""raw_bytes":\#(report.rawBytes),"stored_bytes":\#(report.storedBytes),"damage":\#(quoted)}"#)
+            print(try jsonLine(ReportLine(segments: report.segmentCount, batches: report.batchCount, frames: report.frameCount,
+                                          firstLsn: report.firstLSN.rawValue, lastLsn: report.lastLSN.rawValue,
+                                          rawBytes: report.rawBytes, storedBytes: report.storedBytes, damage: damage)))
         } else {
             print("\(report.batchCount) batches in \(report.segmentCount) segment(s), \(report.rawBytes) → \(report.storedBytes) bytes")
             for line in damage { print("damage: \(line)") }

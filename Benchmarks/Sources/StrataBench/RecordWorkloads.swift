@@ -6,6 +6,7 @@
 //  - records-fetch: after an untimed insert, N fetches of one record by its email.
 // Expectation: both are CPU-bound (encoding, index maintenance, predicate evaluation).
 import Strata
+import StrataTesting
 import CSQLite
 import Foundation
 

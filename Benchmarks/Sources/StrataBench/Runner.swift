@@ -3,6 +3,7 @@
 // engine, and measure the bytes left on disk.
 import Foundation
 import Strata
+import StrataTesting
 import Synchronization
 
 struct Runner {

@@ -81,7 +81,7 @@ struct StrataBench: ParsableCommand {
                 let result = workload.hasPrefix("records-")
                     ? try RecordWorkloads(engine: engine, workload: workload, options: self).run()
                     : try Runner(engine: engine, workload: workload, options: self).run()
-                print(result.json)
+                print(try result.json)
                 results.append(result)
             }
         }

@@ -2,6 +2,7 @@
 // of V bytes, half random and half one repeated byte, so a good compressor halves them.
 import Foundation
 import Strata
+import StrataTesting
 
 enum Workload {
     static func key(_ number: Int) -> [UInt8] {
@@ -16,7 +17,7 @@ enum Workload {
     }
 }
 
-/// One measurement, printed as one JSON line.
+/// One measurement, printed as one JSON line (BENCHMARKS.md, "Output").
 struct Result {
     var engine: String
     var bench: String
@@ -29,29 +30,46 @@ struct Result {
 
     var opsPerSecond: Double { Double(num) / seconds }
 
+    /// The line, made by `JSONEncoder`.
     var json: String {
-        #"{"engine":"\#(engine)","bench":"\#(bench)","num":\#(num),"batch":\#(batch),"value_size":\#(valueSize),"#
-            + #""seconds":\#(rounded(seconds, 4)),"ops_per_sec":\#(Int(opsPerSecond)),"bytes_on_disk":\#(bytesOnDisk),"#
-            + #""fdatasyncs":\#(fdatasyncs.map(String.init) ?? "null")}"#
+        get throws { String(decoding: try JSONEncoder().encode(self), as: UTF8.self) }
     }
 }
 
-extension Result {
-    /// Reads back one line of `json`.
+extension Result: Codable {
+    enum CodingKeys: String, CodingKey {
+        case engine, bench, num, batch, valueSize = "value_size", seconds, opsPerSecond = "ops_per_sec"
+        case bytesOnDisk = "bytes_on_disk", fdatasyncs
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(engine, forKey: .engine)
+        try container.encode(bench, forKey: .bench)
+        try container.encode(num, forKey: .num)
+        try container.encode(batch, forKey: .batch)
+        try container.encode(valueSize, forKey: .valueSize)
+        try container.encode(rounded(seconds, 4), forKey: .seconds)
+        try container.encode(Int(opsPerSecond), forKey: .opsPerSecond)
+        try container.encode(bytesOnDisk, forKey: .bytesOnDisk)
+        try container.encode(fdatasyncs, forKey: .fdatasyncs)
+    }
+
+    /// Reads back one line of `json` (the ops/s figure is derived, so it is not read).
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(engine: try container.decode(String.self, forKey: .engine),
+                  bench: try container.decode(String.self, forKey: .bench),
+                  num: try container.decode(Int.self, forKey: .num),
+                  batch: try container.decode(Int.self, forKey: .batch),
+                  valueSize: try container.decode(Int.self, forKey: .valueSize),
+                  seconds: try container.decode(Double.self, forKey: .seconds),
+                  bytesOnDisk: try container.decode(Int.self, forKey: .bytesOnDisk),
+                  fdatasyncs: try container.decodeIfPresent(Int.self, forKey: .fdatasyncs))
+    }
+
     init(jsonLine: String) throws {
-        struct Line: Decodable {
-            var engine: String
-            var bench: String
-            var num: Int
-            var batch: Int
-            var value_size: Int
-            var seconds: Double
-            var bytes_on_disk: Int
-            var fdatasyncs: Int?
-        }
-        let line = try JSONDecoder().decode(Line.self, from: Data(jsonLine.utf8))
-        self.init(engine: line.engine, bench: line.bench, num: line.num, batch: line.batch, valueSize: line.value_size,
-                  seconds: line.seconds, bytesOnDisk: line.bytes_on_disk, fdatasyncs: line.fdatasyncs)
+        self = try JSONDecoder().decode(Result.self, from: Data(jsonLine.utf8))
     }
 }
 

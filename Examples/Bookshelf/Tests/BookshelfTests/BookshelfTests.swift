@@ -27,8 +27,9 @@ import Testing
         #expect(try remove([files[0].id, files[1].id]) == 320)
         let left = store.makeContext().repository(BookFile.self)
         #expect(try left.fetch(#Predicate<BookFile> { $0.bookID == 1 }).isEmpty)
-        // One missing id: nothing is removed.
-        #expect(throws: UnitOfWorkError.self) { try remove([files[2].id, UUID()]) }
+        // One missing id: the use case's own error, and nothing is removed.
+        let missing = UUID()
+        #expect(throws: BookshelfError.noSuchFile(missing)) { try remove([files[2].id, missing]) }
         #expect(try left.count() == 1)
     }
 
@@ -43,7 +44,7 @@ import Testing
         #expect(try context.repository(Banana.self).all().map(\.id) == [1])
         try feed()
         // Nobody is hungry any more: the use case fails, nothing changes, no event.
-        #expect(throws: UnitOfWorkError.self) { try feed() }
+        #expect(throws: BookshelfError.nobodyIsHungry) { try feed() }
         #expect(events.count == 2)
         #expect(try store.makeContext().repository(Child.self).get("ann")?.hunger == 0)
     }

@@ -1,0 +1,73 @@
+// Where application code lives: a main-actor model and an actor. Each runs units of work
+// whose bodies read and change the model's own state, which Swift 6 allows because the
+// body runs on the caller's actor.
+import Strata
+
+@MainActor
+final class TodoListModel {
+    let store: Store
+    var pending: [String] = []
+    var saves = 0
+    var lastError: TitleTaken?
+
+    init(store: Store) { self.store = store }
+
+    /// Saves every pending title as a todo in one unit of work; returns how many exist.
+    func savePending() async throws -> Int {
+        let count = try await store.write { unit in
+            MainActor.assertIsolated("the body runs on the caller's actor")
+            let todos = unit.repository(Todo.self)
+            var next = try todos.count() + 1
+            for title in self.pending {
+                if try todos.first(#Predicate<Todo> { $0.title == title }) != nil { throw TitleTaken(title: title) }
+                try todos.insert(Todo(id: next, title: title))
+                next += 1
+            }
+            self.saves += 1
+            return try todos.count()
+        }
+        pending.removeAll()
+        return count
+    }
+
+    /// Like `savePending`, keeping the failure for the view instead of throwing it.
+    func trySavePending() async {
+        do {
+            _ = try await savePending()
+        } catch let error as TitleTaken {
+            lastError = error
+        } catch {
+            fatalError("unexpected error: \(error)")
+        }
+    }
+
+    /// The titles, read on the main actor (a read never waits for a sync, so it need not
+    /// suspend; a body that awaits gets the async `read`).
+    func titles() throws -> [String] {
+        try store.read { context in
+            try context.repository(Todo.self).fetch(sortBy: [SortDescriptor(\Todo.id)]).map(\.title)
+        }
+    }
+}
+
+actor Importer {
+    let store: Store
+    var imported = 0
+
+    init(store: Store) { self.store = store }
+
+    /// Imports `titles` in one unit of work, with a nested unit per todo; counts on the actor.
+    func importTitles(_ titles: [String]) async throws -> Int {
+        try await store.write { unit in
+            self.assertIsolated("the body runs on the caller's actor")
+            let start = try unit.repository(Todo.self).count() + 1
+            for (offset, title) in titles.enumerated() {
+                try await unit.child { nested in
+                    try nested.repository(Todo.self).insert(Todo(id: start + offset, title: title))
+                }
+                self.imported += 1
+            }
+            return self.imported
+        }
+    }
+}

@@ -1,0 +1,57 @@
+// Runs the checks and exits non-zero when one fails.
+import Strata
+
+@MainActor
+func check(_ condition: Bool, _ what: String) {
+    if condition {
+        print("ok: \(what)")
+    } else {
+        print("FAILED: \(what)")
+        failures += 1
+    }
+}
+
+var failures = 0
+
+let store = try Store.inMemory()
+let model = TodoListModel(store: store)
+
+model.pending = ["milk", "bread"]
+let count = try await model.savePending()
+check(count == 2 && model.saves == 1 && model.pending.isEmpty, "a unit of work from a @MainActor model saved 2 todos")
+
+let importer = Importer(store: store)
+let imported = try await importer.importTitles(["eggs", "tea", "jam"])
+check(imported == 3, "a unit of work from an actor imported 3 todos, counting on the actor")
+
+let versionBefore = store.version
+model.pending = ["butter", "milk"]
+do {
+    _ = try await model.savePending()
+    check(false, "a duplicate title is refused")
+} catch let error as TitleTaken {
+    check(error == TitleTaken(title: "milk"), "the body's own error is caught as its own type")
+}
+check(store.version == versionBefore, "nothing was committed by the failed unit of work")
+check(try model.titles() == ["milk", "bread", "eggs", "tea", "jam"], "the store holds exactly the saved todos")
+
+await model.trySavePending()
+check(model.lastError == TitleTaken(title: "milk"), "a main-actor model keeps the error for its view")
+
+var dumped = ""
+dump(store, to: &dumped)
+check(dumped.count < 2_000, "dump(store) is short (\(dumped.count) characters)")
+print(dumped, terminator: "")
+
+do {
+    try store.write { unit in try unit.put(Array("k".utf8), Array("v".utf8)); try unit.put([0xFE], [1]) }
+} catch let error as ContextError {
+    check(error == .reservedKey, "Strata's own errors are typed: \(error.localizedDescription)")
+}
+
+try store.close()
+if failures > 0 {
+    print("\(failures) check(s) failed")
+    exit(1)
+}
+print("all checks passed")
