@@ -106,11 +106,11 @@ struct ProgressReporter {
     }
 }
 
-/// `value` as one line of JSON, made by `JSONEncoder` (keys in snake_case, in the order the
-/// type encodes them): every JSON the tool prints goes through here.
+/// `value` as one line of JSON, made by `JSONEncoder` (keys in snake_case, sorted, so lines
+/// are stable): every JSON the tool prints goes through here.
 func jsonLine(_ value: some Encodable) throws -> String {
     let encoder = JSONEncoder()
     encoder.keyEncodingStrategy = .convertToSnakeCase
-    encoder.outputFormatting = [.withoutEscapingSlashes]
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
     return String(decoding: try encoder.encode(value), as: UTF8.self)
 }

@@ -84,7 +84,7 @@ struct DemoCommand: ParsableCommand {
     }
 
     /// A batch of one to four puts with 16-byte keys and 100-byte values, half random and
-    /// half repeated bytes (the value shape of BENCHMARKS.md).
+    /// half repeated bytes (the value shape of Benchmarks/README.md).
     static func sampleBatch(index: Int, random: inout SplitMix64) -> WALBatch {
         var batch = WALBatch()
         for part in 0..<(index % 4 + 1) {

@@ -1,4 +1,4 @@
-// The built-in workloads: W1 (TESTING.md's crash-every-op workload of ~200 commits with
+// The built-in workloads: W1 (the crash-every-op workload of ~200 commits with
 // checkpoints), a random key/value workload with nested units, and a bank whose total
 // must never change (sequential, and concurrent).
 import Foundation
@@ -116,7 +116,7 @@ public struct BankWorkload: CrashWorkload {
     }
 }
 
-/// TESTING.md's bank with concurrency: each step runs one transfer on each of `threads`
+/// The bank with concurrency: each step runs one transfer on each of `threads`
 /// threads at once (units of work that retry on conflict), while a reader thread checks
 /// the total in a snapshot. Commit order depends on the scheduler, so the harness checks
 /// durability, integrity and the total, not a particular prefix.

@@ -1,4 +1,4 @@
-// TESTING.md's bank suite, in process: eight writer threads transfer between 100 accounts
+// The bank suite, in process: eight writer threads transfer between 100 accounts
 // with units of work (retrying on conflict) while reader threads check, in every
 // snapshot they take, that the total is unchanged. On a real directory, so group commit
 // and fdatasync are the real ones.

@@ -160,7 +160,7 @@ import Testing
         #expect(run.status != 0 && run.stderr.contains("unknown workload nope"))
     }
 
-    /// TESTING.md's process-kill suite at its CI size: 200 kills of a bank child process.
+    /// The process-kill suite at its CI size: 200 kills of a bank child process.
     @Test func twoHundredProcessKillsLoseNothingAcknowledged() throws {
         let directory = try scratchDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -172,7 +172,7 @@ import Testing
 }
 
 @Suite struct ConcurrentBankKillTests {
-    /// TESTING.md's bank suite's kill cycles at CI size: 50 kills of a child process whose
+    /// The bank suite's kill cycles at CI size: 50 kills of a child process whose
     /// eight threads transfer concurrently while a reader checks the total.
     @Test func fiftyKillsOfEightConcurrentWritersKeepTheTotal() throws {
         let directory = try scratchDirectory()

@@ -82,7 +82,7 @@ func workloadBatch(thread: Int, index: Int, generator: inout BatchGenerator) -> 
         print("seed \(seed): crashed at each of \(dryRun + 1) operations; \(lostUnacknowledged) crashes lost unacknowledged batches")
     }
 
-    /// TESTING.md's group-commit suite at its CI size: 1,000 seeds, each a crash at a
+    /// The group-commit suite at its CI size: 1,000 seeds, each a crash at a
     /// seeded operation of the concurrent workload below (I1, I2, I4), and for every tenth
     /// seed an uncrashed run whose fdatasyncs are counted: exactly one per group commit.
     @Test func thousandSeededInterleavingsKeepAcknowledgedBatchesAndOneFdatasyncPerGroup() throws {

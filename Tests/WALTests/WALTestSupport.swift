@@ -4,7 +4,7 @@ import Foundation
 import Testing
 @testable import StrataWAL
 
-/// A seeded generator of batches with the value shape of BENCHMARKS.md (half random bytes,
+/// A seeded generator of batches with the value shape of Benchmarks/README.md (half random bytes,
 /// half repeated) unless asked for incompressible values.
 struct BatchGenerator {
     var random: SplitMix64

@@ -1,5 +1,5 @@
 // The engines under test, each behind one small protocol: a transaction of puts and
-// deletes, point reads, and a full ordered scan. Settings follow BENCHMARKS.md.
+// deletes, point reads, and a full ordered scan. Settings follow Benchmarks/README.md.
 //  - strata / strata-relaxed: Strata's storage engine, durability .full / .relaxed; its
 //    contexts (child contexts committed or discarded) for `nested`.
 //  - sqlite: one table (k BLOB PRIMARY KEY, v BLOB) WITHOUT ROWID, journal_mode=WAL,

@@ -1,4 +1,4 @@
-// strata-bench: runs the workloads of BENCHMARKS.md on each engine, back to back on the
+// strata-bench: runs the workloads of Benchmarks/README.md on each engine, back to back on the
 // same disk and data, and prints one JSON line per (engine, workload); `--table` adds a
 // Markdown table with every engine's ratio to Strata. Progress goes to stderr.
 //

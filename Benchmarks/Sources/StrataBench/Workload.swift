@@ -1,4 +1,4 @@
-// The data of BENCHMARKS.md: 16-byte keys (the key number, zero-padded decimal) and values
+// The data of Benchmarks/README.md: 16-byte keys (the key number, zero-padded decimal) and values
 // of V bytes, half random and half one repeated byte, so a good compressor halves them.
 import Foundation
 import Strata
@@ -17,7 +17,7 @@ enum Workload {
     }
 }
 
-/// One measurement, printed as one JSON line (BENCHMARKS.md, "Output").
+/// One measurement, printed as one JSON line (Benchmarks/README.md, "Output").
 struct Result {
     var engine: String
     var bench: String
@@ -32,7 +32,11 @@ struct Result {
 
     /// The line, made by `JSONEncoder`.
     var json: String {
-        get throws { String(decoding: try JSONEncoder().encode(self), as: UTF8.self) }
+        get throws {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            return String(decoding: try encoder.encode(self), as: UTF8.self)
+        }
     }
 }
 
