@@ -21,6 +21,9 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
     /// The store failed earlier (an I/O error where memory and disk may disagree) and
     /// accepts no more writes until it is reopened.
     case storeFailed(reason: String)
+    /// A file the store needs is missing, or its files do not continue each other (a data
+    /// file removed or replaced by an older copy): opening would lose acknowledged commits.
+    case missingData(path: String, reason: String)
     /// The store is closed.
     case closed
     /// The write-ahead log no longer holds the batch of version `requested`: a checkpoint
@@ -50,6 +53,9 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
             "\(path) was written by data format version \(found); this build reads up to version \(supported). Use a newer Strata."
         case let .storeFailed(reason):
             "The store stopped accepting writes after an I/O failure (\(reason)); reopen it to recover."
+        case let .missingData(path, reason):
+            "The store at \(path) is missing data: \(reason). Opening it would lose acknowledged commits; "
+                + "restore the store's files (data and wal/ together) from a backup."
         case .closed:
             "The store is closed; open it again."
         case let .historyUnavailable(requested, oldest):

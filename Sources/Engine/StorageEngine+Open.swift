@@ -49,7 +49,17 @@ extension StorageEngine {
             lock = try fileSystem.lockExclusively(joinPath(path, lockFileName))
         } catch let error as FileIOError { throw EngineError.io(error) }
         do {
-            if !fileSystem.fileExists(dataPath) { try createDataFile(dataPath, in: path, fileSystem: fileSystem, options: options) }
+            if !fileSystem.fileExists(dataPath) {
+                // A log without its data file has lost the versions the data file held:
+                // refuse rather than start an empty data file under it.
+                let logPath = joinPath(path, logDirectoryName)
+                if try WriteAheadLog.holdsSegments(directory: logPath, fileSystem: fileSystem) {
+                    lock.unlock()
+                    throw EngineError.missingData(path: dataPath, reason:
+                        "the data file is missing while \(logPath) holds a log that continues it")
+                }
+                try createDataFile(dataPath, in: path, fileSystem: fileSystem, options: options)
+            }
             file = try fileSystem.open(dataPath, options: [.write])
         } catch let error as FileIOError {
             lock.unlock()
@@ -64,12 +74,14 @@ extension StorageEngine {
             logOptions.durability = options.durability
             logOptions.logger = options.logger
             logOptions.firstLSN = LSN(meta.checkpointVersion + 1)
+            logOptions.requiredFirstLSN = LSN(meta.checkpointVersion + 1)
             // Replayed changes are gathered, sorted once and built into a balanced memtable:
             // inserting them one by one would cost O(log n) new nodes each.
             var changes: [(key: [UInt8], entry: MemtableEntry)] = []
             var replayed = 0
             let (log, logReport) = try WriteAheadLog.open(directory: joinPath(path, logDirectoryName), fileSystem: fileSystem,
                                                           options: logOptions) { record in
+                try checkReplayed(record)
                 guard record.lsn.rawValue > meta.checkpointVersion else { return }
                 for operation in record.batch.operations {
                     switch operation {
@@ -105,9 +117,29 @@ extension StorageEngine {
             try? file.close()
             lock.unlock()
             switch error {
+            case let WALError.missingData(path, reason): throw EngineError.missingData(path: path, reason: reason)
             case let error as WALError: throw EngineError.log(error)
             case let error as FileIOError: throw EngineError.io(error)
             default: throw error
+            }
+        }
+    }
+
+    /// A batch read from the log must obey the limits every commit obeys (a key of 1 to
+    /// `Limits.maxKeyBytes` bytes, a value of at most `Limits.maxValueBytes`): a checksummed
+    /// frame that breaks them was not written by Strata, and applying it could make a
+    /// checkpoint write pages no reader accepts. Throws `.corruptBatch` naming file and offset.
+    static func checkReplayed(_ record: WALRecord) throws {
+        for operation in record.batch.operations {
+            let key = operation.key
+            var reason: String?
+            if key.isEmpty || key.count > Limits.maxKeyBytes {
+                reason = "a key of \(key.count) bytes is outside the limit of 1 to \(Limits.maxKeyBytes) bytes"
+            } else if case let .put(_, value) = operation, value.count > Limits.maxValueBytes {
+                reason = "a value of \(value.count) bytes is over the limit of \(Limits.maxValueBytes) bytes"
+            }
+            if let reason {
+                throw WALError.corruptBatch(path: record.path, offset: record.offset, lsn: record.lsn, reason: reason)
             }
         }
     }

@@ -60,6 +60,11 @@ struct TreeWriter {
     /// Folds `changes` (sorted by key, one per key; a nil value deletes) into `tree`.
     mutating func apply(_ changes: [(key: [UInt8], entry: MemtableEntry)], to tree: BTree) throws -> BTree {
         guard !changes.isEmpty else { return tree }
+        // Every key obeys the limit before anything is written: a cell no page can hold
+        // would leave the writer without progress.
+        if let bad = changes.first(where: { $0.key.isEmpty || $0.key.count > Limits.maxKeyBytes }) {
+            throw EngineError.keyTooLarge(byteCount: bad.key.count, limit: Limits.maxKeyBytes)
+        }
         var entries: [BranchEntry]
         var height = tree.height
         if tree.root == .none {
@@ -179,6 +184,9 @@ struct TreeWriter {
                 used += entries[end].cellBytes
                 end += 1
             }
+            // Progress: every leaf takes at least one entry. A cell no page can hold (a key
+            // over the limit that got past every check) is refused before anything is written.
+            guard end > start else { throw EngineError.keyTooLarge(byteCount: entries[start].key.count, limit: Limits.maxKeyBytes) }
             let id = try allocator.allocate()
             try file.write(PageCodec.encodeLeaf(entries[start..<end], id: id, generation: generation, pageBytes: pageBytes), at: id)
             result.append(BranchEntry(key: result.isEmpty ? lower : entries[start].key, child: id))
@@ -198,6 +206,11 @@ struct TreeWriter {
             while end < entries.count && (end - start < 2 || used + entries[end].cellBytes <= capacity) {
                 used += entries[end].cellBytes
                 end += 1
+            }
+            // Two cells always fit a branch page when keys obey the limit; refuse before writing if not.
+            guard used <= capacity else {
+                let longest = entries[start..<end].map(\.key.count).max() ?? 0
+                throw EngineError.keyTooLarge(byteCount: longest, limit: Limits.maxKeyBytes)
             }
             let id = try allocator.allocate()
             try file.write(PageCodec.encodeBranch(entries[start..<end], id: id, generation: generation, pageBytes: pageBytes), at: id)

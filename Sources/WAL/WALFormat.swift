@@ -20,6 +20,9 @@ public enum WALFormat {
     /// The largest segment file a reader loads (a batch of the maximum size, fragmented,
     /// fits in one segment with room to spare).
     public static let maxSegmentFileBytes: Int64 = 1 << 30
+    /// Segment sequence numbers stay below this (one segment a nanosecond would take 146
+    /// years to reach it); a larger one is damage, and it leaves room to count on safely.
+    public static let maxSegmentSequence: UInt64 = 1 << 62
 
     /// Frame flag bit 0: the payload is an LZ4 block.
     static let compressedFlag: UInt8 = 1

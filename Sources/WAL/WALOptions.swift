@@ -47,6 +47,10 @@ public struct WALOptions: Sendable {
     /// The LSN of the first batch when the directory holds no segment yet (a store whose
     /// data file already holds versions up to n starts its log at n + 1). Default 1.
     public var firstLSN = LSN(1)
+    /// When set, the log must hold every batch from this LSN on (a store's log must
+    /// continue its data file): segments that start after it mean batches are missing, and
+    /// opening throws `WALError.missingData` before anything is written. Default nil.
+    public var requiredFirstLSN: LSN?
     /// Where failed writes and fdatasyncs, recovery's cuts and released segments are
     /// logged. Default: `Logger.strataSilent` (nothing).
     public var logger = Logger.strataSilent

@@ -25,6 +25,10 @@ struct WALReader {
         var expected: LSN?
         var index = 0
         let segments = listing.segments
+        if let last = segments.last, last.sequence >= WALFormat.maxSegmentSequence {
+            throw WALError.corruptSegmentHeader(path: last.path, reason:
+                "its sequence number \(last.sequence) is past the largest a log uses (\(WALFormat.maxSegmentSequence - 1))")
+        }
         for (previous, current) in zip(segments, segments.dropFirst()) where current.sequence != previous.sequence + 1 {
             throw WALError.missingData(path: current.path, reason: "segment \(previous.sequence + 1) before it is missing")
         }

@@ -48,12 +48,23 @@ public final class WriteAheadLog: @unchecked Sendable {
             throw error.isLocked ? error : WALError.io(error)
         }
         var (report, tail) = try WALReader(files: files, mode: options.recoveryMode).read(replay)
+        if let required = options.requiredFirstLSN, let first = tail.segments.first, first.firstLSN > required {
+            throw WALError.missingData(path: first.path, reason:
+                "the log starts at \(first.firstLSN) but must hold every batch from \(required) on; "
+                    + "batches \(required.rawValue) to \(first.firstLSN.rawValue - 1) are missing")
+        }
         do {
             let state = try Self.prepareTail(&tail, files: files, options: options, report: &report)
             return (WriteAheadLog(directory: directory, options: options, files: files, lock: lock, state: state), report)
         } catch let error as FileIOError {
             throw WALError.io(error)
         }
+    }
+
+    /// Whether `directory` holds any segment of a log (nothing is read or changed).
+    public static func holdsSegments(directory: String, fileSystem: any FileSystem) throws -> Bool {
+        guard fileSystem.fileExists(directory) else { return false }
+        return try !SegmentFiles(fileSystem: fileSystem, directory: directory).list().segments.isEmpty
     }
 
     /// Reads the log in `directory` without changing anything: every batch goes to `visit`.

@@ -1,0 +1,121 @@
+// Stores whose files were damaged, replaced or crafted: each gives a typed error naming
+// what is wrong, never a hang, a trap, a silently emptier store or a page no reader accepts.
+// Each test failed before its fix (the cases of the reliability review).
+@testable import StrataEngine
+import StrataCodec
+import StrataFileIO
+import StrataWAL
+import Testing
+
+@Suite struct HostileStoreTests {
+    /// A store at /db with `keys` committed one per version, closed.
+    private func makeStore(_ fileSystem: SimulatedFileSystem, keys: Int, options: EngineOptions = EngineOptions()) throws {
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        for index in 0..<keys {
+            try engine.commit(WALBatch([.put(key: Array("key\(index)".utf8), value: Array("value\(index)".utf8))]))
+        }
+        try engine.close()
+    }
+
+    /// Appends `batch` to the store's log as the next batch, with a valid frame and checksum:
+    /// what a hostile writer (or a bug elsewhere) could leave.
+    private func appendRaw(_ batch: WALBatch, _ fileSystem: SimulatedFileSystem) throws {
+        var options = WALOptions()
+        options.segmentBytes = 1 << 20
+        let (log, _) = try WriteAheadLog.open(directory: "/db/wal", fileSystem: fileSystem, options: options)
+        _ = try log.append(batch)
+        try log.close()
+    }
+
+    @Test(arguments: [0, 2_000])
+    func aLoggedKeyOutsideTheLimitsIsACorruptBatchNotAHang(keyBytes: Int) throws {
+        let fileSystem = SimulatedFileSystem()
+        try makeStore(fileSystem, keys: 3)
+        try appendRaw(WALBatch([.put(key: [UInt8](repeating: 0x61, count: keyBytes), value: [1])]), fileSystem)
+        #expect {
+            try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        } throws: { error in
+            guard case let EngineError.log(.corruptBatch(path, offset, lsn, reason)) = error else { return false }
+            return path.hasPrefix("/db/wal/wal-") && offset > 0 && lsn == LSN(4) && reason.contains("\(keyBytes) bytes")
+        }
+    }
+
+    @Test func theTreeWriterRefusesACellNoPageHoldsBeforeWritingAnything() throws {
+        let fileSystem = SimulatedFileSystem()
+        try fileSystem.createDirectory("/t")
+        let file = try fileSystem.open("/t/data", options: [.create, .write])
+        let pageFile = PageFile(path: "/t/data", file: file, pageBytes: 4096, cachePages: 8)
+        var writer = TreeWriter(file: pageFile, generation: 1, purgeTombstonesThrough: 0,
+                                allocator: PageAllocator(reusable: [], pageCount: 2))
+        let huge = [UInt8](repeating: 0x62, count: 5_000)
+        #expect(throws: EngineError.self) {
+            _ = try writer.apply([(key: huge, entry: MemtableEntry(version: 1, value: [1]))], to: BTree.empty)
+        }
+        #expect(writer.allocator.allocated.isEmpty)
+        #expect(try file.size() == 0)
+    }
+
+    @Test func aMissingDataFileIsRefusedNotRecreatedEmpty() throws {
+        let fileSystem = SimulatedFileSystem()
+        try makeStore(fileSystem, keys: 5)
+        try fileSystem.removeFile("/db/data")
+        #expect {
+            try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        } throws: { error in
+            guard case let EngineError.missingData(path, reason) = error else { return false }
+            return path == "/db/data" && reason.contains("data file is missing")
+        }
+        #expect(!fileSystem.fileExists("/db/data"), "nothing was created")
+    }
+
+    @Test func anOlderDataFileUnderANewerLogIsRefused() throws {
+        let fileSystem = SimulatedFileSystem()
+        var options = EngineOptions()
+        options.log.segmentBytes = 4096
+        options.log.maxSpareSegments = 0
+        try makeStore(fileSystem, keys: 2, options: options)
+        let old = try fileSystem.open("/db/data", options: [])
+        let oldBytes = try old.read(count: Int(try old.size()), at: 0)
+        try old.close()
+        // Enough commits and a checkpoint that the log releases the segments before them.
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        for index in 0..<200 {
+            try engine.commit(WALBatch([.put(key: Array("more\(index)".utf8), value: [UInt8](repeating: 7, count: 64))]))
+        }
+        try engine.checkpoint()
+        try engine.close()
+        let replaced = try fileSystem.open("/db/data", options: [.write, .truncate])
+        try replaced.write(oldBytes, at: 0)
+        try replaced.close()
+        #expect {
+            try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        } throws: { error in
+            guard case let EngineError.missingData(path, reason) = error else { return false }
+            return path.hasPrefix("/db/wal/") && reason.contains("must hold every batch from LSN 3 on")
+        }
+    }
+
+    @Test func aSegmentSequenceAtTheTopOfItsRangeIsCorruptionNotATrap() throws {
+        let fileSystem = SimulatedFileSystem()
+        try makeStore(fileSystem, keys: 3)
+        let names = try fileSystem.contentsOfDirectory("/db/wal").filter { $0.hasPrefix("wal-0") }
+        #expect(names.count == 1)
+        let path = "/db/wal/" + names[0]
+        // Rewrite the header's sequence number (offset 16) and reseal it, under the matching name.
+        let handle = try fileSystem.open(path, options: [.write])
+        var header = try handle.read(count: 64, at: 0)
+        header.replaceSubrange(16..<24, with: [UInt8](repeating: 0xFF, count: 8))
+        let checksum = CRC32C.checksum(header[0..<60])
+        header.replaceSubrange(60..<64, with: withUnsafeBytes(of: checksum.littleEndian) { Array($0) })
+        try handle.write(header, at: 0)
+        try handle.close()
+        let crafted = "/db/wal/wal-ffffffffffffffff.seg"
+        try fileSystem.rename(path, to: crafted)
+        #expect {
+            try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        } throws: { error in
+            guard case let EngineError.log(.corruptSegmentHeader(errorPath, reason)) = error else { return false }
+            return errorPath == crafted && reason.contains("past the largest")
+        }
+    }
+}
