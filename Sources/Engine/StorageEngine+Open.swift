@@ -184,15 +184,19 @@ extension StorageEngine {
         for slot in 0..<2 {
             // Slot 1 starts one page in; if slot 0 cannot say the page size, try each.
             let sizes = declared.map { [$0] } ?? Limits.pageBytesRange.filter { $0 & ($0 - 1) == 0 && $0 % 4096 == 0 }
-            var best: Result<MetaPage, MetaDefect> = .failure(.invalid("it is not a meta page"))
+            var best: Result<MetaPage, MetaDefect>?
+            var firstDefect: MetaDefect?
             for size in sizes {
                 let bytes = try file.read(count: size, at: Int64(slot * size))
                 guard bytes.count == size else { continue }
                 let result = Result { () throws(MetaDefect) in try MetaPage.decode(bytes) }
                 if case .success = result { best = result; break }
                 if case .failure(.newerVersion) = result { best = result; break }
+                // The reason at the first size tried (the declared one, when slot 0 says it)
+                // is the one to report: "its checksum does not match" says more than "not a meta page".
+                if case let .failure(defect) = result, firstDefect == nil { firstDefect = defect }
             }
-            candidates.append((slot, best))
+            candidates.append((slot, best ?? .failure(firstDefect ?? .invalid("it is not a meta page"))))
         }
         // A meta page that verifies but comes from a newer format means a newer Strata
         // wrote this file: refuse it whole rather than read half of it.

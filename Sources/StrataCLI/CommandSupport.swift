@@ -35,6 +35,7 @@ func printError(_ message: String) {
 func withStore<T>(_ path: String, create: Bool = false, _ body: (Store) throws -> T) throws -> T {
     try reportingErrors {
         let store = create ? try Store.open(path: path) : try openExistingStore(path)
+        for line in recoveryWarnings(store.recoveryReport) { printError(line) }
         let result: T
         do { result = try body(store) } catch {
             try? store.close()
@@ -43,6 +44,14 @@ func withStore<T>(_ path: String, create: Bool = false, _ body: (Store) throws -
         try store.close()
         return result
     }
+}
+
+/// What opening dropped or stepped over, one line each (empty when recovery found the
+/// store whole): every command says so, so a cut log tail is never silent.
+func recoveryWarnings(_ report: RecoveryReport) -> [String] {
+    var lines = report.log.damage.map { "recovery: \($0)" }
+    if let rejected = report.rejectedMeta { lines.append("recovery: \(rejected); the other meta page was used") }
+    return lines
 }
 
 /// Opens the store at `path`, refusing to create one where none exists.

@@ -118,4 +118,23 @@ import Testing
             return errorPath == crafted && reason.contains("past the largest")
         }
     }
+
+    @Test func aMetaPageWithABadChecksumIsReportedAsSuch() throws {
+        let fileSystem = SimulatedFileSystem()
+        // Two checkpoints, so both meta pages are valid; then flip a byte inside the newer one.
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        for round in 0..<2 {
+            try engine.commit(WALBatch([.put(key: Array("k\(round)".utf8), value: [1])]))
+            try engine.checkpoint()
+        }
+        try engine.close(checkpoint: false)
+        let file = try fileSystem.open("/db/data", options: [.write])
+        var meta = try file.read(count: 4096, at: 0)
+        meta[40] ^= 0x01
+        try file.write(meta, at: 0)
+        try file.close()
+        let (reopened, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        #expect(report.rejectedMeta == "meta page 0: its checksum does not match")
+        try reopened.close(checkpoint: false)
+    }
 }

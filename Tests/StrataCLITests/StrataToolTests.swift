@@ -112,6 +112,31 @@ import Testing
         #expect(errorLines.count == 1 && errorLines[0].contains("offset 12288"), "\(verify.stderr)")
     }
 
+    @Test func aCutLogTailIsNeverSilent() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        for store in ["a.db", "b.db"] {
+            for index in 0..<3 {
+                #expect(try runStrata(["put", "--store", store, "key\(index)", "value\(index)"], in: directory).status == 0)
+            }
+            // Damage the last frame of the log: its last byte that is not padding.
+            let wal = directory.appendingPathComponent("\(store)/wal")
+            let segment = try #require(try FileManager.default.contentsOfDirectory(atPath: wal.path)
+                .filter { $0.hasPrefix("wal-0") }.sorted().last)
+            let url = wal.appendingPathComponent(segment)
+            var bytes = try Data(contentsOf: url)
+            let last = try #require(bytes.lastIndex { $0 != 0 })
+            bytes[last] ^= 0x01
+            try bytes.write(to: url)
+        }
+        let get = try runStrata(["get", "--store", "a.db", "key0"], in: directory)
+        #expect(get.status == 0 && get.lines == ["value0"])
+        #expect(get.stderr.contains("recovery: torn tail at offset"), "\(get.stderr)")
+        let verify = try runStrata(["verify", "b.db"], in: directory)
+        #expect(verify.status != 0)
+        #expect(verify.stderr.contains("opening cut") && verify.stderr.contains("may have been acknowledged"), "\(verify.stderr)")
+    }
+
     @Test func secondShellOnAnOpenStoreReportsTheLock() throws {
         let directory = try scratchDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
