@@ -219,25 +219,7 @@ func makeBooks(_ count: Int, seed: UInt64) -> [Book] {
         let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("Fuzz/Corpus/RecordDecoder/seed-record")
         let bytes = try [UInt8](Data(contentsOf: url))
-        let value = try RecordDecoder().decode(FuzzSeed.self, from: bytes)
+        let value = try RecordDecoder().decode(FuzzTargets.FuzzRecord.self, from: bytes)
         #expect(value.parts.count == 2 && value.blob == Data([1, 2, 3]))
     }
-}
-
-/// The same shape as the fuzz target's record.
-struct FuzzSeed: Codable {
-    enum Kind: String, Codable { case a, b }
-    struct Part: Codable {
-        var name: String
-        var weight: Double?
-        var flags: [Bool]
-    }
-
-    var id: Int64
-    var title: String
-    var count: UInt32
-    var kind: Kind?
-    var parts: [Part]
-    var blob: Data
-    var nested: [[Int8]]
 }

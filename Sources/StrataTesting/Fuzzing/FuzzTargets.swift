@@ -181,21 +181,23 @@ public enum FuzzTargets {
 
     // MARK: RecordDecoder
 
-    private struct FuzzRecord: Record {
-        enum Kind: String, Codable { case a, b }
-        struct Part: Codable {
-            var name: String
-            var weight: Double?
-            var flags: [Bool]
+    /// The many-shaped record the `RecordDecoder` target decodes into (the saved seed
+    /// `Fuzz/Corpus/RecordDecoder/seed-record` is one, with two parts and a blob of 1, 2, 3).
+    public struct FuzzRecord: Record {
+        public enum Kind: String, Codable, Sendable { case a, b }
+        public struct Part: Codable, Sendable {
+            public var name: String
+            public var weight: Double?
+            public var flags: [Bool]
         }
 
-        var id: Int64
-        var title: String
-        var count: UInt32
-        var kind: Kind?
-        var parts: [Part]
-        var blob: Data
-        var nested: [[Int8]]
+        public var id: Int64
+        public var title: String
+        public var count: UInt32
+        public var kind: Kind?
+        public var parts: [Part]
+        public var blob: Data
+        public var nested: [[Int8]]
     }
 
     /// Record bytes (FORMAT.md, "Records"): they decode to a record of a many-shaped type or
