@@ -1,6 +1,6 @@
 // Logging: silent unless asked (the default logger drops everything), and with a logger
-// the application passes, opening, checkpoints, released segments and a failed fdatasync
-// are each logged at their level.
+// the application passes, every event the README names is logged at its level: opening,
+// a cut log tail, checkpoints and their failure, released segments, a failed fdatasync.
 import InMemoryLogging
 import Logging
 import StrataEngine
@@ -32,6 +32,20 @@ import Testing
         }
         try engine.checkpoint()
         try engine.close()
+        // A damaged last frame (its last byte that is not padding): the next open cuts it as
+        // a torn tail (its batch is already checkpointed, so nothing is lost).
+        let segment = "/db/wal/" + (try #require(try fileSystem.contentsOfDirectory("/db/wal").filter { $0.hasPrefix("wal-0") }.max()))
+        let handle = try fileSystem.open(segment, options: [.write])
+        let contents = try handle.read(count: Int(try handle.size()), at: 0)
+        let last = try #require(contents.lastIndex { $0 != 0 })
+        try handle.write([contents[last] ^ 0x01], at: Int64(last))
+        try handle.close()
+        (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        // A checkpoint whose data-file sync fails, then a commit whose log sync fails.
+        try engine.commit(WALBatch([.put(key: [3], value: [4])]))
+        fileSystem.failNext(.syncData)
+        #expect(throws: EngineError.self) { try engine.checkpoint() }
+        try? engine.close(checkpoint: false)
         (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
         fileSystem.failNext(.syncData)
         #expect(throws: EngineError.self) { try engine.commit(WALBatch([.put(key: [1], value: [2])])) }
@@ -39,10 +53,12 @@ import Testing
 
         let entries = handler.entries
         let opened = entries.filter { $0.level == .info && "\($0.message)" == "opened store" }
-        #expect(opened.count == 2)
-        #expect(opened.last?.metadata["checkpoint_version"] == "20")
+        #expect(opened.count == 3)
+        #expect(opened.dropFirst().first?.metadata["checkpoint_version"] == "20")
         #expect(entries.contains { $0.level == .debug && "\($0.message)" == "checkpoint done" })
         #expect(entries.contains { $0.level == .debug && "\($0.message)".hasPrefix("released ") })
+        #expect(entries.contains { $0.level == .warning && "\($0.message)" == "recovery cut the log" })
+        #expect(entries.contains { $0.level == .error && "\($0.message)".hasPrefix("checkpoint failed") })
         #expect(entries.contains { $0.level == .error && "\($0.message)".contains("fdatasync failed") })
     }
 }
