@@ -30,6 +30,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         // `swift package generate-documentation --target Strata` (Sources/Contexts/Strata.docc).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        // Atomic loads and stores on the memtable's arena memory (its skip list's links).
+        .package(url: "https://github.com/apple/swift-atomics", from: "1.3.0"),
     ],
     targets: [
         // liblz4 from the system (Debian/Ubuntu: liblz4-dev).
@@ -59,6 +61,7 @@ let package = Package(
             dependencies: [
                 "StrataWAL", "StrataCodec", "StrataFileIO", "StrataLocks",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Atomics", package: "swift-atomics"),
             ],
             path: "Sources/Engine"
         ),

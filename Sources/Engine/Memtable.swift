@@ -1,8 +1,37 @@
-// The memtable: committed changes not yet folded into the B+tree, as a persistent map
-// (PersistentSortedMap.swift, invariants M1–M2). Publishing a commit makes a new memtable
-// that shares all but O(log n) nodes with the old one, so a snapshot keeps the memtable
-// as of its version by holding a reference: readers never lock and never block writers.
-// Thread-safety: values are immutable and `Sendable`.
+// The memtable: committed changes not yet folded into the B+tree, as a skip list laid out
+// in an arena (MemtableArena.swift), LevelDB style. Every change is a node of its own
+// carrying its commit version, so a reader at version V sees, for each key, the newest
+// node at or below V: a snapshot of the memtable is just a version number. Readers take
+// no lock; the single writer links new nodes in and never changes or frees a published
+// one; dropping the memtable frees its blocks. No node is reference counted.
+//
+// A node, at an 8-aligned address in the arena:
+//   0  version      UInt64
+//   8  valueLength  Int32   (-1 for a delete)
+//  12  keyLength    UInt16
+//  14  height       UInt8   (1...maxHeight)
+//  16  links        height × 8 bytes, atomic: the next node at each level (0 = none)
+//      key bytes, then value bytes
+//
+// Invariants:
+//  K1. At every level, nodes are in key order, and nodes of one key in strictly
+//      decreasing version order (a newer change of a key is linked before the older ones).
+//  K2. A node is linked only after all its bytes and its own links are written (release
+//      store; readers load links with acquire), and it never changes afterwards.
+//  K3. Versions are inserted in increasing order per key (the engine publishes in version
+//      order), so a reader at version V never misses a node at or below V.
+// Thread-safety: `insert`/`apply` only from one thread at a time (the engine calls them
+// with its commit lock held, or before the memtable is shared); every other member from
+// any thread.
+import Atomics
+import StrataWAL
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// A change as the memtable keeps it: the value (nil for a delete) and its version.
 struct MemtableEntry: Sendable, Equatable {
@@ -10,67 +39,331 @@ struct MemtableEntry: Sendable, Equatable {
     var value: [UInt8]?
 }
 
-/// The committed changes not yet in the tree, with their size.
-struct Memtable: Sendable {
-    private(set) var map = PersistentSortedMap<MemtableEntry>()
-    /// Approximate bytes held (keys, values and per-entry overhead), for the checkpoint trigger.
-    private(set) var byteCount = 0
+/// The committed changes not yet in the tree.
+final class Memtable: @unchecked Sendable {
+    // @unchecked: the writer-only state (`arena`, `random`, `finger`) is touched only by
+    // the single writer (see the header); shared state is atomic or immutable once linked.
+    static let maxHeight = 12
+    /// Per-node bytes besides key and value, for the size estimate of tests and docs.
+    static let nodeHeaderBytes = 16
 
-    static let entryOverheadBytes = 64
+    private let head: MemtableNode
+    private var arena = MemtableArena()
+    private var random: UInt64 = 0x2545_F491_4F6C_DD1D
+    /// Predecessors of the last inserted key at each level (a sorted run continues from them).
+    private let finger: UnsafeMutablePointer<MemtableNode>
+    private let levels = ManagedAtomic(1)
+    private let nodeCount = ManagedAtomic(0)
+    private let nodeBytes = ManagedAtomic(0)
 
-    /// Keys held.
-    var count: Int { map.count }
-
-    /// The entry for `key`, if the memtable has one. O(log n).
-    func entry(_ key: [UInt8]) -> MemtableEntry? { map[key] }
-
-    /// A memtable with `entry` under `key` (replacing any earlier one). O(log n) new nodes.
-    func inserting(_ key: [UInt8], _ entry: MemtableEntry) -> Memtable {
-        var result = self
-        let replaced = result.map.updateValue(entry, forKey: key)
-        result.byteCount += Self.bytes(key, entry) - (replaced.map { Self.bytes(key, $0) } ?? 0)
-        return result
+    init() {
+        let size = Self.nodeHeaderBytes + 8 * Self.maxHeight
+        head = MemtableNode.make(at: arena.allocate(size), height: Self.maxHeight, version: 0, key: UnsafeRawBufferPointer(start: nil, count: 0),
+                                 value: nil)
+        finger = .allocate(capacity: Self.maxHeight)
+        finger.initialize(repeating: head, count: Self.maxHeight)
     }
 
-    /// The largest key held, or nil when empty. O(log n).
-    var lastKey: [UInt8]? {
-        var iterator = map.entries(from: nil, reverse: true)
-        return iterator.next()?.key
+    deinit {
+        finger.deallocate()
+        arena.deallocateAll()
     }
 
-    /// This memtable with `entries` (sorted by key, no key twice) added, replacing any
-    /// entry of the same key. O(m log(n/m + 1)) for m entries into n.
-    func merging(sortedUnique entries: [(key: [UInt8], entry: MemtableEntry)]) -> Memtable {
-        var result = self
-        var replacedBytes = 0
-        result.map = map.merging(PersistentSortedMap(sortedUnique: entries.map { ($0.key, $0.entry) })) { key, old in
-            replacedBytes += Self.bytes(key, old)
+    /// Changes held (every version of a key counts).
+    var count: Int { nodeCount.load(ordering: .relaxed) }
+
+    /// Bytes the changes take (nodes with keys and values), for the checkpoint trigger.
+    var byteCount: Int { nodeBytes.load(ordering: .relaxed) }
+
+    var isEmpty: Bool { count == 0 }
+
+    /// The newest change of `key` at or below `version`, if any. O(log n).
+    func entry(_ key: [UInt8], at version: UInt64 = .max) -> MemtableEntry? {
+        key.withUnsafeBytes { key in
+            var node = firstNode(atLeast: key)
+            while let current = node, current.compare(with: key) == 0 {
+                if current.version <= version { return current.entry }
+                node = current.next(0)
+            }
+            return nil
         }
-        result.byteCount += entries.reduce(0) { $0 + Self.bytes($1.key, $1.entry) } - replacedBytes
-        return result
     }
 
-    /// A memtable holding the given entries, built balanced in O(n) without rotations.
-    /// `entries` must be sorted by key with no key twice.
-    static func build(sortedUnique entries: [(key: [UInt8], entry: MemtableEntry)]) -> Memtable {
-        var memtable = Memtable()
-        memtable.map = PersistentSortedMap(sortedUnique: entries.map { ($0.key, $0.entry) })
-        memtable.byteCount = entries.reduce(0) { $0 + bytes($1.key, $1.entry) }
-        return memtable
+    /// Adds every operation of `batch` at `version`; the last operation of a key wins.
+    /// `version` must be above every version held (K3). Writer only.
+    func apply(_ batch: WALBatch, version: UInt64) {
+        let operations = batch.operations
+        if operations.count == 1 {
+            insert(operations[0].key, version: version, value: operations[0].value, continuingRun: false)
+            return
+        }
+        // Sorted, a batch goes in as one run: each key continues from the previous one's
+        // place instead of searching from the top (a sequential batch costs O(1) per key).
+        let order = operations.indices.sorted { left, right in
+            let byKey = compareKeys(operations[left].key, operations[right].key)
+            return byKey != 0 ? byKey < 0 : left < right
+        }
+        var continuingRun = false
+        for (position, index) in order.enumerated() {
+            let isLastOfKey = position + 1 == order.count || compareKeys(operations[index].key, operations[order[position + 1]].key) != 0
+            guard isLastOfKey else { continue }
+            insert(operations[index].key, version: version, value: operations[index].value, continuingRun: continuingRun)
+            continuingRun = true
+        }
     }
 
-    /// Entries in key order from the first key at or above `start` (forward) or at or
-    /// below it (reverse); nil starts at the end.
-    func entries(from start: [UInt8]?, reverse: Bool) -> MemtableIterator {
-        map.entries(from: start, reverse: reverse)
+    /// Adds `entries`, sorted by key with no key twice, each at its own version. Writer only.
+    func insert(sortedUnique entries: [(key: [UInt8], entry: MemtableEntry)]) {
+        for (index, change) in entries.enumerated() {
+            insert(change.key, version: change.entry.version, value: change.entry.value, continuingRun: index > 0)
+        }
     }
 
-    /// Checks M1 and M2 of PersistentSortedMap.swift (tests only: O(n)).
-    func checkInvariants() -> Bool { map.checkInvariants() }
+    /// Adds one change. Writer only.
+    func insert(_ key: [UInt8], _ entry: MemtableEntry) {
+        insert(key, version: entry.version, value: entry.value, continuingRun: false)
+    }
 
-    private static func bytes(_ key: [UInt8], _ entry: MemtableEntry) -> Int {
-        key.count + (entry.value?.count ?? 0) + entryOverheadBytes
+    /// Changes in key order from the first key at or above `start` (forward) or at or
+    /// below it (reverse), nil starting at the end: for each key its newest change at or
+    /// below `version`. O(log n) to start; forward steps O(1), reverse steps O(log n).
+    func entries(from start: [UInt8]?, reverse: Bool, at version: UInt64 = .max) -> MemtableIterator {
+        var node: MemtableNode?
+        if let start {
+            node = start.withUnsafeBytes { start in
+                let atLeast = firstNode(atLeast: start)
+                guard reverse else { return atLeast }
+                if let atLeast, atLeast.compare(with: start) == 0 { return atLeast }
+                return lastNode(below: start)
+            }
+        } else {
+            node = reverse ? lastNode(below: nil) : head.next(0)
+        }
+        return MemtableIterator(memtable: self, node: node, version: version, reverse: reverse)
+    }
+
+    /// Checks K1 at every level and the node count (tests only: O(n)).
+    func checkInvariants() -> Bool {
+        var nodes = 0
+        for level in 0..<Self.maxHeight {
+            var previous: MemtableNode?
+            var node = head.next(level)
+            while let current = node {
+                guard current.height > level else { return false }
+                if let previous {
+                    let order = previous.compare(with: current.key)
+                    guard order < 0 || (order == 0 && previous.version > current.version) else { return false }
+                }
+                if level == 0 { nodes += 1 }
+                previous = current
+                node = current.next(level)
+            }
+        }
+        return nodes == count
+    }
+
+    // MARK: Search
+
+    /// The first node whose key is ≥ `key` (the newest change of `key` when it has one).
+    func firstNode(atLeast key: UnsafeRawBufferPointer) -> MemtableNode? {
+        var node = head
+        var level = levels.load(ordering: .relaxed) - 1
+        while true {
+            if let next = node.next(level), next.compare(with: key) < 0 {
+                node = next
+            } else if level == 0 {
+                return node.next(0)
+            } else {
+                level -= 1
+            }
+        }
+    }
+
+    /// The last node whose key is < `key` (the last of all when `key` is nil).
+    func lastNode(below key: UnsafeRawBufferPointer?) -> MemtableNode? {
+        var node = head
+        var level = levels.load(ordering: .relaxed) - 1
+        while true {
+            if let next = node.next(level), key.map({ next.compare(with: $0) < 0 }) ?? true {
+                node = next
+            } else if level == 0 {
+                return node == head ? nil : node
+            } else {
+                level -= 1
+            }
+        }
+    }
+
+    // MARK: Insertion (writer only)
+
+    private func insert(_ key: [UInt8], version: UInt64, value: [UInt8]?, continuingRun: Bool) {
+        key.withUnsafeBytes { key in
+            let top = levels.load(ordering: .relaxed) - 1
+            var level = top
+            if continuingRun {
+                // `finger` holds the predecessors of a smaller key: climb while the gap to
+                // `key` spans the next node, then search down from there.
+                level = 0
+                while level < top, let next = finger[level].next(level), next.compare(with: key) < 0 { level += 1 }
+            } else {
+                finger[top] = head
+            }
+            var node = finger[level]
+            while true {
+                while let next = node.next(level), next.compare(with: key) < 0 { node = next }
+                finger[level] = node
+                if level == 0 { break }
+                level -= 1
+            }
+            let height = randomHeight()
+            if height > top + 1 {
+                for level in (top + 1)..<height { finger[level] = head }
+                levels.store(height, ordering: .relaxed)
+            }
+            let size = Self.nodeHeaderBytes + 8 * height + key.count + (value?.count ?? 0)
+            let inserted = value.withUnsafeBytesIfPresent { value in
+                MemtableNode.make(at: arena.allocate(size), height: height, version: version, key: key, value: value)
+            }
+            for level in 0..<height {
+                inserted.link(level).store(finger[level].link(level).load(ordering: .relaxed), ordering: .relaxed)
+            }
+            for level in 0..<height {
+                finger[level].link(level).store(inserted.bits, ordering: .releasing)
+                finger[level] = inserted
+            }
+            nodeCount.wrappingIncrement(ordering: .relaxed)
+            nodeBytes.wrappingIncrement(by: size, ordering: .relaxed)
+        }
+    }
+
+    /// 1 with probability 3/4, 2 with 3/16, … (branching factor 4), at most `maxHeight`.
+    private func randomHeight() -> Int {
+        random ^= random << 13
+        random ^= random >> 7
+        random ^= random << 17
+        var bits = random
+        var height = 1
+        while height < Self.maxHeight && bits & 3 == 0 {
+            height += 1
+            bits >>= 2
+        }
+        return height
     }
 }
 
-typealias MemtableIterator = PersistentSortedMap<MemtableEntry>.Iterator
+/// A node of the memtable's skip list (layout in Memtable.swift's header): a pointer into
+/// the arena, valid while the memtable lives.
+struct MemtableNode: Equatable {
+    let base: UnsafeMutableRawPointer
+
+    init(_ base: UnsafeMutableRawPointer) { self.base = base }
+
+    static func make(at base: UnsafeMutableRawPointer, height: Int, version: UInt64, key: UnsafeRawBufferPointer,
+                     value: UnsafeRawBufferPointer?) -> MemtableNode {
+        base.storeBytes(of: version, as: UInt64.self)
+        base.storeBytes(of: Int32(value.map(\.count) ?? -1), toByteOffset: 8, as: Int32.self)
+        base.storeBytes(of: UInt16(key.count), toByteOffset: 12, as: UInt16.self)
+        base.storeBytes(of: UInt8(height), toByteOffset: 14, as: UInt8.self)
+        (base + 16).initializeMemory(as: Int.AtomicRepresentation.self, repeating: .init(0), count: height)
+        let keyStart = base + 16 + 8 * height
+        if let address = key.baseAddress { keyStart.copyMemory(from: address, byteCount: key.count) }
+        if let value, let address = value.baseAddress { (keyStart + key.count).copyMemory(from: address, byteCount: value.count) }
+        return MemtableNode(base)
+    }
+
+    var bits: Int { Int(bitPattern: base) }
+    var version: UInt64 { base.load(as: UInt64.self) }
+    var height: Int { Int(base.load(fromByteOffset: 14, as: UInt8.self)) }
+    private var keyCount: Int { Int(base.load(fromByteOffset: 12, as: UInt16.self)) }
+    private var valueCount: Int32 { base.load(fromByteOffset: 8, as: Int32.self) }
+
+    var key: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base + 16 + 8 * height, count: keyCount) }
+
+    /// The value's bytes, or nil for a delete.
+    var value: UnsafeRawBufferPointer? {
+        let count = valueCount
+        guard count >= 0 else { return nil }
+        return UnsafeRawBufferPointer(start: base + 16 + 8 * height + keyCount, count: Int(count))
+    }
+
+    var entry: MemtableEntry { MemtableEntry(version: version, value: value.map { Array($0) }) }
+
+    func link(_ level: Int) -> UnsafeAtomic<Int> {
+        UnsafeAtomic(at: (base + 16 + 8 * level).assumingMemoryBound(to: Int.AtomicRepresentation.self))
+    }
+
+    func next(_ level: Int) -> MemtableNode? {
+        UnsafeMutableRawPointer(bitPattern: link(level).load(ordering: .acquiring)).map(MemtableNode.init)
+    }
+
+    /// Compares this node's key with `key` (negative when the node's is smaller).
+    @inline(__always)
+    func compare(with key: UnsafeRawBufferPointer) -> Int {
+        let own = keyCount
+        let common = min(own, key.count)
+        let order = common == 0 ? 0 : Int(memcmp(base + 16 + 8 * height, key.baseAddress!, common))
+        return order != 0 ? order : own - key.count
+    }
+}
+
+/// A walk over a memtable as of one version (see `Memtable.entries`); it keeps the
+/// memtable, and so its nodes, alive.
+struct MemtableIterator: IteratorProtocol {
+    private let memtable: Memtable
+    /// Forward: the first node of the next key to visit. Reverse: a node of it.
+    private var node: MemtableNode?
+    private let version: UInt64
+    private let reverse: Bool
+
+    init(memtable: Memtable, node: MemtableNode?, version: UInt64, reverse: Bool) {
+        self.memtable = memtable
+        self.node = node
+        self.version = version
+        self.reverse = reverse
+    }
+
+    mutating func next() -> (key: [UInt8], value: MemtableEntry)? {
+        while let current = node {
+            let key = current.key
+            var visible: MemtableNode?
+            if reverse {
+                // From the newest change of this key; then to the key before it.
+                var candidate = memtable.firstNode(atLeast: key)
+                while let change = candidate, change.compare(with: key) == 0 {
+                    if change.version <= version { visible = change; break }
+                    candidate = change.next(0)
+                }
+                node = memtable.lastNode(below: key)
+            } else {
+                var candidate: MemtableNode? = current
+                while let change = candidate, change == current || change.compare(with: key) == 0 {
+                    if visible == nil && change.version <= version { visible = change }
+                    candidate = change.next(0)
+                }
+                node = candidate
+            }
+            if let visible { return (Array(key), visible.entry) }
+        }
+        return nil
+    }
+}
+
+extension WALBatch.Operation {
+    /// The value a put stores, or nil for a delete.
+    var value: [UInt8]? {
+        switch self {
+        case let .put(_, value): value
+        case .delete: nil
+        }
+    }
+}
+
+extension Optional where Wrapped == [UInt8] {
+    /// Calls `body` with the array's bytes, or with nil.
+    func withUnsafeBytesIfPresent<Result>(_ body: (UnsafeRawBufferPointer?) -> Result) -> Result {
+        switch self {
+        case let .some(array): array.withUnsafeBytes { body($0) }
+        case .none: body(nil)
+        }
+    }
+}

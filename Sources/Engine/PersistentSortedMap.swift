@@ -1,7 +1,7 @@
 // A persistent (immutable, structurally shared) ordered map from byte-string keys to
 // values: an AVL tree whose updates copy only the O(log n) nodes on the path they change.
-// Holding a copy of the map is therefore a snapshot of it, taken in O(1). The engine's
-// memtable and the contexts' overlays are both built on it.
+// Holding a copy of the map is therefore a snapshot of it, taken in O(1): the contexts'
+// overlays are built on it (a child captures its parent's overlay in O(1)).
 //
 // Invariants:
 //  M1. In-order traversal yields strictly increasing keys (in `compareKeys` order).

@@ -20,7 +20,7 @@ public final class Snapshot: Sendable {
 
     /// The value of `key`, or nil when it has none. Throws `EngineError` for a corrupt page.
     public func get(_ key: [UInt8]) throws -> [UInt8]? {
-        if let entry = state.active.entry(key) ?? state.frozen?.entry(key) { return entry.value }
+        if let entry = memtableEntry(key) { return entry.value }
         guard let entry = try state.tree.entry(key, file: engine.pageFile) else { return nil }
         return try engine.value(of: entry)
     }
@@ -31,8 +31,15 @@ public final class Snapshot: Sendable {
     /// The version of the last commit at or below this snapshot's version that wrote
     /// `key` (a put or a delete), or 0 when none did.
     public func lastWriteVersion(_ key: [UInt8]) throws -> UInt64 {
-        if let entry = state.active.entry(key) ?? state.frozen?.entry(key) { return entry.version }
+        if let entry = memtableEntry(key) { return entry.version }
         return try state.tree.entry(key, file: engine.pageFile)?.version ?? 0
+    }
+
+    /// The newest change of `key` the memtables hold as of this snapshot's version.
+    private func memtableEntry(_ key: [UInt8]) -> MemtableEntry? {
+        if !state.active.isEmpty, let entry = state.active.entry(key, at: state.version) { return entry }
+        guard let frozen = state.frozen, !frozen.isEmpty else { return nil }
+        return frozen.entry(key, at: state.version)
     }
 
     /// Key/value pairs in key order (descending with `reverse`) with keys in `start..<end`
@@ -115,8 +122,8 @@ struct MergedScan {
 
     init(state: EngineState, file: PageFile, start: [UInt8]?, reverse: Bool) throws {
         self.reverse = reverse
-        active = state.active.entries(from: start, reverse: reverse)
-        frozen = state.frozen?.entries(from: start, reverse: reverse)
+        active = state.active.entries(from: start, reverse: reverse, at: state.version)
+        frozen = state.frozen?.entries(from: start, reverse: reverse, at: state.version)
         tree = try state.tree.cursor(from: start, reverse: reverse, file: file)
         heads[0] = active.next().map { ($0.key, .memtable($0.value)) }
         heads[1] = frozen?.next().map { ($0.key, .memtable($0.value)) }

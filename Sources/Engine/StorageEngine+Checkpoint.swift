@@ -71,7 +71,7 @@ extension StorageEngine {
                                 allocator: PageAllocator(reusable: reusable, pageCount: durable.meta.pageCount))
         var changes: [(key: [UInt8], entry: MemtableEntry)] = []
         changes.reserveCapacity(frozen.count)
-        var iterator = frozen.entries(from: nil, reverse: false)
+        var iterator = frozen.entries(from: nil, reverse: false, at: frozenState.version)
         while let next = iterator.next() { changes.append((next.key, next.value)) }
         let tree = try writer.apply(changes, to: frozenState.tree)
 

@@ -75,8 +75,8 @@ extension StorageEngine {
             logOptions.logger = options.logger
             logOptions.firstLSN = LSN(meta.checkpointVersion + 1)
             logOptions.requiredFirstLSN = LSN(meta.checkpointVersion + 1)
-            // Replayed changes are gathered, sorted once and built into a balanced memtable:
-            // inserting them one by one would cost O(log n) new nodes each.
+            // Replayed changes are gathered, sorted once and inserted as one sorted run
+            // (O(1) per key), keeping the last change of each key only.
             var changes: [(key: [UInt8], entry: MemtableEntry)] = []
             var replayed = 0
             let (log, logReport) = try WriteAheadLog.open(directory: joinPath(path, logDirectoryName), fileSystem: fileSystem,
@@ -91,7 +91,8 @@ extension StorageEngine {
                 }
                 replayed += 1
             }
-            let active = Memtable.build(sortedUnique: latestPerKey(changes))
+            let active = Memtable()
+            active.insert(sortedUnique: latestPerKey(changes))
             let version = max(meta.checkpointVersion, logReport.lastLSN.rawValue)
             let state = EngineState(version: version, tree: BTree(root: meta.root, height: Int(meta.height)),
                                     treeGeneration: meta.generation, frozen: nil, active: active)

@@ -188,8 +188,6 @@ struct CommitState {
     var publishedVersion: UInt64
     /// Batches whose frame is in the log but not yet published, by version.
     var inFlight: [UInt64: WALBatch] = [:]
-    /// The newest in-flight version that writes each key.
-    var inFlightKeys: [[UInt8]: UInt64] = [:]
     var failure: String?
     var closed = false
 }

@@ -1,47 +1,115 @@
+import Foundation
 import StrataFileIO
+import Synchronization
 import Testing
 import StrataWAL
 @testable import StrataEngine
 
-/// Expects both memtables to hold the same keys with the same entries, in order.
-func expectSameEntries(_ first: Memtable, _ second: Memtable, sourceLocation: SourceLocation = #_sourceLocation) {
-    var left = first.entries(from: nil, reverse: false)
-    var right = second.entries(from: nil, reverse: false)
-    while true {
-        let a = left.next()
-        let b = right.next()
-        #expect(a?.key == b?.key && a?.value == b?.value, sourceLocation: sourceLocation)
-        if a == nil || b == nil { break }
+/// What a memtable should hold: every change of every key, oldest first.
+private struct MemtableModel {
+    var changes: [[UInt8]: [(version: UInt64, value: [UInt8]?)]] = [:]
+
+    mutating func apply(_ batch: WALBatch, version: UInt64) {
+        var last: [[UInt8]: [UInt8]?] = [:]
+        for operation in batch.operations { last[operation.key] = .some(operation.value) }
+        for (key, value) in last { changes[key, default: []].append((version, value)) }
+    }
+
+    func entry(_ key: [UInt8], at version: UInt64) -> MemtableEntry? {
+        changes[key]?.last { $0.version <= version }.map { MemtableEntry(version: $0.version, value: $0.value) }
+    }
+
+    /// Keys in order with their newest change at or below `version`.
+    func view(at version: UInt64) -> [(key: [UInt8], entry: MemtableEntry)] {
+        changes.keys.sorted { compareKeys($0, $1) < 0 }.compactMap { key in entry(key, at: version).map { (key, $0) } }
     }
 }
 
+private func walk(_ memtable: Memtable, from start: [UInt8]?, reverse: Bool, at version: UInt64) -> [(key: [UInt8], entry: MemtableEntry)] {
+    var iterator = memtable.entries(from: start, reverse: reverse, at: version)
+    var result: [(key: [UInt8], entry: MemtableEntry)] = []
+    while let next = iterator.next() { result.append((next.key, next.value)) }
+    return result
+}
+
+/// Whether both lists hold the same keys and entries in order (a Bool, so a failing
+/// expectation does not print both lists whole).
+private func same(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right: [(key: [UInt8], entry: MemtableEntry)]) -> Bool {
+    left.count == right.count && zip(left, right).allSatisfy { $0.key == $1.key && $0.entry == $1.entry }
+}
+
+private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right: [(key: [UInt8], entry: MemtableEntry)],
+                        _ comment: Comment, sourceLocation: SourceLocation = #_sourceLocation) {
+    let matches = same(left, right)
+    #expect(matches, comment, sourceLocation: sourceLocation)
+}
+
 @Suite struct MemtableTests {
+    /// Random batches (appended, scattered, overwriting, deleting, a key twice in one
+    /// batch) at increasing versions: lookups and walks in both directions, from any start
+    /// and as of any earlier version, match a model of every change.
     @Test(arguments: [UInt64(1), 2, 3])
-    func aBuiltMemtableEqualsOneMadeByInsertingTheSameChangesInOrder(seed: UInt64) {
-        print("seed \(seed)")
+    func everyVersionReadsAsTheModelSays(seed: UInt64) {
+        print("MemtableTests seed \(seed)")
         var random = SplitMix64(seed: seed)
-        var changes: [(key: [UInt8], entry: MemtableEntry)] = []
-        for version in 1...3000 {
-            let key = Array("k\(random.next() % 700)".utf8)
-            let value: [UInt8]? = random.next() % 5 == 0 ? nil : [UInt8(truncatingIfNeeded: version)]
-            changes.append((key, MemtableEntry(version: UInt64(version), value: value)))
+        let memtable = Memtable()
+        var model = MemtableModel()
+        func key(_ number: UInt64) -> [UInt8] { Array(String(format: "%06llu", number).utf8) }
+        for version in UInt64(1)...150 {
+            var batch = WALBatch()
+            // Every other batch writes its smallest key twice (the first write must lose).
+            if version % 2 == 0 { batch.put(key(0), [0]) }
+            let appended = version % 3 == 0
+            for index in 0..<(1 + Int(random.next() % 120)) {
+                let number = appended ? version * 1_000 + UInt64(index) : random.next() % (version * 1_000)
+                if random.next() % 7 == 0 { batch.delete(key(number)) } else {
+                    batch.put(key(number), [UInt8](repeating: UInt8(truncatingIfNeeded: version), count: Int(random.next() % 30)))
+                }
+            }
+            if version % 2 == 0 { batch.put(key(0), [UInt8(truncatingIfNeeded: version)]) }
+            memtable.apply(batch, version: version)
+            model.apply(batch, version: version)
+            #expect(memtable.count == model.changes.values.reduce(0) { $0 + $1.count }, "seed \(seed), version \(version)")
+            guard version % 25 == 0 else { continue }
+            #expect(memtable.checkInvariants(), "seed \(seed), version \(version)")
+            for _ in 0..<4 {
+                let at = 1 + random.next() % version
+                let view = model.view(at: at)
+                expectSame(walk(memtable, from: nil, reverse: false, at: at), view, "seed \(seed), at \(at)")
+                expectSame(walk(memtable, from: nil, reverse: true, at: at), view.reversed(), "seed \(seed), at \(at)")
+                let start = key(random.next() % (version * 1_000))
+                expectSame(walk(memtable, from: start, reverse: false, at: at), view.filter { compareKeys($0.key, start) >= 0 },
+                           "seed \(seed), at \(at)")
+                expectSame(walk(memtable, from: start, reverse: true, at: at),
+                           view.filter { compareKeys($0.key, start) <= 0 }.reversed(), "seed \(seed), at \(at)")
+                for _ in 0..<200 {
+                    let probe = key(random.next() % (version * 1_000))
+                    #expect(memtable.entry(probe, at: at) == model.entry(probe, at: at), "seed \(seed), at \(at)")
+                }
+            }
         }
-        var inserted = Memtable()
-        for change in changes { inserted = inserted.inserting(change.key, change.entry) }
-        let built = Memtable.build(sortedUnique: StorageEngine.latestPerKey(changes))
-        #expect(built.checkInvariants() && inserted.checkInvariants())
-        #expect(built.count == inserted.count && built.byteCount == inserted.byteCount)
-        expectSameEntries(built, inserted)
+    }
+
+    /// A sorted run of changes, each at its own version (as recovery inserts them), reads
+    /// back as given.
+    @Test func aSortedRunReadsBackAsInserted() {
+        var random = SplitMix64(seed: 9)
+        let entries = (0..<5_000).map { number in
+            (key: Array(String(format: "k%07d", number * 3).utf8),
+             entry: MemtableEntry(version: 1 + random.next() % 900, value: random.next() % 5 == 0 ? nil : [UInt8(number % 256)]))
+        }
+        let memtable = Memtable()
+        memtable.insert(sortedUnique: entries)
+        #expect(memtable.checkInvariants() && memtable.count == entries.count)
+        expectSame(walk(memtable, from: nil, reverse: false, at: .max), entries, "forward")
+        expectSame(walk(memtable, from: nil, reverse: true, at: .max), entries.reversed(), "reverse")
     }
 
     @Test func scansStartWhereAskedInBothDirections() {
-        var memtable = Memtable()
-        for key in ["b", "d", "f"] { memtable = memtable.inserting(Array(key.utf8), MemtableEntry(version: 1, value: [])) }
+        let memtable = Memtable()
+        for key in ["b", "d", "f"] { memtable.insert(Array(key.utf8), MemtableEntry(version: 1, value: [])) }
         func keys(_ start: String?, reverse: Bool) -> [String] {
-            var iterator = memtable.entries(from: start.map { Array($0.utf8) }, reverse: reverse)
-            var result: [String] = []
-            while let next = iterator.next() { result.append(String(decoding: next.key, as: UTF8.self)) }
-            return result
+            walk(memtable, from: start.map { Array($0.utf8) }, reverse: reverse, at: .max).map { String(decoding: $0.key, as: UTF8.self) }
         }
         #expect(keys("c", reverse: false) == ["d", "f"])
         #expect(keys("d", reverse: false) == ["d", "f"])
@@ -49,61 +117,59 @@ func expectSameEntries(_ first: Memtable, _ second: Memtable, sourceLocation: So
         #expect(keys("d", reverse: true) == ["d", "b"])
         #expect(keys(nil, reverse: true) == ["f", "d", "b"])
         #expect(keys("a", reverse: true) == [])
+        #expect(keys("g", reverse: false) == [])
     }
-}
 
-@Suite struct MemtableMergeTests {
-    /// Merging sorted batches (join-based union) gives the same memtable as inserting
-    /// their changes one by one: entries, count, byte count, and AVL balance.
-    @Test(arguments: [UInt64(1), 2, 3, 4])
-    func mergingABatchEqualsInsertingItsChanges(seed: UInt64) {
-        print("MemtableMergeTests seed \(seed)")
-        var random = SplitMix64(seed: seed)
-        var merged = Memtable()
-        var inserted = Memtable()
-        for version in 1...200 {
-            // Keys appended after all others, scattered among them, or overwriting them.
-            let size = Int(random.next() % 300)
-            var changes: [(key: [UInt8], entry: MemtableEntry)] = []
-            for _ in 0..<size {
-                let number = random.next() % 3 == 0 ? UInt64(version) * 1_000 + random.next() % 1_000 : random.next() % 5_000
-                let key = Array(String(format: "%08llu", number).utf8)
-                let value: [UInt8]? = random.next() % 6 == 0 ? nil : [UInt8](repeating: 7, count: Int(random.next() % 40))
-                changes.append((key, MemtableEntry(version: UInt64(version), value: value)))
-            }
-            merged = merged.merging(sortedUnique: StorageEngine.latestPerKey(changes))
-            for change in changes { inserted = inserted.inserting(change.key, change.entry) }
-            #expect(merged.checkInvariants(), "seed \(seed), batch \(version)")
-            #expect(merged.count == inserted.count && merged.byteCount == inserted.byteCount, "seed \(seed), batch \(version)")
+    /// Readers on other threads, reading as of the last published version while the writer
+    /// links in newer ones, always see exactly that version: every batch writes every key
+    /// with a value naming its version. (Threads, not tasks: the readers spin.)
+    @Test func readersBesideTheWriterSeeExactlyTheirVersion() {
+        final class Shared: Sendable {
+            let memtable = Memtable()
+            let published = Atomic<UInt64>(0)
+            let failures = Atomic(0)
+            let finished = DispatchSemaphore(value: 0)
         }
-        expectSameEntries(merged, inserted)
-    }
-}
-
-@Suite struct MemtableApplyTests {
-    /// `applying` merges appended batches and inserts scattered ones; either way the
-    /// result is the memtable of inserting every operation in order.
-    @Test func applyingAppendedAndScatteredBatchesEqualsInsertingThem() {
-        var random = SplitMix64(seed: 12)
-        var applied = Memtable()
-        var inserted = Memtable()
-        for version in 1...60 {
+        let shared = Shared()
+        let keys = (0..<200).map { Array(String(format: "key%04d", $0).utf8) }
+        let lastVersion: UInt64 = 400
+        func batch(_ version: UInt64) -> WALBatch {
             var batch = WALBatch()
-            let appended = version % 2 == 0
-            for index in 0..<(1 + Int(random.next() % 100)) {
-                let number = appended ? version * 1_000 + index : Int(random.next() % UInt64(version * 1_000))
-                let key = Array(String(format: "%08d", number).utf8)
-                if random.next() % 7 == 0 { batch.delete(key) } else { batch.put(key, [UInt8(truncatingIfNeeded: version)]) }
-            }
-            applied = applied.applying(batch, version: UInt64(version))
-            for operation in batch.operations {
-                switch operation {
-                case let .put(key, value): inserted = inserted.inserting(key, MemtableEntry(version: UInt64(version), value: value))
-                case let .delete(key): inserted = inserted.inserting(key, MemtableEntry(version: UInt64(version), value: nil))
-                }
-            }
-            #expect(applied.checkInvariants() && applied.count == inserted.count && applied.byteCount == inserted.byteCount)
+            for key in keys.shuffled() { batch.put(key, withUnsafeBytes(of: version.littleEndian) { Array($0) }) }
+            return batch
         }
-        expectSameEntries(applied, inserted)
+        shared.memtable.apply(batch(1), version: 1)
+        shared.published.store(1, ordering: .releasing)
+        for reader in 0..<2 {
+            Thread.detachNewThread {
+                var random = SplitMix64(seed: UInt64(reader))
+                while true {
+                    let version = shared.published.load(ordering: .acquiring)
+                    let entry = shared.memtable.entry(keys[Int(random.next() % 200)], at: version)
+                    if entry?.version != version || entry?.value != withUnsafeBytes(of: version.littleEndian, { Array($0) }) {
+                        shared.failures.add(1, ordering: .relaxed)
+                    }
+                    if random.next() % 64 == 0 {
+                        var iterator = shared.memtable.entries(from: nil, reverse: false, at: version)
+                        var seen = 0
+                        while let next = iterator.next() {
+                            if next.value.version != version { shared.failures.add(1, ordering: .relaxed) }
+                            seen += 1
+                        }
+                        if seen != keys.count { shared.failures.add(1, ordering: .relaxed) }
+                    }
+                    if version == lastVersion { break }
+                }
+                shared.finished.signal()
+            }
+        }
+        for version in 2...lastVersion {
+            shared.memtable.apply(batch(version), version: version)
+            shared.published.store(version, ordering: .releasing)
+        }
+        shared.finished.wait()
+        shared.finished.wait()
+        #expect(shared.failures.load(ordering: .relaxed) == 0)
+        #expect(shared.memtable.checkInvariants() && shared.memtable.count == keys.count * Int(lastVersion))
     }
 }
