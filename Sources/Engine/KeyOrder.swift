@@ -17,6 +17,14 @@ public func compareKeys(_ lhs: [UInt8], _ rhs: [UInt8]) -> Int {
     return order != 0 ? order : lhs.count - rhs.count
 }
 
+/// Compares two byte strings in key order: negative, zero or positive.
+@inlinable @inline(__always)
+func compareBytes(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) -> Int {
+    let common = min(lhs.count, rhs.count)
+    let order = common == 0 ? 0 : Int(memcmp(lhs.baseAddress!, rhs.baseAddress!, common))
+    return order != 0 ? order : lhs.count - rhs.count
+}
+
 /// The smallest key above every key that starts with `prefix`, or nil when there is none
 /// (the prefix is all 0xFF bytes).
 public func keyAfterPrefix(_ prefix: [UInt8]) -> [UInt8]? {

@@ -94,34 +94,65 @@ final class Memtable: @unchecked Sendable {
     func apply(_ batch: WALBatch, version: UInt64) {
         let operations = batch.operations
         if operations.count == 1 {
-            insert(operations[0].key, version: version, value: operations[0].value, continuingRun: false)
+            operations[0].key.withUnsafeBytes { key in
+                operations[0].value.withUnsafeBytesIfPresent { value in
+                    insert(key, version: version, value: value, continuingRun: false)
+                }
+            }
             return
         }
         // Sorted, a batch goes in as one run: each key continues from the previous one's
         // place instead of searching from the top (a sequential batch costs O(1) per key).
-        let order = operations.indices.sorted { left, right in
-            let byKey = compareKeys(operations[left].key, operations[right].key)
-            return byKey != 0 ? byKey < 0 : left < right
+        // The keys are copied side by side first, so sorting compares bytes in place
+        // instead of retaining each operation's array per comparison.
+        var offsets: [Int] = []
+        offsets.reserveCapacity(operations.count + 1)
+        var keys: [UInt8] = []
+        keys.reserveCapacity(operations.reduce(0) { $0 + $1.key.count })
+        for operation in operations {
+            offsets.append(keys.count)
+            keys.append(contentsOf: operation.key)
         }
-        var continuingRun = false
-        for (position, index) in order.enumerated() {
-            let isLastOfKey = position + 1 == order.count || compareKeys(operations[index].key, operations[order[position + 1]].key) != 0
-            guard isLastOfKey else { continue }
-            insert(operations[index].key, version: version, value: operations[index].value, continuingRun: continuingRun)
-            continuingRun = true
+        offsets.append(keys.count)
+        keys.withUnsafeBytes { keys in
+            offsets.withUnsafeBufferPointer { offsets in
+                func key(_ index: Int) -> UnsafeRawBufferPointer {
+                    UnsafeRawBufferPointer(rebasing: keys[offsets[index]..<offsets[index + 1]])
+                }
+                var order = Array(operations.indices)
+                order.sort { left, right in
+                    let byKey = compareBytes(key(left), key(right))
+                    return byKey != 0 ? byKey < 0 : left < right
+                }
+                var continuingRun = false
+                for (position, index) in order.enumerated() {
+                    // The last operation of each key wins; earlier ones are skipped.
+                    guard position + 1 == order.count || compareBytes(key(index), key(order[position + 1])) != 0 else { continue }
+                    operations[index].value.withUnsafeBytesIfPresent { value in
+                        insert(key(index), version: version, value: value, continuingRun: continuingRun)
+                    }
+                    continuingRun = true
+                }
+            }
         }
     }
 
     /// Adds `entries`, sorted by key with no key twice, each at its own version. Writer only.
     func insert(sortedUnique entries: [(key: [UInt8], entry: MemtableEntry)]) {
         for (index, change) in entries.enumerated() {
-            insert(change.key, version: change.entry.version, value: change.entry.value, continuingRun: index > 0)
+            change.key.withUnsafeBytes { key in
+                change.entry.value.withUnsafeBytesIfPresent { value in
+                    insert(key, version: change.entry.version, value: value, continuingRun: index > 0)
+                }
+            }
         }
     }
 
     /// Adds one change. Writer only.
     func insert(_ key: [UInt8], _ entry: MemtableEntry) {
-        insert(key, version: entry.version, value: entry.value, continuingRun: false)
+        key.withUnsafeBytes { key in
+            entry.value.withUnsafeBytesIfPresent { value in insert(key, version: entry.version, value: value, continuingRun: false) }
+        }
     }
 
     /// Changes in key order from the first key at or above `start` (forward) or at or
@@ -196,44 +227,40 @@ final class Memtable: @unchecked Sendable {
 
     // MARK: Insertion (writer only)
 
-    private func insert(_ key: [UInt8], version: UInt64, value: [UInt8]?, continuingRun: Bool) {
-        key.withUnsafeBytes { key in
-            let top = levels.load(ordering: .relaxed) - 1
-            var level = top
-            if continuingRun {
-                // `finger` holds the predecessors of a smaller key: climb while the gap to
-                // `key` spans the next node, then search down from there.
-                level = 0
-                while level < top, let next = finger[level].next(level), next.compare(with: key) < 0 { level += 1 }
-            } else {
-                finger[top] = head
-            }
-            var node = finger[level]
-            while true {
-                while let next = node.next(level), next.compare(with: key) < 0 { node = next }
-                finger[level] = node
-                if level == 0 { break }
-                level -= 1
-            }
-            let height = randomHeight()
-            if height > top + 1 {
-                for level in (top + 1)..<height { finger[level] = head }
-                levels.store(height, ordering: .relaxed)
-            }
-            let size = Self.nodeHeaderBytes + 8 * height + key.count + (value?.count ?? 0)
-            let inserted = value.withUnsafeBytesIfPresent { value in
-                MemtableNode.make(at: arena.allocate(size), height: height, version: version, key: key, value: value)
-            }
-            for level in 0..<height {
-                inserted.link(level).store(finger[level].link(level).load(ordering: .relaxed), ordering: .relaxed)
-            }
-            for level in 0..<height {
-                finger[level].link(level).store(inserted.bits, ordering: .releasing)
-                finger[level] = inserted
-            }
-            nodeCount.wrappingIncrement(ordering: .relaxed)
-            nodeBytes.wrappingIncrement(by: size, ordering: .relaxed)
+    private func insert(_ key: UnsafeRawBufferPointer, version: UInt64, value: UnsafeRawBufferPointer?, continuingRun: Bool) {
+        let top = levels.load(ordering: .relaxed) - 1
+        var level = top
+        if continuingRun {
+            // `finger` holds the predecessors of a smaller key: climb while the gap to
+            // `key` spans the next node, then search down from there.
+            level = 0
+            while level < top, let next = finger[level].next(level), next.compare(with: key) < 0 { level += 1 }
+        } else {
+            finger[top] = head
         }
+        var node = finger[level]
+        while true {
+            while let next = node.next(level), next.compare(with: key) < 0 { node = next }
+            finger[level] = node
+            if level == 0 { break }
+            level -= 1
+        }
+        let height = randomHeight()
+        if height > top + 1 {
+            for level in (top + 1)..<height { finger[level] = head }
+            levels.store(height, ordering: .relaxed)
+        }
+        let size = Self.nodeHeaderBytes + 8 * height + key.count + (value?.count ?? 0)
+        let inserted = MemtableNode.make(at: arena.allocate(size), height: height, version: version, key: key, value: value)
+        for level in 0..<height {
+            inserted.link(level).store(finger[level].link(level).load(ordering: .relaxed), ordering: .relaxed)
+        }
+        for level in 0..<height {
+            finger[level].link(level).store(inserted.bits, ordering: .releasing)
+            finger[level] = inserted
+        }
+        nodeCount.wrappingIncrement(ordering: .relaxed)
+        nodeBytes.wrappingIncrement(by: size, ordering: .relaxed)
     }
 
     /// 1 with probability 3/4, 2 with 3/16, … (branching factor 4), at most `maxHeight`.
@@ -298,12 +325,7 @@ struct MemtableNode: Equatable {
 
     /// Compares this node's key with `key` (negative when the node's is smaller).
     @inline(__always)
-    func compare(with key: UnsafeRawBufferPointer) -> Int {
-        let own = keyCount
-        let common = min(own, key.count)
-        let order = common == 0 ? 0 : Int(memcmp(base + 16 + 8 * height, key.baseAddress!, common))
-        return order != 0 ? order : own - key.count
-    }
+    func compare(with key: UnsafeRawBufferPointer) -> Int { compareBytes(self.key, key) }
 }
 
 /// A walk over a memtable as of one version (see `Memtable.entries`); it keeps the
