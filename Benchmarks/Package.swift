@@ -1,7 +1,7 @@
 // swift-tools-version: 6.1
 // Strata's throughput benchmarks: a package of their own, so the library never depends on
 // a benchmark peer. From the repository root:
-//   scripts/bootstrap libsqlite3-dev liblmdb-dev
+//   scripts/bootstrap libsqlite3-dev liblmdb-dev libleveldb-dev librocksdb-dev
 //   swift run -c release --package-path Benchmarks strata-bench --table
 import PackageDescription
 
@@ -12,13 +12,16 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     ],
     targets: [
-        // The peers, through their C APIs (Debian/Ubuntu: libsqlite3-dev, liblmdb-dev).
+        // The peers, through their C APIs (Debian/Ubuntu: libsqlite3-dev, liblmdb-dev,
+        // libleveldb-dev, librocksdb-dev).
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CLMDB", path: "Sources/CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
+        .systemLibrary(name: "CLevelDB", path: "Sources/CLevelDB", providers: [.apt(["libleveldb-dev"])]),
+        .systemLibrary(name: "CRocksDB", path: "Sources/CRocksDB", pkgConfig: "rocksdb", providers: [.apt(["librocksdb-dev"])]),
         .executableTarget(
             name: "strata-bench",
             dependencies: [
-                "CSQLite", "CLMDB",
+                "CSQLite", "CLMDB", "CLevelDB", "CRocksDB",
                 .product(name: "Strata", package: "Strata"),
                 // The seeded generator (SplitMix64) the workloads draw keys and values from.
                 .product(name: "StrataTesting", package: "Strata"),

@@ -124,6 +124,8 @@ struct Runner {
         case "strata-relaxed": try StrataEngineBench(directory: directory, durability: .relaxed)
         case "sqlite": try SQLiteBench(directory: directory)
         case "lmdb": try LMDBBench(directory: directory)
+        case "leveldb": try LSMBench(.leveldb, directory: directory)
+        case "rocksdb": try LSMBench(.rocksdb, directory: directory)
         default: try FdatasyncBench(directory: directory, capacityBytes: keys * (16 + options.valueSize) + 4096,
                                     valueBytes: options.valueSize)
         }

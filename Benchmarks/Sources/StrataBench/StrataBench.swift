@@ -15,9 +15,9 @@ import Synchronization
 struct StrataBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "strata-bench",
-        abstract: "Strata next to SQLite, LMDB and the disk's raw fdatasync rate.")
+        abstract: "Strata next to SQLite, LMDB, LevelDB, RocksDB and the disk's raw fdatasync rate.")
 
-    static let allEngines = ["strata", "strata-relaxed", "sqlite", "lmdb", "fdatasync"]
+    static let allEngines = ["strata", "strata-relaxed", "sqlite", "lmdb", "leveldb", "rocksdb", "fdatasync"]
     static let allWorkloads = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readrandom",
                                "readseq", "deleterandom", "nested", "recover", "records-insert", "records-fetch"]
 
@@ -72,8 +72,9 @@ struct StrataBench: ParsableCommand {
         for workload in workloadNames {
             for engine in engineNames {
                 let writesOnly = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "deleterandom"]
-                // (`nested` needs transactions inside transactions, which raw fdatasync has not.)
                 if engine == "fdatasync" && !writesOnly.contains(workload) { continue }
+                // (`nested` needs transactions inside transactions, which the LSM engines lack.)
+                if workload == "nested" && (engine == "leveldb" || engine == "rocksdb") { continue }
                 if workload == "recover" && !engine.hasPrefix("strata") { continue }
                 // The record workloads compare Strata's repositories with an indexed SQLite table.
                 if workload.hasPrefix("records-") && engine != "strata" && engine != "sqlite" { continue }

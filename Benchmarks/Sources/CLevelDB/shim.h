@@ -1,0 +1,1 @@
+#include <leveldb/c.h>
