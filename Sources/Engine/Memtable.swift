@@ -52,11 +52,14 @@ final class Memtable: @unchecked Sendable {
     private var random: UInt64 = 0x2545_F491_4F6C_DD1D
     /// Predecessors of the last inserted key at each level (a sorted run continues from them).
     private let finger: UnsafeMutablePointer<MemtableNode>
+    private var index: MemtableIndex
     private let levels = ManagedAtomic(1)
     private let nodeCount = ManagedAtomic(0)
     private let nodeBytes = ManagedAtomic(0)
 
-    init() {
+    /// An empty memtable expected to grow to about `budgetBytes` (sizes its hash index).
+    init(budgetBytes: Int = 1 << 20) {
+        index = MemtableIndex(budgetBytes: budgetBytes)
         let size = Self.nodeHeaderBytes + 8 * Self.maxHeight
         head = MemtableNode.make(at: arena.allocate(size), height: Self.maxHeight, version: 0, key: UnsafeRawBufferPointer(start: nil, count: 0),
                                  value: nil)
@@ -65,6 +68,7 @@ final class Memtable: @unchecked Sendable {
     }
 
     deinit {
+        index.deallocate()
         finger.deallocate()
         arena.deallocateAll()
     }
@@ -80,7 +84,9 @@ final class Memtable: @unchecked Sendable {
     /// The newest change of `key` at or below `version`, if any. O(log n).
     func entry(_ key: [UInt8], at version: UInt64 = .max) -> MemtableEntry? {
         key.withUnsafeBytes { key in
-            var node = firstNode(atLeast: key)
+            // A complete index names the newest node of every key (X1 of MemtableIndex.swift);
+            // once it filled up, the skip list answers.
+            var node = index.isComplete ? index.newest(key) : firstNode(atLeast: key)
             while let current = node, current.compare(with: key) == 0 {
                 if current.version <= version { return current.entry }
                 node = current.next(0)
@@ -259,6 +265,7 @@ final class Memtable: @unchecked Sendable {
             finger[level].link(level).store(inserted.bits, ordering: .releasing)
             finger[level] = inserted
         }
+        index.record(inserted)
         nodeCount.wrappingIncrement(ordering: .relaxed)
         nodeBytes.wrappingIncrement(by: size, ordering: .relaxed)
     }

@@ -52,7 +52,7 @@ extension StorageEngine {
         // Freeze: new commits go to a fresh memtable from here on.
         let (frozenState, oldestPin) = commitLock.withLock { _ in
             stateLock.withLock { readers in
-                readers.current = readers.current.with(frozen: .some(readers.current.active), active: Memtable())
+                readers.current = readers.current.with(frozen: .some(readers.current.active), active: Memtable(budgetBytes: options.checkpointMemtableBytes))
                 return (readers.current, readers.oldestPinnedTreeGeneration)
             }
         }

@@ -91,7 +91,7 @@ extension StorageEngine {
                 }
                 replayed += 1
             }
-            let active = Memtable()
+            let active = Memtable(budgetBytes: options.checkpointMemtableBytes)
             active.insert(sortedUnique: latestPerKey(changes))
             let version = max(meta.checkpointVersion, logReport.lastLSN.rawValue)
             let state = EngineState(version: version, tree: BTree(root: meta.root, height: Int(meta.height)),

@@ -48,11 +48,13 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
     /// Random batches (appended, scattered, overwriting, deleting, a key twice in one
     /// batch) at increasing versions: lookups and walks in both directions, from any start
     /// and as of any earlier version, match a model of every change.
+    /// Seed 3 runs with a budget so small that the hash index fills up early and lookups
+    /// of the keys it lacks go through the skip list.
     @Test(arguments: [UInt64(1), 2, 3])
     func everyVersionReadsAsTheModelSays(seed: UInt64) {
         print("MemtableTests seed \(seed)")
         var random = SplitMix64(seed: seed)
-        let memtable = Memtable()
+        let memtable = seed == 3 ? Memtable(budgetBytes: 4_096) : Memtable()
         var model = MemtableModel()
         func key(_ number: UInt64) -> [UInt8] { Array(String(format: "%06llu", number).utf8) }
         for version in UInt64(1)...150 {

@@ -1,0 +1,129 @@
+// A hash index over the memtable's keys: for each key, its newest node. A point lookup
+// costs a hash and one or two memory accesses instead of a skip-list search (about 20
+// dependent cache misses in a full memtable); a key the memtable lacks is answered by an
+// empty slot. The skip list stays the order for scans and checkpoints.
+//
+// Open addressing with linear probing; a slot holds a node's address in its low 48 bits
+// and 16 bits of the key's hash above them, so probing past other keys rarely touches
+// their nodes. Sized once from the memtable's byte budget (a slot per 64 bytes of budget),
+// it is never rehashed: past three quarters full it stops taking keys and says so
+// (`isComplete` false), and from then on lookups go through the skip list.
+//
+// Invariants:
+//  X1. While `isComplete`, every key in the memtable has a slot, and it names the key's
+//      newest node (older versions follow it at level 0).
+//  X2. A slot is written only after the node it names is linked into the skip list.
+// Thread-safety: written by the memtable's single writer; slots are loaded with acquire
+// (a node's bytes are visible before its slot), `isComplete` relaxed (publication of a
+// version through the engine's state lock orders it before the reads of that version).
+import Atomics
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+struct MemtableIndex {
+    private let slots: UnsafeMutablePointer<UnsafeAtomic<Int>.Storage>
+    private let mask: Int
+    private let limit: Int
+    private var used = 0
+    private let complete = ManagedAtomic(true)
+
+    static let smallestSlots = 64
+    static let largestSlots = 1 << 22
+    private static let addressBits = 48
+    private static let addressMask = (1 << addressBits) - 1
+
+    /// An index for a memtable of about `budgetBytes`; free it with `deallocate()`.
+    init(budgetBytes: Int) {
+        var count = Self.smallestSlots
+        while count < min(budgetBytes / 64, Self.largestSlots) { count *= 2 }
+        // Zeroed memory from calloc: a large index comes as untouched pages that cost no
+        // RAM until keys land on them.
+        slots = calloc(count, MemoryLayout<Int>.stride)!.bindMemory(to: UnsafeAtomic<Int>.Storage.self, capacity: count)
+        mask = count - 1
+        limit = count / 4 * 3
+    }
+
+    func deallocate() { free(slots) }
+
+    /// Whether every key of the memtable is in the index (X1).
+    var isComplete: Bool { complete.load(ordering: .relaxed) }
+
+    /// The newest node of `key`, or nil when the index has none.
+    func newest(_ key: UnsafeRawBufferPointer) -> MemtableNode? {
+        let hash = hashKey(key)
+        let tag = Int(truncatingIfNeeded: hash >> 48)
+        var index = Int(truncatingIfNeeded: hash) & mask
+        while true {
+            let slot = UnsafeAtomic<Int>(at: slots + index).load(ordering: .acquiring)
+            if slot == 0 { return nil }
+            if slot >> Self.addressBits & 0xFFFF == tag {
+                let node = MemtableNode(UnsafeMutableRawPointer(bitPattern: slot & Self.addressMask)!)
+                if node.compare(with: key) == 0 { return node }
+            }
+            index = (index + 1) & mask
+        }
+    }
+
+    /// Makes `node` the newest of its key (writer only, after linking it: X2).
+    mutating func record(_ node: MemtableNode) {
+        guard isComplete else { return }
+        let key = node.key
+        let hash = hashKey(key)
+        let tag = Int(truncatingIfNeeded: hash >> 48)
+        guard node.bits & ~Self.addressMask == 0 else {
+            complete.store(false, ordering: .relaxed)
+            return
+        }
+        let tagged = tag << Self.addressBits | node.bits
+        var index = Int(truncatingIfNeeded: hash) & mask
+        while true {
+            let atomic = UnsafeAtomic<Int>(at: slots + index)
+            let slot = atomic.load(ordering: .relaxed)
+            if slot == 0 {
+                guard used < limit else {
+                    complete.store(false, ordering: .relaxed)
+                    return
+                }
+                used += 1
+                atomic.store(tagged, ordering: .releasing)
+                return
+            }
+            if slot >> Self.addressBits & 0xFFFF == tag,
+               MemtableNode(UnsafeMutableRawPointer(bitPattern: slot & Self.addressMask)!).compare(with: key) == 0 {
+                atomic.store(tagged, ordering: .releasing)
+                return
+            }
+            index = (index + 1) & mask
+        }
+    }
+}
+
+/// A 64-bit hash of a key: 8 bytes at a time through a multiply-rotate step, then
+/// MurmurHash3's finalizer (every input bit affects every output bit).
+@inline(__always)
+func hashKey(_ key: UnsafeRawBufferPointer) -> UInt64 {
+    var hash = 0x243F_6A88_85A3_08D3 ^ UInt64(key.count)
+    var offset = 0
+    while offset + 8 <= key.count {
+        let chunk = key.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+        hash = (hash ^ chunk) &* 0x9E37_79B9_7F4A_7C15
+        hash = (hash << 31) | (hash >> 33)
+        offset += 8
+    }
+    if offset < key.count {
+        var tail: UInt64 = 0
+        for index in offset..<key.count { tail = tail << 8 | UInt64(key[index]) }
+        hash = (hash ^ tail) &* 0x9E37_79B9_7F4A_7C15
+    }
+    hash ^= hash >> 33
+    hash = hash &* 0xFF51_AFD7_ED55_8CCD
+    hash ^= hash >> 33
+    hash = hash &* 0xC4CE_B9FE_1A85_EC53
+    hash ^= hash >> 33
+    return hash
+}
