@@ -148,8 +148,9 @@ public final class StorageEngine: Sendable {
     }
 
     /// Checkpoints what the memtable holds (unless `checkpoint` is false: the next open
-    /// then replays the log), closes the log and the data file, and releases the lock.
-    /// Later calls throw `EngineError.closed`.
+    /// then replays the log) and shrinks the log back to one small segment, closes the log
+    /// and the data file, and releases the lock. A store with nothing committed since its
+    /// last checkpoint writes nothing. Later calls throw `EngineError.closed`.
     public func close(checkpoint: Bool = true) throws {
         let alreadyClosed = commitLock.withLock { commits in
             defer { commits.closed = true }
@@ -163,7 +164,9 @@ public final class StorageEngine: Sendable {
             lock.unlock()
         }
         if checkpoint && commitLock.withLock({ $0.failure == nil }) {
-            try checkpointNow()
+            let checkpointed = { self.checkpointLock.withLock { $0.meta.checkpointVersion } }
+            if version > checkpointed() { try checkpointNow() }
+            do { try log.shrink(through: LSN(checkpointed())) } catch let error as WALError { throw EngineError.log(error) }
         }
     }
 }

@@ -32,12 +32,23 @@ public enum RecoveryMode: Sendable, Equatable {
 public struct WALOptions: Sendable {
     /// When `append` returns. Default `.full`.
     public var durability: Durability = .full
-    /// Bytes each segment file is preallocated to, so appends change no file size.
+    /// The largest size a segment file is preallocated to, so appends change no file size.
     /// Default 64 MiB; at least 4 KiB and at most 1 GiB.
     public var segmentBytes: Int = 64 << 20
+    /// The size of a log's first segment, and of the first one after the log shrinks back:
+    /// each later segment doubles it while writes go on, up to `segmentBytes`, so a small
+    /// store keeps a small log. Default 32 KiB; at least 4 KiB (capped at `segmentBytes`).
+    public var firstSegmentBytes: Int = 32 << 10
     /// How many released segment files are kept for reuse (already allocated and written
     /// once, they are the fastest to append to). Default 2.
     public var maxSpareSegments: Int = 2
+
+    /// The size of the segment after one of `previousBytes` (0 for a log's first): double,
+    /// from `firstSegmentBytes` up to `segmentBytes`.
+    func nextSegmentBytes(after previousBytes: Int) -> Int {
+        let first = min(firstSegmentBytes, segmentBytes)
+        return previousBytes == 0 ? first : min(segmentBytes, max(first, previousBytes * 2))
+    }
     /// Compress payloads with LZ4 when it makes them smaller. Default true.
     public var compression = true
     /// How recovery treats damage when the log is opened. Default `.strict`.
@@ -65,6 +76,9 @@ public struct WALOptions: Sendable {
     func validate() throws(WALError) {
         guard segmentBytes >= 4096 && Int64(segmentBytes) <= WALFormat.maxSegmentFileBytes else {
             throw .invalidOptions("segmentBytes must be between 4096 and \(WALFormat.maxSegmentFileBytes) (got \(segmentBytes))")
+        }
+        guard firstSegmentBytes >= 4096 else {
+            throw .invalidOptions("firstSegmentBytes must be at least 4096 (got \(firstSegmentBytes))")
         }
         guard maxSpareSegments >= 0 else { throw .invalidOptions("maxSpareSegments must not be negative") }
         guard maxGroupBytes > 0 else { throw .invalidOptions("maxGroupBytes must be positive") }

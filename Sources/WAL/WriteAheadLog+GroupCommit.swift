@@ -137,6 +137,75 @@ extension WriteAheadLog {
         return released.count
     }
 
+    /// Shrinks the log back once a checkpoint holds every batch in it (`lsn` at or after
+    /// the last one written): starts a fresh segment of `firstSegmentBytes` (after syncing
+    /// the current one, W4), releases every older segment and removes the spares, so a
+    /// closed store keeps one small segment. Does nothing, and writes nothing, when batches
+    /// after `lsn` are in the log or queued, when the log failed, or when it already is
+    /// one segment without frames and no spare. Returns whether it changed the log.
+    @discardableResult
+    public func shrink(through lsn: LSN) throws -> Bool {
+        monitor.lock()
+        defer { monitor.unlock() }
+        while state.flushing { monitor.wait() }
+        guard !state.closed else { throw WALError.closed }
+        guard state.failure == nil, state.queue.isEmpty, state.writtenLSN <= lsn else { return false }
+        let holdsFrames = state.segments.count > 1 || state.active.offset > WALFormat.segmentHeaderBytes
+        guard holdsFrames || !state.spares.isEmpty else { return false }
+        state.flushing = true
+        let old = state.active
+        let older = state.segments
+        let spares = state.spares
+        let needsSync = state.durableLSN < state.writtenLSN
+        let firstLSN = state.nextLSN
+        monitor.unlock()
+
+        var started: ActiveSegment?
+        var removed: [String] = []
+        var syncs = 0
+        let result = Result {
+            if holdsFrames {
+                if needsSync {
+                    try old.handle.syncData()
+                    syncs += 1
+                }
+                started = try ActiveSegment.start(sequence: old.sequence + 1, firstLSN: firstLSN, previousBytes: 0,
+                                                  minimumBytes: 0, files: files, options: options, reusing: nil)
+                for segment in older {
+                    _ = try files.release(segment.sequence, spareCount: 0, maxSpares: 0)
+                    removed.append(segment.path)
+                }
+            }
+            for spare in spares {
+                try files.fileSystem.removeFile(spare)
+                removed.append(spare)
+            }
+            if !spares.isEmpty { try files.fileSystem.syncDirectory(files.directory) }
+        }
+
+        monitor.lock()
+        state.flushing = false
+        defer { monitor.broadcast() }
+        state.statistics.syncCount += syncs
+        if needsSync && syncs > 0 { state.durableLSN = state.writtenLSN }
+        if let started {
+            try? old.handle.close()
+            state.active = started
+            state.segments.removeAll { removed.contains($0.path) }
+            state.segments.append(Segment(sequence: started.sequence, path: started.path, firstLSN: firstLSN))
+            state.statistics.segmentsStarted += 1
+            state.statistics.segmentsReleased += older.filter { removed.contains($0.path) }.count
+        }
+        state.spares.removeAll { removed.contains($0) }
+        if case .failure(let error) = result {
+            // W6: a failed sync or rename may leave disk and memory apart; stop.
+            state.failure = error as? FileIOError ?? .ioError(operation: .sync, path: old.path)
+            throw (error as? FileIOError).map(WALError.io) ?? error
+        }
+        options.logger.debug("the log shrank back to one segment", metadata: ["first_lsn": "\(firstLSN.rawValue)"])
+        return true
+    }
+
     /// Leads one group commit. Called with the monitor held and no leader active; returns
     /// with it held, the group either done or failed, and waiters woken.
     func commitGroup() {
@@ -169,8 +238,8 @@ extension WriteAheadLog {
                     durable = writtenBefore
                 }
                 let next = try ActiveSegment.start(sequence: active.sequence + 1, firstLSN: group[0].lsn,
-                                                   minimumBytes: groupBytes, files: files, options: options,
-                                                   reusing: spare)
+                                                   previousBytes: active.capacity, minimumBytes: groupBytes,
+                                                   files: files, options: options, reusing: spare)
                 try? active.handle.close()
                 active = next
                 started += 1

@@ -110,7 +110,7 @@ public final class WriteAheadLog: @unchecked Sendable {
             }
             let sequence = (tail.segments.last?.sequence ?? 0) + 1
             let spare = tail.spares.popLast()
-            active = try ActiveSegment.start(sequence: sequence, firstLSN: tail.nextLSN, minimumBytes: 0,
+            active = try ActiveSegment.start(sequence: sequence, firstLSN: tail.nextLSN, previousBytes: 0, minimumBytes: 0,
                                              files: files, options: options, reusing: spare)
             tail.segments.append((sequence, active.path, tail.nextLSN))
             statistics.segmentsStarted += 1

@@ -21,13 +21,14 @@ struct ActiveSegment {
     /// The file's allocated size: appends that fit change no file size.
     var capacity: Int
 
-    /// Starts segment `sequence` with its first frame at `firstLSN`, sized for at least
+    /// Starts segment `sequence` with its first frame at `firstLSN`, sized to follow one of
+    /// `previousBytes` (0: the first of a log, or after it shrank back) and for at least
     /// `minimumBytes` of frames, reusing a spare file when one is given.
-    static func start(sequence: UInt64, firstLSN: LSN, minimumBytes: Int, files: SegmentFiles,
+    static func start(sequence: UInt64, firstLSN: LSN, previousBytes: Int, minimumBytes: Int, files: SegmentFiles,
                       options: WALOptions, reusing spare: String?) throws -> ActiveSegment {
         var generator = SystemRandomNumberGenerator()
         let salt = UInt32.random(in: 1...UInt32.max, using: &generator)
-        let capacity = max(options.segmentBytes, WALFormat.segmentHeaderBytes + minimumBytes)
+        let capacity = max(options.nextSegmentBytes(after: previousBytes), WALFormat.segmentHeaderBytes + minimumBytes)
         let header = SegmentHeader(salt: salt, sequence: sequence, firstLSN: firstLSN, capacityBytes: UInt64(capacity))
         let handle = try files.create(header, reusing: spare)
         return ActiveSegment(handle: handle, sequence: sequence, path: files.path(ofSegment: sequence), salt: salt,

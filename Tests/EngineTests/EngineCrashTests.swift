@@ -130,7 +130,8 @@ extension EngineCrashTests {
     @Test func aMetaPageWithCountersAtTheirLimitIsRejected() throws {
         let fileSystem = SimulatedFileSystem()
         try StorageEngine.open(path: "/db", fileSystem: fileSystem).engine.close()
-        var meta = try MetaPage.decode(Array(try #require(fileSystem.contents(of: "/db/data"))[4096..<8192]))
+        // The new store's meta page (generation 0), crafted into the other slot.
+        var meta = try MetaPage.decode(Array(try #require(fileSystem.contents(of: "/db/data"))[0..<4096]))
         meta.generation = 5
         meta.checkpointVersion = UInt64.max
         fileSystem.modify("/db/data") { $0.replaceSubrange(4096..<8192, with: meta.encoded()) }

@@ -1,0 +1,60 @@
+import StrataFileIO
+import Testing
+import StrataWAL
+@testable import StrataEngine
+
+@Suite struct StoreWeightTests {
+    /// Every file of the store with its bytes.
+    private func files(_ fileSystem: SimulatedFileSystem) throws -> [String: [UInt8]] {
+        var result: [String: [UInt8]] = [:]
+        for name in try fileSystem.contentsOfDirectory("/db") where name != "wal" {
+            result["/db/" + name] = fileSystem.contents(of: "/db/" + name)
+        }
+        for name in try fileSystem.contentsOfDirectory("/db/wal") {
+            result["/db/wal/" + name] = fileSystem.contents(of: "/db/wal/" + name)
+        }
+        return result
+    }
+
+    /// A closed store is its data file plus one small log segment, whatever its log held
+    /// while open; closing a store with nothing new writes nothing.
+    @Test func aClosedStoreIsItsDataAndOneSmallSegment() throws {
+        let fileSystem = SimulatedFileSystem()
+        var (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        try engine.commit(WALBatch([.put(key: Array("a".utf8), value: Array("1".utf8))]))
+        try engine.close()
+        var stored = try files(fileSystem)
+        let segments = stored.keys.filter { $0.hasSuffix(".seg") }
+        #expect(segments.count == 1 && !segments[0].contains("spare"), "\(segments)")
+        let total = stored.values.reduce(0) { $0 + $1.count }
+        print("a store holding one key: \(total) bytes on disk")
+        #expect(total <= 64 << 10, "\(stored.mapValues(\.count))")
+
+        // Much more than a segment's worth, with checkpoints releasing segments meanwhile.
+        var options = EngineOptions()
+        options.checkpointLogBytes = 256 << 10
+        (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        var random = SplitMix64(seed: 8)
+        for round in 0..<400 {
+            var batch = WALBatch()
+            for index in 0..<20 {
+                batch.put(Array("key\(round)-\(index)".utf8), (0..<100).map { _ in UInt8(truncatingIfNeeded: random.next()) })
+            }
+            try engine.commit(batch)
+        }
+        #expect(engine.logStatistics.segmentsStarted >= 3)
+        let expected = try engine.snapshot().scan()
+        try engine.close()
+        stored = try files(fileSystem)
+        let logFiles = stored.filter { $0.key.hasPrefix("/db/wal/") && $0.key.hasSuffix(".seg") }
+        #expect(logFiles.count == 1 && logFiles.values.first?.count == WALOptions().firstSegmentBytes, "\(logFiles.mapValues(\.count))")
+
+        // Reopened and closed with nothing committed: not a byte changes.
+        (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        #expect(try engine.snapshot().scan().elementsEqual(expected) { $0.key == $1.key && $0.value == $1.value })
+        let writesBefore = fileSystem.count(of: .write)
+        try engine.close()
+        #expect(fileSystem.count(of: .write) == writesBefore)
+        #expect(try files(fileSystem) == stored)
+    }
+}
