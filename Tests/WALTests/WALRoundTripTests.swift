@@ -95,7 +95,7 @@ import Testing
         #expect(log.statistics.segmentsStarted == 1)
         #expect(fileSystem.count(of: .allocate) == before.0)
         #expect(fileSystem.count(of: .truncate) == before.1)
-        #expect(fileSystem.contents(of: try firstSegmentPath(fileSystem))?.count == 64 << 10)
+        #expect(fileSystem.contents(of: try firstSegmentPath(fileSystem))?.count == WALOptions().firstSegmentBytes)
     }
 
     @Test func aSecondOpenOfTheSameLogIsRefused() throws {
