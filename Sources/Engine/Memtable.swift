@@ -143,8 +143,12 @@ final class Memtable: @unchecked Sendable {
         }
     }
 
-    /// Adds `entries`, sorted by key with no key twice, each at its own version. Writer only.
+    /// Adds `entries`, sorted by key with no key twice, each at its own version (recovery's
+    /// replay). Writer only. Such a memtable gets no hash index: building it costs as much
+    /// as the replay itself (a random slot per key), so lookups search the skip list until
+    /// the next checkpoint starts a fresh memtable.
     func insert(sortedUnique entries: [(key: [UInt8], entry: MemtableEntry)]) {
+        if !entries.isEmpty { index.abandon() }
         for (index, change) in entries.enumerated() {
             change.key.withUnsafeBytes { key in
                 change.entry.value.withUnsafeBytesIfPresent { value in

@@ -69,6 +69,9 @@ struct MemtableIndex {
         }
     }
 
+    /// Stops taking keys: from now on lookups go through the skip list (writer only).
+    func abandon() { complete.store(false, ordering: .relaxed) }
+
     /// Makes `node` the newest of its key (writer only, after linking it: X2).
     mutating func record(_ node: MemtableNode) {
         guard isComplete else { return }
