@@ -44,7 +44,7 @@ final class Memtable: @unchecked Sendable {
     // @unchecked: the writer-only state (`arena`, `random`, `finger`) is touched only by
     // the single writer (see the header); shared state is atomic or immutable once linked.
     static let maxHeight = 12
-    /// Per-node bytes besides key and value, for the size estimate of tests and docs.
+    /// Bytes of a node before its links: version, value length, key length, height.
     static let nodeHeaderBytes = 16
 
     private let head: MemtableNode
@@ -81,7 +81,8 @@ final class Memtable: @unchecked Sendable {
 
     var isEmpty: Bool { count == 0 }
 
-    /// The newest change of `key` at or below `version`, if any. O(log n).
+    /// The newest change of `key` at or below `version`, if any: a hash probe, or O(log n)
+    /// through the skip list once the index is full.
     func entry(_ key: [UInt8], at version: UInt64 = .max) -> MemtableEntry? {
         key.withUnsafeBytes { key in
             // A complete index names the newest node of every key (X1 of MemtableIndex.swift);
