@@ -10,6 +10,8 @@ let package = Package(
     dependencies: [
         .package(name: "Strata", path: ".."),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // Latency percentiles per workload (HdrHistogram).
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
     ],
     targets: [
         // The peers, through their C APIs (Debian/Ubuntu: libsqlite3-dev, liblmdb-dev,
@@ -26,6 +28,7 @@ let package = Package(
                 // The seeded generator (SplitMix64) the workloads draw keys and values from.
                 .product(name: "StrataTesting", package: "Strata"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
             path: "Sources/StrataBench"
         ),

@@ -124,7 +124,7 @@ extension StorageEngine {
                 readers.current = readers.current.with(version: published)
             }
             // Still under the commit lock, so observers see versions in order.
-            if !batches.isEmpty { publishObserver.withLock { $0 }?(batches) }
+            if !batches.isEmpty { publishObserver.withLock { $0 }?.observe(batches) }
         }
     }
 }

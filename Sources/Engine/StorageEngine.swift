@@ -46,8 +46,11 @@ public final class StorageEngine: Sendable {
     let logBytesAtCheckpoint = Atomic(0)
     /// Waits for fdatasync on behalf of async commits.
     let durabilityWaiter: DurabilityWaiter
-    /// Told about every published batch (see `observeCommits`).
-    let publishObserver = Locked<CommitObserver?>(nil)
+    /// Told about every published batch (see `observeCommits`). Boxed: a closure kept
+    /// directly in the generic `Locked` and read through its `inout` access gained two
+    /// reabstraction thunks per read, so each commit called the observer through a longer
+    /// chain (after 20,000 commits, 228 µs of CPU per commit).
+    let publishObserver = Locked<CommitObserverBox?>(nil)
 
     init(path: String, options: EngineOptions, fileSystem: any FileSystem, pageFile: PageFile, log: WriteAheadLog,
          lock: any FileLock, state: EngineState, checkpoint: CheckpointState) {
@@ -99,7 +102,8 @@ public final class StorageEngine: Sendable {
     /// the committing thread while it holds the commit lock: the observer must be quick
     /// and must not call back into the engine. Replaces any earlier observer.
     public func observeCommits(_ observer: CommitObserver?) {
-        publishObserver.withLock { $0 = observer }
+        let box = observer.map(CommitObserverBox.init)
+        publishObserver.withLock { $0 = box }
     }
 
     /// The oldest version whose batch the write-ahead log may still hold; checkpoints
@@ -173,6 +177,14 @@ public final class StorageEngine: Sendable {
 
 /// Receives published batches with their versions (see `StorageEngine.observeCommits`).
 public typealias CommitObserver = @Sendable ([(version: UInt64, batch: WALBatch)]) -> Void
+
+/// A commit observer held by reference, so reading it out of a lock copies a pointer
+/// instead of re-wrapping the closure.
+final class CommitObserverBox: Sendable {
+    let observe: CommitObserver
+
+    init(_ observe: @escaping CommitObserver) { self.observe = observe }
+}
 
 /// The published view, and how many snapshots hold each tree generation.
 struct ReaderState {

@@ -91,3 +91,22 @@ import Testing
         #expect(count == 1)
     }
 }
+
+@Suite struct CommitObserverCostTests {
+    /// An observer is reached through the same call depth at the 2,000th commit as at the
+    /// 10th. (The engine once kept its observer closure in a generic lock and re-wrapped it
+    /// on every read, so each commit went through a longer chain of thunks: O(n) per commit.)
+    @Test func theObserverIsReachedThroughTheSameDepthAtEveryCommit() throws {
+        let store = try Store.inMemory()
+        let depths = Shared<[Int]>([])
+        let observation = store.observeCommits { _ in
+            let depth = Thread.callStackReturnAddresses.count
+            depths.withLock { $0.append(depth) }
+        }
+        defer { store.removeObserver(observation) }
+        for index in 0..<2_000 { try seed(store, ["key\(index)": "value"]) }
+        let recorded = depths.withLock { $0 }
+        #expect(recorded.count == 2_000)
+        #expect(recorded[9] == recorded[1_999], "call depth at commit 10: \(recorded[9]), at commit 2000: \(recorded[1_999])")
+    }
+}

@@ -2,6 +2,7 @@
 // workload needs, time only the workload, verify its result the same way for every
 // engine, and measure the bytes left on disk.
 import Foundation
+import Histogram
 import Strata
 import StrataTesting
 import Synchronization
@@ -34,19 +35,21 @@ struct Runner {
         }
         let start = ContinuousClock.now
         var operations = keys
+        let latencies = LatencyRecorder()
         switch workload {
         case "fillseq":
-            try commitAll(Array(0..<keys), per: perTransaction, threads: 1, bench, value)
+            try commitAll(Array(0..<keys), per: perTransaction, threads: 1, bench, latencies, value)
         case "fillrandom":
-            try commitAll(order, per: perTransaction, threads: 1, bench, value)
+            try commitAll(order, per: perTransaction, threads: 1, bench, latencies, value)
         case "fillsync":
-            try commitAll(Array(0..<keys), per: 1, threads: 1, bench, value)
+            try commitAll(Array(0..<keys), per: 1, threads: 1, bench, latencies, value)
         case "fillsync-concurrent":
-            try commitAll(Array(0..<keys), per: 1, threads: options.threads, bench, value)
+            try commitAll(Array(0..<keys), per: 1, threads: options.threads, bench, latencies, value)
         case "overwrite":
-            try commitAll(order.map { _ in Int(shuffler.next() % UInt64(keys)) }, per: perTransaction, threads: 1, bench, value)
+            try commitAll(order.map { _ in Int(shuffler.next() % UInt64(keys)) }, per: perTransaction, threads: 1, bench,
+                          latencies, value)
         case "deleterandom":
-            try commitAll(order, per: perTransaction, threads: 1, bench) { _ in nil }
+            try commitAll(order, per: perTransaction, threads: 1, bench, latencies) { _ in nil }
         case "nested":
             let half = max(perTransaction / 2, 1)
             for first in stride(from: 0, to: keys, by: 2 * half) {
@@ -57,8 +60,14 @@ struct Runner {
         case "readrandom":
             try bench.beginReads()
             var found = 0
-            for key in order where try bench.read(key) { found += 1 }
+            var histogram = Histogram<UInt64>(numberOfSignificantValueDigits: .three)
+            for key in order {
+                let before = monotonicNanoseconds()
+                if try bench.read(key) { found += 1 }
+                _ = histogram.record(monotonicNanoseconds() - before)
+            }
             bench.endReads()
+            latencies.add(histogram)
             guard found == keys else { throw BenchError(description: "\(engine) readrandom found \(found) of \(keys) keys") }
         default: // readseq
             let count = try bench.scanCount()
@@ -80,8 +89,10 @@ struct Runner {
         }
         let syncs = bench.fdatasyncs
         try bench.close()
+        let histogram = latencies.histogram.withLock { $0 }
         return Result(engine: engine, bench: workload, num: operations, batch: perTransaction, valueSize: options.valueSize,
-                      seconds: seconds, bytesOnDisk: directoryBytes(directory), fdatasyncs: syncs)
+                      seconds: seconds, bytesOnDisk: directoryBytes(directory), fdatasyncs: syncs,
+                      latency: histogram.totalCount > 0 ? Latencies(histogram) : nil)
     }
 
     /// `recover`: an untimed fill with checkpoints off (everything stays in the log), a
@@ -132,8 +143,9 @@ struct Runner {
     }
 
     /// Commits `keys` in transactions of `per` keys from `threads` threads (thread t takes
-    /// transactions t, t + threads, …).
+    /// transactions t, t + threads, …), recording each transaction's latency in `latencies`.
     private func commitAll(_ keys: [Int], per: Int, threads: Int, _ bench: any BenchEngine,
+                           _ latencies: LatencyRecorder,
                            _ value: @escaping @Sendable (Int) -> [UInt8]?) throws {
         let failure = Mutex<String?>(nil)
         let group = DispatchGroup()
@@ -142,11 +154,15 @@ struct Runner {
             Thread.detachNewThread {
                 defer { group.leave() }
                 var first = thread * per
+                var histogram = Histogram<UInt64>(numberOfSignificantValueDigits: .three)
+                defer { latencies.add(histogram) }
                 while first < keys.count {
+                    let before = monotonicNanoseconds()
                     do { try bench.write(keys[first..<min(keys.count, first + per)], values: value) } catch {
                         failure.withLock { $0 = "\(error)" }
                         return
                     }
+                    _ = histogram.record(monotonicNanoseconds() - before)
                     first += threads * per
                 }
             }
@@ -162,4 +178,11 @@ struct Runner {
             return total + ((attributes?[.size] as? NSNumber)?.intValue ?? 0)
         }
     }
+}
+
+/// The latencies of one workload's operations, gathered from every thread that ran it.
+final class LatencyRecorder: Sendable {
+    let histogram = Mutex(Histogram<UInt64>(numberOfSignificantValueDigits: .three))
+
+    func add(_ other: Histogram<UInt64>) { histogram.withLock { $0.add(other) } }
 }

@@ -107,5 +107,16 @@ struct StrataBench: ParsableCommand {
             }
             print("| \(workload) | " + cells.joined(separator: " | ") + " |")
         }
+        // Latency per transaction (writes) or read: p50 / p99 / p99.9 / max, in µs.
+        let timed = workloads.filter { workload in results.contains { $0.bench == workload && $0.latency != nil } }
+        guard !timed.isEmpty else { return }
+        print("\n| latency µs (p50 / p99 / p99.9 / max) | " + engines.joined(separator: " | ") + " |")
+        print("|---|" + engines.map { _ in "---:|" }.joined())
+        for workload in timed {
+            let cells = engines.map { engine in
+                results.first { $0.bench == workload && $0.engine == engine }?.latency?.text ?? ""
+            }
+            print("| \(workload) | " + cells.joined(separator: " | ") + " |")
+        }
     }
 }

@@ -1,6 +1,7 @@
 // The data of Benchmarks/README.md: 16-byte keys (the key number, zero-padded decimal) and values
 // of V bytes, half random and half one repeated byte, so a good compressor halves them.
 import Foundation
+import Histogram
 import Strata
 import StrataTesting
 
@@ -27,6 +28,8 @@ struct Result {
     var seconds: Double
     var bytesOnDisk: Int
     var fdatasyncs: Int?
+    /// Latency of each transaction (write workloads) or read (`readrandom`), when measured.
+    var latency: Latencies? = nil
 
     var opsPerSecond: Double { Double(num) / seconds }
 
@@ -43,7 +46,7 @@ struct Result {
 extension Result: Codable {
     enum CodingKeys: String, CodingKey {
         case engine, bench, num, batch, valueSize = "value_size", seconds, opsPerSecond = "ops_per_sec"
-        case bytesOnDisk = "bytes_on_disk", fdatasyncs
+        case bytesOnDisk = "bytes_on_disk", fdatasyncs, latency = "latency_us"
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -57,6 +60,7 @@ extension Result: Codable {
         try container.encode(Int(opsPerSecond), forKey: .opsPerSecond)
         try container.encode(bytesOnDisk, forKey: .bytesOnDisk)
         try container.encode(fdatasyncs, forKey: .fdatasyncs)
+        try container.encodeIfPresent(latency, forKey: .latency)
     }
 
     /// Reads back one line of `json` (the ops/s figure is derived, so it is not read).
@@ -69,12 +73,43 @@ extension Result: Codable {
                   valueSize: try container.decode(Int.self, forKey: .valueSize),
                   seconds: try container.decode(Double.self, forKey: .seconds),
                   bytesOnDisk: try container.decode(Int.self, forKey: .bytesOnDisk),
-                  fdatasyncs: try container.decodeIfPresent(Int.self, forKey: .fdatasyncs))
+                  fdatasyncs: try container.decodeIfPresent(Int.self, forKey: .fdatasyncs),
+                  latency: try container.decodeIfPresent(Latencies.self, forKey: .latency))
     }
 
     init(jsonLine: String) throws {
         self = try JSONDecoder().decode(Result.self, from: Data(jsonLine.utf8))
     }
+}
+
+/// Percentiles of one workload's operation latencies, in microseconds.
+struct Latencies: Codable, Equatable {
+    var p50: Double
+    var p99: Double
+    var p999: Double
+    var max: Double
+
+    enum CodingKeys: String, CodingKey {
+        case p50, p99, p999 = "p99_9", max
+    }
+
+    /// From a histogram of nanoseconds.
+    init(_ histogram: Histogram<UInt64>) {
+        func micros(_ nanoseconds: UInt64) -> Double { rounded(Double(nanoseconds) / 1_000, 1) }
+        p50 = micros(histogram.valueAtPercentile(50))
+        p99 = micros(histogram.valueAtPercentile(99))
+        p999 = micros(histogram.valueAtPercentile(99.9))
+        max = micros(histogram.max)
+    }
+
+    var text: String { "\(p50) / \(p99) / \(p999) / \(max)" }
+}
+
+/// A monotonic clock reading in nanoseconds (cheap enough to take around each operation).
+func monotonicNanoseconds() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
 }
 
 func rounded(_ value: Double, _ places: Int) -> Double {
