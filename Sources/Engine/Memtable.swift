@@ -261,6 +261,9 @@ final class Memtable: @unchecked Sendable {
             for level in (top + 1)..<height { finger[level] = head }
             levels.store(height, ordering: .relaxed)
         }
+        // The engine checks every key and value against `Limits` before it gets here (commits
+        // and replayed batches alike); the node's length fields hold those limits.
+        precondition(key.count <= Int(UInt16.max) && (value?.count ?? 0) <= Int(Int32.max), "a change beyond the engine's limits")
         let size = Self.nodeHeaderBytes + 8 * height + key.count + (value?.count ?? 0)
         let inserted = MemtableNode.make(at: arena.allocate(size), height: height, version: version, key: key, value: value)
         for level in 0..<height {

@@ -111,6 +111,14 @@ import Testing
             try WriteAheadLog.open(directory: "/db/wal", fileSystem: SimulatedFileSystem(),
                                    options: WALOptions(segmentBytes: 100))
         }
+        var options = WALOptions()
+        options.firstSegmentBytes = 1_000
+        #expect {
+            try WriteAheadLog.open(directory: "/db/wal", fileSystem: SimulatedFileSystem(), options: options)
+        } throws: { error in
+            guard case let WALError.invalidOptions(message) = error else { return false }
+            return message.contains("firstSegmentBytes")
+        }
     }
 
     @Test func closedLogRefusesAppends() throws {

@@ -130,18 +130,19 @@ final class LSMBench: BenchEngine, @unchecked Sendable {
         self.api = api
         let options = api.makeOptions()
         self.options = options
-        db = try Self.check(api.name, "open") { api.open(options, directory, $0) }
+        db = try Self.check(api, "open") { api.open(options, directory, $0) }
         writeOptions = api.makeWriteOptions()
         readOptions = api.makeReadOptions()
     }
 
-    /// Runs `body` with a C error slot; throws the engine's message if it set one.
-    private static func check<T>(_ name: String, _ what: String, _ body: (LSMFunctions.Error) -> T) throws -> T {
+    /// Runs `body` with a C error slot; throws the engine's message if it set one (freed
+    /// with the engine's own `free`, as its API asks).
+    private static func check<T>(_ api: LSMFunctions, _ what: String, _ body: (LSMFunctions.Error) -> T) throws -> T {
         var message: UnsafeMutablePointer<CChar>?
         let result = body(&message)
         if let message {
-            defer { free(message) }
-            throw BenchError(description: "\(name) \(what): \(String(cString: message))")
+            defer { api.free(message) }
+            throw BenchError(description: "\(api.name) \(what): \(String(cString: message))")
         }
         return result
     }
@@ -154,7 +155,7 @@ final class LSMBench: BenchEngine, @unchecked Sendable {
                 if let value = values(key) { value.withUnsafeBytes { api.put(batch, k, $0) } } else { api.delete(batch, k) }
             }
         }
-        try Self.check(api.name, "write") { api.write(db, writeOptions, batch, $0) }
+        try Self.check(api, "write") { api.write(db, writeOptions, batch, $0) }
     }
 
     func nested(kept: ArraySlice<Int>, discarded: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {
@@ -173,7 +174,7 @@ final class LSMBench: BenchEngine, @unchecked Sendable {
     }
 
     func read(_ key: Int) throws -> Bool {
-        try Workload.key(key).withUnsafeBytes { k in try Self.check(api.name, "get") { api.get(db, readOptions, k, $0) } }
+        try Workload.key(key).withUnsafeBytes { k in try Self.check(api, "get") { api.get(db, readOptions, k, $0) } }
     }
 
     func scanCount() throws -> Int {
