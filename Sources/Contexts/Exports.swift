@@ -7,6 +7,7 @@
 // `Store.engine` for key/value work below contexts (blind batches, snapshots, cursors).
 @_exported import struct StrataEngine.EngineOptions
 @_exported import enum StrataEngine.EngineError
+@_exported import enum StrataEngine.AccessMode
 @_exported import enum StrataEngine.Limits
 @_exported import struct StrataEngine.RecoveryReport
 @_exported import struct StrataEngine.StoreStatus

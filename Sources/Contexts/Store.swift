@@ -27,20 +27,25 @@ public final class Store: Sendable {
         engine.observeCommits { batches in feed.publish(batches) }
     }
 
-    /// Opens (creating if needed) the store in directory `path`: takes its lock, recovers
-    /// from the log, and returns. Throws `EngineError` (a second opener gets
-    /// `.io(.locked)` naming the path; damage names its file and offset).
-    public static func open(path: String, options: EngineOptions = EngineOptions()) throws -> Store {
-        try open(path: path, fileSystem: POSIXFileSystem(), options: options)
+    /// Opens the store in directory `path`: takes its lock, recovers from the log, and
+    /// returns. `.readWrite` (the default) creates the store when it does not exist;
+    /// `.readOnly` changes no byte on disk (units of work on it throw
+    /// `EngineError.readOnly`), and any number of read-only opens may share a store while
+    /// no process writes it. Throws `EngineError` (an opener refused because another holds
+    /// the store gets `.inUse` naming the holder; damage names its file and offset).
+    public static func open(path: String, mode: AccessMode = .readWrite, options: EngineOptions = EngineOptions()) throws -> Store {
+        try open(path: path, mode: mode, fileSystem: POSIXFileSystem(), options: options)
     }
 
     /// Opens the store in `path` on `fileSystem` (the crash harness passes a simulated one).
-    public static func open(path: String, fileSystem: any FileSystem, options: EngineOptions = EngineOptions()) throws -> Store {
-        try open(path: path, fileSystem: fileSystem, options: options, isInMemory: false)
+    public static func open(path: String, mode: AccessMode = .readWrite, fileSystem: any FileSystem,
+                            options: EngineOptions = EngineOptions()) throws -> Store {
+        try open(path: path, mode: mode, fileSystem: fileSystem, options: options, isInMemory: false)
     }
 
-    private static func open(path: String, fileSystem: any FileSystem, options: EngineOptions, isInMemory: Bool) throws -> Store {
-        let (engine, report) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options)
+    private static func open(path: String, mode: AccessMode = .readWrite, fileSystem: any FileSystem, options: EngineOptions,
+                             isInMemory: Bool) throws -> Store {
+        let (engine, report) = try StorageEngine.open(path: path, mode: mode, fileSystem: fileSystem, options: options)
         return Store(engine: engine, report: report, isInMemory: isInMemory)
     }
 

@@ -26,6 +26,13 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
     case missingData(path: String, reason: String)
     /// The store is closed.
     case closed
+    /// A write, checkpoint or other change was asked of a store opened `.readOnly`.
+    case readOnly(path: String)
+    /// Another opener holds the store in a way this open cannot share: `holder` says who
+    /// (a writer's process ID, or read-only openers) and what to do.
+    case inUse(path: String, holder: String)
+    /// A read-only open found no store at `path` (a read-only open creates nothing).
+    case notAStore(path: String)
     /// The write-ahead log no longer holds the batch of version `requested`: a checkpoint
     /// released it. The oldest version it may hold is `oldest`.
     case historyUnavailable(requested: UInt64, oldest: UInt64)
@@ -58,6 +65,12 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
                 + "restore the store's files (data and wal/ together) from a backup."
         case .closed:
             "The store is closed; open it again."
+        case let .readOnly(path):
+            "The store at \(path) was opened read-only; open it with mode .readWrite to change it."
+        case let .inUse(path, holder):
+            "The store at \(path) is in use: \(holder)."
+        case let .notAStore(path):
+            "There is no store at \(path) (no data file); a read-only open creates nothing, open it for writing to create one."
         case let .historyUnavailable(requested, oldest):
             "The log no longer holds version \(requested) (a checkpoint released it; the oldest it may hold is \(oldest)); "
                 + "start from a later version or raise the checkpoint thresholds."

@@ -7,18 +7,20 @@ import StrataWAL
 
 extension StorageEngine {
     /// Runs a checkpoint now (one at a time; a call while one runs waits for it).
-    /// Throws `EngineError`; an I/O failure stops the store (E3).
+    /// Throws `EngineError` (`.readOnly` for a read-only store); an I/O failure stops the
+    /// store (E3).
     public func checkpoint() throws {
         if commitLock.withLock({ $0.closed }) { throw EngineError.closed }
         try checkpointNow()
     }
 
     func checkpointNow() throws {
+        let log = try writableLog().log
         try checkpointLock.withLock { durable in
             if let failure = commitLock.withLock({ $0.failure }) { throw EngineError.storeFailed(reason: failure) }
             let start = ContinuousClock.now
             do {
-                try runCheckpoint(&durable)
+                try runCheckpoint(&durable, log: log)
             } catch {
                 commitLock.withLock { $0.failure = "checkpoint failed: \(error)" }
                 options.logger.error("checkpoint failed; the store accepts no more writes until reopened",
@@ -35,6 +37,7 @@ extension StorageEngine {
     /// Starts a checkpoint on a background thread when the memtable or the log passed its
     /// threshold and none runs; the committing thread does not wait for it.
     func checkpointIfDue() {
+        guard case let .writer(log, _) = logAccess else { return }
         let memtableBytes = stateLock.withLock { $0.current.active.byteCount }
         let logBytes = log.statistics.bytesWritten - logBytesAtCheckpoint.load(ordering: .relaxed)
         guard memtableBytes >= options.checkpointMemtableBytes || logBytes >= options.checkpointLogBytes else { return }
@@ -48,7 +51,7 @@ extension StorageEngine {
         }
     }
 
-    private func runCheckpoint(_ durable: inout CheckpointState) throws {
+    private func runCheckpoint(_ durable: inout CheckpointState, log: WriteAheadLog) throws {
         // Freeze: new commits go to a fresh memtable from here on.
         let (frozenState, oldestPin) = commitLock.withLock { _ in
             stateLock.withLock { readers in

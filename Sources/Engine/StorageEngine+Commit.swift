@@ -28,8 +28,9 @@ extension StorageEngine {
     @discardableResult
     public func commit(_ batch: WALBatch, readAt snapshot: Snapshot) async throws -> CommitResult {
         let submission = try beginCommit(batch, readVersion: snapshot.version)
+        let waiter = try writableLog().waiter
         return try await withCheckedThrowingContinuation { continuation in
-            durabilityWaiter.enqueue(submission.lsn) { [self] in
+            waiter.enqueue(submission.lsn) { [self] in
                 continuation.resume(with: Result { try finishCommit(submission) })
             }
         }
@@ -39,6 +40,7 @@ extension StorageEngine {
     /// A blind write (no `readVersion`) hashes no key: only a commit that read checks,
     /// against the batches still in flight and the versions the memtables and tree hold.
     private func beginCommit(_ batch: WALBatch, readVersion: UInt64?) throws -> Submission {
+        let log = try writableLog().log
         try Self.checkLimits(batch)
         return try commitLock.withLock { commits in
             guard !commits.closed else { throw EngineError.closed }
@@ -73,7 +75,7 @@ extension StorageEngine {
     private func finishCommit(_ submission: Submission) throws -> CommitResult {
         let groupSize: Int
         do {
-            groupSize = try log.waitUntilDone(submission.lsn)
+            groupSize = try writableLog().log.waitUntilDone(submission.lsn)
         } catch {
             commitLock.withLock { $0.failure = "\(error)" }
             throw (error as? WALError).map(EngineError.log) ?? error

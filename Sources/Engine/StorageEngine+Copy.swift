@@ -17,26 +17,36 @@ extension StorageEngine {
     /// Writes a consistent copy of the store into the directory `destination` (created; it
     /// must not hold a store): the data file and the log segments up to the last written
     /// batch. Commits continue meanwhile; checkpoints wait. Opening the copy recovers the
-    /// state of the version reported. Throws `EngineError`.
+    /// state of the version reported. `progress` is called with the bytes copied so far
+    /// and the bytes to copy. Throws `EngineError`.
     @discardableResult
-    public func backup(to destination: String) throws -> CopyReport {
+    public func backup(to destination: String, progress: (_ copied: Int, _ total: Int) -> Void = { _, _ in }) throws -> CopyReport {
         try checkpointLock.withLock { _ in
             try mapIOErrors {
                 try prepareDestination(destination)
                 var report = CopyReport(version: 0)
                 let dataBytes = Int(try pageFile.file.size())
-                report.byteCount += try copyFile(pageFile.file, bytes: dataBytes, to: joinPath(destination, Self.dataFileName))
-                let (segments, activeBytes, lastLSN) = log.extent()
+                let extent = logExtent
+                let (segments, activeBytes, lastLSN) = (extent.segmentPaths, extent.activeBytes, extent.lastLSN)
+                // Sealed segments are copied whole, the active one up to its last frame.
+                let sources = try segments.enumerated().map { index, path in
+                    let source = try fileSystem.open(path, options: [])
+                    return (source, path, index == segments.count - 1 ? activeBytes : Int(try source.size()))
+                }
+                defer { for (source, _, _) in sources { try? source.close() } }
+                let total = dataBytes + sources.reduce(0) { $0 + $1.2 }
+                var copiedBefore = 0
+                let copied = { (done: Int) in progress(copiedBefore + done, total) }
+                copiedBefore = try copyFile(pageFile.file, bytes: dataBytes, to: joinPath(destination, Self.dataFileName),
+                                            progress: copied)
                 let logDirectory = joinPath(destination, Self.logDirectoryName)
                 try fileSystem.createDirectory(logDirectory)
-                for (index, path) in segments.enumerated() {
-                    let source = try fileSystem.open(path, options: [])
-                    defer { try? source.close() }
-                    // Sealed segments are copied whole, the active one up to its last frame.
-                    let bytes = index == segments.count - 1 ? activeBytes : Int(try source.size())
+                for (source, path, bytes) in sources {
                     let name = String(path.split(separator: "/").last ?? "")
-                    report.byteCount += try copyFile(source, bytes: bytes, to: joinPath(logDirectory, name))
+                    let done = try copyFile(source, bytes: bytes, to: joinPath(logDirectory, name), progress: copied)
+                    copiedBefore += done
                 }
+                report.byteCount = copiedBefore
                 try fileSystem.syncDirectory(logDirectory)
                 try fileSystem.syncDirectory(destination)
                 report.version = lastLSN.rawValue
@@ -88,8 +98,9 @@ extension StorageEngine {
         try fileSystem.createDirectory(destination)
     }
 
-    /// Copies the first `bytes` bytes of `source` to a new file at `path` and syncs it.
-    private func copyFile(_ source: any OpenFile, bytes: Int, to path: String) throws -> Int {
+    /// Copies the first `bytes` bytes of `source` to a new file at `path` and syncs it,
+    /// telling `progress` the bytes copied after each chunk.
+    private func copyFile(_ source: any OpenFile, bytes: Int, to path: String, progress: (Int) -> Void) throws -> Int {
         let target = try fileSystem.open(path, options: [.create, .exclusive, .write])
         defer { try? target.close() }
         let chunkBytes = 1 << 20
@@ -99,6 +110,7 @@ extension StorageEngine {
             guard !chunk.isEmpty else { break }
             try chunk.withUnsafeBytes { try target.write($0, at: Int64(offset)) }
             offset += chunk.count
+            progress(offset)
         }
         try target.syncData()
         return offset

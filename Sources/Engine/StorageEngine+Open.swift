@@ -1,5 +1,7 @@
-// Opening a store: take the lock, create or read the data file, choose the newest valid
-// meta page, load the free list, and replay the log into the memtable.
+// Opening a store: take the locks (a writer's, or a read-only opener's shared one), create
+// or read the data file, choose the newest valid meta page, load the free list, and replay
+// the log into the memtable (a read-only open replays it in memory and changes nothing).
+import Foundation
 import StrataFileIO
 import StrataWAL
 
@@ -34,35 +36,27 @@ extension StorageEngine {
     static let logDirectoryName = "wal"
     static let lockFileName = "LOCK"
 
-    /// Opens (creating if needed) the store in directory `path`, recovers it, and returns
-    /// it with a report. Throws `EngineError`: `.io(.locked)` naming the lock file when
-    /// another opener holds it, `.noValidMetaPage` / `.corruptPage` / `.unsupportedVersion`
-    /// for a damaged or newer data file, `.log` for a damaged log.
-    public static func open(path: String, fileSystem: any FileSystem = POSIXFileSystem(),
+    /// Opens the store in directory `path`, recovers it, and returns it with a report.
+    /// `.readWrite` (the default) creates the store when it does not exist and takes it
+    /// for this opener alone; `.readOnly` creates and changes nothing, replays the log in
+    /// memory, and may be open any number of times at once, but not beside a writer.
+    /// Throws `EngineError`: `.inUse` naming the holder (a writer's process ID, or
+    /// read-only openers) when another opener has it, `.notAStore` for a read-only open
+    /// of a directory without a store, `.noValidMetaPage` / `.corruptPage` /
+    /// `.unsupportedVersion` for a damaged or newer data file, `.log` for a damaged log.
+    public static func open(path: String, mode: AccessMode = .readWrite, fileSystem: any FileSystem = POSIXFileSystem(),
                             options: EngineOptions = EngineOptions()) throws -> (engine: StorageEngine, report: RecoveryReport) {
         try options.validate()
-        let lock: any FileLock
         let dataPath = joinPath(path, dataFileName)
+        let locks = switch mode {
+        case .readWrite: try lockForWriting(path, fileSystem: fileSystem, options: options)
+        case .readOnly: try lockForReading(path, fileSystem: fileSystem)
+        }
         let file: any OpenFile
         do {
-            try fileSystem.createDirectory(path)
-            lock = try fileSystem.lockExclusively(joinPath(path, lockFileName))
-        } catch let error as FileIOError { throw EngineError.io(error) }
-        do {
-            if !fileSystem.fileExists(dataPath) {
-                // A log without its data file has lost the versions the data file held:
-                // refuse rather than start an empty data file under it.
-                let logPath = joinPath(path, logDirectoryName)
-                if try WriteAheadLog.holdsSegments(directory: logPath, fileSystem: fileSystem) {
-                    lock.unlock()
-                    throw EngineError.missingData(path: dataPath, reason:
-                        "the data file is missing while \(logPath) holds a log that continues it")
-                }
-                try createDataFile(dataPath, in: path, fileSystem: fileSystem, options: options)
-            }
-            file = try fileSystem.open(dataPath, options: [.write])
+            file = try fileSystem.open(dataPath, options: mode == .readWrite ? [.write] : [])
         } catch let error as FileIOError {
-            lock.unlock()
+            for lock in locks { lock.unlock() }
             throw EngineError.io(error)
         }
         do {
@@ -79,8 +73,7 @@ extension StorageEngine {
             // (O(1) per key), keeping the last change of each key only.
             var changes: [(key: [UInt8], entry: MemtableEntry)] = []
             var replayed = 0
-            let (log, logReport) = try WriteAheadLog.open(directory: joinPath(path, logDirectoryName), fileSystem: fileSystem,
-                                                          options: logOptions) { record in
+            let replay = { (record: WALRecord) throws in
                 try checkReplayed(record)
                 guard record.lsn.rawValue > meta.checkpointVersion else { return }
                 for operation in record.batch.operations {
@@ -91,19 +84,34 @@ extension StorageEngine {
                 }
                 replayed += 1
             }
+            let logDirectory = joinPath(path, logDirectoryName)
+            let logAccess: LogAccess
+            let logReport: WALRecoveryReport
+            switch mode {
+            case .readWrite:
+                let log: WriteAheadLog
+                (log, logReport) = try WriteAheadLog.open(directory: logDirectory, fileSystem: fileSystem, options: logOptions,
+                                                          replay: replay)
+                logAccess = .writer(log, DurabilityWaiter(log: log))
+            case .readOnly:
+                let extent: LogExtent
+                (logReport, extent) = try WriteAheadLog.readForReplay(directory: logDirectory, fileSystem: fileSystem,
+                                                                      options: logOptions, replay: replay)
+                logAccess = .reader(extent)
+            }
             let active = Memtable(budgetBytes: options.checkpointMemtableBytes)
             active.insert(sortedUnique: latestPerKey(changes))
             let version = max(meta.checkpointVersion, logReport.lastLSN.rawValue)
             let state = EngineState(version: version, tree: BTree(root: meta.root, height: Int(meta.height)),
                                     treeGeneration: meta.generation, frozen: nil, active: active)
             let checkpoint = CheckpointState(meta: meta, reusable: free, freeListPages: freeListPages)
-            let engine = StorageEngine(path: path, options: options, fileSystem: fileSystem, pageFile: pageFile, log: log,
-                                       lock: lock, state: state, checkpoint: checkpoint)
+            let engine = StorageEngine(path: path, options: options, fileSystem: fileSystem, pageFile: pageFile,
+                                       logAccess: logAccess, locks: locks, state: state, checkpoint: checkpoint)
             let report = RecoveryReport(checkpointVersion: meta.checkpointVersion, lastDurableVersion: version,
                                         metaGeneration: meta.generation, rejectedMeta: rejected, log: logReport,
                                         batchesReplayed: replayed)
             options.logger.info("opened store", metadata: [
-                "path": "\(path)", "checkpoint_version": "\(meta.checkpointVersion)", "version": "\(version)",
+                "path": "\(path)", "mode": "\(mode)", "checkpoint_version": "\(meta.checkpointVersion)", "version": "\(version)",
                 "batches_replayed": "\(replayed)", "log_segments": "\(logReport.segmentCount)",
             ])
             for damage in logReport.damage {
@@ -116,7 +124,7 @@ extension StorageEngine {
             return (engine, report)
         } catch {
             try? file.close()
-            lock.unlock()
+            for lock in locks { lock.unlock() }
             switch error {
             case let WALError.missingData(path, reason): throw EngineError.missingData(path: path, reason: reason)
             case let error as WALError: throw EngineError.log(error)
@@ -124,6 +132,84 @@ extension StorageEngine {
             default: throw error
             }
         }
+    }
+
+    /// Takes the store for one writer: the exclusive lock on `LOCK` (which then holds
+    /// this process's ID, for the messages of openers refused meanwhile), the data file
+    /// (created when the store is new), and an exclusive lock on the data file, which
+    /// keeps read-only openers out while this writer may rewrite pages.
+    private static func lockForWriting(_ path: String, fileSystem: any FileSystem,
+                                       options: EngineOptions) throws -> [any FileLock] {
+        let lockPath = joinPath(path, lockFileName)
+        let dataPath = joinPath(path, dataFileName)
+        let storeLock: any FileLock
+        do {
+            try fileSystem.createDirectory(path)
+            storeLock = try fileSystem.lockExclusively(lockPath)
+        } catch FileIOError.locked {
+            throw EngineError.inUse(path: path, holder: writerDescription(path, fileSystem: fileSystem))
+        } catch let error as FileIOError {
+            throw EngineError.io(error)
+        }
+        do {
+            let handle = try fileSystem.open(lockPath, options: [.write, .truncate])
+            defer { try? handle.close() }
+            try handle.write(Array("\(ProcessInfo.processInfo.processIdentifier)\n".utf8), at: 0)
+            if !fileSystem.fileExists(dataPath) {
+                // A log without its data file has lost the versions the data file held:
+                // refuse rather than start an empty data file under it.
+                let logPath = joinPath(path, logDirectoryName)
+                if try WriteAheadLog.holdsSegments(directory: logPath, fileSystem: fileSystem) {
+                    throw EngineError.missingData(path: dataPath, reason:
+                        "the data file is missing while \(logPath) holds a log that continues it")
+                }
+                try createDataFile(dataPath, in: path, fileSystem: fileSystem, options: options)
+            }
+            do {
+                return [storeLock, try fileSystem.lockExclusively(dataPath)]
+            } catch FileIOError.locked {
+                throw EngineError.inUse(path: path, holder:
+                    "it is open read-only elsewhere (a `strata get`, `scan`, `dump`, `stat`, `verify` or a read-only "
+                        + "store); retry once those readers have closed it")
+            }
+        } catch {
+            storeLock.unlock()
+            if let error = error as? FileIOError { throw EngineError.io(error) }
+            throw error
+        }
+    }
+
+    /// Takes a shared lock on the data file: any number of read-only openers at once, none
+    /// beside a writer. Creates nothing.
+    private static func lockForReading(_ path: String, fileSystem: any FileSystem) throws -> [any FileLock] {
+        let dataPath = joinPath(path, dataFileName)
+        do {
+            return [try fileSystem.lockShared(dataPath)]
+        } catch FileIOError.locked {
+            throw EngineError.inUse(path: path, holder: writerDescription(path, fileSystem: fileSystem))
+        } catch FileIOError.notFound {
+            let logPath = joinPath(path, logDirectoryName)
+            if (try? WriteAheadLog.holdsSegments(directory: logPath, fileSystem: fileSystem)) == true {
+                throw EngineError.missingData(path: dataPath, reason:
+                    "the data file is missing while \(logPath) holds a log that continues it")
+            }
+            throw EngineError.notAStore(path: path)
+        } catch let error as FileIOError {
+            throw EngineError.io(error)
+        }
+    }
+
+    /// Who holds the store for writing, from the process ID its writer left in `LOCK`.
+    private static func writerDescription(_ path: String, fileSystem: any FileSystem) -> String {
+        let recorded = try? { () throws -> [UInt8] in
+            let handle = try fileSystem.open(joinPath(path, lockFileName), options: [])
+            defer { try? handle.close() }
+            return try handle.read(count: 16, at: 0)
+        }()
+        let text = recorded.map { String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) }
+        let holder = text.flatMap { Int32($0) }.map { "process \($0)" } ?? "another process"
+        return "\(holder) has it open for writing; run the command there (in its shell or through its API), "
+            + "or close the store in that process and retry"
     }
 
     /// A batch read from the log must obey the limits every commit obeys (a key of 1 to
@@ -208,6 +294,12 @@ extension StorageEngine {
         }
         let valid = candidates.compactMap { try? $0.result.get() }
         if let newest = valid.max(by: { $0.generation < $1.generation }) {
+            // A new data file has one meta page (generation 0) and a zeroed page 1 until
+            // its first checkpoint: that page is not damage.
+            if newest.generation == 0, let pageBytes = declared,
+               try file.read(count: pageBytes, at: Int64(pageBytes)).allSatisfy({ $0 == 0 }) {
+                return (newest, nil)
+            }
             let rejected = candidates.compactMap { candidate -> String? in
                 if case let .failure(defect) = candidate.result { return "meta page \(candidate.slot): \(defect)" }
                 return nil

@@ -34,7 +34,12 @@ public struct VerifyReport: Sendable, CustomStringConvertible {
 
 extension StorageEngine {
     /// Checks the durable data file (the last checkpoint's tree and free list). O(pages).
-    public func verify() -> VerifyReport {
+    /// `progress` is called with the pages checked so far and the file's page count.
+    public func verify(progress: (_ checked: Int, _ pageCount: Int) -> Void = { _, _ in }) -> VerifyReport {
+        withoutActuallyEscaping(progress) { progress in verify(reportingTo: progress) }
+    }
+
+    private func verify(reportingTo progress: @escaping (Int, Int) -> Void) -> VerifyReport {
         checkpointLock.withLock { durable in
             var report = VerifyReport()
             let meta = durable.meta
@@ -47,7 +52,7 @@ extension StorageEngine {
             } catch {
                 report.problems.append("the meta pages no longer read back: \(error)")
             }
-            var walk = VerifyWalk(pageCount: meta.pageCount, report: report)
+            var walk = VerifyWalk(pageCount: meta.pageCount, report: report, progress: progress)
             if meta.root != .none {
                 self.walk(meta.root, level: 1, height: Int(meta.height), lower: nil, upper: nil, into: &walk)
             }
@@ -62,6 +67,7 @@ extension StorageEngine {
             }
             report = walk.report
             let owner = walk.owner
+            progress(owner.count + 2, Int(meta.pageCount))
             let accounted = UInt64(owner.count) + 2
             if accounted != meta.pageCount {
                 report.problems.append("\(meta.pageCount - min(meta.pageCount, accounted)) pages are neither reachable nor free")
@@ -126,9 +132,12 @@ extension StorageEngine {
 struct VerifyWalk {
     let pageCount: UInt64
     var report: VerifyReport
+    /// Told the pages claimed so far, every 4,096 pages.
+    let progress: (Int, Int) -> Void
     var owner: [PageID: String] = [:]
 
     mutating func claim(_ id: PageID, _ role: String) {
+        if owner.count % 4096 == 4095 { progress(owner.count + 2, Int(pageCount)) }
         if id < .firstDataPage || id.rawValue >= pageCount {
             report.problems.append("\(role) \(id) is outside the file's \(pageCount) pages")
         } else if let other = owner[id] {

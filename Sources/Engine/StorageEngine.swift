@@ -31,8 +31,11 @@ public final class StorageEngine: Sendable {
     public let options: EngineOptions
     let fileSystem: any FileSystem
     let pageFile: PageFile
-    let log: WriteAheadLog
-    private let lock: any FileLock
+    /// The log a writer appends to, or the log as a read-only store read it at open.
+    let logAccess: LogAccess
+    /// The store's lock, and (for a writer) the exclusive lock on the data file that keeps
+    /// read-only openers out.
+    private let locks: [any FileLock]
 
     /// The published view and the pins readers hold on trees.
     let stateLock: Locked<ReaderState>
@@ -44,33 +47,50 @@ public final class StorageEngine: Sendable {
     let checkpointRunning = Atomic(false)
     /// Log bytes written when the last checkpoint started.
     let logBytesAtCheckpoint = Atomic(0)
-    /// Waits for fdatasync on behalf of async commits.
-    let durabilityWaiter: DurabilityWaiter
     /// Told about every published batch (see `observeCommits`). Boxed: a closure kept
     /// directly in the generic `Locked` and read through its `inout` access gained two
     /// reabstraction thunks per read, so each commit called the observer through a longer
     /// chain (after 20,000 commits, 228 µs of CPU per commit).
     let publishObserver = Locked<CommitObserverBox?>(nil)
 
-    init(path: String, options: EngineOptions, fileSystem: any FileSystem, pageFile: PageFile, log: WriteAheadLog,
-         lock: any FileLock, state: EngineState, checkpoint: CheckpointState) {
+    init(path: String, options: EngineOptions, fileSystem: any FileSystem, pageFile: PageFile, logAccess: LogAccess,
+         locks: [any FileLock], state: EngineState, checkpoint: CheckpointState) {
         self.path = path
         self.options = options
         self.fileSystem = fileSystem
         self.pageFile = pageFile
-        self.log = log
-        self.lock = lock
+        self.logAccess = logAccess
+        self.locks = locks
         self.stateLock = Locked(ReaderState(current: state))
         self.commitLock = Locked(CommitState(publishedVersion: state.version))
         self.checkpointLock = Locked(checkpoint)
-        self.durabilityWaiter = DurabilityWaiter(log: log)
     }
 
     deinit {
-        durabilityWaiter.stop()
-        try? log.close()
+        if case let .writer(log, waiter) = logAccess {
+            waiter.stop()
+            try? log.close()
+        }
         try? pageFile.file.close()
-        lock.unlock()
+        for lock in locks { lock.unlock() }
+    }
+
+    /// Whether the store was opened with `.readOnly`: it never writes a byte.
+    public var isReadOnly: Bool { if case .reader = logAccess { true } else { false } }
+
+    /// The log this store appends to, and the thread that waits for its fdatasyncs on
+    /// behalf of async commits. Throws `EngineError.readOnly` for a read-only store.
+    func writableLog() throws(EngineError) -> (log: WriteAheadLog, waiter: DurabilityWaiter) {
+        guard case let .writer(log, waiter) = logAccess else { throw .readOnly(path: path) }
+        return (log, waiter)
+    }
+
+    /// The log's files: as they stand between group commits, or as read at a read-only open.
+    var logExtent: LogExtent {
+        switch logAccess {
+        case let .writer(log, _): log.extent()
+        case let .reader(extent): extent
+        }
     }
 
     /// An in-memory store: the same engine on a private simulated file system that never
@@ -81,6 +101,9 @@ public final class StorageEngine: Sendable {
         options.log.segmentBytes = min(options.log.segmentBytes, inMemorySegmentBytes)
         return try open(path: "/strata", fileSystem: SimulatedFileSystem(), options: options).engine
     }
+
+    /// The version of the data file format this build writes and reads (FORMAT.md).
+    public static var dataFormatVersion: UInt16 { MetaPage.version }
 
     /// The largest log segment of an in-memory store (a preallocated segment is RAM there).
     public static let inMemorySegmentBytes = 1 << 20
@@ -108,7 +131,12 @@ public final class StorageEngine: Sendable {
 
     /// The oldest version whose batch the write-ahead log may still hold; checkpoints
     /// release older ones.
-    public var oldestLoggedVersion: UInt64 { log.oldestLSN.rawValue }
+    public var oldestLoggedVersion: UInt64 {
+        switch logAccess {
+        case let .writer(log, _): log.oldestLSN.rawValue
+        case let .reader(extent): extent.oldestLSN.rawValue
+        }
+    }
 
     /// Passes the committed batches with versions in `versions` to `visit` in order, read
     /// back from the write-ahead log. Throws `EngineError.historyUnavailable` when the log
@@ -119,7 +147,7 @@ public final class StorageEngine: Sendable {
             throw EngineError.historyUnavailable(requested: versions.lowerBound, oldest: oldest)
         }
         do {
-            _ = try WriteAheadLog.read(directory: log.directory, fileSystem: fileSystem) { record in
+            _ = try WriteAheadLog.read(directory: joinPath(path, Self.logDirectoryName), fileSystem: fileSystem) { record in
                 if versions.contains(record.lsn.rawValue) { try visit(record.lsn.rawValue, record.batch) }
             }
         } catch where oldestLoggedVersion > versions.lowerBound {
@@ -129,8 +157,10 @@ public final class StorageEngine: Sendable {
     }
 
     /// What the write-ahead log did since the store was opened (group commits, fdatasyncs,
-    /// bytes, compression).
-    public var logStatistics: WALStatistics { log.statistics }
+    /// bytes, compression); all zero for a read-only store.
+    public var logStatistics: WALStatistics {
+        if case let .writer(log, _) = logAccess { log.statistics } else { WALStatistics() }
+    }
 
     func unpin(_ state: EngineState) {
         stateLock.withLock { readers in
@@ -154,25 +184,46 @@ public final class StorageEngine: Sendable {
     /// Checkpoints what the memtable holds (unless `checkpoint` is false: the next open
     /// then replays the log) and shrinks the log back to one small segment, closes the log
     /// and the data file, and releases the lock. A store with nothing committed since its
-    /// last checkpoint writes nothing. Later calls throw `EngineError.closed`.
+    /// last checkpoint writes nothing, nor does a read-only one. Later calls throw
+    /// `EngineError.closed`.
     public func close(checkpoint: Bool = true) throws {
         let alreadyClosed = commitLock.withLock { commits in
             defer { commits.closed = true }
             return commits.closed
         }
         guard !alreadyClosed else { return }
-        durabilityWaiter.stop()
         defer {
-            try? log.close()
             try? pageFile.file.close()
-            lock.unlock()
+            for lock in locks { lock.unlock() }
         }
+        guard case let .writer(log, waiter) = logAccess else { return }
+        waiter.stop()
+        defer { try? log.close() }
         if checkpoint && commitLock.withLock({ $0.failure == nil }) {
             let checkpointed = { self.checkpointLock.withLock { $0.meta.checkpointVersion } }
             if version > checkpointed() { try checkpointNow() }
             do { try log.shrink(through: LSN(checkpointed())) } catch let error as WALError { throw EngineError.log(error) }
         }
     }
+}
+
+/// How a store reaches its log.
+enum LogAccess: Sendable {
+    /// A writer appends to the log; async commits wait for its fdatasyncs on the waiter.
+    case writer(WriteAheadLog, DurabilityWaiter)
+    /// A read-only store read the log once at open. It cannot change while the store is
+    /// open: the read-only open's shared lock on the data file keeps every writer out.
+    case reader(LogExtent)
+}
+
+/// How a store is opened.
+public enum AccessMode: Sendable, Equatable {
+    /// Commits and checkpoints: one opener at a time, in any process.
+    case readWrite
+    /// Reads only: never writes a byte or changes an mtime, takes no writer's lock, and
+    /// any number may be open at once. The log is replayed in memory. Refused, with the
+    /// writer's process ID, while a process has the store open for writing.
+    case readOnly
 }
 
 /// Receives published batches with their versions (see `StorageEngine.observeCommits`).

@@ -23,7 +23,7 @@ extension StorageEngine {
     public func status() throws -> StoreStatus {
         let state = stateLock.withLock { $0.current }
         let meta = checkpointLock.withLock { $0.meta }
-        let segments = log.extent().segmentPaths
+        let segments = logExtent.segmentPaths
         var logBytes = 0
         for path in segments {
             do {

@@ -46,6 +46,11 @@ public protocol FileSystem: Sendable {
     /// throws `FileIOError.locked` when another holder, in this process or another, has it.
     /// The lock is held until `unlock()` is called on the result or the process exits.
     func lockExclusively(_ path: String) throws -> any FileLock
+    /// Takes a shared lock on the existing file at `path` without waiting and without
+    /// writing anything: any number of shared holders at once, none beside an exclusive
+    /// one. Throws `FileIOError.locked` when an exclusive holder has it, `.notFound` when
+    /// the file does not exist.
+    func lockShared(_ path: String) throws -> any FileLock
 }
 
 /// An open file.
@@ -74,7 +79,7 @@ public protocol OpenFile: AnyObject, Sendable {
     func close() throws
 }
 
-/// An exclusive lock on a file, held until `unlock()`.
+/// A lock on a file (exclusive or shared), held until `unlock()`.
 public protocol FileLock: AnyObject, Sendable {
     /// The locked path.
     var path: String { get }

@@ -87,6 +87,16 @@ public struct POSIXFileSystem: FileSystem {
         }
         return POSIXFileLock(fd: fd, path: path)
     }
+
+    public func lockShared(_ path: String) throws -> any FileLock {
+        let fd = try retryingInterrupts(.lock, path) { systemOpen(path, O_RDONLY | O_CLOEXEC, 0) }
+        if flock(fd, LOCK_SH | LOCK_NB) != 0 {
+            let code = errno
+            _ = systemClose(fd)
+            throw FileIOError(errno: code, operation: .lock, path: path)
+        }
+        return POSIXFileLock(fd: fd, path: path)
+    }
 }
 
 /// Runs a syscall that returns -1 and sets errno on failure, retrying EINTR.

@@ -285,7 +285,19 @@ public final class SimulatedFileSystem: FileSystem {
             if state.directories[directory]!.volatile[name] == nil {
                 state.directories[directory]!.volatile[name] = state.makeInode()
             }
-            guard state.locks.insert(normalize(path)).inserted else { throw FileIOError.locked(path: path) }
+            guard state.locks[normalize(path)] == nil else { throw FileIOError.locked(path: path) }
+            state.locks[normalize(path)] = -1
+            return SimulatedFileLock(fileSystem: self, path: path, generation: state.generation)
+        }
+    }
+
+    public func lockShared(_ path: String) throws -> any FileLock {
+        try state.withLock { state in
+            try state.begin(.lock, path)
+            guard state.lookup(path) != nil else { throw FileIOError.notFound(operation: .lock, path: path) }
+            let holders = state.locks[normalize(path), default: 0]
+            guard holders >= 0 else { throw FileIOError.locked(path: path) }
+            state.locks[normalize(path)] = holders + 1
             return SimulatedFileLock(fileSystem: self, path: path, generation: state.generation)
         }
     }

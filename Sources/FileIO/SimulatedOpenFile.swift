@@ -121,7 +121,8 @@ final class SimulatedFileLock: FileLock {
         guard isHeld.withLock({ held in defer { held = false }; return held }) else { return }
         fileSystem.state.withLock { state in
             // A crash already released every lock of the earlier "process".
-            if state.generation == generation { state.locks.remove(normalize(path)) }
+            guard state.generation == generation, let holders = state.locks[normalize(path)] else { return }
+            state.locks[normalize(path)] = holders > 1 ? holders - 1 : nil
         }
     }
 }

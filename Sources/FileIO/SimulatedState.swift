@@ -43,7 +43,8 @@ struct SimulatedState {
     var faults: [Fault] = []
     var powerCutIndex: Int?
     var generation = 0
-    var locks: Set<String> = []
+    /// Held locks by normalized path: -1 exclusive, n > 0 that many shared holders.
+    var locks: [String: Int] = [:]
     /// The sector size torn writes are cut at (fault model 3).
     var sectorBytes = 512
 

@@ -12,7 +12,22 @@ struct StorePath: ParsableArguments {
     static let defaultPath = "./strata.db"
 }
 
-/// Runs `body`; any error becomes one line on stderr and exit status 1.
+/// The tool's exit statuses (listed in `strata --help`).
+enum ExitStatus {
+    /// The answer is no: `get` found no value, `verify` found damage.
+    static let no = ExitCode(1)
+    /// An error: the store could not be opened, read or written, a script's command failed
+    /// or a script ended with changes it never committed. The message is on stderr.
+    static let error = ExitCode(2)
+
+    static let help = """
+        Exit status: 0 success; 1 the answer is no (`get` found no value, `verify` found damage); \
+        2 an error (the store could not be opened, read or written, a shell script's command failed \
+        or the script ended with uncommitted changes), with the message on stderr; 64 a usage error.
+        """
+}
+
+/// Runs `body`; any error becomes one line on stderr and exit status 2.
 func reportingErrors<T>(_ body: () throws -> T) throws -> T {
     do {
         return try body()
@@ -20,7 +35,7 @@ func reportingErrors<T>(_ body: () throws -> T) throws -> T {
         throw exit
     } catch {
         printError("\(error)")
-        throw ExitCode.failure
+        throw ExitStatus.error
     }
 }
 
@@ -30,11 +45,12 @@ func printError(_ message: String) {
 }
 
 /// Opens the store at `path` (refusing to create one unless `create`), runs `body` and
-/// closes the store, which checkpoints; any error, the close's included, becomes one
-/// line on stderr and exit status 1.
-func withStore<T>(_ path: String, create: Bool = false, _ body: (Store) throws -> T) throws -> T {
+/// closes the store, which checkpoints a writer's new commits (a `.readOnly` store writes
+/// nothing); any error, the close's included, becomes one line on stderr and exit status 2.
+func withStore<T>(_ path: String, mode: AccessMode = .readWrite, create: Bool = false,
+                  _ body: (Store) throws -> T) throws -> T {
     try reportingErrors {
-        let store = create ? try Store.open(path: path) : try openExistingStore(path)
+        let store = create ? try Store.open(path: path) : try openExistingStore(path, mode: mode)
         for line in recoveryWarnings(store.recoveryReport) { printError(line) }
         let result: T
         do { result = try body(store) } catch {
@@ -55,33 +71,58 @@ func recoveryWarnings(_ report: RecoveryReport) -> [String] {
 }
 
 /// Opens the store at `path`, refusing to create one where none exists.
-func openExistingStore(_ path: String) throws -> Store {
+func openExistingStore(_ path: String, mode: AccessMode = .readWrite) throws -> Store {
     guard FileManager.default.fileExists(atPath: path) else {
         throw ValidationError("no store at \(path) (a store is a directory; `strata shell \(path)` creates one)")
     }
-    return try Store.open(path: path)
+    return try Store.open(path: path, mode: mode)
 }
 
 /// Bytes as text when they are printable UTF-8, else as 0x-prefixed hex.
 func display(_ bytes: [UInt8]) -> String {
-    if let text = String(validating: bytes, as: UTF8.self), text.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) {
-        return text
-    }
-    return "0x" + bytes.map { byte in byte < 16 ? "0" + String(byte, radix: 16) : String(byte, radix: 16) }.joined()
+    printableText(bytes) ?? hexText(bytes)
 }
 
-/// Text typed by a user as bytes: `0x…` is hex, anything else is its UTF-8.
+/// The bytes as a string when they are UTF-8 without control characters.
+func printableText(_ bytes: [UInt8]) -> String? {
+    guard let text = String(validating: bytes, as: UTF8.self),
+          text.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) else { return nil }
+    return text
+}
+
+/// The bytes as `0x`-prefixed lowercase hex.
+func hexText(_ bytes: [UInt8]) -> String {
+    "0x" + bytes.map { byte in byte < 16 ? "0" + String(byte, radix: 16) : String(byte, radix: 16) }.joined()
+}
+
+/// Text typed by a user as bytes: `0x…` with at least one byte is hex, anything else
+/// (`0x` alone included) is its UTF-8.
 func parseBytes(_ text: String) -> [UInt8] {
-    guard text.hasPrefix("0x"), text.count > 2, text.count % 2 == 0 else { return Array(text.utf8) }
+    (text.utf8.count > 2 ? parseHex(text) : nil) ?? Array(text.utf8)
+}
+
+/// The bytes of `0x`-prefixed hex (`0x` alone is no bytes), or nil when `text` is not that.
+func parseHex(_ text: String) -> [UInt8]? {
+    let digits = Array(text.utf8)
+    guard digits.count >= 2, digits.count % 2 == 0, digits[0] == UInt8(ascii: "0"), digits[1] == UInt8(ascii: "x") else {
+        return nil
+    }
     var bytes: [UInt8] = []
-    var index = text.index(text.startIndex, offsetBy: 2)
-    while index < text.endIndex {
-        let next = text.index(index, offsetBy: 2)
-        guard let byte = UInt8(text[index..<next], radix: 16) else { return Array(text.utf8) }
-        bytes.append(byte)
-        index = next
+    bytes.reserveCapacity(digits.count / 2 - 1)
+    for index in stride(from: 2, to: digits.count, by: 2) {
+        guard let high = hexDigit(digits[index]), let low = hexDigit(digits[index + 1]) else { return nil }
+        bytes.append(high << 4 | low)
     }
     return bytes
+}
+
+private func hexDigit(_ character: UInt8) -> UInt8? {
+    switch character {
+    case UInt8(ascii: "0")...UInt8(ascii: "9"): character - UInt8(ascii: "0")
+    case UInt8(ascii: "a")...UInt8(ascii: "f"): character - UInt8(ascii: "a") + 10
+    case UInt8(ascii: "A")...UInt8(ascii: "F"): character - UInt8(ascii: "A") + 10
+    default: nil
+    }
 }
 
 /// Whether the standard stream `descriptor` is a terminal.
@@ -93,6 +134,9 @@ struct ProgressReporter {
     let total: Int
     private let onTerminal = isTerminal(STDERR_FILENO)
     private var lastTenth = -1
+
+    /// Work on stores of at least this many pages (64 MiB of 4 KiB pages) shows progress.
+    static let largeStorePages = 16_384
 
     init(label: String, total: Int) {
         self.label = label

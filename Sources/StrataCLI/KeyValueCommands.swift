@@ -3,22 +3,27 @@ import ArgumentParser
 import Strata
 
 struct GetCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "get", abstract: "Print a key's value (exit status 1 when it has none).")
+    static let configuration = CommandConfiguration(
+        commandName: "get", abstract: "Print a key's value (exit status 1 when it has none). Read-only.")
 
     @Argument(help: "The key (0x… for raw bytes).")
     var key: String
 
+    @Flag(help: "The key and value as one JSON object (as `dump --json` writes them).")
+    var json = false
+
     @OptionGroup var store: StorePath
 
     func run() throws {
-        let value = try withStore(store.path) { opened in
-            return try opened.read { try $0.get(parseBytes(key)) }
+        let key = parseBytes(key)
+        let value = try withStore(store.path, mode: .readOnly) { opened in
+            return try opened.read { try $0.get(key) }
         }
         guard let value else {
-            printError("\(key) has no value")
-            throw ExitCode.failure
+            printError("\(display(key)) has no value")
+            throw ExitStatus.no
         }
-        print(display(value))
+        print(json ? try jsonLine(DumpLine(key: key, value: value)) : display(value))
     }
 }
 
@@ -58,7 +63,7 @@ struct DeleteCommand: ParsableCommand {
 }
 
 struct ScanCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "scan", abstract: "List keys and values in key order.")
+    static let configuration = CommandConfiguration(commandName: "scan", abstract: "List keys and values in key order. Read-only.")
 
     @Argument(help: "Only keys starting with this prefix.")
     var prefix = ""
@@ -69,12 +74,17 @@ struct ScanCommand: ParsableCommand {
     @Flag(help: "Descending key order.")
     var reverse = false
 
+    @Flag(help: "One JSON object per key (as `dump --json` writes them).")
+    var json = false
+
     @OptionGroup var store: StorePath
 
     func run() throws {
-        try withStore(store.path) { opened in
+        try withStore(store.path, mode: .readOnly) { opened in
             let pairs = try opened.read { try $0.scan(prefix: parseBytes(prefix), reverse: reverse, limit: limit) }
-            for (key, value) in pairs { print("\(display(key)) = \(display(value))") }
+            for (key, value) in pairs {
+                print(json ? try jsonLine(DumpLine(key: key, value: value)) : "\(display(key)) = \(display(value))")
+            }
         }
     }
 }

@@ -34,7 +34,8 @@ final class Shell {
         discard          drop the current context's changes (a child is closed)
         stats            the store's version, checkpoint, pages and log
         help             this list
-        quit             leave (uncommitted changes are dropped)
+        quit             leave (asks whether to commit staged changes; a script that leaves
+                         changes uncommitted ends with exit status 2)
         Keys and values are text; write 0x… for raw bytes.
         """
 
@@ -83,7 +84,7 @@ final class Shell {
         case "help", "?":
             print(Self.help)
         case "quit", "exit":
-            finish()
+            finished = true
         default:
             throw ShellError.unknownCommand(command)
         }
@@ -101,13 +102,26 @@ final class Shell {
         }
     }
 
-    /// Ends the session; on a terminal, says what was dropped.
-    func finish() {
-        guard !finished else { return }
+    /// Changes staged in the open contexts and not yet committed to the store.
+    var pendingChangeCount: Int { contexts.reduce(0) { $0 + $1.changeCount } }
+
+    /// Ends the session: commits what is staged when `committing` (each child into its
+    /// parent, then the root durably), drops it otherwise. Returns how many staged changes
+    /// were dropped (0 after a successful commit).
+    func finish(committing: Bool) -> Int {
         finished = true
-        let pending = contexts.reduce(0) { $0 + $1.changeCount }
-        if interactive && pending > 0 { print("dropped \(pending) uncommitted change(s)") }
+        if committing && pendingChangeCount > 0 {
+            do {
+                while contexts.count > 1 { try commit(contexts[contexts.count - 1]) }
+                try commit(contexts[0])
+            } catch {
+                failed = true
+                printError("\(error)")
+            }
+        }
+        let dropped = pendingChangeCount
         contexts[0].discard()
+        return dropped
     }
 
     /// The first word of `text` (or a "quoted phrase") and the rest, trimmed.

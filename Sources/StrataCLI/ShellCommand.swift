@@ -6,7 +6,12 @@ import Foundation
 struct ShellCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "shell",
-        abstract: "An interactive prompt over a store (created if missing); reads a script from stdin when it is not a terminal.")
+        abstract: "An interactive prompt over a store (created if missing); reads a script from stdin when it is not a terminal.",
+        discussion: """
+            A script's exit status is 2 when one of its commands failed or when it ends with changes staged \
+            and never committed (they are dropped, with a message on stderr); on a terminal, leaving with \
+            staged changes asks whether to commit them.
+            """)
 
     @Argument(help: "The store's directory.")
     var path = StorePath.defaultPath
@@ -29,8 +34,25 @@ struct ShellCommand: ParsableCommand {
             // can wait for it.
             fflush(nil)
         }
-        shell.finish()
+        let pending = shell.pendingChangeCount
+        let dropped = shell.finish(committing: pending > 0 && interactive && confirmCommit(pending))
+        if dropped > 0 {
+            if interactive {
+                print("dropped \(dropped) uncommitted change(s)")
+            } else {
+                printError("the script ended with \(dropped) staged change(s) it never committed; they were dropped "
+                           + "(end the script with `commit`)")
+            }
+        }
         try reportingErrors { try store.close() }
-        if shell.failed && !interactive { throw ExitCode.failure }
+        if (shell.failed || dropped > 0) && !interactive { throw ExitStatus.error }
+    }
+
+    /// Asks on the terminal whether to commit `pending` staged changes before leaving.
+    private func confirmCommit(_ pending: Int) -> Bool {
+        print("\(pending) change(s) are staged but not committed. Commit them before leaving? [y/N] ", terminator: "")
+        fflush(nil)
+        let answer = readLine()?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+        return answer == "y" || answer == "yes"
     }
 }

@@ -1,4 +1,6 @@
-// One-shot commands on a whole store: stat, verify, dump, checkpoint, backup, compact.
+// One-shot commands on a whole store: stat, verify, dump, load, checkpoint, backup,
+// compact. The ones that only read (stat, verify, dump, backup, compact) open the store
+// read-only: they change no byte and no mtime of it, and several may run at once.
 import ArgumentParser
 import Strata
 import Foundation
@@ -6,19 +8,44 @@ import StrataWAL
 
 struct StatCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "stat", abstract: "Pages, tree height, keys, free pages, log segments, last checkpoint, compression.")
+        commandName: "stat",
+        abstract: "Pages, tree height, keys, free pages, log segments, last checkpoint, compression. Read-only.")
 
     @Argument(help: "The store's directory.")
     var path = StorePath.defaultPath
 
+    @Flag(help: "One JSON object with every figure.")
+    var json = false
+
+    /// `stat --json`.
+    private struct StatLine: Encodable {
+        var version, checkpointVersion: UInt64
+        var pageBytes: Int
+        var pageCount: UInt64
+        var treeHeight, liveKeys, leafPages, branchPages, overflowPages, freePages, freeListPages: Int
+        var memtableKeys, memtableBytes: Int
+        var logSegments, logBytes, logBatches, logRawBytes, logStoredBytes: Int
+    }
+
     func run() throws {
-        try withStore(path) { store in
-            for line in try statusLines(store) { print(line) }
+        try withStore(path, mode: .readOnly) { store in
+            let status = try store.engine.status()
             let check = store.engine.verify()
             let keyCount = try store.read { try $0.scan().count }
+            let log = try WriteAheadLog.read(directory: path + "/wal") { _ in }
+            if json {
+                print(try jsonLine(StatLine(
+                    version: status.version, checkpointVersion: status.checkpointVersion, pageBytes: status.pageBytes,
+                    pageCount: status.pageCount, treeHeight: status.treeHeight, liveKeys: keyCount,
+                    leafPages: check.leafPages, branchPages: check.branchPages, overflowPages: check.overflowPages,
+                    freePages: check.freePages, freeListPages: check.freeListPages, memtableKeys: status.memtableKeys,
+                    memtableBytes: status.memtableBytes, logSegments: status.logSegments.count, logBytes: status.logBytes,
+                    logBatches: log.batchCount, logRawBytes: log.rawBytes, logStoredBytes: log.storedBytes)))
+                return
+            }
+            for line in try statusLines(store) { print(line) }
             print("keys: \(keyCount) live; tree: \(check.leafPages) leaf, \(check.branchPages) branch, "
                   + "\(check.overflowPages) overflow pages; free: \(check.freePages) pages (+\(check.freeListPages) listing them)")
-            let log = try WriteAheadLog.read(directory: path + "/wal") { _ in }
             let ratio = log.rawBytes == 0 ? 1 : Double(log.storedBytes) / Double(log.rawBytes)
             print("log holds \(log.batchCount) batch(es): \(log.rawBytes) bytes stored as \(log.storedBytes) "
                   + "(LZ4 ratio \(String(format: "%.2f", ratio)))")
@@ -28,35 +55,63 @@ struct StatCommand: ParsableCommand {
 
 struct VerifyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "verify", abstract: "Check every page of the data file and the log; the exit status says whether all is sound.")
+        commandName: "verify",
+        abstract: "Check every page of the data file and the log; the exit status says whether all is sound. Read-only.")
 
     @Argument(help: "The store's directory.")
     var path = StorePath.defaultPath
 
+    @Flag(help: "One JSON object: the counts, the problems and the log damage found.")
+    var json = false
+
+    /// `verify --json`.
+    private struct VerifyLine: Encodable {
+        var ok: Bool
+        var metaGeneration, pageCount: UInt64
+        var treeHeight, leafPages, branchPages, overflowPages, freePages, freeListPages, keys, tombstones: Int
+        var problems, logDamage: [String]
+    }
+
     func run() throws {
-        let (report, cut) = try withStore(path) { store in
+        let (report, cut) = try withStore(path, mode: .readOnly) { store in
             // Reading every key also checks the pages and overflow chains reads go through.
             _ = try store.read { try $0.scan().count }
-            return (store.engine.verify(), store.recoveryReport.log.damage)
+            var progress: ProgressReporter?
+            let report = store.engine.verify { checked, pageCount in
+                guard pageCount >= ProgressReporter.largeStorePages, isTerminal(STDERR_FILENO) else { return }
+                if progress == nil { progress = ProgressReporter(label: "verify", total: pageCount) }
+                progress?.update(checked)
+            }
+            return (report, store.recoveryReport.log.damage)
         }
-        print(report)
+        if json {
+            print(try jsonLine(VerifyLine(
+                ok: report.isValid && cut.isEmpty, metaGeneration: report.metaGeneration, pageCount: report.pageCount,
+                treeHeight: report.treeHeight, leafPages: report.leafPages, branchPages: report.branchPages,
+                overflowPages: report.overflowPages, freePages: report.freePages, freeListPages: report.freeListPages,
+                keys: report.keys, tombstones: report.tombstones, problems: report.problems,
+                logDamage: cut.map(\.description))))
+        } else {
+            print(report)
+        }
         guard report.isValid else {
             printError("\(path) is damaged: \(report.problems[0])")
-            throw ExitCode.failure
+            throw ExitStatus.no
         }
         // Opening cut log bytes: the pages are sound, but commits in those bytes may have
         // been acknowledged, so this is not a clean "ok".
         guard cut.isEmpty else {
             printError("\(path): opening cut \(cut.reduce(0) { $0 + $1.byteCount }) byte(s) of the log (\(cut[0])); "
                        + "commits in them may have been acknowledged")
-            throw ExitCode.failure
+            throw ExitStatus.no
         }
-        print("ok")
+        if !json { print("ok") }
     }
 }
 
 struct DumpCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "dump", abstract: "Print every key and value in key order.")
+    static let configuration = CommandConfiguration(
+        commandName: "dump", abstract: "Print every key and value in key order (`strata load` reads `--json` back). Read-only.")
 
     @Argument(help: "The store's directory.")
     var path = StorePath.defaultPath
@@ -68,7 +123,7 @@ struct DumpCommand: ParsableCommand {
     var json = false
 
     func run() throws {
-        try withStore(path) { store in
+        try withStore(path, mode: .readOnly) { store in
             let pairs = try store.read { try $0.scan(prefix: parseBytes(prefix)) }
             for (key, value) in pairs {
                 if json {
@@ -81,22 +136,107 @@ struct DumpCommand: ParsableCommand {
     }
 }
 
-/// A dump line: `{"key":…,"value":…}`, with hex and `"encoding":"hex"` for non-text bytes.
-struct DumpLine: Encodable {
+/// A line of `dump --json`, `scan --json` and `get --json`, and of what `load` reads:
+/// `{"key":…,"value":…}` when both are printable UTF-8 text, else both as `0x…` hex with
+/// `"encoding":"hex"` (so a text that happens to start with `0x` still reads back as text).
+struct DumpLine: Codable {
     let key: String
     let value: String
     let encoding: String?
 
     init(key: [UInt8], value: [UInt8]) {
-        func field(_ bytes: [UInt8]) -> (String, Bool) {
-            let shown = display(bytes)
-            return (shown, shown.hasPrefix("0x") && shown != String(decoding: bytes, as: UTF8.self))
+        if let keyText = printableText(key), let valueText = printableText(value) {
+            (self.key, self.value, encoding) = (keyText, valueText, nil)
+        } else {
+            (self.key, self.value, encoding) = (hexText(key), hexText(value), "hex")
         }
-        let (keyText, keyHex) = field(key)
-        let (valueText, valueHex) = field(value)
-        self.key = keyText
-        self.value = valueText
-        self.encoding = keyHex || valueHex ? "hex" : nil
+    }
+
+    /// The key and value bytes the line stands for. Throws a message for a line no dump
+    /// writes (an unknown encoding, or hex that does not parse).
+    func bytes() throws -> (key: [UInt8], value: [UInt8]) {
+        switch encoding {
+        case nil: return (Array(key.utf8), Array(value.utf8))
+        case "hex":
+            guard let keyBytes = parseHex(key), let valueBytes = parseHex(value) else {
+                throw ValidationError("a line with \"encoding\":\"hex\" must give key and value as 0x-prefixed hex")
+            }
+            return (keyBytes, valueBytes)
+        case let other?:
+            throw ValidationError("unknown encoding \"\(other)\" (dump writes none, or \"hex\")")
+        }
+    }
+}
+
+struct LoadCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "load",
+        abstract: "Put the keys and values of `dump --json` lines into a store (created if missing).",
+        discussion: """
+            Reads FILE, or standard input when FILE is - or missing. Changes are committed every 1 MiB; \
+            a line that does not read stops the load with its line number, and the lines before it stay loaded.
+            """)
+
+    @Argument(help: "A file of `dump --json` lines (- for standard input).")
+    var file = "-"
+
+    @OptionGroup var store: StorePath
+
+    func run() throws {
+        try withStore(store.path, create: true) { opened in
+            guard let stream = file == "-" ? fdopen(STDIN_FILENO, "r") : fopen(file, "r") else {
+                throw ValidationError("cannot read \(file): \(String(cString: strerror(errno)))")
+            }
+            defer { if file != "-" { fclose(stream) } }
+            let totalBytes = file == "-" ? 0 : (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0
+            var progress = totalBytes >= ProgressReporter.largeStorePages * 4096 && isTerminal(STDERR_FILENO)
+                ? ProgressReporter(label: "load", total: totalBytes) : nil
+            let decoder = JSONDecoder()
+            var batch = WALBatch()
+            var batchBytes = 0
+            var loaded = 0
+            var lineNumber = 0
+            var bytesRead = 0
+            func commitBatch() throws {
+                guard !batch.operations.isEmpty else { return }
+                try opened.engine.commit(batch)
+                loaded += batch.operations.count
+                batch = WALBatch()
+                batchBytes = 0
+                progress?.update(bytesRead)
+            }
+            try forEachLine(of: stream) { line in
+                lineNumber += 1
+                bytesRead += line.count + 1
+                guard !line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") || $0 == UInt8(ascii: "\r") })
+                else { return }
+                let pair: (key: [UInt8], value: [UInt8])
+                do { pair = try decoder.decode(DumpLine.self, from: Data(line)).bytes() } catch {
+                    throw ValidationError("line \(lineNumber) of \(file == "-" ? "standard input" : file) is not a dump line "
+                        + "(\(error)); \(loaded + batch.operations.count == 0 ? "nothing was" : "the lines before it were") loaded")
+                }
+                batch.put(pair.key, pair.value)
+                batchBytes += pair.key.count + pair.value.count
+                if batchBytes >= 1 << 20 { try commitBatch() }
+            }
+            try commitBatch()
+            progress?.update(totalBytes)
+            print("loaded \(loaded) key(s) into \(store.path), version \(opened.version)")
+        }
+    }
+}
+
+/// Calls `body` with each line of `stream` (without its newline), however long.
+func forEachLine(of stream: UnsafeMutablePointer<FILE>, _ body: ([UInt8]) throws -> Void) throws {
+    var buffer: UnsafeMutablePointer<CChar>?
+    var capacity = 0
+    defer { free(buffer) }
+    while true {
+        let length = getline(&buffer, &capacity, stream)
+        guard length >= 0, let buffer else { break }
+        var line = Array(UnsafeRawBufferPointer(start: buffer, count: length).bindMemory(to: UInt8.self))
+        if line.last == UInt8(ascii: "\n") { line.removeLast() }
+        try body(line)
     }
 }
 
@@ -118,7 +258,11 @@ struct CheckpointCommand: ParsableCommand {
 
 struct BackupCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "backup", abstract: "Copy the store, consistently, to a new directory (commits may continue meanwhile).")
+        commandName: "backup",
+        abstract: "Copy the store, consistently, to a new directory. Read-only: refused while another process writes it.",
+        discussion: """
+            An application backs up a store it has open with `StorageEngine.backup(to:)`, which runs beside its commits.
+            """)
 
     @Argument(help: "The new store's directory.")
     var destination: String
@@ -126,8 +270,13 @@ struct BackupCommand: ParsableCommand {
     @OptionGroup var store: StorePath
 
     func run() throws {
-        try withStore(store.path) { source in
-            let report = try source.engine.backup(to: destination)
+        try withStore(store.path, mode: .readOnly) { source in
+            var progress: ProgressReporter?
+            let report = try source.engine.backup(to: destination) { copied, total in
+                guard total >= ProgressReporter.largeStorePages * 4096, isTerminal(STDERR_FILENO) else { return }
+                if progress == nil { progress = ProgressReporter(label: "backup", total: total) }
+                progress?.update(copied)
+            }
             print("backed up version \(report.version) to \(destination): \(report.byteCount) bytes")
         }
     }
@@ -143,7 +292,7 @@ struct CompactCommand: ParsableCommand {
     @OptionGroup var store: StorePath
 
     func run() throws {
-        try withStore(store.path) { source in
+        try withStore(store.path, mode: .readOnly) { source in
             let total = try source.read { try $0.scan().count }
             var progress = ProgressReporter(label: "compact", total: total)
             let report = try source.engine.compact(to: destination) { progress.update($0) }

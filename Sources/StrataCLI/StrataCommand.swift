@@ -3,12 +3,20 @@
 // backup, compact, bench).
 import ArgumentParser
 
+import StrataEngine
+import StrataWAL
+
 @main
 struct StrataCommand: ParsableCommand {
+    /// The tool's release (the CHANGELOG's next version until one is tagged).
+    static let release = "0.1.0-dev"
+
     static let configuration = CommandConfiguration(
         commandName: "strata",
         abstract: "Strata: an embedded, transactional key/value store with nested contexts.",
-        subcommands: [ShellCommand.self, StatCommand.self, VerifyCommand.self, DumpCommand.self, WALCommand.self,
+        discussion: ExitStatus.help,
+        version: "strata \(release) (data file format \(StorageEngine.dataFormatVersion), log format \(WALFormat.version))",
+        subcommands: [ShellCommand.self, StatCommand.self, VerifyCommand.self, DumpCommand.self, LoadCommand.self, WALCommand.self,
                       GetCommand.self, PutCommand.self, DeleteCommand.self, ScanCommand.self,
                       CheckpointCommand.self, BackupCommand.self, CompactCommand.self, BenchCommand.self, CrashTestCommand.self,
                       DemoCommand.self],

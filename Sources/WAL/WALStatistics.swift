@@ -3,6 +3,9 @@
 
 /// What a log has done since it was opened.
 public struct WALStatistics: Sendable, Equatable {
+    /// All zero: a log that has done nothing.
+    public init() {}
+
     /// Batches appended (acknowledged or not).
     public var appendCount = 0
     /// Group commits: each is one write, and in `.full` mode one fdatasync.

@@ -47,18 +47,47 @@ public final class WriteAheadLog: @unchecked Sendable {
         } catch let error as FileIOError {
             throw error.isLocked ? error : WALError.io(error)
         }
-        var (report, tail) = try WALReader(files: files, mode: options.recoveryMode).read(replay)
-        if let required = options.requiredFirstLSN, let first = tail.segments.first, first.firstLSN > required {
-            throw WALError.missingData(path: first.path, reason:
-                "the log starts at \(first.firstLSN) but must hold every batch from \(required) on; "
-                    + "batches \(required.rawValue) to \(first.firstLSN.rawValue - 1) are missing")
-        }
+        var (report, tail) = try readChecked(files: files, options: options, replay: replay)
         do {
             let state = try Self.prepareTail(&tail, files: files, options: options, report: &report)
             return (WriteAheadLog(directory: directory, options: options, files: files, lock: lock, state: state), report)
         } catch let error as FileIOError {
             throw WALError.io(error)
         }
+    }
+
+    /// Reads the log in `directory` as `open` would recover it, passing every batch to
+    /// `replay`, but changes nothing: no lock, no file written, a torn tail left in place
+    /// (its bytes past the last whole frame are ignored, as recovery would cut them). For
+    /// a read-only store, which keeps writers out while it is open. Returns what was read
+    /// and the extent of the log's valid frames. Throws as `open` does.
+    public static func readForReplay(directory: String, fileSystem: any FileSystem = POSIXFileSystem(),
+                                     options: WALOptions = WALOptions(),
+                                     replay: (WALRecord) throws -> Void) throws -> (WALRecoveryReport, LogExtent) {
+        try options.validate()
+        guard fileSystem.fileExists(directory) else {
+            // A store that crashed before its log directory was made: an empty log.
+            return (WALRecoveryReport(), LogExtent(segmentPaths: [], activeBytes: 0, lastLSN: LSN(options.firstLSN.rawValue - 1),
+                                                  oldestLSN: options.firstLSN))
+        }
+        let files = SegmentFiles(fileSystem: fileSystem, directory: directory)
+        let (report, tail) = try readChecked(files: files, options: options, replay: replay)
+        let nextLSN = tail.segments.isEmpty ? max(tail.nextLSN, options.firstLSN) : tail.nextLSN
+        let extent = LogExtent(segmentPaths: tail.segments.map(\.path), activeBytes: tail.segments.isEmpty ? 0 : tail.offset,
+                               lastLSN: LSN(nextLSN.rawValue - 1), oldestLSN: tail.segments.first?.firstLSN ?? nextLSN)
+        return (report, extent)
+    }
+
+    /// Reads every segment and checks that the log starts where `options` requires.
+    private static func readChecked(files: SegmentFiles, options: WALOptions,
+                                    replay: (WALRecord) throws -> Void) throws -> (WALRecoveryReport, WALTail) {
+        let (report, tail) = try WALReader(files: files, mode: options.recoveryMode).read(replay)
+        if let required = options.requiredFirstLSN, let first = tail.segments.first, first.firstLSN > required {
+            throw WALError.missingData(path: first.path, reason:
+                "the log starts at \(first.firstLSN) but must hold every batch from \(required) on; "
+                    + "batches \(required.rawValue) to \(first.firstLSN.rawValue - 1) are missing")
+        }
+        return (report, tail)
     }
 
     /// Whether `directory` holds any segment of a log (nothing is read or changed).
@@ -137,11 +166,12 @@ public final class WriteAheadLog: @unchecked Sendable {
     /// many bytes of the last one hold frames, and the last LSN written. Bytes below that
     /// extent never change again while the segments are kept (frames are only appended), so
     /// a copy of them is a consistent log. Waits for a running group commit to finish.
-    public func extent() -> (segmentPaths: [String], activeBytes: Int, lastLSN: LSN) {
+    public func extent() -> LogExtent {
         monitor.lock()
         defer { monitor.unlock() }
         while state.flushing { monitor.wait() }
-        return (state.segments.map(\.path), state.active.offset, state.writtenLSN)
+        return LogExtent(segmentPaths: state.segments.map(\.path), activeBytes: state.active.offset, lastLSN: state.writtenLSN,
+                         oldestLSN: state.segments.first?.firstLSN ?? state.nextLSN)
     }
 
     /// The LSN of the last batch on stable storage.
@@ -178,6 +208,19 @@ public final class WriteAheadLog: @unchecked Sendable {
             state.statistics.syncCount += 1
         }
     }
+}
+
+/// A log's files as they stand between group commits (`WriteAheadLog.extent()`) or as a
+/// read-only reader found them (`WriteAheadLog.readForReplay`).
+public struct LogExtent: Sendable {
+    /// The segment files, oldest first.
+    public var segmentPaths: [String]
+    /// How many bytes of the last segment hold whole frames (0 when there is no segment).
+    public var activeBytes: Int
+    /// The last LSN written.
+    public var lastLSN: LSN
+    /// The first LSN the oldest segment may hold.
+    public var oldestLSN: LSN
 }
 
 extension FileIOError {

@@ -1,4 +1,5 @@
 import Strata
+import StrataFileIO
 import StrataTesting
 import Foundation
 import Testing
@@ -17,6 +18,37 @@ private struct UseCaseFailed: Error {}
         #expect(total == 3)
         #expect(store.version == before + 1)
         #expect(keys(try store.makeContext().scan()) == ["a", "b"])
+    }
+
+    @Test func aReadOnlyStoreReadsAndRefusesUnitsOfWorkWithoutWritingAByte() async throws {
+        let (writer, fileSystem) = try simulatedStore()
+        try seed(writer, ["kept": "1"])
+        try writer.close()
+        let changesBefore = FileOperation.allCases.filter(\.isMutating).map { fileSystem.count(of: $0) }
+        let store = try Store.open(path: "/db", mode: .readOnly, fileSystem: fileSystem)
+        #expect(try store.read { try $0.get(bytes("kept")) } == bytes("1"))
+        var ran = false
+        #expect {
+            try store.write { unit in
+                try unit.put(bytes("new"), bytes("2"))
+                unit.afterCommit { _ in ran = true }
+            }
+        } throws: { error in
+            guard case let UnitOfWorkError.commitFailed(.notWritten(cause)) = error, case EngineError.readOnly = cause else {
+                return false
+            }
+            return true
+        }
+        await #expect(throws: UnitOfWorkError.self) {
+            try await store.write { unit in try unit.put(bytes("async"), bytes("3")) }
+        }
+        // A context refuses its commit the same way.
+        let context = store.makeContext()
+        try context.put(bytes("direct"), bytes("4"))
+        #expect(throws: (any Error).self) { try context.commit() }
+        #expect(!ran)
+        try store.close()
+        #expect(FileOperation.allCases.filter(\.isMutating).map { fileSystem.count(of: $0) } == changesBefore)
     }
 
     @Test func rolledBackUnitLeavesNoTraceAndRunsNoHook() throws {

@@ -110,8 +110,8 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect {
             try StorageEngine.open(path: "/db", fileSystem: fileSystem)
         } throws: { error in
-            guard case let EngineError.io(cause) = error, case let .locked(path) = cause else { return false }
-            return path == "/db/LOCK"
+            guard case let EngineError.inUse(path, holder) = error else { return false }
+            return path == "/db" && holder.contains("process \(getpid()) has it open for writing")
         }
         try engine.close()
         _ = try StorageEngine.open(path: "/db", fileSystem: fileSystem)

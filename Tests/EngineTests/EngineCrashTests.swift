@@ -79,6 +79,57 @@ import StrataWAL
         print("crashed at each of \(operations) operations; \(fellBack) recoveries used the older meta page")
     }
 
+    /// A read-only open of a crashed store (FORMAT.md, "Locking and read-only opens") sees
+    /// exactly the state a writer's recovery then recovers, and changes no file to do so.
+    @Test(arguments: [UInt64(11)])
+    func aReadOnlyOpenAfterACrashSeesWhatRecoveryKeepsAndWritesNothing(seed: UInt64) throws {
+        print("seed \(seed)")
+        var options = EngineOptions()
+        options.log.segmentBytes = 16 << 10
+        let dry = SimulatedFileSystem()
+        let allStates = runWorkload(dry, seed: seed, options: options)
+        let operations = dry.operationCount
+        var tornTails = 0
+        for cut in stride(from: 0, to: operations, by: 5) {
+            let fileSystem = SimulatedFileSystem()
+            fileSystem.cutPower(atOperation: cut)
+            let states = runWorkload(fileSystem, seed: seed, options: options)
+            fileSystem.crash(.random(seed: seed &* 17 &+ UInt64(cut)))
+            guard fileSystem.fileExists("/db/data") else { continue }
+            let before = try storeFiles(fileSystem)
+            let operationsBefore = fileSystem.operationCount
+            let mutating = FileOperation.allCases.filter(\.isMutating)
+            let changesBefore = mutating.map { fileSystem.count(of: $0) }
+            let (reader, report) = try StorageEngine.open(path: "/db", mode: .readOnly, fileSystem: fileSystem, options: options)
+            let seen = try contents(reader)
+            if !report.log.damage.isEmpty { tornTails += 1 }
+            #expect(reader.verify().isValid, "cut at \(cut)")
+            try reader.close()
+            #expect(fileSystem.operationCount > operationsBefore)
+            #expect(mutating.map { fileSystem.count(of: $0) } == changesBefore,
+                    "cut at \(cut): a read-only open did an operation that changes files")
+            #expect(try storeFiles(fileSystem) == before, "cut at \(cut): a read-only open changed a file")
+            let (writer, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+            #expect(try contents(writer) == seen, "cut at \(cut): the writer recovered another state than the reader saw")
+            let acknowledged = states.count - 1
+            #expect(allStates.indices.contains { $0 >= acknowledged && allStates[$0] == seen }, "cut at \(cut)")
+            try writer.close()
+        }
+        print("read-only opens after crashes at \((operations + 4) / 5) operations; \(tornTails) had a torn log tail")
+        #expect(tornTails > 0, "no crash left a torn tail: the test did not exercise the reader's tail handling")
+    }
+
+    /// Every file of the store at /db, by path, with its bytes.
+    private func storeFiles(_ fileSystem: SimulatedFileSystem) throws -> [String: [UInt8]] {
+        var result: [String: [UInt8]] = [:]
+        for directory in ["/db", "/db/wal"] where fileSystem.fileExists(directory) {
+            for name in (try? fileSystem.contentsOfDirectory(directory)) ?? [] where name != "wal" {
+                result[directory + "/" + name] = fileSystem.contents(of: directory + "/" + name)
+            }
+        }
+        return result
+    }
+
     @Test func aTornMetaPageAtEveryByteFallsBackToTheOtherWithTheSameState() throws {
         let fileSystem = SimulatedFileSystem()
         var options = EngineOptions()

@@ -63,7 +63,7 @@ import Testing
         let dump = try runStrata(["dump", "s.db", "--prefix", "key1", "--json"], in: directory)
         #expect(dump.lines.count == 111 && dump.lines.first == #"{"key":"key1","value":"value-1"}"#)
         let hex = try runStrata(["dump", "s.db", "--prefix", "extra", "--json"], in: directory)
-        #expect(hex.lines == [#"{"encoding":"hex","key":"extra","value":"0x00ff"}"#])
+        #expect(hex.lines == [#"{"encoding":"hex","key":"0x6578747261","value":"0x00ff"}"#])
 
         let checkpoint = try runStrata(["checkpoint", "s.db"], in: directory)
         #expect(checkpoint.status == 0 && checkpoint.stdout.contains("checkpoint at version 3"))
@@ -166,9 +166,17 @@ import Testing
         let answer = output.fileHandleForReading.availableData
         #expect(String(decoding: answer, as: UTF8.self) == "v\n")
         let second = try runStrata(["shell", "s.db"], input: "quit\n", in: directory)
-        #expect(second.status != 0)
-        #expect(second.stderr.contains("locked") && second.stderr.contains("s.db"), "\(second.stderr)")
+        #expect(second.status == 2)
+        let holder = "process \(first.processIdentifier) has it open for writing"
+        #expect(second.stderr.contains(holder) && second.stderr.contains("s.db"), "\(second.stderr)")
         #expect(second.stderr.split(separator: "\n").count == 1)
+        // The read-only commands are refused the same way, at once, naming the shell's process.
+        for command in [["get", "k", "--store", "s.db"], ["scan", "--store", "s.db"], ["dump", "s.db"], ["stat", "s.db"],
+                        ["verify", "s.db"], ["backup", "copy.db", "--store", "s.db"]] {
+            let run = try runStrata(command, in: directory)
+            #expect(run.status == 2 && run.stderr.contains(holder) && run.stdout.isEmpty, "\(command): \(run.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("copy.db").path))
     }
 
     @Test func getOnAMissingStoreIsOneClearLine() throws {
