@@ -41,6 +41,13 @@ let package = Package(
             pkgConfig: "liblz4",
             providers: [.apt(["liblz4-dev"])]
         ),
+        // libedit from the system (Debian/Ubuntu: libedit-dev): line editing and history in the shell.
+        .systemLibrary(
+            name: "CStrataEditLine",
+            path: "Sources/CEditLine",
+            pkgConfig: "libedit",
+            providers: [.apt(["libedit-dev"])]
+        ),
         // Hardware CRC32C with a software fallback, and the syscalls the C library hides (fallocate).
         .target(name: "CStrataPlatform", path: "Sources/CPlatform"),
         // Checksums, LZ4 blocks and bounded little-endian coding shared by every on-disk format.
@@ -80,7 +87,7 @@ let package = Package(
         .executableTarget(
             name: "StrataCLI",
             dependencies: [
-                "Strata", "StrataTesting", "StrataEngine", "StrataWAL", "StrataFileIO",
+                "Strata", "StrataTesting", "StrataEngine", "StrataWAL", "StrataFileIO", "CStrataEditLine",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

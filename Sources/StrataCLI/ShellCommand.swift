@@ -20,22 +20,21 @@ struct ShellCommand: ParsableCommand {
         let interactive = isTerminal(STDIN_FILENO)
         let store = try reportingErrors { try Store.open(path: path) }
         let shell = Shell(store: store, interactive: interactive)
+        let input = LineInput(interactive: interactive)
+        defer { input.saveHistory() }
         if interactive {
             print("Strata shell on \(path) (version \(store.version)). Type help for commands, quit to leave.")
+            fflush(nil)
         }
         while !shell.finished {
-            if interactive {
-                print(shell.prompt, terminator: "")
-                fflush(nil)  // all output streams: the prompt has no newline
-            }
-            guard let line = readLine() else { break }
+            guard let line = input.next(prompt: shell.prompt) else { break }
             shell.execute(line)
             // Each answer goes out at once, so a program driving the shell through pipes
             // can wait for it.
             fflush(nil)
         }
         let pending = shell.pendingChangeCount
-        let dropped = shell.finish(committing: pending > 0 && interactive && confirmCommit(pending))
+        let dropped = shell.finish(committing: pending > 0 && interactive && confirmCommit(pending, input: input))
         if dropped > 0 {
             if interactive {
                 print("dropped \(dropped) uncommitted change(s)")
@@ -49,10 +48,9 @@ struct ShellCommand: ParsableCommand {
     }
 
     /// Asks on the terminal whether to commit `pending` staged changes before leaving.
-    private func confirmCommit(_ pending: Int) -> Bool {
-        print("\(pending) change(s) are staged but not committed. Commit them before leaving? [y/N] ", terminator: "")
-        fflush(nil)
-        let answer = readLine()?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+    private func confirmCommit(_ pending: Int, input: LineInput) -> Bool {
+        let question = "\(pending) change(s) are staged but not committed. Commit them before leaving? [y/N] "
+        let answer = input.next(prompt: question, remember: false)?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
         return answer == "y" || answer == "yes"
     }
 }

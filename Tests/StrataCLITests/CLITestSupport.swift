@@ -25,6 +25,33 @@ let strataExecutable: URL = {
     fatalError("the strata executable is not built next to the tests; run `swift build` first")
 }()
 
+/// Runs `strata arguments…` on a terminal: under util-linux `script`, which gives it a
+/// pseudo-terminal and types `input` into it. `HOME` is `directory` (the shell's history
+/// file goes there). The output is what the terminal showed, echo and prompts included.
+func runStrataOnATerminal(_ arguments: [String], input: String, in directory: URL) throws -> ToolRun {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+    let command = ([strataExecutable.path] + arguments).map { "'\($0)'" }.joined(separator: " ")
+    process.arguments = ["--quiet", "--return", "--command", command, "/dev/null"]
+    process.currentDirectoryURL = directory
+    var environment = ProcessInfo.processInfo.environment
+    environment["SWIFT_BACKTRACE"] = "enable=no"
+    environment["HOME"] = directory.path
+    environment["TERM"] = "xterm"
+    process.environment = environment
+    let stdin = Pipe()
+    let stdout = Pipe()
+    process.standardInput = stdin
+    process.standardOutput = stdout
+    process.standardError = stdout
+    try process.run()
+    stdin.fileHandleForWriting.write(Data(input.utf8))
+    try stdin.fileHandleForWriting.close()
+    let output = stdout.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return ToolRun(status: process.terminationStatus, stdout: String(decoding: output, as: UTF8.self), stderr: "")
+}
+
 /// Runs `strata arguments…` in `directory` with `input` on stdin (not a terminal).
 func runStrata(_ arguments: [String], input: String = "", in directory: URL) throws -> ToolRun {
     let process = Process()

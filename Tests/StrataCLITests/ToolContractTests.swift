@@ -112,6 +112,30 @@ import Testing
         #expect(clean.status == 0 && clean.stderr.isEmpty, "\(clean.stderr)")
     }
 
+    /// On a terminal the shell edits lines and keeps a history across sessions (libedit),
+    /// and leaving with staged changes asks whether to commit them.
+    @Test func onATerminalLinesAreEditedRecalledAndStagedChangesAsked() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let first = try runStrataOnATerminal(["shell", "s.db"], input: "put k v\nput j w\nquit\ny\n", in: directory)
+        #expect(first.status == 0, "\(first.stdout)")
+        #expect(first.stdout.contains("2 change(s) are staged but not committed. Commit them before leaving? [y/N]"))
+        #expect(first.stdout.contains("committed version 1: 2 change(s)"), "\(first.stdout)")
+        let history = try String(contentsOf: directory.appendingPathComponent(".strata_history"), encoding: .utf8)
+        #expect(history.contains("put\\040k\\040v") && !history.contains("\ny\n"), "\(history)")
+
+        // Up recalls `get j` (so `w` is printed twice); "et k", Ctrl-A, "g" is the edited line
+        // `get k`; the staged `del k` is dropped when the answer is n.
+        let up = "\u{1b}[A"
+        let second = try runStrataOnATerminal(["shell", "s.db"], input: "get j\n" + up + "\n" + "et k\u{01}g\n" + "del k\nquit\nn\n",
+                                              in: directory)
+        let answers = second.stdout.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+        #expect(answers.filter { $0 == "w" }.count == 2, "\(second.stdout)")
+        #expect(answers.contains("v"), "\(second.stdout)")
+        #expect(second.stdout.contains("dropped 1 uncommitted change(s)"), "\(second.stdout)")
+        #expect(try runStrata(["get", "k", "--store", "s.db"], in: directory).lines == ["v"])
+    }
+
     @Test func versionAndExitStatusesAreDocumented() throws {
         let directory = try scratchDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
