@@ -60,6 +60,9 @@ extension StorageEngine {
             }
         }
         logBytesAtCheckpoint.store(log.statistics.bytesWritten, ordering: .relaxed)
+        // Frames after the frozen version go to a new segment, so that this checkpoint
+        // can release the one holding the frozen batches.
+        log.rotate(after: LSN(frozenState.version))
         let frozen = frozenState.frozen ?? Memtable()
         let generation = durable.meta.generation + 1
         // Pages freed by older checkpoints become reusable once no snapshot reads their trees.
@@ -120,7 +123,12 @@ extension StorageEngine {
         stateLock.withLock { readers in
             readers.current = readers.current.with(tree: tree, treeGeneration: generation, frozen: .some(nil))
         }
-        do { try log.releaseSegments(through: LSN(frozenState.version)) } catch let error as WALError {
+        // Every segment the checkpoint covers goes, the active one too when no commit came
+        // after the frozen version (a store killed now replays nothing it need not).
+        do {
+            try log.releaseSegments(through: LSN(frozenState.version))
+            try log.shrink(through: LSN(frozenState.version), keepingSpares: true)
+        } catch let error as WALError {
             throw EngineError.log(error)
         }
     }

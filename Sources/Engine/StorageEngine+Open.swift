@@ -59,8 +59,11 @@ extension StorageEngine {
             for lock in locks { lock.unlock() }
             throw EngineError.io(error)
         }
+        // Why the newer meta page was passed over, for an error the older one then leads to.
+        var rejectedMeta: String?
         do {
             let (meta, rejected) = try readMeta(file, path: dataPath)
+            rejectedMeta = rejected
             let pageFile = PageFile(path: dataPath, file: file, pageBytes: meta.pageBytes,
                                     cachePages: options.cacheBytes / meta.pageBytes)
             let (free, freeListPages) = try readFreeList(meta, pageFile: pageFile)
@@ -69,6 +72,7 @@ extension StorageEngine {
             logOptions.logger = options.logger
             logOptions.firstLSN = LSN(meta.checkpointVersion + 1)
             logOptions.requiredFirstLSN = LSN(meta.checkpointVersion + 1)
+            logOptions.replayFrom = LSN(meta.checkpointVersion + 1)
             // Replayed changes are gathered, sorted once and inserted as one sorted run
             // (O(1) per key), keeping the last change of each key only.
             var changes: [(key: [UInt8], entry: MemtableEntry)] = []
@@ -126,7 +130,12 @@ extension StorageEngine {
             try? file.close()
             for lock in locks { lock.unlock() }
             switch error {
-            case let WALError.missingData(path, reason): throw EngineError.missingData(path: path, reason: reason)
+            case let WALError.missingData(path, reason):
+                // The older meta page's checkpoint needs batches a later checkpoint released.
+                throw EngineError.missingData(path: path, reason: rejectedMeta.map {
+                    "\(reason); the newer meta page was rejected (\($0)) and the older checkpoint's later batches "
+                        + "are no longer in the log"
+                } ?? reason)
             case let error as WALError: throw EngineError.log(error)
             case let error as FileIOError: throw EngineError.io(error)
             default: throw error
@@ -316,10 +325,12 @@ extension StorageEngine {
     static func readFreeList(_ meta: MetaPage, pageFile: PageFile) throws -> ([PageID], [PageID]) {
         var free: [PageID] = []
         var listPages: [PageID] = []
-        var seen = Set<PageID>()
+        // Which list page named each free page, to report a duplicate where it is.
+        var namedBy: [PageID] = []
+        var seenListPages = Set<PageID>()
         var next = meta.freeListHead
         while next != .none {
-            guard seen.insert(next).inserted, next.rawValue < meta.pageCount else {
+            guard seenListPages.insert(next).inserted, next.rawValue < meta.pageCount else {
                 throw corrupt(pageFile, next, "the free list loops or points past the end of the file")
             }
             listPages.append(next)
@@ -329,12 +340,22 @@ extension StorageEngine {
                 throw corrupt(pageFile, next, error.description)
             }
             for id in ids {
-                guard id >= .firstDataPage, id.rawValue < meta.pageCount, seen.insert(id).inserted else {
-                    throw corrupt(pageFile, next, "the free list names \(id) twice or out of range")
+                guard id >= .firstDataPage, id.rawValue < meta.pageCount else {
+                    throw corrupt(pageFile, next, "the free list names \(id), out of range")
                 }
                 free.append(id)
+                namedBy.append(next)
             }
             next = PageID(word)
+        }
+        // No page may be listed twice, nor be a page of the list itself: sorted, a repeat
+        // sits next to its twin (a sort, not a hash set: opening a store with a long free
+        // list spent most of its time hashing).
+        var entries = free.indices.map { (id: free[$0], listPage: namedBy[$0]) }
+        entries += listPages.map { (id: $0, listPage: $0) }
+        entries.sort { $0.id < $1.id }
+        for (previous, current) in zip(entries, entries.dropFirst()) where previous.id == current.id {
+            throw corrupt(pageFile, current.listPage, "the free list names \(current.id) twice")
         }
         return (free, listPages)
     }

@@ -92,10 +92,11 @@ extension OpenFile {
     /// `count` is the caller's bound: callers never pass a length taken from disk unchecked.
     public func read(count: Int, at offset: Int64) throws -> [UInt8] {
         precondition(count >= 0, "negative read length")
-        var result = [UInt8](repeating: 0, count: count)
-        let got = try result.withUnsafeMutableBytes { try read(into: $0, at: offset) }
-        if got < count { result.removeSubrange(got...) }
-        return result
+        // Read straight into uninitialized storage: only the bytes read become the array's
+        // (zero-filling first cost as much as the read when opening a large log segment).
+        return try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            initialized = try read(into: UnsafeMutableRawBufferPointer(buffer), at: offset)
+        }
     }
 
     /// Writes a byte array at `offset`.

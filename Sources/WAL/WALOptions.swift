@@ -62,6 +62,11 @@ public struct WALOptions: Sendable {
     /// continue its data file): segments that start after it mean batches are missing, and
     /// opening throws `WALError.missingData` before anything is written. Default nil.
     public var requiredFirstLSN: LSN?
+    /// When set, opening passes only the batches from this LSN on to `replay`: earlier
+    /// ones (a store's checkpointed batches) are checked by their frames' headers and
+    /// checksums, which is all that telling a torn tail from corruption needs, but neither
+    /// decompressed nor decoded. Default nil (every batch is replayed).
+    public var replayFrom: LSN?
     /// Where failed writes and fdatasyncs, recovery's cuts and released segments are
     /// logged. Default: `Logger.strataSilent` (nothing).
     public var logger = Logger.strataSilent

@@ -13,6 +13,8 @@ import StrataFileIO
 struct WALReader {
     let files: SegmentFiles
     let mode: RecoveryMode
+    /// Batches before this LSN are verified but not decompressed, decoded or visited.
+    var replayFrom = LSN.none
 
     /// Reads every segment; calls `visit` for each batch in LSN order. Throws `WALError`.
     func read(_ visit: (WALRecord) throws -> Void) throws -> (WALRecoveryReport, WALTail) {
@@ -47,7 +49,8 @@ struct WALReader {
             }
             report.segmentCount += 1
             tail.segments.append((sequence, path, header.firstLSN))
-            var segment = SegmentScan(path: path, bytes: bytes, salt: header.salt, expected: header.firstLSN)
+            var segment = SegmentScan(path: path, bytes: bytes, salt: header.salt, expected: header.firstLSN,
+                                      replayFrom: replayFrom)
             let nextFirstLSN = index + 1 < segments.count ? try peekFirstLSN(segments[index + 1].path) : nil
             let outcome = try segment.run(mode: mode, nextFirstLSN: nextFirstLSN, report: &report, visit: visit)
             expected = segment.expected
@@ -109,12 +112,16 @@ struct SegmentScan {
     var expected: LSN
     /// Offset of the next frame.
     var offset = WALFormat.segmentHeaderBytes
+    /// Batches before this LSN are skipped once their frames verify.
+    let replayFrom: LSN
 
     /// A batch whose first fragments were read.
     private struct Partial {
         var lsn: LSN
         var offset: Int
         var raw: [UInt8]
+        /// Decompressed bytes of the fragments so far, as their headers declare.
+        var rawSeen = 0
         var batchBytes: Int
         var frames: Int
         var stored: Int
@@ -122,11 +129,12 @@ struct SegmentScan {
 
     private var partial: Partial?
 
-    init(path: String, bytes: [UInt8], salt: UInt32, expected: LSN) {
+    init(path: String, bytes: [UInt8], salt: UInt32, expected: LSN, replayFrom: LSN = .none) {
         self.path = path
         self.bytes = bytes
         self.salt = salt
         self.expected = expected
+        self.replayFrom = replayFrom
     }
 
     mutating func run(mode: RecoveryMode, nextFirstLSN: LSN?, report: inout WALRecoveryReport,
@@ -205,7 +213,7 @@ struct SegmentScan {
         if let partial {
             guard header.lsn == partial.lsn, kind == .middle || kind == .last,
                   Int(header.batchBytes) == partial.batchBytes,
-                  partial.raw.count + Int(header.rawBytes) <= partial.batchBytes else {
+                  partial.rawSeen + Int(header.rawBytes) <= partial.batchBytes else {
                 return (header, "it does not continue the fragments of \(partial.lsn)")
             }
         } else {
@@ -223,8 +231,12 @@ struct SegmentScan {
                                  visit: (WALRecord) throws -> Void) throws {
         let payloadStart = offset + WALFormat.frameHeaderBytes
         let payloadEnd = payloadStart + Int(header.storedBytes)
+        let skipped = header.lsn < replayFrom
         let raw: [UInt8]
-        if header.isCompressed {
+        if skipped {
+            // Verified by its checksum (R1); its bytes are not needed.
+            raw = []
+        } else if header.isCompressed {
             do {
                 raw = try bytes.withUnsafeBytes { (buffer) throws(CodecError) in
                     try LZ4Block.decompress(UnsafeRawBufferPointer(rebasing: buffer[payloadStart..<payloadEnd]),
@@ -239,8 +251,9 @@ struct SegmentScan {
         let kind = FragmentKind(rawValue: header.kind)!
         var current = partial ?? Partial(lsn: header.lsn, offset: offset, raw: [], batchBytes: Int(header.batchBytes),
                                          frames: 0, stored: 0)
-        if kind == .first { current.raw.reserveCapacity(current.batchBytes) }
+        if kind == .first && !skipped { current.raw.reserveCapacity(current.batchBytes) }
         current.raw += raw
+        current.rawSeen += Int(header.rawBytes)
         current.frames += 1
         current.stored += Int(header.storedBytes)
         offset += WALFormat.frameBytes(payloadBytes: Int(header.storedBytes))
@@ -249,13 +262,15 @@ struct SegmentScan {
             return
         }
         partial = nil
-        guard current.raw.count == current.batchBytes else {
+        guard current.rawSeen == current.batchBytes else {
             throw WALError.corruptBatch(path: path, offset: Int64(current.offset), lsn: current.lsn,
-                                        reason: "its fragments hold \(current.raw.count) bytes, not \(current.batchBytes)")
+                                        reason: "its fragments hold \(current.rawSeen) bytes, not \(current.batchBytes)")
         }
-        let batch: WALBatch
-        do { batch = try WALBatch.decode(current.raw) } catch {
-            throw WALError.corruptBatch(path: path, offset: Int64(current.offset), lsn: current.lsn, reason: "\(error)")
+        var batch: WALBatch?
+        if !skipped {
+            do { batch = try WALBatch.decode(current.raw) } catch {
+                throw WALError.corruptBatch(path: path, offset: Int64(current.offset), lsn: current.lsn, reason: "\(error)")
+            }
         }
         if report.firstLSN == .none { report.firstLSN = current.lsn }
         report.lastLSN = current.lsn
@@ -264,6 +279,7 @@ struct SegmentScan {
         report.rawBytes += current.batchBytes
         report.storedBytes += current.stored
         expected = current.lsn.next
+        guard let batch else { return }
         try visit(WALRecord(lsn: current.lsn, batch: batch, path: path, offset: Int64(current.offset),
                             frameCount: current.frames, rawBytes: current.batchBytes, storedBytes: current.stored))
     }

@@ -137,42 +137,65 @@ extension WriteAheadLog {
         return released.count
     }
 
+    /// Asks for a new segment before the first group that holds a batch after `lsn` (a
+    /// checkpoint now holds every batch through it), so that the segment being appended to
+    /// becomes releasable once that group is written. Sized after the bytes the current one
+    /// used. Writes nothing itself.
+    public func rotate(after lsn: LSN) {
+        monitor.lock()
+        defer { monitor.unlock() }
+        state.rotateAfter = lsn
+    }
+
     /// Shrinks the log back once a checkpoint holds every batch in it (`lsn` at or after
-    /// the last one written): starts a fresh segment of `firstSegmentBytes` (after syncing
-    /// the current one, W4), releases every older segment and removes the spares, so a
-    /// closed store keeps one small segment. Does nothing, and writes nothing, when batches
-    /// after `lsn` are in the log or queued, when the log failed, or when it already is
-    /// one segment without frames and no spare. Returns whether it changed the log.
+    /// the last one written): starts a fresh segment (after syncing the current one, W4)
+    /// of `firstSegmentBytes` and releases every older segment. At a close
+    /// (`keepingSpares` false) the spares are removed too, so a closed store keeps one
+    /// small segment; after a checkpoint they stay for reuse. Does nothing, and writes
+    /// nothing, when batches after `lsn` are in the log or queued, when the log failed,
+    /// or when there is nothing to release (at a close: when the log already is one empty
+    /// segment of the first size and no spare). Returns whether it changed the log.
     @discardableResult
-    public func shrink(through lsn: LSN) throws -> Bool {
+    public func shrink(through lsn: LSN, keepingSpares: Bool = false) throws -> Bool {
         monitor.lock()
         defer { monitor.unlock() }
         while state.flushing { monitor.wait() }
         guard !state.closed else { throw WALError.closed }
         guard state.failure == nil, state.queue.isEmpty, state.writtenLSN <= lsn else { return false }
         let holdsFrames = state.segments.count > 1 || state.active.offset > WALFormat.segmentHeaderBytes
-        guard holdsFrames || !state.spares.isEmpty else { return false }
+        // At a close, an empty segment larger than the first size is replaced too.
+        let replace = holdsFrames || (!keepingSpares && state.active.capacity > options.firstSegmentBytes)
+        guard replace || (!keepingSpares && !state.spares.isEmpty) else { return false }
         state.flushing = true
         let old = state.active
         let older = state.segments
-        let spares = state.spares
+        let spares = keepingSpares ? [] : state.spares
+        // No batch is queued: the log is idle, so it starts over at the first size (and
+        // grows again by doubling if writes resume).
+        let previousBytes = 0
         let needsSync = state.durableLSN < state.writtenLSN
         let firstLSN = state.nextLSN
+        var spareCount = keepingSpares ? state.spares.count : 0
+        let maxSpares = keepingSpares ? options.maxSpareSegments : 0
         monitor.unlock()
 
         var started: ActiveSegment?
         var removed: [String] = []
+        var newSpares: [String] = []
         var syncs = 0
         let result = Result {
-            if holdsFrames {
+            if replace {
                 if needsSync {
                     try old.handle.syncData()
                     syncs += 1
                 }
-                started = try ActiveSegment.start(sequence: old.sequence + 1, firstLSN: firstLSN, previousBytes: 0,
+                started = try ActiveSegment.start(sequence: old.sequence + 1, firstLSN: firstLSN, previousBytes: previousBytes,
                                                   minimumBytes: 0, files: files, options: options, reusing: nil)
                 for segment in older {
-                    _ = try files.release(segment.sequence, spareCount: 0, maxSpares: 0)
+                    if let spare = try files.release(segment.sequence, spareCount: spareCount, maxSpares: maxSpares) {
+                        newSpares.append(spare)
+                        spareCount += 1
+                    }
                     removed.append(segment.path)
                 }
             }
@@ -197,6 +220,7 @@ extension WriteAheadLog {
             state.statistics.segmentsReleased += older.filter { removed.contains($0.path) }.count
         }
         state.spares.removeAll { removed.contains($0) }
+        state.spares += newSpares
         if case .failure(let error) = result {
             // W6: a failed sync or rename may leave disk and memory apart; stop.
             state.failure = error as? FileIOError ?? .ioError(operation: .sync, path: old.path)
@@ -219,7 +243,16 @@ extension WriteAheadLog {
             count += 1
         }
         let group = Array(state.queue.prefix(count))
-        let needsRotation = state.active.offset + groupBytes > state.active.capacity
+        let full = state.active.offset + groupBytes > state.active.capacity
+        // A checkpoint holds every frame of the active segment: start the next one now, so
+        // the checkpoint can release this one.
+        var checkpointed = false
+        if let after = state.rotateAfter, group[0].lsn > after {
+            checkpointed = state.active.offset > WALFormat.segmentHeaderBytes && state.writtenLSN <= after
+            state.rotateAfter = nil
+        }
+        let needsRotation = full || checkpointed
+        let previousBytes = full ? state.active.capacity : state.active.offset
         let spare = needsRotation ? state.spares.popLast() : nil
         let writtenBefore = state.writtenLSN
         var durable = state.durableLSN
@@ -238,7 +271,7 @@ extension WriteAheadLog {
                     durable = writtenBefore
                 }
                 let next = try ActiveSegment.start(sequence: active.sequence + 1, firstLSN: group[0].lsn,
-                                                   previousBytes: active.capacity, minimumBytes: groupBytes,
+                                                   previousBytes: previousBytes, minimumBytes: groupBytes,
                                                    files: files, options: options, reusing: spare)
                 try? active.handle.close()
                 active = next

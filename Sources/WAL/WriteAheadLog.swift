@@ -81,7 +81,8 @@ public final class WriteAheadLog: @unchecked Sendable {
     /// Reads every segment and checks that the log starts where `options` requires.
     private static func readChecked(files: SegmentFiles, options: WALOptions,
                                     replay: (WALRecord) throws -> Void) throws -> (WALRecoveryReport, WALTail) {
-        let (report, tail) = try WALReader(files: files, mode: options.recoveryMode).read(replay)
+        let (report, tail) = try WALReader(files: files, mode: options.recoveryMode, replayFrom: options.replayFrom ?? .none)
+            .read(replay)
         if let required = options.requiredFirstLSN, let first = tail.segments.first, first.firstLSN > required {
             throw WALError.missingData(path: first.path, reason:
                 "the log starts at \(first.firstLSN) but must hold every batch from \(required) on; "

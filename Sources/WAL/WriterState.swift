@@ -56,6 +56,9 @@ struct WriterState {
     /// The LSNs of the group whose write or sync failed: their outcome is unknown.
     var unknownOutcome: ClosedRange<UInt64>?
     var closed = false
+    /// A checkpoint holds every batch through this LSN: the first group after it starts a
+    /// new segment, so the one before can be released (`rotate(after:)`).
+    var rotateAfter: LSN?
     var active: ActiveSegment
     var segments: [Segment]
     var spares: [String]

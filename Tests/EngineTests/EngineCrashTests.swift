@@ -136,6 +136,7 @@ import StrataWAL
         options.log.segmentBytes = 1 << 20
         let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
         var previousSlotBytes: [UInt8] = []
+        var logBeforeLastCheckpoint: [String: [UInt8]] = [:]
         for round in 0..<4 {
             var batch = WALBatch()
             for index in 0..<(50 + 30 * round) { batch.put(Array("k\(index)".utf8), Array("v\(round)-\(index)".utf8)) }
@@ -144,11 +145,22 @@ import StrataWAL
             let next = engine.checkpointLock.withLock { $0.meta.generation } + 1
             let slot = Int(next % 2) * 4096
             previousSlotBytes = Array(try #require(fileSystem.contents(of: "/db/data"))[slot..<(slot + 4096)])
+            logBeforeLastCheckpoint = try storeFiles(fileSystem).filter { $0.key.hasPrefix("/db/wal/") }
             try engine.checkpoint()
         }
         let expected = try contents(engine)
         let generation = engine.checkpointLock.withLock { $0.meta.generation }
         try engine.close(checkpoint: false)
+        // A meta page is torn only while it is written, before the checkpoint releases any
+        // log segment (E2): put the log back as it was then.
+        for path in try storeFiles(fileSystem).keys where path.hasPrefix("/db/wal/") && logBeforeLastCheckpoint[path] == nil {
+            try fileSystem.removeFile(path)
+        }
+        for (path, bytes) in logBeforeLastCheckpoint where !fileSystem.modify(path, { $0 = bytes }) {
+            let file = try fileSystem.open(path, options: [.create, .write])
+            try file.write(bytes, at: 0)
+            try file.close()
+        }
         let image = try #require(fileSystem.contents(of: "/db/data"))
         let pageBytes = 4096
         let newest = Int(generation % 2) * pageBytes

@@ -31,11 +31,12 @@ import Testing
             try engine.commit(WALBatch([.put(key: Array("key\(round)".utf8), value: value)]))
         }
         try engine.checkpoint()
-        // Closed without a checkpoint, so the log keeps its frames (a checkpointed close
-        // shrinks it back to one empty segment).
+        // The checkpoint released every segment; one more batch after it, then a close
+        // without a checkpoint, so the log keeps that frame.
+        try engine.commit(WALBatch([.put(key: Array("after".utf8), value: [1])]))
         try engine.close(checkpoint: false)
         // A damaged last frame (its last byte that is not padding): the next open cuts it as
-        // a torn tail (its batch is already checkpointed, so nothing is lost).
+        // a torn tail, since no later frame vouches that it was ever durable.
         let segment = "/db/wal/" + (try #require(try fileSystem.contentsOfDirectory("/db/wal").filter { $0.hasPrefix("wal-0") }.max()))
         let handle = try fileSystem.open(segment, options: [.write])
         let contents = try handle.read(count: Int(try handle.size()), at: 0)

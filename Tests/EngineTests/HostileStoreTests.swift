@@ -55,6 +55,50 @@ import Testing
         #expect(try file.size() == 0)
     }
 
+    /// A free list that names a page twice, names one of its own pages, names a page past
+    /// the end or loops: each is a corrupt page naming the data file and the list page's
+    /// offset, for a writer and a read-only open alike (a damaged list reused would hand
+    /// one page to two owners).
+    @Test(arguments: ["twice", "itself", "out of range", "loop"])
+    func aDamagedFreeListIsACorruptPageNamingItsOffset(damage: String) throws {
+        let fileSystem = SimulatedFileSystem()
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        for round in 0..<4 {
+            var batch = WALBatch()
+            for index in 0..<200 { batch.put(Array("key\(index)".utf8), Array("value\(round)-\(index)".utf8)) }
+            try engine.commit(batch)
+            try engine.checkpoint()
+        }
+        let meta = engine.checkpointLock.withLock { $0.meta }
+        let listPage = meta.freeListHead
+        try engine.close(checkpoint: false)
+        try #require(listPage != .none)
+        let offset = Int(listPage.rawValue) * 4096
+        let image = try #require(fileSystem.contents(of: "/db/data"))
+        let page = Array(image[offset..<(offset + 4096)])
+        let (_, count, _) = try PageCodec.verify(page, id: listPage, expected: [.freeList])
+        var ids = try PageCodec.decodeFreeList(page, count: count)
+        try #require(ids.count >= 2)
+        var next = PageID.none
+        switch damage {
+        case "twice": ids[1] = ids[0]
+        case "itself": ids[0] = listPage
+        case "out of range": ids[0] = PageID(meta.pageCount + 5)
+        default: next = listPage
+        }
+        let forged = PageCodec.encodeFreeList(ids[...], next: next, id: listPage, generation: meta.generation, pageBytes: 4096)
+        fileSystem.modify("/db/data") { $0.replaceSubrange(offset..<(offset + 4096), with: forged) }
+        for mode in [AccessMode.readWrite, .readOnly] {
+            #expect {
+                try StorageEngine.open(path: "/db", mode: mode, fileSystem: fileSystem)
+            } throws: { error in
+                guard case let EngineError.corruptPage(path, at, reason) = error else { return false }
+                let named = damage == "loop" ? reason.contains("loops") : reason.contains(damage == "out of range" ? "out of range" : "twice")
+                return path == "/db/data" && at == Int64(offset) && named
+            }
+        }
+    }
+
     @Test func aMissingDataFileIsRefusedNotRecreatedEmpty() throws {
         let fileSystem = SimulatedFileSystem()
         try makeStore(fileSystem, keys: 5)
@@ -133,8 +177,37 @@ import Testing
         meta[40] ^= 0x01
         try file.write(meta, at: 0)
         try file.close()
-        let (reopened, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        // The older meta page's checkpoint needs the batch the newer checkpoint released:
+        // opening refuses, and says both what it rejected and what is missing.
+        #expect {
+            try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        } throws: { error in
+            guard case let EngineError.missingData(_, reason) = error else { return false }
+            return reason.contains("meta page 0: its checksum does not match") && reason.contains("batches 2 to 2 are missing")
+        }
+        // With the log still holding that batch (as while the newer meta page is written,
+        // before any segment is released), it falls back and names the rejected page.
+        let other = SimulatedFileSystem()
+        let (writer, _) = try StorageEngine.open(path: "/db", fileSystem: other)
+        try writer.commit(WALBatch([.put(key: Array("k0".utf8), value: [1])]))
+        try writer.checkpoint()
+        try writer.commit(WALBatch([.put(key: Array("k1".utf8), value: [1])]))
+        let log = try #require(other.contentsOfDirectory("/db/wal").first { $0.hasPrefix("wal-0") })
+        let logBytes = try #require(other.contents(of: "/db/wal/" + log))
+        try writer.checkpoint()
+        try writer.close(checkpoint: false)
+        for name in try other.contentsOfDirectory("/db/wal") where name != "wal.lock" { try other.removeFile("/db/wal/" + name) }
+        let restored = try other.open("/db/wal/" + log, options: [.create, .write])
+        try restored.write(logBytes, at: 0)
+        try restored.close()
+        let data = try other.open("/db/data", options: [.write])
+        var page = try data.read(count: 4096, at: 0)
+        page[40] ^= 0x01
+        try data.write(page, at: 0)
+        try data.close()
+        let (reopened, report) = try StorageEngine.open(path: "/db", fileSystem: other)
         #expect(report.rejectedMeta == "meta page 0: its checksum does not match")
+        #expect(try reopened.snapshot().get(Array("k1".utf8)) == [1])
         try reopened.close(checkpoint: false)
     }
 }

@@ -16,6 +16,37 @@ import StrataWAL
         return result
     }
 
+    /// After a checkpoint the log holds no batch the checkpoint covers: with no commit
+    /// after it, the active segment is replaced by a fresh one at once (and kept as a spare
+    /// for reuse), so a store killed now replays only newer batches when it reopens.
+    @Test func aCheckpointReleasesEverySegmentItCoversTheActiveOneToo() throws {
+        let fileSystem = SimulatedFileSystem()
+        var options = EngineOptions()
+        options.checkpointMemtableBytes = .max
+        options.checkpointLogBytes = .max
+        var (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        func commitRound(_ round: Int) throws {
+            var batch = WALBatch()
+            for index in 0..<50 { batch.put(Array("key\(round)-\(index)".utf8), [UInt8](repeating: UInt8(round & 0xFF), count: 200)) }
+            try engine.commit(batch)
+        }
+        for round in 0..<40 { try commitRound(round) }
+        try engine.checkpoint()
+        let extent = engine.logExtent
+        #expect(extent.segmentPaths.count == 1 && extent.activeBytes == WALFormat.segmentHeaderBytes,
+                "\(extent.segmentPaths) \(extent.activeBytes)")
+        #expect(extent.oldestLSN == LSN(41))
+        #expect(try fileSystem.contentsOfDirectory("/db/wal").contains { $0.hasPrefix("wal-spare-") })
+
+        for round in 40..<60 { try commitRound(round) }
+        try engine.close(checkpoint: false)  // as a killed process leaves it
+        let report: RecoveryReport
+        (engine, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        #expect(report.batchesReplayed == 20 && report.log.batchCount == 20, "\(report)")
+        #expect(try engine.snapshot().get(Array("key59-7".utf8)) != nil && engine.snapshot().get(Array("key3-7".utf8)) != nil)
+        try engine.close()
+    }
+
     /// A closed store is its data file plus one small log segment, whatever its log held
     /// while open; closing a store with nothing new writes nothing.
     @Test func aClosedStoreIsItsDataAndOneSmallSegment() throws {

@@ -37,4 +37,44 @@ import Testing
         #expect(next.rawValue == last.rawValue + 1)
         try log.close()
     }
+
+    /// `rotate(after:)`: the first group after the LSN starts a new segment when the
+    /// active one holds only frames at or before it (so a checkpoint through that LSN can
+    /// release it), sized after the bytes it used; a segment that already holds later
+    /// frames is left alone. The request is spent either way.
+    @Test func aRotationRequestStartsANewSegmentOnlyWhenTheActiveOneIsCovered() throws {
+        let fileSystem = SimulatedFileSystem()
+        var options = WALOptions(segmentBytes: 1 << 20)
+        options.firstSegmentBytes = 4096
+        options.compression = false
+        let (log, _, _) = try openLog(fileSystem, options: options)
+        var generator = BatchGenerator(seed: 5)
+        for _ in 0..<5 { try log.append(generator.batch(operations: 2, maxValueBytes: 100)) }
+        let firstPath = log.segmentPaths[0]
+        log.rotate(after: LSN(5))
+        try log.append(generator.batch())  // LSN 6 starts the new segment
+        #expect(log.segmentPaths.count == 2)
+        #expect(try log.releaseSegments(through: LSN(5)) == 1 && log.segmentPaths.count == 1 && log.oldestLSN == LSN(6))
+        #expect(!fileSystem.fileExists(firstPath))
+
+        // A request through LSN 7 while 6 is the last written: LSN 7's group stays (it is
+        // covered), LSN 8's group starts a new segment.
+        log.rotate(after: LSN(7))
+        try log.append(generator.batch())
+        #expect(log.segmentPaths.count == 1)
+        try log.append(generator.batch())
+        #expect(log.segmentPaths.count == 2 && log.oldestLSN == LSN(6))
+
+        // The segment holds LSN 8 only: a request through 8 rotates before LSN 9. Once it
+        // holds 9, a request through 8 has nothing to gain: no rotation, and the request
+        // does not linger.
+        log.rotate(after: LSN(8))
+        try log.append(generator.batch())
+        #expect(log.segmentPaths.count == 3)
+        log.rotate(after: LSN(8))
+        try log.append(generator.batch())
+        try log.append(generator.batch())
+        #expect(log.segmentPaths.count == 3)
+        try log.close()
+    }
 }

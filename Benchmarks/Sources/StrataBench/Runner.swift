@@ -13,7 +13,7 @@ struct Runner {
     let options: StrataBench
 
     func run() throws -> Result {
-        if workload == "recover" { return try recover() }
+        if workload == "recover" || workload == "reopen" { return try recover(checkpointed: workload == "reopen") }
         let syncWorkload = workload.hasPrefix("fillsync")
         let keys = options.num ?? (syncWorkload ? 2_000 : 1_000_000)
         let perTransaction = syncWorkload ? 1 : options.batch
@@ -96,8 +96,10 @@ struct Runner {
     }
 
     /// `recover`: an untimed fill with checkpoints off (everything stays in the log), a
-    /// close without checkpoint, then the timed reopen that replays the log.
-    private func recover() throws -> Result {
+    /// close without checkpoint, then the timed reopen that replays the log. `reopen`: the
+    /// same fill, then one checkpoint and a close without shrinking the log (what a process
+    /// killed after a checkpoint leaves), then the timed open, which replays nothing.
+    private func recover(checkpointed: Bool) throws -> Result {
         let keys = options.num ?? 1_000_000
         let directory = (options.dir as NSString).appendingPathComponent("strata-bench-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -108,6 +110,7 @@ struct Runner {
         for start in stride(from: 0, to: keys, by: options.batch) {
             try filler.write(ArraySlice(start..<min(keys, start + options.batch))) { values[$0 % values.count] }
         }
+        if checkpointed { try filler.engine.checkpoint() }
         try filler.engine.close(checkpoint: false)
         var engineOptions = EngineOptions(durability: durability)
         engineOptions.checkpointMemtableBytes = .max
@@ -118,8 +121,16 @@ struct Runner {
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let found = try engine.snapshot().get(Workload.key(keys - 1)) != nil
         try engine.close(checkpoint: false)
-        guard found, report.batchesReplayed == (keys + options.batch - 1) / options.batch else {
-            throw BenchError(description: "recover replayed \(report.batchesReplayed) batches")
+        let expectedReplays = checkpointed ? 0 : (keys + options.batch - 1) / options.batch
+        guard found, report.batchesReplayed == expectedReplays else {
+            throw BenchError(description: "\(workload) replayed \(report.batchesReplayed) batches, not \(expectedReplays)")
+        }
+        if checkpointed {
+            FileHandle.standardError.write(Data(("reopen: opened \(keys) checkpointed keys in "
+                + "\(String(format: "%.1f", seconds * 1000)) ms; the log still held \(report.log.batchCount) checkpointed "
+                + "batch(es), \(String(format: "%.1f", Double(report.log.storedBytes) / Double(1 << 20))) MiB stored\n").utf8))
+            return Result(engine: self.engine, bench: workload, num: keys, batch: options.batch, valueSize: options.valueSize,
+                          seconds: seconds, bytesOnDisk: directoryBytes(directory), fdatasyncs: nil)
         }
         let mebibytes = Double(report.log.rawBytes) / Double(1 << 20)
         FileHandle.standardError.write(Data(("recover: replayed \(String(format: "%.1f", mebibytes)) MiB of batches "

@@ -19,7 +19,7 @@ struct StrataBench: ParsableCommand {
 
     static let allEngines = ["strata", "strata-relaxed", "sqlite", "lmdb", "leveldb", "rocksdb", "fdatasync"]
     static let allWorkloads = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readrandom",
-                               "readseq", "deleterandom", "nested", "recover", "records-insert", "records-fetch"]
+                               "readseq", "deleterandom", "nested", "recover", "reopen", "records-insert", "records-fetch"]
 
     @Option(help: "Comma-separated engines: \(allEngines.joined(separator: ", ")).")
     var engines = allEngines.joined(separator: ",")
@@ -75,7 +75,7 @@ struct StrataBench: ParsableCommand {
                 if engine == "fdatasync" && !writesOnly.contains(workload) { continue }
                 // (`nested` needs transactions inside transactions, which the LSM engines lack.)
                 if workload == "nested" && (engine == "leveldb" || engine == "rocksdb") { continue }
-                if workload == "recover" && !engine.hasPrefix("strata") { continue }
+                if (workload == "recover" || workload == "reopen") && !engine.hasPrefix("strata") { continue }
                 // The record workloads compare Strata's repositories with an indexed SQLite table.
                 if workload.hasPrefix("records-") && engine != "strata" && engine != "sqlite" { continue }
                 FileHandle.standardError.write(Data("running \(engine) \(workload)…\n".utf8))
