@@ -55,6 +55,8 @@ struct TreeWriter {
     var keyCountDelta = 0
 
     private var pageBytes: Int { file.pageBytes }
+    /// How full a leaf split among existing keys leaves each page.
+    static let splitFill = (numerator: 15, denominator: 16)
     private var capacity: Int { pageBytes - PageHeader.bytes }
 
     /// Folds `changes` (sorted by key, one per key; a nil value deletes) into `tree`.
@@ -68,7 +70,7 @@ struct TreeWriter {
         var entries: [BranchEntry]
         var height = tree.height
         if tree.root == .none {
-            entries = try writeLeaves(merge([], changes[...]), lower: [])
+            entries = try writeLeaves(merge([], changes[...]), lower: [], packFull: true)
             height = 1
         } else {
             entries = try rewrite(tree.root, level: 1, height: tree.height, lower: [], changes: changes[...])
@@ -94,7 +96,10 @@ struct TreeWriter {
         switch try file.node(id) {
         case let .leaf(entries):
             guard level == height else { throw corrupt(file, id, "a leaf above the bottom level") }
-            return try writeLeaves(merge(entries, changes), lower: lower)
+            // Keys only after the leaf's last one (sequential inserts) pack new leaves full;
+            // changes among its keys split it into leaves with room for the next checkpoint's.
+            let appending = entries.last.map { compareKeys(changes[changes.startIndex].key, $0.key) > 0 } ?? true
+            return try writeLeaves(merge(entries, changes), lower: lower, packFull: appending)
         case var .branch(children):
             guard level < height else { throw corrupt(file, id, "a branch where a leaf belongs") }
             children[0].key = lower
@@ -173,14 +178,26 @@ struct TreeWriter {
         return .overflow(first: ids[0], byteCount: value.count)
     }
 
-    /// Writes entries as full leaves; returns one branch entry per leaf.
-    private mutating func writeLeaves(_ entries: [LeafEntry], lower: [UInt8]) throws -> [BranchEntry] {
+    /// Writes entries as leaves and returns one branch entry per leaf. Entries that fit one
+    /// page take one. Otherwise, with `packFull`, each leaf is filled to the page; without,
+    /// the entries are spread evenly over as many leaves as filling each to `splitFill` of
+    /// the page needs, so later inserts among them fit without splitting again (a leaf
+    /// filled to the brim splits at the next checkpoint that adds one key to it, leaving a
+    /// nearly empty page beside it).
+    private mutating func writeLeaves(_ entries: [LeafEntry], lower: [UInt8], packFull: Bool) throws -> [BranchEntry] {
         var result: [BranchEntry] = []
+        let total = entries.reduce(0) { $0 + $1.cellBytes }
+        var target = capacity
+        if !packFull && total > capacity {
+            let fill = capacity * Self.splitFill.numerator / Self.splitFill.denominator
+            let pages = (total + fill - 1) / fill
+            target = (total + pages - 1) / pages
+        }
         var start = 0
         while start < entries.count {
             var used = 0
             var end = start
-            while end < entries.count && used + entries[end].cellBytes <= capacity {
+            while end < entries.count && used < target && used + entries[end].cellBytes <= capacity {
                 used += entries[end].cellBytes
                 end += 1
             }
