@@ -15,7 +15,8 @@ public enum Limits {
     /// The most pages a data file may have (2^40 pages of 4 KiB is 4 PiB).
     public static let maxPageCount: UInt64 = 1 << 40
 
-    /// The most bytes one cell of a page may take (so at least four fit); values that
-    /// would make a cell larger go to overflow pages.
-    static func maxInlineCellBytes(pageBytes: Int) -> Int { (pageBytes - PageHeader.bytes) / 4 - 2 }
+    /// The most bytes one cell of a leaf may take inline (so at least two fit, with their
+    /// slots); values that would make a cell larger go to overflow pages. Half a page, not
+    /// a quarter: a 1,000-byte value took a whole 4 KiB overflow page at a quarter.
+    static func maxInlineCellBytes(pageBytes: Int) -> Int { (pageBytes - PageHeader.bytes) / 2 - 2 }
 }
