@@ -201,7 +201,10 @@ public final class StorageEngine: Sendable {
         defer { try? log.close() }
         if checkpoint && commitLock.withLock({ $0.failure == nil }) {
             let checkpointed = { self.checkpointLock.withLock { $0.meta.checkpointVersion } }
-            if version > checkpointed() { try checkpointNow() }
+            if version > checkpointed() {
+                try checkpointNow()
+                try vacuum()
+            }
             do { try log.shrink(through: LSN(checkpointed())) } catch let error as WALError { throw EngineError.log(error) }
         }
     }

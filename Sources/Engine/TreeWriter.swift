@@ -122,6 +122,39 @@ struct TreeWriter {
         }
     }
 
+    /// Copies every page of the subtree at `id` numbered at or above `cutoff` to a page
+    /// from the allocator, and every branch above such a page, copy-on-write like any
+    /// rewrite; returns the subtree's root afterwards (`id` itself when nothing moved).
+    /// Overflow chains are not moved: the caller makes sure none lies at or above `cutoff`.
+    mutating func relocate(_ id: PageID, level: Int, height: Int, above cutoff: UInt64) throws -> PageID {
+        var node = try file.node(id)
+        var moved = id.rawValue >= cutoff
+        switch node {
+        case .leaf:
+            guard level == height else { throw corrupt(file, id, "a leaf above the bottom level") }
+        case var .branch(children):
+            guard level < height else { throw corrupt(file, id, "a branch where a leaf belongs") }
+            for index in children.indices {
+                let child = try relocate(children[index].child, level: level + 1, height: height, above: cutoff)
+                if child != children[index].child {
+                    children[index].child = child
+                    moved = true
+                }
+            }
+            node = .branch(children)
+        }
+        guard moved else { return id }
+        freed.append(id)
+        let target = try allocator.allocate()
+        switch node {
+        case let .leaf(entries):
+            try file.write(PageCodec.encodeLeaf(entries[...], id: target, generation: generation, pageBytes: pageBytes), at: target)
+        case let .branch(children):
+            try file.write(PageCodec.encodeBranch(children[...], id: target, generation: generation, pageBytes: pageBytes), at: target)
+        }
+        return target
+    }
+
     /// Merges a leaf's entries with the changes that fall in it.
     private mutating func merge(_ old: [LeafEntry], _ changes: ArraySlice<(key: [UInt8], entry: MemtableEntry)>) throws -> [LeafEntry] {
         var result: [LeafEntry] = []

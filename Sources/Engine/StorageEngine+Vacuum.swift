@@ -1,0 +1,106 @@
+// Giving free pages back at a close: after a checkpoint, the pages of the trees it replaced
+// are free but scattered through the file, which therefore cannot simply be cut short. When
+// they are a fifth of the file or more, a close moves the tree's pages that lie past the
+// size the live pages need into free pages before it (copy-on-write, like a checkpoint: the
+// old pages stay intact until the new meta page is durable), writes the meta page with the
+// smaller page count, and truncates the file.
+//
+// Crash safety is a checkpoint's (E2): pages are written only where the durable meta page
+// has free space; the new meta page is written after they are synced; the truncation comes
+// after the meta page is synced (a crash before it leaves a longer file whose tail no meta
+// page reaches).
+import StrataFileIO
+
+extension StorageEngine {
+    /// The fraction of the data file that must be free before a close moves pages.
+    static let vacuumFreeFraction = (numerator: 1, denominator: 5)
+
+    /// Moves pages and truncates the data file when enough of it is free (see above).
+    /// Called by `close()` after its checkpoint, with no snapshot left to pin a tree.
+    /// Returns the pages given back (0 when it did nothing).
+    @discardableResult
+    func vacuum() throws -> UInt64 {
+        try checkpointLock.withLock { durable in
+            let meta = durable.meta
+            let free = durable.reusable + durable.pending.flatMap(\.pages)
+            let freeCount = UInt64(free.count + durable.freeListPages.count)
+            guard meta.root != .none, meta.pageCount >= 2 + freeCount,
+                  freeCount * UInt64(Self.vacuumFreeFraction.denominator)
+                    >= meta.pageCount * UInt64(Self.vacuumFreeFraction.numerator) else { return 0 }
+
+            // The tree's pages, from its branches (leaves are not read). Whatever else is
+            // neither free nor the tree is an overflow page.
+            var treePages: [PageID] = [meta.root]
+            var branches = 0
+            var level = [meta.root]
+            for _ in 1..<max(1, Int(meta.height)) {
+                var next: [PageID] = []
+                for id in level {
+                    guard case let .branch(children) = try pageFile.node(id) else {
+                        throw corrupt(pageFile, id, "a leaf above the bottom level")
+                    }
+                    branches += 1
+                    next += children.map(\.child)
+                }
+                treePages += next
+                level = next
+            }
+            let live = meta.pageCount - 2 - freeCount
+            let overflowPages = live - min(live, UInt64(treePages.count))
+            // Room for every live page, a fresh copy of each branch above a moved page,
+            // and the free list.
+            let cutoff = 2 + live + UInt64(branches) + max(8, live / 64)
+            guard cutoff + meta.pageCount / 10 < meta.pageCount else { return 0 }
+            if overflowPages > 0 {
+                // Overflow chains are not moved: give up when one may lie past the cutoff.
+                var known = Set(treePages)
+                known.formUnion(free)
+                known.formUnion(durable.freeListPages)
+                for raw in cutoff..<meta.pageCount where !known.contains(PageID(raw)) { return 0 }
+            }
+
+            let generation = meta.generation + 1
+            var writer = TreeWriter(file: pageFile, generation: generation, purgeTombstonesThrough: 0,
+                                    allocator: PageAllocator(reusable: free.filter { $0.rawValue < cutoff }, pageCount: cutoff))
+            let root = try writer.relocate(meta.root, level: 1, height: Int(meta.height), above: cutoff)
+            // Every page written lies before the cutoff (the allocator never grew past it).
+            guard writer.allocator.pageCount == cutoff else { return 0 }
+            var unused = writer.allocator.takeReusable()
+            var listed = (unused + durable.freeListPages + writer.freed).filter { $0.rawValue < cutoff }
+            let perPage = PageCodec.freeListCapacity(pageBytes: pageFile.pageBytes)
+            var listPages: [PageID] = []
+            while listPages.count * perPage < listed.count {
+                guard let page = unused.popLast() else { return 0 }
+                listPages.append(page)
+                listed.removeAll { $0 == page }
+            }
+            for (index, page) in listPages.enumerated() {
+                let chunk = listed[min(listed.count, index * perPage)..<min(listed.count, (index + 1) * perPage)]
+                let next = index + 1 < listPages.count ? listPages[index + 1] : .none
+                try pageFile.write(PageCodec.encodeFreeList(chunk, next: next, id: page, generation: generation,
+                                                            pageBytes: pageFile.pageBytes), at: page)
+            }
+            try pageFile.syncData()
+            let vacuumed = MetaPage(pageBytes: pageFile.pageBytes, generation: generation, root: root,
+                                    freeListHead: listPages.first ?? .none, checkpointVersion: meta.checkpointVersion,
+                                    pageCount: cutoff, keyCount: meta.keyCount, height: meta.height)
+            try pageFile.writeMeta(vacuumed)
+            try pageFile.syncData()
+            durable.meta = vacuumed
+            durable.reusable = listed.filter { !listPages.contains($0) }
+            durable.pending = []
+            durable.freeListPages = listPages
+            stateLock.withLock { readers in
+                readers.current = readers.current.with(tree: BTree(root: root, height: Int(meta.height)), treeGeneration: generation,
+                                                       frozen: .some(nil))
+            }
+            do { try pageFile.file.truncate(to: Int64(cutoff) * Int64(pageFile.pageBytes)) } catch let error as FileIOError {
+                throw EngineError.io(error)
+            }
+            options.logger.debug("close gave free pages back", metadata: [
+                "path": "\(path)", "pages_before": "\(meta.pageCount)", "pages_after": "\(cutoff)",
+            ])
+            return meta.pageCount - cutoff
+        }
+    }
+}
