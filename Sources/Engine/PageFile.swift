@@ -103,6 +103,17 @@ final class PageFile: Sendable {
         do { try file.write(page, at: id.offset(pageBytes: pageBytes)) } catch let error as FileIOError { throw EngineError.io(error) }
     }
 
+    /// Writes the free list: `listed` spread over `listPages` in order, each chained to the
+    /// next (a checkpoint's and a vacuuming close's).
+    func writeFreeList(_ listed: [PageID], in listPages: [PageID], generation: UInt64) throws {
+        let perPage = PageCodec.freeListCapacity(pageBytes: pageBytes)
+        for (index, page) in listPages.enumerated() {
+            let chunk = listed[min(listed.count, index * perPage)..<min(listed.count, (index + 1) * perPage)]
+            let next = index + 1 < listPages.count ? listPages[index + 1] : .none
+            try write(PageCodec.encodeFreeList(chunk, next: next, id: page, generation: generation, pageBytes: pageBytes), at: page)
+        }
+    }
+
     func writeMeta(_ meta: MetaPage) throws {
         do { try file.write(meta.encoded(), at: Int64(meta.generation % 2) * Int64(pageBytes)) } catch let error as FileIOError {
             throw EngineError.io(error)

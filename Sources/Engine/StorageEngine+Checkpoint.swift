@@ -100,12 +100,7 @@ extension StorageEngine {
             }
         }
         listed = unused + stillPending + freedNow
-        for (index, page) in listPages.enumerated() {
-            let chunk = listed[min(listed.count, index * perPage)..<min(listed.count, (index + 1) * perPage)]
-            let next = index + 1 < listPages.count ? listPages[index + 1] : .none
-            try pageFile.write(PageCodec.encodeFreeList(chunk, next: next, id: page, generation: generation,
-                                                        pageBytes: pageFile.pageBytes), at: page)
-        }
+        try pageFile.writeFreeList(listed, in: listPages, generation: generation)
         try pageFile.syncData()
 
         let meta = MetaPage(pageBytes: pageFile.pageBytes, generation: generation, root: tree.root,

@@ -74,12 +74,7 @@ extension StorageEngine {
                 listPages.append(page)
                 listed.removeAll { $0 == page }
             }
-            for (index, page) in listPages.enumerated() {
-                let chunk = listed[min(listed.count, index * perPage)..<min(listed.count, (index + 1) * perPage)]
-                let next = index + 1 < listPages.count ? listPages[index + 1] : .none
-                try pageFile.write(PageCodec.encodeFreeList(chunk, next: next, id: page, generation: generation,
-                                                            pageBytes: pageFile.pageBytes), at: page)
-            }
+            try pageFile.writeFreeList(listed, in: listPages, generation: generation)
             try pageFile.syncData()
             let vacuumed = MetaPage(pageBytes: pageFile.pageBytes, generation: generation, root: root,
                                     freeListHead: listPages.first ?? .none, checkpointVersion: meta.checkpointVersion,

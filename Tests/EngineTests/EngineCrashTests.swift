@@ -40,6 +40,27 @@ import StrataWAL
         return states
     }
 
+    /// The options of the crash tests (small segments, so the log rotates), and a dry run
+    /// of the workload: every state it passes through and how many operations it takes.
+    private func dryRun(seed: UInt64) -> (options: EngineOptions, states: [[[UInt8]: [UInt8]]], operations: Int) {
+        var options = EngineOptions()
+        options.log.segmentBytes = 16 << 10
+        let dry = SimulatedFileSystem()
+        let states = runWorkload(dry, seed: seed, options: options)
+        return (options, states, dry.operationCount)
+    }
+
+    /// The workload run until a power cut at operation `cut`, then a crash with random
+    /// fates (seeded by `fates`): the file system and the states acknowledged before it.
+    private func crashed(seed: UInt64, options: EngineOptions, cut: Int,
+                         fates: UInt64) -> (SimulatedFileSystem, [[[UInt8]: [UInt8]]]) {
+        let fileSystem = SimulatedFileSystem()
+        fileSystem.cutPower(atOperation: cut)
+        let states = runWorkload(fileSystem, seed: seed, options: options)
+        fileSystem.crash(.random(seed: fates))
+        return (fileSystem, states)
+    }
+
     private func contents(_ engine: StorageEngine) throws -> [[UInt8]: [UInt8]] {
         Dictionary(uniqueKeysWithValues: try engine.snapshot().scan().map { ($0.key, $0.value) })
     }
@@ -47,18 +68,11 @@ import StrataWAL
     @Test(arguments: [UInt64(7)])
     func aCrashAtEveryOperationKeepsAcknowledgedCommitsAsAPrefix(seed: UInt64) throws {
         print("seed \(seed)")
-        var options = EngineOptions()
-        options.log.segmentBytes = 16 << 10
-        let dry = SimulatedFileSystem()
-        let allStates = runWorkload(dry, seed: seed, options: options)
+        let (options, allStates, operations) = dryRun(seed: seed)
         #expect(allStates.count == 201)
-        let operations = dry.operationCount
         var fellBack = 0
         for cut in 0..<operations {
-            let fileSystem = SimulatedFileSystem()
-            fileSystem.cutPower(atOperation: cut)
-            let states = runWorkload(fileSystem, seed: seed, options: options)
-            fileSystem.crash(.random(seed: seed &* 31 &+ UInt64(cut)))
+            let (fileSystem, states) = crashed(seed: seed, options: options, cut: cut, fates: seed &* 31 &+ UInt64(cut))
             let (engine, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
             let recovered = try contents(engine)
             let acknowledged = states.count - 1
@@ -84,17 +98,10 @@ import StrataWAL
     @Test(arguments: [UInt64(11)])
     func aReadOnlyOpenAfterACrashSeesWhatRecoveryKeepsAndWritesNothing(seed: UInt64) throws {
         print("seed \(seed)")
-        var options = EngineOptions()
-        options.log.segmentBytes = 16 << 10
-        let dry = SimulatedFileSystem()
-        let allStates = runWorkload(dry, seed: seed, options: options)
-        let operations = dry.operationCount
+        let (options, allStates, operations) = dryRun(seed: seed)
         var tornTails = 0
         for cut in stride(from: 0, to: operations, by: 5) {
-            let fileSystem = SimulatedFileSystem()
-            fileSystem.cutPower(atOperation: cut)
-            let states = runWorkload(fileSystem, seed: seed, options: options)
-            fileSystem.crash(.random(seed: seed &* 17 &+ UInt64(cut)))
+            let (fileSystem, states) = crashed(seed: seed, options: options, cut: cut, fates: seed &* 17 &+ UInt64(cut))
             guard fileSystem.fileExists("/db/data") else { continue }
             let before = try storeFiles(fileSystem)
             let operationsBefore = fileSystem.operationCount

@@ -34,22 +34,32 @@ func runStrataOnATerminal(_ arguments: [String], input: String, in directory: UR
     let command = ([strataExecutable.path] + arguments).map { "'\($0)'" }.joined(separator: " ")
     process.arguments = ["--quiet", "--return", "--command", command, "/dev/null"]
     process.currentDirectoryURL = directory
+    process.environment = toolEnvironment(["HOME": directory.path, "TERM": "xterm"])
+    let stdout = Pipe()
+    process.standardError = stdout
+    let (status, output) = try communicate(process, input: input, stdout: stdout)
+    return ToolRun(status: status, stdout: output, stderr: "")
+}
+
+/// The environment the tool runs in: this process's, without crash backtraces, plus `extra`.
+private func toolEnvironment(_ extra: [String: String] = [:]) -> [String: String] {
     var environment = ProcessInfo.processInfo.environment
     environment["SWIFT_BACKTRACE"] = "enable=no"
-    environment["HOME"] = directory.path
-    environment["TERM"] = "xterm"
-    process.environment = environment
+    return environment.merging(extra) { $1 }
+}
+
+/// Runs `process` with `input` on its stdin and `stdout` as its stdout; returns its exit
+/// status and everything it wrote there.
+private func communicate(_ process: Process, input: String, stdout: Pipe) throws -> (status: Int32, output: String) {
     let stdin = Pipe()
-    let stdout = Pipe()
     process.standardInput = stdin
     process.standardOutput = stdout
-    process.standardError = stdout
     try process.run()
     stdin.fileHandleForWriting.write(Data(input.utf8))
     try stdin.fileHandleForWriting.close()
     let output = stdout.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
-    return ToolRun(status: process.terminationStatus, stdout: String(decoding: output, as: UTF8.self), stderr: "")
+    return (process.terminationStatus, String(decoding: output, as: UTF8.self))
 }
 
 /// Runs `strata arguments…` in `directory` with `input` on stdin (not a terminal).
@@ -58,27 +68,16 @@ func runStrata(_ arguments: [String], input: String = "", in directory: URL) thr
     process.executableURL = strataExecutable
     process.arguments = arguments
     process.currentDirectoryURL = directory
-    var environment = ProcessInfo.processInfo.environment
-    environment["SWIFT_BACKTRACE"] = "enable=no"
-    process.environment = environment
-    let stdin = Pipe()
-    let stdout = Pipe()
+    process.environment = toolEnvironment()
     // stderr goes to a file, so the child can never stall on a full pipe nobody reads.
     let errorPath = FileManager.default.temporaryDirectory.appendingPathComponent("strata-stderr-\(UUID().uuidString)")
     _ = FileManager.default.createFile(atPath: errorPath.path, contents: nil)
     defer { try? FileManager.default.removeItem(at: errorPath) }
     let stderr = try FileHandle(forWritingTo: errorPath)
     defer { try? stderr.close() }
-    process.standardInput = stdin
-    process.standardOutput = stdout
     process.standardError = stderr
-    try process.run()
-    stdin.fileHandleForWriting.write(Data(input.utf8))
-    try stdin.fileHandleForWriting.close()
-    let output = stdout.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return ToolRun(status: process.terminationStatus, stdout: String(decoding: output, as: UTF8.self),
-                   stderr: (try? String(contentsOf: errorPath, encoding: .utf8)) ?? "")
+    let (status, output) = try communicate(process, input: input, stdout: Pipe())
+    return ToolRun(status: status, stdout: output, stderr: (try? String(contentsOf: errorPath, encoding: .utf8)) ?? "")
 }
 
 /// A fresh scratch directory, removed by the caller.

@@ -3,14 +3,20 @@ import Testing
 @testable import StrataWAL
 
 @Suite struct WALSegmentSizeTests {
+    /// Options with uncompressed frames and a first segment of 4 KiB, up to `segmentBytes`.
+    private func smallSegments(upTo segmentBytes: Int) -> WALOptions {
+        var options = WALOptions(segmentBytes: segmentBytes)
+        options.firstSegmentBytes = 4096
+        options.compression = false
+        return options
+    }
+
     /// Segments start at `firstSegmentBytes` and double while appends go on, up to
     /// `segmentBytes`; a shrunk log starts over at the first size with every older segment
     /// and spare gone, and reopens with its LSNs continuing.
     @Test func segmentsGrowWhileWritesGoOnAndTheLogShrinksBack() throws {
         let fileSystem = SimulatedFileSystem()
-        var options = WALOptions(segmentBytes: 32 << 10)
-        options.firstSegmentBytes = 4096
-        options.compression = false
+        let options = smallSegments(upTo: 32 << 10)
         var (log, _, _) = try openLog(fileSystem, options: options)
         var generator = BatchGenerator(seed: 3)
         for _ in 0..<600 { try log.append(generator.batch(operations: 4, maxValueBytes: 100)) }
@@ -44,10 +50,7 @@ import Testing
     /// frames is left alone. The request is spent either way.
     @Test func aRotationRequestStartsANewSegmentOnlyWhenTheActiveOneIsCovered() throws {
         let fileSystem = SimulatedFileSystem()
-        var options = WALOptions(segmentBytes: 1 << 20)
-        options.firstSegmentBytes = 4096
-        options.compression = false
-        let (log, _, _) = try openLog(fileSystem, options: options)
+        let (log, _, _) = try openLog(fileSystem, options: smallSegments(upTo: 1 << 20))
         var generator = BatchGenerator(seed: 5)
         for _ in 0..<5 { try log.append(generator.batch(operations: 2, maxValueBytes: 100)) }
         let firstPath = log.segmentPaths[0]
