@@ -3,7 +3,8 @@
 // they are a fifth of the file or more, a close moves the tree's pages that lie past the
 // size the live pages need into free pages before it (copy-on-write, like a checkpoint: the
 // old pages stay intact until the new meta page is durable), writes the meta page with the
-// smaller page count, and truncates the file.
+// smaller page count, and truncates the file. With less free, only a run of free pages at
+// the end of the file is cut off, the same way without moving a page.
 //
 // Crash safety is a checkpoint's (E2): pages are written only where the durable meta page
 // has free space; the new meta page is written after they are synced; the truncation comes
@@ -15,7 +16,8 @@ extension StorageEngine {
     /// The fraction of the data file that must be free before a close moves pages.
     static let vacuumFreeFraction = (numerator: 1, denominator: 5)
 
-    /// Moves pages and truncates the data file when enough of it is free (see above).
+    /// Moves pages and truncates the data file when enough of it is free, or cuts off the
+    /// free pages at its end (see above).
     /// Called by `close()` after its checkpoint, with no snapshot left to pin a tree.
     /// Returns the pages given back (0 when it did nothing).
     @discardableResult
@@ -24,9 +26,9 @@ extension StorageEngine {
             let meta = durable.meta
             let free = durable.reusable + durable.pending.flatMap(\.pages)
             let freeCount = UInt64(free.count + durable.freeListPages.count)
-            guard meta.root != .none, meta.pageCount >= 2 + freeCount,
-                  freeCount * UInt64(Self.vacuumFreeFraction.denominator)
-                    >= meta.pageCount * UInt64(Self.vacuumFreeFraction.numerator) else { return 0 }
+            guard meta.root != .none, meta.pageCount >= 2 + freeCount else { return 0 }
+            let worthMoving = freeCount * UInt64(Self.vacuumFreeFraction.denominator)
+                >= meta.pageCount * UInt64(Self.vacuumFreeFraction.numerator)
 
             // The tree's pages, from its branches (leaves are not read). Whatever else is
             // neither free nor the tree is an overflow page.
@@ -47,10 +49,21 @@ extension StorageEngine {
             }
             let live = meta.pageCount - 2 - freeCount
             let overflowPages = live - min(live, UInt64(treePages.count))
-            // Room for every live page, a fresh copy of each branch above a moved page,
-            // and the free list.
-            let cutoff = 2 + live + UInt64(branches) + max(8, live / 64)
-            guard cutoff + meta.pageCount / 10 < meta.pageCount else { return 0 }
+            let cutoff: UInt64
+            if worthMoving {
+                // Room for every live page, a fresh copy of each branch above a moved page,
+                // and the free list.
+                cutoff = 2 + live + UInt64(branches) + max(8, live / 64)
+                guard cutoff + meta.pageCount / 10 < meta.pageCount else { return 0 }
+            } else {
+                // Too little free to move pages for: only a run of free pages at the end
+                // of the file goes (no page moves).
+                let allFree = Set(free + durable.freeListPages)
+                var tail = meta.pageCount
+                while tail > 2 && allFree.contains(PageID(tail - 1)) { tail -= 1 }
+                guard tail < meta.pageCount else { return 0 }
+                cutoff = tail
+            }
             if overflowPages > 0 {
                 // Overflow chains are not moved: give up when one may lie past the cutoff.
                 var known = Set(treePages)

@@ -127,6 +127,8 @@ struct TreeWriter {
     /// rewrite; returns the subtree's root afterwards (`id` itself when nothing moved).
     /// Overflow chains are not moved: the caller makes sure none lies at or above `cutoff`.
     mutating func relocate(_ id: PageID, level: Int, height: Int, above cutoff: UInt64) throws -> PageID {
+        // A leaf that stays is not even read.
+        if level == height && id.rawValue < cutoff { return id }
         var node = try file.node(id)
         var moved = id.rawValue >= cutoff
         switch node {

@@ -98,6 +98,31 @@ import StrataWAL
         try engine.close()
     }
 
+    /// With less than a fifth free, a close still cuts off the free pages at the end of
+    /// the file (moving nothing): the last page of a closed store is never a free one.
+    @Test func aCloseCutsOffFreePagesAtTheEndOfTheFile() throws {
+        let fileSystem = SimulatedFileSystem()
+        var (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        for round in 0..<5 {
+            var batch = WALBatch()
+            for index in 0..<300 { batch.put(Array("key\(round * 300 + index + 100_000)".utf8), [UInt8](repeating: 3, count: 100)) }
+            try engine.commit(batch)
+            try engine.checkpoint()
+        }
+        let pagesBefore = engine.checkpointLock.withLock { $0.meta.pageCount }
+        let freeBefore = engine.checkpointLock.withLock { $0.reusable + $0.pending.flatMap(\.pages) + $0.freeListPages }
+        #expect(freeBefore.contains(PageID(pagesBefore - 1)), "the workload must leave the last page free")
+        #expect(UInt64(freeBefore.count) * 5 < pagesBefore, "and less than a fifth of the file free")
+        try engine.commit(WALBatch([.put(key: Array("key100000".utf8), value: [4])]))
+        try engine.close()
+        (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        let (pages, free) = engine.checkpointLock.withLock { ($0.meta.pageCount, $0.reusable + $0.freeListPages) }
+        #expect(!free.contains(PageID(pages - 1)) && pages < pagesBefore, "\(pages) pages, \(pagesBefore) before")
+        #expect(try #require(fileSystem.contents(of: "/db/data")).count == Int(pages) * 4096)
+        #expect(try engine.verify().isValid && engine.snapshot().get(Array("key100000".utf8)) == [4])
+        try engine.close()
+    }
+
     /// A power cut at every operation of a close that moves pages and truncates: the
     /// reopened store holds every acknowledged commit and verifies.
     @Test func aPowerCutAnywhereInAVacuumingCloseLosesNothing() throws {
