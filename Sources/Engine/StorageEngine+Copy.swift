@@ -40,7 +40,7 @@ extension StorageEngine {
                 copiedBefore = try copyFile(pageFile.file, bytes: dataBytes, to: joinPath(destination, Self.dataFileName),
                                             progress: copied)
                 let logDirectory = joinPath(destination, Self.logDirectoryName)
-                try fileSystem.createDirectory(logDirectory)
+                try fileSystem.createDirectoryDurably(logDirectory)
                 for (source, path, bytes) in sources {
                     let name = String(path.split(separator: "/").last ?? "")
                     let done = try copyFile(source, bytes: bytes, to: joinPath(logDirectory, name), progress: copied)
@@ -95,7 +95,7 @@ extension StorageEngine {
               !fileSystem.fileExists(joinPath(destination, Self.logDirectoryName)) else {
             throw FileIOError.alreadyExists(operation: .createDirectory, path: destination)
         }
-        try fileSystem.createDirectory(destination)
+        try fileSystem.createDirectoryDurably(destination)
     }
 
     /// Copies the first `bytes` bytes of `source` to a new file at `path` and syncs it,

@@ -153,7 +153,7 @@ extension StorageEngine {
         let dataPath = joinPath(path, dataFileName)
         let storeLock: any FileLock
         do {
-            try fileSystem.createDirectory(path)
+            try fileSystem.createDirectoryDurably(path)
             storeLock = try fileSystem.lockExclusively(lockPath)
         } catch FileIOError.locked {
             throw EngineError.inUse(path: path, holder: writerDescription(path, fileSystem: fileSystem))

@@ -111,6 +111,35 @@ extension OpenFile {
     }
 }
 
+extension FileSystem {
+    /// Creates the directory at `path` and its missing parents, and makes each new name
+    /// durable: a new directory's entry lives in its parent, so the parent is synced
+    /// (without that, a power loss may take the directory and every file in it).
+    public func createDirectoryDurably(_ path: String) throws {
+        var missing: [String] = []
+        var current = path
+        while !fileExists(current) {
+            missing.append(current)
+            let parent = parentDirectory(of: current)
+            if parent == current { break }
+            current = parent
+        }
+        guard !missing.isEmpty else { return }
+        try createDirectory(path)
+        for directory in missing.reversed() { try syncDirectory(parentDirectory(of: directory)) }
+    }
+}
+
+/// The directory holding `path`: "/" for a top-level absolute path, "." for a single
+/// relative name.
+public func parentDirectory(of path: String) -> String {
+    var trimmed = Substring(path)
+    while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+    guard let slash = trimmed.lastIndex(of: "/") else { return "." }
+    let parent = trimmed[..<slash]
+    return parent.isEmpty ? "/" : String(parent)
+}
+
 /// Joins path components with "/".
 public func joinPath(_ directory: String, _ name: String) -> String {
     directory.hasSuffix("/") ? directory + name : directory + "/" + name

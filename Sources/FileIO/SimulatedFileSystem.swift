@@ -246,7 +246,10 @@ public final class SimulatedFileSystem: FileSystem {
             var prefix = ""
             for component in normalize(path).split(separator: "/") {
                 prefix += "/" + component
-                if state.directories[prefix] == nil { state.directories[prefix] = SimulatedDirectory() }
+                if state.directories[prefix] == nil {
+                    state.directories[prefix] = SimulatedDirectory()
+                    state.unsyncedDirectories.insert(prefix)
+                }
             }
         }
     }
@@ -257,6 +260,7 @@ public final class SimulatedFileSystem: FileSystem {
             let key = normalize(path)
             guard state.directories[key] != nil else { throw FileIOError.notFound(operation: .syncDirectory, path: path) }
             state.directories[key]!.durable = state.directories[key]!.volatile
+            state.unsyncedDirectories = state.unsyncedDirectories.filter { splitPath($0).directory != key }
         }
     }
 

@@ -43,6 +43,9 @@ struct SimulatedState {
     var faults: [Fault] = []
     var powerCutIndex: Int?
     var generation = 0
+    /// Directories whose name in their parent is not durable yet (created since the
+    /// parent's last sync): a power loss may take them, with everything in them.
+    var unsyncedDirectories: Set<String> = []
     /// Held locks by normalized path: -1 exclusive, n > 0 that many shared holders.
     var locks: [String: Int] = [:]
     /// The sector size torn writes are cut at (fault model 3).
@@ -138,6 +141,12 @@ struct SimulatedState {
             return
         }
         var random = SplitMix64(seed: fates.seed)
+        for directory in unsyncedDirectories.sorted() {
+            let keep = fates == .dropAll ? false : random.next() & 1 == 0
+            guard !keep else { continue }
+            for key in directories.keys where key == directory || key.hasPrefix(directory + "/") { directories[key] = nil }
+        }
+        unsyncedDirectories.removeAll()
         for key in directories.keys.sorted() {
             let keepVolatile = fates == .dropAll ? false : random.next() & 1 == 0
             if keepVolatile { directories[key]!.durable = directories[key]!.volatile }

@@ -42,7 +42,7 @@ public final class WriteAheadLog: @unchecked Sendable {
         let files = SegmentFiles(fileSystem: fileSystem, directory: directory)
         let lock: any FileLock
         do {
-            try fileSystem.createDirectory(directory)
+            try fileSystem.createDirectoryDurably(directory)
             lock = try fileSystem.lockExclusively(joinPath(directory, "wal.lock"))
         } catch let error as FileIOError {
             throw error.isLocked ? error : WALError.io(error)

@@ -9,8 +9,9 @@ import Darwin
 #endif
 
 @Suite struct SimulatedFileSystemTests {
+    /// A file in the directory /db, whose own name in / is durable.
     private func makeFile(_ fileSystem: SimulatedFileSystem, _ path: String = "/db/a") throws -> any OpenFile {
-        try fileSystem.createDirectory("/db")
+        try fileSystem.createDirectoryDurably("/db")
         return try fileSystem.open(path, options: [.create, .write])
     }
 
@@ -125,7 +126,8 @@ import Darwin
         try file.syncData()
         #expect(fileSystem.count(of: .syncData) == 2)
         #expect(fileSystem.count(of: .write) == 1)
-        #expect(fileSystem.operationCount == 5)
+        #expect(fileSystem.count(of: .syncDirectory) == 1 && fileSystem.count(of: .createDirectory) == 1)
+        #expect(fileSystem.operationCount == 6)
     }
 
     @Test func anExclusiveLockIsRefusedToASecondHolderUntilReleased() throws {
@@ -139,9 +141,32 @@ import Darwin
 }
 
 extension SimulatedFileSystemTests {
+    /// A new directory's name lives in its parent: until the parent is synced, a power
+    /// loss may take the directory and every file in it, synced or not.
+    @Test func aNewDirectoryIsDurableOnlyAfterItsParentIsSynced() throws {
+        let fileSystem = SimulatedFileSystem()
+        try fileSystem.createDirectory("/db/wal")
+        let file = try fileSystem.open("/db/wal/a", options: [.create, .write])
+        try file.write([1], at: 0)
+        try file.sync()
+        try fileSystem.syncDirectory("/db/wal")
+        fileSystem.crash(.dropAll)
+        #expect(!fileSystem.fileExists("/db") && fileSystem.contents(of: "/db/wal/a") == nil)
+
+        try fileSystem.createDirectoryDurably("/db/wal")
+        let again = try fileSystem.open("/db/wal/a", options: [.create, .write])
+        try again.write([2], at: 0)
+        try again.sync()
+        try fileSystem.syncDirectory("/db/wal")
+        fileSystem.crash(.dropAll)
+        #expect(fileSystem.contents(of: "/db/wal/a") == [2])
+        #expect(parentDirectory(of: "/db/wal") == "/db" && parentDirectory(of: "/db") == "/"
+                    && parentDirectory(of: "s.db") == "." && parentDirectory(of: "a/b/") == "a")
+    }
+
     @Test func whatAProcessKillKeepsIsStillLostToALaterPowerLossUnlessSynced() throws {
         let fileSystem = SimulatedFileSystem()
-        try fileSystem.createDirectory("/db")
+        try fileSystem.createDirectoryDurably("/db")
         let file = try fileSystem.open("/db/a", options: [.create, .write])
         try file.write([1, 2], at: 0)
         try file.sync()

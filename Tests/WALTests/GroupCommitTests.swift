@@ -243,7 +243,7 @@ func workloadBatch(thread: Int, index: Int, generator: inout BatchGenerator) -> 
     /// A copy of every durable file of `/db/wal`, as a fresh file system would see it.
     private func copy(_ source: SimulatedFileSystem) throws -> SimulatedFileSystem {
         let target = SimulatedFileSystem()
-        try target.createDirectory("/db/wal")
+        try target.createDirectoryDurably("/db/wal")
         for name in try source.contentsOfDirectory("/db/wal") {
             let file = try target.open("/db/wal/" + name, options: [.create, .write])
             try file.write(try #require(source.contents(of: "/db/wal/" + name)), at: 0)

@@ -139,7 +139,7 @@ import Darwin
         // A process kill keeps what was written; a power loss keeps at least what was synced.
         let killed = SimulatedFileSystem()
         for name in try fileSystem.contentsOfDirectory("/db/wal") where name.hasSuffix(".seg") {
-            try killed.createDirectory("/db/wal")
+            try killed.createDirectoryDurably("/db/wal")
             let file = try killed.open("/db/wal/" + name, options: [.create, .write])
             try file.write(fileSystem.contents(of: "/db/wal/" + name)!, at: 0)
         }

@@ -55,7 +55,7 @@ import Testing
         for offset in [frameStart, frameStart + 1, frameStart + 39, frameStart + 40, frameEnd - 1] {
             for tear in Tear.allCases {
                 let copy = SimulatedFileSystem()
-                try copy.createDirectory("/db/wal")
+                try copy.createDirectoryDurably("/db/wal")
                 for name in try fileSystem.contentsOfDirectory("/db/wal") where name.hasSuffix(".seg") {
                     let handle = try copy.open("/db/wal/" + name, options: [.create, .write])
                     let image = "/db/wal/" + name == path
