@@ -4,6 +4,15 @@ import StrataWAL
 @testable import StrataEngine
 
 @Suite struct StoreWeightTests {
+    /// Keys `key<round>-0` … of `keys` random values of `valueBytes` each.
+    private func randomBatch(round: Int, keys: Int, valueBytes: Int, random: inout SplitMix64) -> WALBatch {
+        var batch = WALBatch()
+        for index in 0..<keys {
+            batch.put(Array("key\(round)-\(index)".utf8), (0..<valueBytes).map { _ in UInt8(truncatingIfNeeded: random.next()) })
+        }
+        return batch
+    }
+
     /// Every file of the store with its bytes.
     private func files(_ fileSystem: SimulatedFileSystem) throws -> [String: [UInt8]] {
         var result: [String: [UInt8]] = [:]
@@ -173,13 +182,7 @@ import StrataWAL
         options.checkpointLogBytes = 256 << 10
         (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
         var random = SplitMix64(seed: 8)
-        for round in 0..<400 {
-            var batch = WALBatch()
-            for index in 0..<20 {
-                batch.put(Array("key\(round)-\(index)".utf8), (0..<100).map { _ in UInt8(truncatingIfNeeded: random.next()) })
-            }
-            try engine.commit(batch)
-        }
+        for round in 0..<400 { try engine.commit(randomBatch(round: round, keys: 20, valueBytes: 100, random: &random)) }
         #expect(engine.logStatistics.segmentsStarted >= 3)
         let expected = try engine.snapshot().scan()
         try engine.close()
@@ -210,11 +213,7 @@ import StrataWAL
             let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
             var random = SplitMix64(seed: 4)
             for round in 0..<60 {
-                var batch = WALBatch()
-                for index in 0..<10 {
-                    batch.put(Array("key\(round)-\(index)".utf8), (0..<60).map { _ in UInt8(truncatingIfNeeded: random.next()) })
-                }
-                try engine.commit(batch)
+                try engine.commit(randomBatch(round: round, keys: 10, valueBytes: 60, random: &random))
                 // A checkpoint halfway releases the first segments as spares.
                 if round == 30 { try engine.checkpoint() }
             }

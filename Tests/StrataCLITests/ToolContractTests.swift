@@ -144,7 +144,9 @@ import Testing
         #expect(version.stdout.hasPrefix("strata ") && version.stdout.contains("data file format 1, log format 1"), "\(version.stdout)")
         let help = try runStrata(["--help"], in: directory)
         #expect(help.stdout.contains("Exit status: 0 success; 1 the answer is no"), "\(help.stdout)")
-        // 1: the answer is no; 2: an error.
+        // 64: a usage error (a command without its argument); 1: the answer is no; 2: an error.
+        let usage = try runStrata(["get", "--store", "s.db"], in: directory)
+        #expect(usage.status == 64 && usage.stderr.contains("Missing expected argument"), "\(usage.stderr)")
         #expect(try runStrata(["put", "--store", "s.db", "k", "v"], in: directory).status == 0)
         #expect(try runStrata(["get", "--store", "s.db", "other"], in: directory).status == 1)
         #expect(try runStrata(["get", "--store", "nowhere.db", "k"], in: directory).status == 2)
