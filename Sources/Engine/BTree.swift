@@ -17,24 +17,26 @@ struct BTree: Sendable, Equatable {
 
     /// The entry for `key` (a tombstone included), or nil. O(height) page reads.
     func entry(_ key: [UInt8], file: PageFile) throws -> LeafEntry? {
-        guard root != .none else { return nil }
+        try key.withUnsafeBytes { key in try withCell(key, file: file) { $0?.entry } }
+    }
+
+    /// Calls `body` with the leaf cell for `key` (a tombstone included), or nil, borrowed
+    /// from its page: nothing is copied. O(height) page reads.
+    @inline(__always)
+    func withCell<Result>(_ key: UnsafeRawBufferPointer, file: PageFile, _ body: (LeafCell?) throws -> Result) throws -> Result {
+        guard root != .none else { return try body(nil) }
+        guard height >= 1 else { throw corrupt(file, root, "a tree of height \(height) has a root") }
         var id = root
-        for level in 1...height {
-            let page = try file.page(id)
-            do {
-                switch page.type {
-                case .branch:
-                    guard level < height else { throw corrupt(file, id, "a branch where a leaf belongs") }
-                    id = try page.child(for: key)
-                default:
-                    guard level == height else { throw corrupt(file, id, "a leaf above the bottom level") }
-                    return try page.leafEntry(for: key)
-                }
-            } catch let defect as PageDefect {
-                throw corrupt(file, id, defect.description)
+        for _ in 1..<height {
+            id = try file.withPage(id) { page in
+                guard page.type == .branch else { throw PageDefect("a leaf above the bottom level") }
+                return try page.child(for: key)
             }
         }
-        throw corrupt(file, id, "the tree is deeper than its height")
+        return try file.withPage(id) { page in
+            guard page.type == .leaf else { throw PageDefect("a branch where a leaf belongs") }
+            return try body(page.leafCell(for: key))
+        }
     }
 
     /// Entries in key order starting at the first key ≥ `start` (forward) or ≤ `start`

@@ -53,6 +53,7 @@ final class Memtable: @unchecked Sendable {
     /// Predecessors of the last inserted key at each level (a sorted run continues from them).
     private let finger: UnsafeMutablePointer<MemtableNode>
     private var index: MemtableIndex
+    private let filter: MemtableFilter
     private let levels = ManagedAtomic(1)
     private let nodeCount = ManagedAtomic(0)
     private let nodeBytes = ManagedAtomic(0)
@@ -60,6 +61,7 @@ final class Memtable: @unchecked Sendable {
     /// An empty memtable expected to grow to about `budgetBytes` (sizes its hash index).
     init(budgetBytes: Int = 1 << 20) {
         index = MemtableIndex(budgetBytes: budgetBytes)
+        filter = MemtableFilter(words: index.slotCount / 8)
         let size = Self.nodeHeaderBytes + 8 * Self.maxHeight
         head = MemtableNode.make(at: arena.allocate(size), height: Self.maxHeight, version: 0, key: UnsafeRawBufferPointer(start: nil, count: 0),
                                  value: nil)
@@ -69,6 +71,7 @@ final class Memtable: @unchecked Sendable {
 
     deinit {
         index.deallocate()
+        filter.deallocate()
         finger.deallocate()
         arena.deallocateAll()
     }
@@ -81,19 +84,29 @@ final class Memtable: @unchecked Sendable {
 
     var isEmpty: Bool { count == 0 }
 
-    /// The newest change of `key` at or below `version`, if any: a hash probe, or O(log n)
-    /// through the skip list once the index is full.
+    /// The newest change of `key` at or below `version`, if any: the filter, then a hash
+    /// probe, or O(log n) through the skip list once the index is full.
     func entry(_ key: [UInt8], at version: UInt64 = .max) -> MemtableEntry? {
         key.withUnsafeBytes { key in
-            // A complete index names the newest node of every key (X1 of MemtableIndex.swift);
-            // once it filled up, the skip list answers.
-            var node = index.isComplete ? index.newest(key) : firstNode(atLeast: key)
-            while let current = node, current.compare(with: key) == 0 {
-                if current.version <= version { return current.entry }
-                node = current.next(0)
-            }
-            return nil
+            guard let node = newestNode(key, at: version) else { return nil }
+            return node.entry
         }
+    }
+
+    /// The newest node of `key` at or below `version`, if any.
+    @inline(__always)
+    func newestNode(_ key: UnsafeRawBufferPointer, at version: UInt64) -> MemtableNode? {
+        let hash = hashKey(key)
+        // Every key inserted set its filter bits (F1 of MemtableIndex.swift).
+        guard filter.mayContain(hash) else { return nil }
+        // A complete index names the newest node of every key (X1); once it filled up, the
+        // skip list answers.
+        var node = index.isComplete ? index.newest(key, hash: hash) : firstNode(atLeast: key)
+        while let current = node, current.compare(with: key) == 0 {
+            if current.version <= version { return current }
+            node = current.next(0)
+        }
+        return nil
     }
 
     /// Adds every operation of `batch` at `version`; the last operation of a key wins.
@@ -273,7 +286,9 @@ final class Memtable: @unchecked Sendable {
             finger[level].link(level).store(inserted.bits, ordering: .releasing)
             finger[level] = inserted
         }
-        index.record(inserted)
+        let hash = hashKey(key)
+        filter.add(hash)
+        index.record(inserted, hash: hash)
         nodeCount.wrappingIncrement(ordering: .relaxed)
         nodeBytes.wrappingIncrement(by: size, ordering: .relaxed)
     }

@@ -80,24 +80,27 @@ enum PageCodec {
 
     /// Checks the checksum, type and ID of a page read from disk; returns its count and word.
     static func verify(_ page: [UInt8], id: PageID, expected types: Set<PageType>) throws(PageDefect) -> (PageType, Int, UInt64) {
-        let stored = page.withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(as: UInt32.self)) }
-        let computed = page.withUnsafeBytes { CRC32C.extend(0, UnsafeRawBufferPointer(rebasing: $0[4...])) }
+        do {
+            return try page.withUnsafeBytes { try verify($0, id: id, expected: types) }
+        } catch let defect as PageDefect {
+            throw defect
+        } catch {
+            throw PageDefect("\(error)")
+        }
+    }
+
+    static func verify(_ page: UnsafeRawBufferPointer, id: PageID, expected types: Set<PageType>) throws(PageDefect) -> (PageType, Int, UInt64) {
+        guard page.count >= PageHeader.bytes else { throw PageDefect("its header is truncated") }
+        let stored = UInt32(littleEndian: page.loadUnaligned(as: UInt32.self))
+        let computed = CRC32C.extend(0, UnsafeRawBufferPointer(rebasing: page[4...]))
         guard stored == computed else { throw PageDefect("its checksum does not match") }
         guard let type = PageType(rawValue: page[4]), types.contains(type) else {
             throw PageDefect("it has type \(page[4]), expected \(types.map(\.rawValue).sorted())")
         }
-        var reader = ByteReader(page, start: 6, end: PageHeader.bytes)
-        do {
-            let count = Int(try reader.readUInt16())
-            let storedID = try reader.readUInt64()
-            guard storedID == id.rawValue else { throw PageDefect("it says it is page \(storedID)") }
-            _ = try reader.readUInt64()
-            return (type, count, try reader.readUInt64())
-        } catch let defect as PageDefect {
-            throw defect
-        } catch {
-            throw PageDefect("its header is truncated")
-        }
+        let storedID = UInt64(littleEndian: page.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+        guard storedID == id.rawValue else { throw PageDefect("it says it is page \(storedID)") }
+        return (type, Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: 6, as: UInt16.self))),
+                UInt64(littleEndian: page.loadUnaligned(fromByteOffset: 24, as: UInt64.self)))
     }
 
     // MARK: Leaves

@@ -1,8 +1,9 @@
-// A verified page as the cache holds it: the raw bytes, searched in place. A point lookup
-// binary-searches the slots comparing keys where they lie (memcmp, no allocation) and
-// decodes only the cell it lands on; whole-page decoding is for scans, checkpoints and
-// `verify`. Every slot and length is checked against the page's bounds on use (the
-// checksum already matched; bounds keep a crafted page from trapping).
+// B+tree pages searched where they lie: a point lookup binary-searches the slots comparing
+// keys in place (memcmp, no allocation) and reads only the cell it lands on; whole-page
+// decoding is for checkpoints and `verify`. The bytes are borrowed, from the data file's
+// mapping or from the page cache (PageFile.withPage), for the duration of one call.
+// Every slot and length is checked against the page's bounds on use (the checksum already
+// matched; bounds keep a crafted page from trapping or reading past it).
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -11,16 +12,26 @@ import Musl
 import Darwin
 #endif
 
-/// A page whose checksum, type and ID were verified when it was read.
+/// A page whose checksum, type and ID were verified when it was read, as the page cache
+/// holds it (when the data file is not mapped).
 struct PageView: Sendable {
     let bytes: [UInt8]
     let type: PageType
     let count: Int
     /// The header's type-specific word (a branch's leftmost child).
     let word: UInt64
+}
+
+/// A verified leaf or branch page, borrowed.
+struct TreePage {
+    let bytes: UnsafeRawBufferPointer
+    let type: PageType
+    let count: Int
+    /// The header's type-specific word (a branch's leftmost child).
+    let word: UInt64
 
     /// The child of this branch whose range holds `key`.
-    func child(for key: [UInt8]) throws -> PageID {
+    func child(for key: UnsafeRawBufferPointer) throws(PageDefect) -> PageID {
         // The last cell whose key is ≤ key, or the leftmost child when none is.
         var low = 0
         var high = count
@@ -32,38 +43,104 @@ struct PageView: Sendable {
         if low == 0 {
             child = word
         } else {
-            let (start, length) = try bytes.withUnsafeBytes { page in
-                try PageCodec.keyLocation(page, index: low - 1, count: count)
-            }
+            let (start, length) = try PageCodec.keyLocation(bytes, index: low - 1, count: count)
             guard start + length + 8 <= bytes.count else { throw PageDefect("cell \(low - 1) runs past the page") }
-            child = bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: start + length, as: UInt64.self)) }
+            child = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: start + length, as: UInt64.self))
         }
         guard child >= PageID.firstDataPage.rawValue else { throw PageDefect("a child pointer names page \(child)") }
         return PageID(child)
     }
 
-    /// The entry of this leaf for `key`, or nil.
-    func leafEntry(for key: [UInt8]) throws -> LeafEntry? {
+    /// The index of the first cell of this leaf whose key is ≥ `key`, and whether it is equal.
+    func lowerBound(_ key: UnsafeRawBufferPointer) throws(PageDefect) -> (index: Int, found: Bool) {
         var low = 0
         var high = count
         while low < high {
             let middle = (low + high) / 2
             let order = try compareCell(middle, with: key)
-            if order == 0 { return try PageCodec.decodeLeafCell(bytes, index: middle, count: count) }
+            if order == 0 { return (middle, true) }
             if order < 0 { low = middle + 1 } else { high = middle }
         }
-        return nil
+        return (low, false)
+    }
+
+    /// The cell of this leaf for `key`, or nil.
+    func leafCell(for key: UnsafeRawBufferPointer) throws(PageDefect) -> LeafCell? {
+        let (index, found) = try lowerBound(key)
+        return found ? try leafCell(index) : nil
+    }
+
+    /// Leaf cell `index`, its bytes borrowed from the page.
+    func leafCell(_ index: Int) throws(PageDefect) -> LeafCell {
+        let (start, length) = try PageCodec.keyLocation(bytes, index: index, count: count)
+        var offset = start + length
+        guard offset + 9 <= bytes.count else { throw PageDefect("cell \(index) runs past the page") }
+        let version = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+        let flags = bytes[offset + 8]
+        offset += 9
+        let key = UnsafeRawBufferPointer(rebasing: bytes[start..<(start + length)])
+        switch flags {
+        case 0:
+            // The value's length: a varint of at most three bytes (a value is within a page).
+            var valueLength = 0
+            var shift = 0
+            while true {
+                guard offset < bytes.count, shift <= 14 else { throw PageDefect("cell \(index) has a bad value length") }
+                let byte = bytes[offset]
+                offset += 1
+                // Shortest form only, as every varint of the format (ByteReader.readVarint).
+                guard byte != 0 || shift == 0 else { throw PageDefect("cell \(index) has a bad value length") }
+                valueLength |= Int(byte & 0x7F) << shift
+                if byte & 0x80 == 0 { break }
+                shift += 7
+            }
+            guard valueLength <= bytes.count - offset else { throw PageDefect("cell \(index) has a value running past the page") }
+            return LeafCell(key: key, version: version,
+                            payload: .inline(UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + valueLength)])))
+        case PageCodec.overflowFlag:
+            guard offset + 12 <= bytes.count else { throw PageDefect("cell \(index) runs past the page") }
+            let byteCount = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+            let first = PageID(UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset + 4, as: UInt64.self)))
+            guard byteCount <= Limits.maxValueBytes, first >= .firstDataPage else {
+                throw PageDefect("cell \(index) has an overflow reference out of range")
+            }
+            return LeafCell(key: key, version: version, payload: .overflow(first: first, byteCount: byteCount))
+        case PageCodec.tombstoneFlag:
+            return LeafCell(key: key, version: version, payload: .tombstone)
+        default:
+            throw PageDefect("cell \(index) has flags \(flags)")
+        }
     }
 
     /// Compares cell `index`'s key with `key` (negative when the cell's is smaller).
-    private func compareCell(_ index: Int, with key: [UInt8]) throws -> Int {
-        try bytes.withUnsafeBytes { page in
-            let (start, length) = try PageCodec.keyLocation(page, index: index, count: count)
-            let common = min(length, key.count)
-            let order = common == 0 ? 0 : key.withUnsafeBytes { other in
-                Int(memcmp(page.baseAddress! + start, other.baseAddress!, common))
-            }
-            return order != 0 ? order : length - key.count
+    @inline(__always)
+    private func compareCell(_ index: Int, with key: UnsafeRawBufferPointer) throws(PageDefect) -> Int {
+        let (start, length) = try PageCodec.keyLocation(bytes, index: index, count: count)
+        let common = min(length, key.count)
+        let order = common == 0 ? 0 : Int(memcmp(bytes.baseAddress! + start, key.baseAddress!, common))
+        return order != 0 ? order : length - key.count
+    }
+}
+
+/// A leaf cell read in place: valid while the page it came from is borrowed.
+struct LeafCell {
+    enum Contents {
+        case inline(UnsafeRawBufferPointer)
+        case overflow(first: PageID, byteCount: Int)
+        case tombstone
+    }
+
+    let key: UnsafeRawBufferPointer
+    let version: UInt64
+    let payload: Contents
+
+    /// The cell as an owned entry (its bytes copied).
+    var entry: LeafEntry {
+        let owned: Payload = switch payload {
+        case let .inline(value): .inline(Array(value))
+        case let .overflow(first, byteCount): .overflow(first: first, byteCount: byteCount)
+        case .tombstone: .tombstone
         }
+        return LeafEntry(key: Array(key), version: version, payload: owned)
     }
 }

@@ -20,26 +20,58 @@ public final class Snapshot: Sendable {
 
     /// The value of `key`, or nil when it has none. Throws `EngineError` for a corrupt page.
     public func get(_ key: [UInt8]) throws -> [UInt8]? {
-        if let entry = memtableEntry(key) { return entry.value }
-        guard let entry = try state.tree.entry(key, file: engine.pageFile) else { return nil }
-        return try engine.value(of: entry)
+        try key.withUnsafeBytes { key in try withValueBytes(key) { Array($0) } }
+    }
+
+    /// Calls `body` with the bytes of `key`'s value where they lie (in the memtable or in
+    /// the data file's page) and returns its result, or returns nil without calling it when
+    /// `key` has no value: a read that copies nothing. The span is valid only inside `body`.
+    public func withValue<Result>(forKey key: [UInt8], _ body: (RawSpan) throws -> Result) throws -> Result? {
+        try key.withUnsafeBytes { key in try withValueBytes(key) { value in try body(value.bytes) } }
+    }
+
+    /// `withValue` over raw buffers (the engine's and the contexts' own hot paths).
+    @inline(__always)
+    func withValueBytes<Result>(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Result) throws -> Result? {
+        if let node = memtableNode(key) {
+            guard let value = node.value else { return nil }
+            return try body(value)
+        }
+        var overflow: (first: PageID, byteCount: Int)?
+        let result = try state.tree.withCell(key, file: engine.pageFile) { cell -> Result? in
+            switch cell?.payload {
+            case let .inline(value): return try body(value)
+            case let .overflow(first, byteCount):
+                overflow = (first, byteCount)
+                return nil
+            case .tombstone, nil: return nil
+            }
+        }
+        guard let overflow else { return result }
+        // A value in overflow pages is read out of the page's borrow.
+        return try engine.pageFile.overflowValue(first: overflow.first, byteCount: overflow.byteCount).withUnsafeBytes(body)
     }
 
     /// Whether `key` has a value.
-    public func contains(_ key: [UInt8]) throws -> Bool { try get(key) != nil }
+    public func contains(_ key: [UInt8]) throws -> Bool {
+        try key.withUnsafeBytes { key in try withValueBytes(key) { _ in true } } ?? false
+    }
 
     /// The version of the last commit at or below this snapshot's version that wrote
     /// `key` (a put or a delete), or 0 when none did.
     public func lastWriteVersion(_ key: [UInt8]) throws -> UInt64 {
-        if let entry = memtableEntry(key) { return entry.version }
-        return try state.tree.entry(key, file: engine.pageFile)?.version ?? 0
+        try key.withUnsafeBytes { key in
+            if let node = memtableNode(key) { return node.version }
+            return try state.tree.withCell(key, file: engine.pageFile) { $0?.version } ?? 0
+        }
     }
 
     /// The newest change of `key` the memtables hold as of this snapshot's version.
-    private func memtableEntry(_ key: [UInt8]) -> MemtableEntry? {
-        if !state.active.isEmpty, let entry = state.active.entry(key, at: state.version) { return entry }
+    @inline(__always)
+    private func memtableNode(_ key: UnsafeRawBufferPointer) -> MemtableNode? {
+        if !state.active.isEmpty, let node = state.active.newestNode(key, at: state.version) { return node }
         guard let frozen = state.frozen, !frozen.isEmpty else { return nil }
-        return frozen.entry(key, at: state.version)
+        return frozen.newestNode(key, at: state.version)
     }
 
     /// Key/value pairs in key order (descending with `reverse`) with keys in `start..<end`

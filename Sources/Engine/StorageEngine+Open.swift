@@ -64,7 +64,7 @@ extension StorageEngine {
         do {
             let (meta, rejected) = try readMeta(file, path: dataPath)
             rejectedMeta = rejected
-            let pageFile = PageFile(path: dataPath, file: file, pageBytes: meta.pageBytes,
+            let pageFile = try PageFile(path: dataPath, file: file, pageBytes: meta.pageBytes,
                                     cachePages: options.cacheBytes / meta.pageBytes)
             let (free, freeListPages) = try readFreeList(meta, pageFile: pageFile)
             var logOptions = options.log

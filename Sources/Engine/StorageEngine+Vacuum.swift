@@ -102,9 +102,7 @@ extension StorageEngine {
                 readers.current = readers.current.with(tree: BTree(root: root, height: Int(meta.height)), treeGeneration: generation,
                                                        frozen: .some(nil))
             }
-            do { try pageFile.file.truncate(to: Int64(cutoff) * Int64(pageFile.pageBytes)) } catch let error as FileIOError {
-                throw EngineError.io(error)
-            }
+            try pageFile.cut(toPages: Int(cutoff))
             options.logger.debug("close gave free pages back", metadata: [
                 "path": "\(path)", "pages_before": "\(meta.pageCount)", "pages_after": "\(cutoff)",
             ])

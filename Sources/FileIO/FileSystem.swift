@@ -10,6 +10,13 @@
 //  4. Errors are `FileIOError`, naming the operation and the path.
 // Implementations are `Sendable`; a `OpenFile` may be used from several threads at once
 // for positional reads and writes (pread/pwrite semantics), as the kernel allows.
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// How to open a file.
 public struct FileOpenOptions: OptionSet, Sendable {
@@ -77,6 +84,41 @@ public protocol OpenFile: AnyObject, Sendable {
     func allocate(offset: Int64, length: Int64) throws
     /// Closes the handle; later calls throw `FileIOError.closed`.
     func close() throws
+    /// Maps the first `length` bytes of the file read-only and shared, so reads of pages
+    /// written later through this handle see the new bytes; nil when this file system maps
+    /// nothing (the simulated one). `length` may exceed the file's size, but no byte at or
+    /// past the end of the file may be touched (the kernel raises SIGBUS): the caller
+    /// bounds every access by a size it knows.
+    func mapReadOnly(length: Int) throws -> FileMapping?
+}
+
+extension OpenFile {
+    public func mapReadOnly(length: Int) throws -> FileMapping? { nil }
+}
+
+/// A read-only shared mapping of a file (see `OpenFile.mapReadOnly`), unmapped when the
+/// last reference goes.
+public final class FileMapping: @unchecked Sendable {
+    // @unchecked: the mapping is read-only; `discard()` swaps its pages atomically (mmap
+    // MAP_FIXED), so a reader never sees an unmapped address.
+    /// The first byte.
+    public let base: UnsafeRawPointer
+    /// Bytes mapped (virtual; only the file's own bytes may be read).
+    public let length: Int
+
+    init(base: UnsafeRawPointer, length: Int) {
+        self.base = base
+        self.length = length
+    }
+
+    deinit { munmap(UnsafeMutableRawPointer(mutating: base), length) }
+
+    /// Replaces the mapped file pages with zero-filled memory in place, before the file is
+    /// cut short: a reader still holding an address reads zeros (which fail every page
+    /// check) instead of faulting on a page past the new end of the file.
+    public func discard() {
+        _ = mmap(UnsafeMutableRawPointer(mutating: base), length, PROT_READ, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+    }
 }
 
 /// A lock on a file (exclusive or shared), held until `unlock()`.

@@ -192,6 +192,14 @@ final class POSIXOpenFile: OpenFile {
         try retryingInterrupts(.allocate, path) { cplatform_fallocate(fd, off_t(offset), off_t(length)) }
     }
 
+    func mapReadOnly(length: Int) throws -> FileMapping? {
+        try checkOpen(.read)
+        guard let base = mmap(nil, length, PROT_READ, MAP_SHARED, fd, 0), base != MAP_FAILED else {
+            throw FileIOError(errno: errno, operation: .read, path: path)
+        }
+        return FileMapping(base: base, length: length)
+    }
+
     func close() throws {
         let wasOpen = isOpen.withLock { open in
             defer { open = false }

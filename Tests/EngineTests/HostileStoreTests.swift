@@ -44,7 +44,7 @@ import Testing
         let fileSystem = SimulatedFileSystem()
         try fileSystem.createDirectory("/t")
         let file = try fileSystem.open("/t/data", options: [.create, .write])
-        let pageFile = PageFile(path: "/t/data", file: file, pageBytes: 4096, cachePages: 8)
+        let pageFile = try PageFile(path: "/t/data", file: file, pageBytes: 4096, cachePages: 8)
         var writer = TreeWriter(file: pageFile, generation: 1, purgeTombstonesThrough: 0,
                                 allocator: PageAllocator(reusable: [], pageCount: 2))
         let huge = [UInt8](repeating: 0x62, count: 5_000)

@@ -28,7 +28,7 @@ import Testing
     @Test func appendedKeysPackLeavesFullAndAnInsertAmongKeysSplitsEvenly() throws {
         let fileSystem = SimulatedFileSystem()
         try fileSystem.createDirectory("/t")
-        let pageFile = PageFile(path: "/t/data", file: try fileSystem.open("/t/data", options: [.create, .write]),
+        let pageFile = try PageFile(path: "/t/data", file: try fileSystem.open("/t/data", options: [.create, .write]),
                                 pageBytes: 4096, cachePages: 64)
         let capacity = 4096 - PageHeader.bytes
         let cell = LeafEntry(key: change(0).key, version: 1, payload: .inline(change(0).entry.value ?? [])).cellBytes
