@@ -42,21 +42,124 @@ uint32_t cplatform_crc32c_extend_software(uint32_t crc, const void *data, size_t
     return ~crc;
 }
 
+// Appending n zero bytes to a message is a linear map on its CRC: a 32x32 matrix over GF(2),
+// applied here through four byte-indexed tables. It lets three independent streams of CRC
+// instructions run at once over adjacent blocks and be joined after (the crc32 instruction
+// has a latency of three cycles and a throughput of one), the method of Mark Adler's
+// crc32c.c. Measured: verifying a 4 KiB page took three times as long on one stream.
+static uint32_t gf2_matrix_times(const uint32_t *mat, uint32_t vec) {
+    uint32_t sum = 0;
+    while (vec) {
+        if (vec & 1) sum ^= *mat;
+        vec >>= 1;
+        mat++;
+    }
+    return sum;
+}
+
+static void gf2_matrix_square(uint32_t *square, const uint32_t *mat) {
+    for (int n = 0; n < 32; n++) square[n] = gf2_matrix_times(mat, mat[n]);
+}
+
+// The operator that appends `len` zero bytes (a power of two) to a CRC.
+static void zeros_operator(uint32_t *even, size_t len) {
+    uint32_t odd[32];
+    odd[0] = CRC32C_POLY;  // one zero bit
+    uint32_t row = 1;
+    for (int n = 1; n < 32; n++) {
+        odd[n] = row;
+        row <<= 1;
+    }
+    gf2_matrix_square(even, odd);  // two zero bits
+    gf2_matrix_square(odd, even);  // four zero bits
+    // Square until the operator covers len bytes (eight bits each).
+    do {
+        gf2_matrix_square(even, odd);
+        len >>= 1;
+        if (len == 0) return;
+        gf2_matrix_square(odd, even);
+        len >>= 1;
+    } while (len);
+    for (int n = 0; n < 32; n++) even[n] = odd[n];
+}
+
+static void zeros_tables(uint32_t zeros[4][256], size_t len) {
+    uint32_t op[32];
+    zeros_operator(op, len);
+    for (uint32_t n = 0; n < 256; n++) {
+        zeros[0][n] = gf2_matrix_times(op, n);
+        zeros[1][n] = gf2_matrix_times(op, n << 8);
+        zeros[2][n] = gf2_matrix_times(op, n << 16);
+        zeros[3][n] = gf2_matrix_times(op, n << 24);
+    }
+}
+
+static uint32_t shift_crc(uint32_t zeros[4][256], uint32_t crc) {
+    return zeros[0][crc & 0xff] ^ zeros[1][(crc >> 8) & 0xff] ^ zeros[2][(crc >> 16) & 0xff] ^ zeros[3][crc >> 24];
+}
+
 #if defined(__x86_64__)
 #include <nmmintrin.h>
 
+// Block lengths of the three streams: long for large buffers, short for pages.
+#define CRC_LONG 8192
+#define CRC_SHORT 256
+static uint32_t zeros_long[4][256];
+static uint32_t zeros_short[4][256];
+static pthread_once_t zeros_once = PTHREAD_ONCE_INIT;
+
+static void init_zeros(void) {
+    zeros_tables(zeros_long, CRC_LONG);
+    zeros_tables(zeros_short, CRC_SHORT);
+}
+
+static inline uint64_t load64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
 __attribute__((target("sse4.2")))
 static uint32_t crc32c_sse42(uint32_t crc, const void *data, size_t len) {
+    pthread_once(&zeros_once, init_zeros);
     const uint8_t *p = data;
-    uint64_t c = ~crc;
+    uint64_t c0 = ~crc;
+    // Three blocks at a time, each its own stream; the first stream's CRC is carried over
+    // the other two blocks (shifted by their length) and combined with theirs.
+    while (len >= 3 * CRC_LONG) {
+        uint64_t c1 = 0, c2 = 0;
+        const uint8_t *end = p + CRC_LONG;
+        do {
+            c0 = _mm_crc32_u64(c0, load64(p));
+            c1 = _mm_crc32_u64(c1, load64(p + CRC_LONG));
+            c2 = _mm_crc32_u64(c2, load64(p + 2 * CRC_LONG));
+            p += 8;
+        } while (p < end);
+        c0 = shift_crc(zeros_long, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = shift_crc(zeros_long, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 2 * CRC_LONG;
+        len -= 3 * CRC_LONG;
+    }
+    while (len >= 3 * CRC_SHORT) {
+        uint64_t c1 = 0, c2 = 0;
+        const uint8_t *end = p + CRC_SHORT;
+        do {
+            c0 = _mm_crc32_u64(c0, load64(p));
+            c1 = _mm_crc32_u64(c1, load64(p + CRC_SHORT));
+            c2 = _mm_crc32_u64(c2, load64(p + 2 * CRC_SHORT));
+            p += 8;
+        } while (p < end);
+        c0 = shift_crc(zeros_short, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = shift_crc(zeros_short, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 2 * CRC_SHORT;
+        len -= 3 * CRC_SHORT;
+    }
     while (len >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = _mm_crc32_u64(c, v);
+        c0 = _mm_crc32_u64(c0, load64(p));
         p += 8;
         len -= 8;
     }
-    uint32_t c32 = (uint32_t)c;
+    uint32_t c32 = (uint32_t)c0;
     while (len--) c32 = _mm_crc32_u8(c32, *p++);
     return ~c32;
 }

@@ -9,7 +9,9 @@ public struct EngineOptions: Sendable {
     /// Page size of a new data file: a power of two in `Limits.pageBytesRange`. An
     /// existing file keeps its own.
     public var pageBytes = Limits.defaultPageBytes
-    /// Bytes of decoded pages the page cache may hold. Default 64 MiB.
+    /// Bytes of pages the page cache may hold where the data file is not mapped (a file
+    /// system that maps nothing, such as the simulated one). On the real file system tree
+    /// pages are read through a mapping, held by the kernel's page cache. Default 64 MiB.
     public var cacheBytes = 64 << 20
     /// A checkpoint starts when the memtable holds this many bytes. Default 64 MiB.
     public var checkpointMemtableBytes = 64 << 20

@@ -375,6 +375,13 @@ struct MemtableIterator: IteratorProtocol {
     }
 
     mutating func next() -> (key: [UInt8], value: MemtableEntry)? {
+        guard let node = nextNode() else { return nil }
+        return (Array(node.key), node.entry)
+    }
+
+    /// The next key's newest change at or below the iterator's version (a delete
+    /// included), read in place: valid while the memtable lives.
+    mutating func nextNode() -> MemtableNode? {
         while let current = node {
             let key = current.key
             var visible: MemtableNode?
@@ -387,14 +394,15 @@ struct MemtableIterator: IteratorProtocol {
                 }
                 node = memtable.lastNode(below: key)
             } else {
-                var candidate: MemtableNode? = current
-                while let change = candidate, change == current || change.compare(with: key) == 0 {
+                var candidate = current.next(0)
+                visible = current.version <= version ? current : nil
+                while let change = candidate, change.compare(with: key) == 0 {
                     if visible == nil && change.version <= version { visible = change }
                     candidate = change.next(0)
                 }
                 node = candidate
             }
-            if let visible { return (Array(key), visible.entry) }
+            if let visible { return visible }
         }
         return nil
     }

@@ -79,7 +79,7 @@ enum PageCodec {
     }
 
     /// Checks the checksum, type and ID of a page read from disk; returns its count and word.
-    static func verify(_ page: [UInt8], id: PageID, expected types: Set<PageType>) throws(PageDefect) -> (PageType, Int, UInt64) {
+    static func verify(_ page: [UInt8], id: PageID, expected types: PageTypes) throws(PageDefect) -> (PageType, Int, UInt64) {
         do {
             return try page.withUnsafeBytes { try verify($0, id: id, expected: types) }
         } catch let defect as PageDefect {
@@ -89,13 +89,13 @@ enum PageCodec {
         }
     }
 
-    static func verify(_ page: UnsafeRawBufferPointer, id: PageID, expected types: Set<PageType>) throws(PageDefect) -> (PageType, Int, UInt64) {
+    static func verify(_ page: UnsafeRawBufferPointer, id: PageID, expected types: PageTypes) throws(PageDefect) -> (PageType, Int, UInt64) {
         guard page.count >= PageHeader.bytes else { throw PageDefect("its header is truncated") }
         let stored = UInt32(littleEndian: page.loadUnaligned(as: UInt32.self))
         let computed = CRC32C.extend(0, UnsafeRawBufferPointer(rebasing: page[4...]))
         guard stored == computed else { throw PageDefect("its checksum does not match") }
         guard let type = PageType(rawValue: page[4]), types.contains(type) else {
-            throw PageDefect("it has type \(page[4]), expected \(types.map(\.rawValue).sorted())")
+            throw PageDefect("it has type \(page[4]), expected \(types.rawValues)")
         }
         let storedID = UInt64(littleEndian: page.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
         guard storedID == id.rawValue else { throw PageDefect("it says it is page \(storedID)") }

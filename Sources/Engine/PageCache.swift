@@ -15,8 +15,8 @@ import Synchronization
 
 final class PageCache: Sendable {
     private struct Generations {
-        var hot: [PageID: PageView] = [:]
-        var cold: [PageID: PageView] = [:]
+        var hot: [PageID: CachedPage] = [:]
+        var cold: [PageID: CachedPage] = [:]
     }
 
     /// The most pages held at once.
@@ -27,7 +27,7 @@ final class PageCache: Sendable {
         self.capacity = max(capacity, 16)
     }
 
-    func page(_ id: PageID) -> PageView? {
+    func page(_ id: PageID) -> CachedPage? {
         maps.withLock { maps in
             if let page = maps.hot[id] { return page }
             guard let page = maps.cold.removeValue(forKey: id) else { return nil }
@@ -36,7 +36,7 @@ final class PageCache: Sendable {
         }
     }
 
-    func insert(_ id: PageID, _ page: PageView) {
+    func insert(_ id: PageID, _ page: CachedPage) {
         maps.withLock { insert(id, page, into: &$0) }
     }
 
@@ -50,7 +50,7 @@ final class PageCache: Sendable {
 
     var count: Int { maps.withLock { $0.hot.count + $0.cold.count } }
 
-    private func insert(_ id: PageID, _ page: PageView, into maps: inout Generations) {
+    private func insert(_ id: PageID, _ page: CachedPage, into maps: inout Generations) {
         if maps.hot.count >= capacity / 2 {
             maps.cold = maps.hot
             maps.hot = [:]

@@ -52,7 +52,7 @@ final class PageFile: Sendable {
     private let filePages: Atomic<Int>
 
     /// The smallest mapping, in pages: virtual address space only.
-    static let smallestMappingPages = 16_384
+    static let smallestMappingPages = 256
 
     init(path: String, file: any OpenFile, pageBytes: Int, cachePages: Int) throws(EngineError) {
         self.path = path
@@ -97,8 +97,27 @@ final class PageFile: Sendable {
     @inline(__always)
     func withPage<Result>(_ id: PageID, _ body: (TreePage) throws -> Result) throws -> Result {
         let address = currentRegion.load(ordering: .acquiring)
-        guard address != 0 else { return try withCachedPage(id, body) }
-        let region = UnsafePointer<Region>(bitPattern: address)!.pointee
+        if address != 0 {
+            let page = try mappedPage(id, UnsafePointer<Region>(bitPattern: address)!.pointee)
+            do { return try body(page) } catch let defect as PageDefect { throw corrupt(id, defect) }
+        }
+        let cached = try cachedPage(id)
+        do { return try body(cached.page) } catch let defect as PageDefect { throw corrupt(id, defect) }
+    }
+
+    /// The verified leaf or branch page `id`, for a cursor to hold across steps.
+    func holdPage(_ id: PageID) throws -> HeldPage {
+        let address = currentRegion.load(ordering: .acquiring)
+        if address != 0 {
+            return HeldPage(id: id, page: try mappedPage(id, UnsafePointer<Region>(bitPattern: address)!.pointee), owner: nil)
+        }
+        let cached = try cachedPage(id)
+        return HeldPage(id: id, page: cached.page, owner: cached)
+    }
+
+    /// Page `id` in the mapping, verified once (P2, P3).
+    @inline(__always)
+    private func mappedPage(_ id: PageID, _ region: Region) throws -> TreePage {
         guard id >= .firstDataPage, id.rawValue < UInt64(min(region.pages, filePages.load(ordering: .acquiring))) else {
             throw outside(id)
         }
@@ -106,38 +125,29 @@ final class PageFile: Sendable {
         let bytes = UnsafeRawBufferPointer(start: region.base + index * pageBytes, count: pageBytes)
         let verified = UnsafeAtomic<UInt8>(at: region.verified + index)
         if verified.load(ordering: .relaxed) == 0 {
-            do { _ = try PageCodec.verify(bytes, id: id, expected: [.leaf, .branch]) } catch {
-                throw EngineError.corruptPage(path: path, offset: id.offset(pageBytes: pageBytes), reason: error.description)
-            }
+            do { _ = try PageCodec.verify(bytes, id: id, expected: .tree) } catch { throw corrupt(id, error) }
             verified.store(1, ordering: .relaxed)
         }
         guard let type = PageType(rawValue: bytes[4]), type == .leaf || type == .branch else {
-            throw EngineError.corruptPage(path: path, offset: id.offset(pageBytes: pageBytes), reason: "it is not a tree page")
+            throw corrupt(id, PageDefect("it is not a tree page"))
         }
-        let page = TreePage(bytes: bytes, type: type,
-                            count: Int(UInt16(littleEndian: bytes.loadUnaligned(fromByteOffset: 6, as: UInt16.self))),
-                            word: UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: 24, as: UInt64.self)))
-        do { return try body(page) } catch let defect as PageDefect {
-            throw EngineError.corruptPage(path: path, offset: id.offset(pageBytes: pageBytes), reason: defect.description)
-        }
+        return TreePage(bytes: bytes, type: type,
+                        count: Int(UInt16(littleEndian: bytes.loadUnaligned(fromByteOffset: 6, as: UInt16.self))),
+                        word: UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: 24, as: UInt64.self)))
     }
 
-    private func withCachedPage<Result>(_ id: PageID, _ body: (TreePage) throws -> Result) throws -> Result {
-        let view: PageView
-        if let cached = cache.page(id) {
-            view = cached
-        } else {
-            let (bytes, type, count, word) = try readPage(id, types: [.leaf, .branch])
-            view = PageView(bytes: bytes, type: type, count: count, word: word)
-            cache.insert(id, view)
-        }
-        do {
-            return try view.bytes.withUnsafeBytes { bytes in
-                try body(TreePage(bytes: bytes, type: view.type, count: view.count, word: view.word))
-            }
-        } catch let defect as PageDefect {
-            throw EngineError.corruptPage(path: path, offset: id.offset(pageBytes: pageBytes), reason: defect.description)
-        }
+    /// Page `id` from the cache, read and verified on a miss.
+    private func cachedPage(_ id: PageID) throws -> CachedPage {
+        if let cached = cache.page(id) { return cached }
+        let (bytes, type, count, word) = try readPage(id, types: .tree)
+        let cached = CachedPage(bytes, type: type, count: count, word: word)
+        cache.insert(id, cached)
+        return cached
+    }
+
+    /// `corruptPage` for page `id`.
+    func corrupt(_ id: PageID, _ defect: PageDefect) -> EngineError {
+        .corruptPage(path: path, offset: id.offset(pageBytes: pageBytes), reason: defect.description)
     }
 
     /// The error for a page the file does not hold.
@@ -148,7 +158,7 @@ final class PageFile: Sendable {
     }
 
     /// Reads and verifies page `id`, which must be one of `types`.
-    func readPage(_ id: PageID, types: Set<PageType>) throws -> (bytes: [UInt8], type: PageType, count: Int, word: UInt64) {
+    func readPage(_ id: PageID, types: PageTypes) throws -> (bytes: [UInt8], type: PageType, count: Int, word: UInt64) {
         let offset = id.offset(pageBytes: pageBytes)
         guard id >= .firstDataPage, id.rawValue < Limits.maxPageCount else { throw outside(id) }
         let bytes: [UInt8]

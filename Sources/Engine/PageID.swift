@@ -30,3 +30,23 @@ public struct PageID: RawRepresentable, Hashable, Comparable, Sendable, CustomSt
 enum PageType: UInt8 {
     case meta = 1, branch = 2, leaf = 3, overflow = 4, freeList = 5
 }
+
+/// A set of page types (what a reader accepts at a page), a bit per type: testing it
+/// allocates and hashes nothing.
+struct PageTypes: OptionSet {
+    let rawValue: UInt8
+
+    static let branch = PageTypes(.branch)
+    static let leaf = PageTypes(.leaf)
+    static let overflow = PageTypes(.overflow)
+    static let freeList = PageTypes(.freeList)
+    static let tree: PageTypes = [.branch, .leaf]
+
+    init(rawValue: UInt8) { self.rawValue = rawValue }
+    init(_ type: PageType) { rawValue = 1 << type.rawValue }
+
+    func contains(_ type: PageType) -> Bool { contains(PageTypes(type)) }
+
+    /// The raw type values, for messages.
+    var rawValues: [UInt8] { (0..<8).filter { rawValue & (1 << $0) != 0 } }
+}

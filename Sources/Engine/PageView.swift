@@ -13,17 +13,31 @@ import Darwin
 #endif
 
 /// A page whose checksum, type and ID were verified when it was read, as the page cache
-/// holds it (when the data file is not mapped).
-struct PageView: Sendable {
-    let bytes: [UInt8]
-    let type: PageType
-    let count: Int
-    /// The header's type-specific word (a branch's leftmost child).
-    let word: UInt64
+/// holds it (when the data file is not mapped): its bytes live as long as the object.
+final class CachedPage: Sendable {
+    let page: TreePage
+
+    init(_ bytes: [UInt8], type: PageType, count: Int, word: UInt64) {
+        let copy = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 16)
+        bytes.withUnsafeBytes { copy.copyMemory(from: $0) }
+        page = TreePage(bytes: UnsafeRawBufferPointer(copy), type: type, count: count, word: word)
+    }
+
+    deinit { page.bytes.deallocate() }
+}
+
+/// A tree page a cursor holds between steps: a mapped page needs no owner (the mapping
+/// outlives every snapshot); a cached one keeps its bytes alive.
+struct HeldPage {
+    let id: PageID
+    let page: TreePage
+    let owner: CachedPage?
 }
 
 /// A verified leaf or branch page, borrowed.
-struct TreePage {
+struct TreePage: @unchecked Sendable {
+    // @unchecked: the bytes are never written while a reader can reach them (P1 of
+    // PageFile.swift).
     let bytes: UnsafeRawBufferPointer
     let type: PageType
     let count: Int
@@ -32,6 +46,11 @@ struct TreePage {
 
     /// The child of this branch whose range holds `key`.
     func child(for key: UnsafeRawBufferPointer) throws(PageDefect) -> PageID {
+        try child(at: try childIndex(for: key))
+    }
+
+    /// Which child of this branch holds `key`: 0 for the leftmost, i for cell i - 1's.
+    func childIndex(for key: UnsafeRawBufferPointer) throws(PageDefect) -> Int {
         // The last cell whose key is ≤ key, or the leftmost child when none is.
         var low = 0
         var high = count
@@ -39,12 +58,17 @@ struct TreePage {
             let middle = (low + high) / 2
             if try compareCell(middle, with: key) <= 0 { low = middle + 1 } else { high = middle }
         }
+        return low
+    }
+
+    /// Child `index` of this branch (0...count): the leftmost, or cell index - 1's.
+    func child(at index: Int) throws(PageDefect) -> PageID {
         let child: UInt64
-        if low == 0 {
+        if index == 0 {
             child = word
         } else {
-            let (start, length) = try PageCodec.keyLocation(bytes, index: low - 1, count: count)
-            guard start + length + 8 <= bytes.count else { throw PageDefect("cell \(low - 1) runs past the page") }
+            let (start, length) = try PageCodec.keyLocation(bytes, index: index - 1, count: count)
+            guard start + length + 8 <= bytes.count else { throw PageDefect("cell \(index - 1) runs past the page") }
             child = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: start + length, as: UInt64.self))
         }
         guard child >= PageID.firstDataPage.rawValue else { throw PageDefect("a child pointer names page \(child)") }
@@ -73,6 +97,11 @@ struct TreePage {
     /// Leaf cell `index`, its bytes borrowed from the page.
     func leafCell(_ index: Int) throws(PageDefect) -> LeafCell {
         let (start, length) = try PageCodec.keyLocation(bytes, index: index, count: count)
+        return try leafCell(index, keyStart: start, keyLength: length)
+    }
+
+    /// Leaf cell `index` whose key `keyLocation` found at `start` (`length` bytes).
+    func leafCell(_ index: Int, keyStart start: Int, keyLength length: Int) throws(PageDefect) -> LeafCell {
         var offset = start + length
         guard offset + 9 <= bytes.count else { throw PageDefect("cell \(index) runs past the page") }
         let version = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))

@@ -79,11 +79,14 @@ final class StrataEngineBench: BenchEngine {
         return try snapshot.get(Workload.key(key)) != nil
     }
 
-    /// Walks a cursor, as the peers step through their rows, without collecting the pairs.
+    /// Steps through the pairs where they lie (`Snapshot.forEach`), as the peers' cursors
+    /// and iterators hand out pointers into their pages, without collecting them.
     func scanCount() throws -> Int {
-        var cursor = try engine.snapshot().cursor()
         var count = 0
-        while try cursor.next() != nil { count += 1 }
+        try engine.snapshot().forEach { _, _ in
+            count += 1
+            return true
+        }
         return count
     }
 

@@ -1,0 +1,210 @@
+import Foundation
+import StrataFileIO
+import StrataWAL
+import Testing
+@testable import StrataEngine
+
+/// Reads in place: the data file mapped on the real file system (and read through the page
+/// cache on the simulated one), `withValue` and `forEach` handing out borrowed bytes. Every
+/// read path agrees with a model, a damaged page is an error naming it, and pages written
+/// after the store opened are read through a grown mapping.
+@Suite struct MappedReadTests {
+    private func temporaryStore() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("strata-mapped-\(UUID().uuidString)").path
+    }
+
+    private func fileSystem(_ kind: String) -> any FileSystem {
+        kind == "mapped" ? POSIXFileSystem() : SimulatedFileSystem()
+    }
+
+    /// Small checkpoints, so the tree, the frozen memtable and the active one all hold keys.
+    private var smallCheckpoints: EngineOptions {
+        var options = EngineOptions()
+        options.checkpointMemtableBytes = 64 << 10
+        return options
+    }
+
+    /// Every pair `forEach` hands out in `range`, copied.
+    private func walk(_ snapshot: Snapshot, _ range: KeyRange = KeyRange(), reverse: Bool = false,
+                      limit: Int = .max) throws -> [([UInt8], [UInt8])] {
+        var pairs: [([UInt8], [UInt8])] = []
+        try snapshot.forEach(range, reverse: reverse) { key, value in
+            pairs.append((key.withUnsafeBytes { Array($0) }, value.withUnsafeBytes { Array($0) }))
+            return pairs.count < limit
+        }
+        return pairs
+    }
+
+    private func cursorPairs(_ snapshot: Snapshot, _ range: KeyRange, reverse: Bool) throws -> [([UInt8], [UInt8])] {
+        var cursor = try snapshot.cursor(range, reverse: reverse)
+        var pairs: [([UInt8], [UInt8])] = []
+        while let pair = try cursor.next() { pairs.append(pair) }
+        return pairs
+    }
+
+    @Test(arguments: ["mapped", "cached"])
+    func everyReadPathAgreesWithAModel(kind: String) throws {
+        let seed: UInt64 = 0x3A9_0001
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let path = kind == "mapped" ? temporaryStore() : "/db"
+        defer { if kind == "mapped" { try? FileManager.default.removeItem(atPath: path) } }
+        let (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem(kind), options: smallCheckpoints)
+        var model: [[UInt8]: [UInt8]] = [:]
+        for round in 0..<12 {
+            var batch = WALBatch()
+            for _ in 0..<300 {
+                let key = Array("k\(random.next() % 2_000)".utf8)
+                if random.next() % 5 == 0 {
+                    batch.delete(key)
+                    model[key] = nil
+                } else {
+                    // Mostly small values; now and then one past half a page (overflow pages).
+                    let size = random.next() % 20 == 0 ? 3_000 : Int(random.next() % 120)
+                    let value = (0..<size).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+                    batch.put(key, value)
+                    model[key] = value
+                }
+            }
+            try engine.commit(batch)
+            if round % 4 == 3 { try engine.checkpoint() }
+
+            let snapshot = engine.snapshot()
+            let sorted = model.sorted { compareKeys($0.key, $1.key) < 0 }.map { ($0.key, $0.value) }
+            for index in 0..<2_000 {
+                let key = Array("k\(index)".utf8)
+                let expected = model[key]
+                #expect(try snapshot.get(key) == expected, "round \(round) key \(index)")
+                #expect(try snapshot.withValue(forKey: key) { $0.withUnsafeBytes { Array($0) } } == expected)
+                #expect(try snapshot.contains(key) == (expected != nil))
+            }
+            let forward = try walk(snapshot)
+            #expect(forward.map(\.0) == sorted.map(\.0) && forward.map(\.1) == sorted.map(\.1), "round \(round)")
+            let backward = try walk(snapshot, reverse: true)
+            #expect(backward.map(\.0) == sorted.reversed().map(\.0), "round \(round)")
+            // Bounded ranges agree with the copying cursor, both ways, and a stop is a stop.
+            for _ in 0..<10 {
+                let bounds = [random.next() % 2_000, random.next() % 2_000].sorted().map { Array("k\($0)".utf8) }
+                let range = KeyRange(from: bounds[0], to: bounds[1])
+                for reverse in [false, true] {
+                    let borrowed = try walk(snapshot, range, reverse: reverse)
+                    let copied = try cursorPairs(snapshot, range, reverse: reverse)
+                    #expect(borrowed.map(\.0) == copied.map(\.0) && borrowed.map(\.1) == copied.map(\.1))
+                    let inModel = sorted.filter { range.contains($0.0) }
+                    #expect(borrowed.map(\.0) == (reverse ? inModel.reversed().map(\.0) : inModel.map(\.0)))
+                }
+            }
+            #expect(try walk(snapshot, limit: 7).count == min(7, model.count))
+        }
+        try engine.close()
+    }
+
+    /// Opens a store of 2,000 keys in a two-level tree, closed and checkpointed, and
+    /// returns the data file's path with the leaf that holds `key`.
+    private func closedStore(at path: String, holding key: [UInt8]) throws -> (data: String, leaf: PageID) {
+        let (engine, _) = try StorageEngine.open(path: path)
+        var batch = WALBatch()
+        for index in 0..<2_000 { batch.put(Array("key\(index)".utf8), Array(repeating: UInt8(index % 251), count: 40)) }
+        try engine.commit(batch)
+        try engine.checkpoint()
+        let tree = engine.snapshot().state.tree
+        #expect(tree.height == 2)
+        let leaf = try key.withUnsafeBytes { key in try engine.pageFile.withPage(tree.root) { try $0.child(for: key) } }
+        try engine.close()
+        return (joinPath(path, StorageEngine.dataFileName), leaf)
+    }
+
+    @Test func aDamagedLeafOnDiskIsACorruptPageErrorNamingItsOffset() throws {
+        let path = temporaryStore()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let key = Array("key1234".utf8)
+        let (data, leaf) = try closedStore(at: path, holding: key)
+        let offset = Int64(leaf.rawValue) * 4_096
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: data))
+        try handle.seek(toOffset: UInt64(offset + 200))
+        let byte = try #require(try handle.read(upToCount: 1)?.first)
+        try handle.seek(toOffset: UInt64(offset + 200))
+        try handle.write(contentsOf: [byte ^ 0x40])
+        try handle.close()
+
+        let (engine, _) = try StorageEngine.open(path: path)
+        let snapshot = engine.snapshot()
+        #expect { try snapshot.get(key) } throws: { error in
+            guard case let EngineError.corruptPage(errorPath, errorOffset, reason) = error else { return false }
+            return errorPath == data && errorOffset == offset && reason.contains("checksum")
+        }
+        // The same error through the borrowed paths; other leaves still read.
+        #expect(throws: EngineError.self) { try snapshot.withValue(forKey: key) { _ in 0 } }
+        #expect(throws: EngineError.self) { try snapshot.forEach { _, _ in true } }
+        let others = try (0..<2_000).filter { index in
+            let other = Array("key\(index)".utf8)
+            let inLeaf = try other.withUnsafeBytes { other in
+                try engine.pageFile.withPage(snapshot.state.tree.root) { try $0.child(for: other) } == leaf
+            }
+            return !inLeaf
+        }
+        #expect(others.count > 1_000)
+        for index in others { #expect(try snapshot.get(Array("key\(index)".utf8)) == Array(repeating: UInt8(index % 251), count: 40)) }
+        try engine.close(checkpoint: false)
+    }
+
+    @Test func aDataFileCutShortIsACorruptPageErrorNeverAFault() throws {
+        let path = temporaryStore()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let key = Array("key1999".utf8)
+        let (data, leaf) = try closedStore(at: path, holding: key)
+        // Cut the file inside the leaf that holds the key: a mapped read past the end of the
+        // file would fault (SIGBUS) and end this test process.
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: data))
+        try handle.truncate(atOffset: UInt64(leaf.rawValue) * 4_096 + 100)
+        try handle.close()
+        func isCutShort(_ error: any Error) -> Bool {
+            guard case let EngineError.corruptPage(errorPath, _, reason) = error else { return false }
+            return errorPath == data && (reason.contains("ends inside") || reason.contains("outside"))
+        }
+        do {
+            let (engine, _) = try StorageEngine.open(path: path)
+            #expect { try engine.snapshot().get(key) } throws: { isCutShort($0) }
+            #expect { try engine.snapshot().forEach { _, _ in true } } throws: { isCutShort($0) }
+            try engine.close(checkpoint: false)
+        } catch {
+            // Open may meet the cut first (the free list may lie past it): the same error.
+            #expect(isCutShort(error), "\(error)")
+        }
+    }
+
+    @Test func pagesWrittenAfterOpeningAreReadThroughAGrownMapping() throws {
+        let seed: UInt64 = 0x3A9_0002
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let path = temporaryStore()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let (engine, _) = try StorageEngine.open(path: path, options: smallCheckpoints)
+        let pagesAtOpen = try engine.pageFile.file.size() / 4_096
+        var model: [[UInt8]: [UInt8]] = [:]
+        var round = 0
+        // Until the file holds several times the smallest mapping (each growth maps anew).
+        while try engine.pageFile.file.size() / 4_096 < 4 * Int64(PageFile.smallestMappingPages) {
+            var batch = WALBatch()
+            for index in 0..<500 {
+                let key = Array("r\(round)-\(index)".utf8)
+                let value = (0..<200).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+                batch.put(key, value)
+                model[key] = value
+            }
+            try engine.commit(batch)
+            try engine.checkpoint()
+            round += 1
+        }
+        #expect(pagesAtOpen < Int64(PageFile.smallestMappingPages))
+        let snapshot = engine.snapshot()
+        for (key, value) in model { #expect(try snapshot.get(key) == value) }
+        var count = 0
+        try snapshot.forEach { key, value in
+            count += 1
+            return key.withUnsafeBytes { model[Array($0)] } == value.withUnsafeBytes { Array($0) }
+        }
+        #expect(count == model.count)
+        try engine.close()
+    }
+}
