@@ -29,7 +29,7 @@ struct LeafEntry: Equatable, Sendable {
 
     /// Bytes the entry takes in a leaf, its slot included.
     var cellBytes: Int {
-        let base = 2 + varintBytes(key.count) + key.count + 8 + 1
+        let base = 2 + varintBytes(key.count) + key.count + varintBytes(version) + 1
         switch payload {
         case let .inline(value): return base + varintBytes(value.count) + value.count
         case .overflow: return base + 4 + 8
@@ -54,6 +54,10 @@ enum Node: Sendable {
 }
 
 enum PageCodec {
+    /// Header byte 5 of a leaf: how its cells store versions. 0 (format 1): eight bytes,
+    /// little-endian; 1 (`varintVersions`, format 2 on): a varint.
+    static let leafFormatOffset = 5
+    static let varintVersions: UInt8 = 1
     static let tombstoneFlag: UInt8 = 1
     static let overflowFlag: UInt8 = 2
 
@@ -97,6 +101,10 @@ enum PageCodec {
         guard let type = PageType(rawValue: page[4]), types.contains(type) else {
             throw PageDefect("it has type \(page[4]), expected \(types.rawValues)")
         }
+        // Byte 5 is zero but in a leaf, where it says how versions are stored.
+        guard page[leafFormatOffset] == 0 || (type == .leaf && page[leafFormatOffset] == varintVersions) else {
+            throw PageDefect("its header byte 5 is \(page[leafFormatOffset])")
+        }
         let storedID = UInt64(littleEndian: page.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
         guard storedID == id.rawValue else { throw PageDefect("it says it is page \(storedID)") }
         return (type, Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: 6, as: UInt16.self))),
@@ -107,12 +115,13 @@ enum PageCodec {
 
     static func encodeLeaf(_ entries: ArraySlice<LeafEntry>, id: PageID, generation: UInt64, pageBytes: Int) -> [UInt8] {
         var page = emptyPage(.leaf, id: id, generation: generation, count: entries.count, word: 0, pageBytes: pageBytes)
+        page[leafFormatOffset] = varintVersions
         var end = pageBytes
         for (index, entry) in entries.enumerated() {
             var cell = ByteWriter(capacity: entry.cellBytes)
             cell.writeVarint(UInt64(entry.key.count))
             cell.write(contentsOf: entry.key)
-            cell.write(entry.version)
+            cell.writeVarint(entry.version)
             switch entry.payload {
             case let .inline(value):
                 cell.write(UInt8(0))
@@ -152,7 +161,7 @@ enum PageCodec {
         var reader = try cellReader(page, index: index, count: count)
         do {
             let key = try reader.readBytes(count: try reader.readLength(limit: Limits.maxKeyBytes))
-            let version = try reader.readUInt64()
+            let version = try page[leafFormatOffset] == varintVersions ? reader.readVarint() : reader.readUInt64()
             let flags = try reader.readUInt8()
             let payload: Payload
             switch flags {
@@ -318,9 +327,11 @@ struct PageDefect: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-func varintBytes(_ value: Int) -> Int {
+func varintBytes(_ value: Int) -> Int { varintBytes(UInt64(value)) }
+
+func varintBytes(_ value: UInt64) -> Int {
     var count = 1
-    var rest = UInt64(value) >> 7
+    var rest = value >> 7
     while rest > 0 { count += 1; rest >>= 7 }
     return count
 }

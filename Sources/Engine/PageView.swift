@@ -103,10 +103,29 @@ struct TreePage: @unchecked Sendable {
     /// Leaf cell `index` whose key `keyLocation` found at `start` (`length` bytes).
     func leafCell(_ index: Int, keyStart start: Int, keyLength length: Int) throws(PageDefect) -> LeafCell {
         var offset = start + length
-        guard offset + 9 <= bytes.count else { throw PageDefect("cell \(index) runs past the page") }
-        let version = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
-        let flags = bytes[offset + 8]
-        offset += 9
+        let version: UInt64
+        if bytes[PageCodec.leafFormatOffset] == PageCodec.varintVersions {
+            // A varint of at most ten bytes, shortest form (ByteReader.readVarint).
+            var value: UInt64 = 0
+            var shift: UInt64 = 0
+            while true {
+                guard offset < bytes.count else { throw PageDefect("cell \(index) runs past the page") }
+                let byte = bytes[offset]
+                offset += 1
+                guard shift < 63 || byte <= 1, byte != 0 || shift == 0 else { throw PageDefect("cell \(index) has a bad version") }
+                value |= UInt64(byte & 0x7F) << shift
+                if byte & 0x80 == 0 { break }
+                shift += 7
+            }
+            version = value
+        } else {
+            guard offset + 8 <= bytes.count else { throw PageDefect("cell \(index) runs past the page") }
+            version = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+            offset += 8
+        }
+        guard offset < bytes.count else { throw PageDefect("cell \(index) runs past the page") }
+        let flags = bytes[offset]
+        offset += 1
         let key = UnsafeRawBufferPointer(rebasing: bytes[start..<(start + length)])
         switch flags {
         case 0:

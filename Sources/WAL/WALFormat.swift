@@ -9,6 +9,8 @@ public enum WALFormat {
     public static let version: UInt16 = 1
     /// Size of the segment header; the first frame starts here.
     public static let segmentHeaderBytes = 64
+    /// The smallest segment file: what a closed, checkpointed log keeps.
+    public static let smallestSegmentBytes = 4096
     /// Size of a frame header.
     public static let frameHeaderBytes = 40
     /// Frames start at offsets that are multiples of this.

@@ -150,11 +150,12 @@ extension WriteAheadLog {
     /// Shrinks the log back once a checkpoint holds every batch in it (`lsn` at or after
     /// the last one written): starts a fresh segment (after syncing the current one, W4)
     /// of `firstSegmentBytes` and releases every older segment. At a close
-    /// (`keepingSpares` false) the spares are removed too, so a closed store keeps one
-    /// small segment; after a checkpoint they stay for reuse. Does nothing, and writes
-    /// nothing, when batches after `lsn` are in the log or queued, when the log failed,
-    /// or when there is nothing to release (at a close: when the log already is one empty
-    /// segment of the first size and no spare). Returns whether it changed the log.
+    /// (`keepingSpares` false) the fresh segment is the smallest (4 KiB) and the spares
+    /// are removed too, so a closed store keeps one tiny segment; after a checkpoint they
+    /// stay for reuse. Does nothing, and writes nothing, when batches after `lsn` are in
+    /// the log or queued, when the log failed, or when there is nothing to release (at a
+    /// close: when the log already is one empty smallest segment and no spare). Returns
+    /// whether it changed the log.
     @discardableResult
     public func shrink(through lsn: LSN, keepingSpares: Bool = false) throws -> Bool {
         monitor.lock()
@@ -163,8 +164,10 @@ extension WriteAheadLog {
         guard !state.closed else { throw WALError.closed }
         guard state.failure == nil, state.queue.isEmpty, state.writtenLSN <= lsn else { return false }
         let holdsFrames = state.segments.count > 1 || state.active.offset > WALFormat.segmentHeaderBytes
-        // At a close, an empty segment larger than the first size is replaced too.
-        let replace = holdsFrames || (!keepingSpares && state.active.capacity > options.firstSegmentBytes)
+        // At a close, an empty segment larger than the smallest is replaced too: a closed,
+        // checkpointed log is one segment of `WALFormat.smallestSegmentBytes` (the next
+        // segment starts at the first size again).
+        let replace = holdsFrames || (!keepingSpares && state.active.capacity > WALFormat.smallestSegmentBytes)
         guard replace || (!keepingSpares && !state.spares.isEmpty) else { return false }
         state.flushing = true
         let old = state.active
@@ -190,7 +193,8 @@ extension WriteAheadLog {
                     syncs += 1
                 }
                 started = try ActiveSegment.start(sequence: old.sequence + 1, firstLSN: firstLSN, previousBytes: previousBytes,
-                                                  minimumBytes: 0, files: files, options: options, reusing: nil)
+                                                  minimumBytes: 0, files: files, options: options, reusing: nil,
+                                                  smallest: !keepingSpares)
                 for segment in older {
                     if let spare = try files.release(segment.sequence, spareCount: spareCount, maxSpares: maxSpares) {
                         newSpares.append(spare)

@@ -24,11 +24,14 @@ struct ActiveSegment {
     /// Starts segment `sequence` with its first frame at `firstLSN`, sized to follow one of
     /// `previousBytes` (0: the first of a log, or after it shrank back) and for at least
     /// `minimumBytes` of frames, reusing a spare file when one is given.
+    /// Starts segment `sequence`: sized after one of `previousBytes` (see
+    /// `WALOptions.nextSegmentBytes`), or `WALFormat.smallestSegmentBytes` when `smallest`.
     static func start(sequence: UInt64, firstLSN: LSN, previousBytes: Int, minimumBytes: Int, files: SegmentFiles,
-                      options: WALOptions, reusing spare: String?) throws -> ActiveSegment {
+                      options: WALOptions, reusing spare: String?, smallest: Bool = false) throws -> ActiveSegment {
         var generator = SystemRandomNumberGenerator()
         let salt = UInt32.random(in: 1...UInt32.max, using: &generator)
-        let capacity = max(options.nextSegmentBytes(after: previousBytes), WALFormat.segmentHeaderBytes + minimumBytes)
+        let size = smallest ? WALFormat.smallestSegmentBytes : options.nextSegmentBytes(after: previousBytes)
+        let capacity = max(size, WALFormat.segmentHeaderBytes + minimumBytes)
         let header = SegmentHeader(salt: salt, sequence: sequence, firstLSN: firstLSN, capacityBytes: UInt64(capacity))
         let handle = try files.create(header, reusing: spare)
         return ActiveSegment(handle: handle, sequence: sequence, path: files.path(ofSegment: sequence), salt: salt,

@@ -1,6 +1,7 @@
 import StrataFileIO
 import StrataLocks
 import Foundation
+import StrataCodec
 import Testing
 import StrataWAL
 @testable import StrataEngine
@@ -160,6 +161,64 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             image.replaceSubrange(size..<2 * size, with: meta.encoded())
         }
         return fileSystem
+    }
+
+    /// A leaf as format 1 wrote it: each cell's version in eight little-endian bytes.
+    private func formatOneLeaf(_ entries: [(key: String, version: UInt64, value: [UInt8])], id: PageID) -> [UInt8] {
+        var page = PageCodec.emptyPage(.leaf, id: id, generation: 1, count: entries.count, word: 0, pageBytes: Self.pageBytes)
+        var end = Self.pageBytes
+        for (index, entry) in entries.enumerated() {
+            var cell = ByteWriter(capacity: 64)
+            cell.writeVarint(UInt64(entry.key.utf8.count))
+            cell.write(contentsOf: Array(entry.key.utf8))
+            cell.write(entry.version)
+            cell.write(UInt8(0))
+            cell.writeVarint(UInt64(entry.value.count))
+            cell.write(contentsOf: entry.value)
+            end -= cell.count
+            page.replaceSubrange(end..<(end + cell.count), with: cell.bytes)
+            page[PageHeader.bytes + 2 * index] = UInt8(end & 0xFF)
+            page[PageHeader.bytes + 2 * index + 1] = UInt8(end >> 8)
+        }
+        PageCodec.seal(&page)
+        return page
+    }
+
+    /// Format 2 stores versions as varints; a format-1 file (meta page version 1, leaves
+    /// with eight-byte versions) still reads, takes commits, and its old leaves are
+    /// rewritten in format 2 by the next checkpoint.
+    @Test func aFormatOneDataFileStillReadsAndTakesCommits() throws {
+        let leaf = formatOneLeaf([("a", 1, [1]), ("b", 70_000, [2, 2]), ("c", 1 << 40, [])], id: PageID(2))
+        let fileSystem = try storeWithRoot(leaf, height: 1)
+        // A format-1 meta page for exactly this file: three pages, three keys.
+        var meta = MetaPage(pageBytes: Self.pageBytes, generation: 9, root: PageID(2), freeListHead: .none,
+                            checkpointVersion: 1, pageCount: 3, keyCount: 3, height: 1).encoded()
+        meta[16] = 1
+        meta[17] = 0
+        PageCodec.seal(&meta)
+        fileSystem.modify("/db/data") { image in
+            image.replaceSubrange(Self.pageBytes..<(2 * Self.pageBytes), with: meta)
+            image.removeSubrange((3 * Self.pageBytes)...)
+        }
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
+        let snapshot = engine.snapshot()
+        #expect(try snapshot.get(Array("a".utf8)) == [1] && snapshot.get(Array("b".utf8)) == [2, 2] && snapshot.get(Array("c".utf8)) == [])
+        #expect(try snapshot.lastWriteVersion(Array("b".utf8)) == 70_000 && snapshot.lastWriteVersion(Array("c".utf8)) == 1 << 40)
+        var keys: [String] = []
+        try snapshot.forEach { key, _ in
+            keys.append(key.withUnsafeBytes { String(decoding: $0, as: UTF8.self) })
+            return true
+        }
+        #expect(keys == ["a", "b", "c"])
+        #expect(engine.verify().isValid)
+        try engine.commit(WALBatch([.put(key: Array("d".utf8), value: [4])]))
+        try engine.checkpoint()
+        let root = engine.snapshot().state.tree.root
+        #expect(try engine.pageFile.withPage(root) { $0.bytes[PageCodec.leafFormatOffset] } == PageCodec.varintVersions)
+        #expect(try engine.snapshot().lastWriteVersion(Array("c".utf8)) == 1 << 40)
+        #expect(try engine.snapshot().get(Array("d".utf8)) == [4])
+        #expect(engine.verify().isValid)
+        try engine.close()
     }
 
     /// Found by the EnginePage fuzz target: a branch pointing at page 2^63 made computing

@@ -188,7 +188,7 @@ import StrataWAL
         try engine.close()
         stored = try files(fileSystem)
         let logFiles = stored.filter { $0.key.hasPrefix("/db/wal/") && $0.key.hasSuffix(".seg") }
-        #expect(logFiles.count == 1 && logFiles.values.first?.count == WALOptions().firstSegmentBytes, "\(logFiles.mapValues(\.count))")
+        #expect(logFiles.count == 1 && logFiles.values.first?.count == WALFormat.smallestSegmentBytes, "\(logFiles.mapValues(\.count))")
 
         // Reopened and closed with nothing committed: not a byte changes.
         (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
