@@ -1,15 +1,9 @@
-// A bounded cache of verified B+tree pages (raw bytes, searched in place), shared by every reader.
-//
-// Why a cache over pread rather than mmap: pages are verified (checksum, type, ID) once
-// when they are read, a corrupt or truncated file becomes an error instead of a SIGBUS,
-// and the memory bound is explicit. Measured (perf, readrandom of 1M keys from a 200 MB
-// store with the default 64 MiB cache, 2026-11-22): the cache's own bookkeeping (mutex,
-// hashing, promotion) is 12% of read time and misses (pread copy, kernel page lookup,
-// CRC-32C) 17%, so an mmap reader could save at most about a quarter; reference counting
-// (27%) and the memtable (10%) cost more. Not worth giving the three properties up.
-// Eviction is two-generation (a "hot" and a "cold" map, the cold one dropped whole when
-// the hot one fills), which approximates LRU at O(1) per access with no per-entry links.
-// Thread-safety: every method takes the mutex; decoded nodes are immutable values.
+// A bounded cache of verified B+tree pages (raw bytes, searched in place) for a data file
+// the file system does not map (the simulated one; PageFile.swift says why a mapping is
+// preferred where there is one). Eviction is two-generation (a "hot" and a "cold" map,
+// the cold one dropped whole when the hot one fills), which approximates LRU at O(1) per
+// access with no per-entry links.
+// Thread-safety: every method takes the mutex; cached pages are immutable.
 import StrataLocks
 import Synchronization
 

@@ -99,7 +99,8 @@ public enum FuzzTargets {
     /// Pages 2 and up of a data file whose meta page is written here (root at page 2,
     /// height and free list from bytes 1 and 2); page IDs and checksums are fixed unless
     /// byte 0 is odd, so the fuzzer reaches slot, cell, overflow and free-list decoding.
-    /// Open, get, scans both ways and verify give results or typed errors.
+    /// Open, get, scans both ways (copying and in place) and verify give results or typed
+    /// errors.
     public static func enginePage(_ input: [UInt8]) {
         guard input.count >= 4 else { return }
         let fixChecksums = input[0] & 1 == 0
@@ -134,6 +135,12 @@ public enum FuzzTargets {
         _ = try? snapshot.get(Array("k".utf8))
         _ = try? snapshot.scan(limit: 100)
         _ = try? snapshot.scan(reverse: true, limit: 100)
+        _ = try? snapshot.withValue(forKey: Array("k".utf8)) { $0.byteCount }
+        var visited = 0
+        try? snapshot.forEach(reverse: input[0] & 2 != 0) { key, value in
+            visited += key.byteCount + value.byteCount
+            return visited < 1 << 20
+        }
         _ = engine.verify()
         try? engine.close(checkpoint: false)
     }
