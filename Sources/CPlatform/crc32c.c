@@ -42,6 +42,7 @@ uint32_t cplatform_crc32c_extend_software(uint32_t crc, const void *data, size_t
     return ~crc;
 }
 
+#if defined(__x86_64__)
 // Appending n zero bytes to a message is a linear map on its CRC: a 32x32 matrix over GF(2),
 // applied here through four byte-indexed tables. It lets three independent streams of CRC
 // instructions run at once over adjacent blocks and be joined after (the crc32 instruction
@@ -98,7 +99,6 @@ static uint32_t shift_crc(uint32_t zeros[4][256], uint32_t crc) {
     return zeros[0][crc & 0xff] ^ zeros[1][(crc >> 8) & 0xff] ^ zeros[2][(crc >> 16) & 0xff] ^ zeros[3][crc >> 24];
 }
 
-#if defined(__x86_64__)
 #include <nmmintrin.h>
 
 // Block lengths of the three streams: long for large buffers, short for pages.
@@ -119,6 +119,22 @@ static inline uint64_t load64(const uint8_t *p) {
     return v;
 }
 
+// Three adjacent blocks of `block` bytes at p, as three streams; returns the CRC of all
+// three carried on from c0.
+__attribute__((target("sse4.2")))
+static inline uint64_t three_blocks(uint64_t c0, const uint8_t *p, size_t block, uint32_t zeros[4][256]) {
+    uint64_t c1 = 0, c2 = 0;
+    const uint8_t *end = p + block;
+    do {
+        c0 = _mm_crc32_u64(c0, load64(p));
+        c1 = _mm_crc32_u64(c1, load64(p + block));
+        c2 = _mm_crc32_u64(c2, load64(p + 2 * block));
+        p += 8;
+    } while (p < end);
+    c0 = shift_crc(zeros, (uint32_t)c0) ^ (uint32_t)c1;
+    return shift_crc(zeros, (uint32_t)c0) ^ (uint32_t)c2;
+}
+
 __attribute__((target("sse4.2")))
 static uint32_t crc32c_sse42(uint32_t crc, const void *data, size_t len) {
     pthread_once(&zeros_once, init_zeros);
@@ -126,34 +142,8 @@ static uint32_t crc32c_sse42(uint32_t crc, const void *data, size_t len) {
     uint64_t c0 = ~crc;
     // Three blocks at a time, each its own stream; the first stream's CRC is carried over
     // the other two blocks (shifted by their length) and combined with theirs.
-    while (len >= 3 * CRC_LONG) {
-        uint64_t c1 = 0, c2 = 0;
-        const uint8_t *end = p + CRC_LONG;
-        do {
-            c0 = _mm_crc32_u64(c0, load64(p));
-            c1 = _mm_crc32_u64(c1, load64(p + CRC_LONG));
-            c2 = _mm_crc32_u64(c2, load64(p + 2 * CRC_LONG));
-            p += 8;
-        } while (p < end);
-        c0 = shift_crc(zeros_long, (uint32_t)c0) ^ (uint32_t)c1;
-        c0 = shift_crc(zeros_long, (uint32_t)c0) ^ (uint32_t)c2;
-        p += 2 * CRC_LONG;
-        len -= 3 * CRC_LONG;
-    }
-    while (len >= 3 * CRC_SHORT) {
-        uint64_t c1 = 0, c2 = 0;
-        const uint8_t *end = p + CRC_SHORT;
-        do {
-            c0 = _mm_crc32_u64(c0, load64(p));
-            c1 = _mm_crc32_u64(c1, load64(p + CRC_SHORT));
-            c2 = _mm_crc32_u64(c2, load64(p + 2 * CRC_SHORT));
-            p += 8;
-        } while (p < end);
-        c0 = shift_crc(zeros_short, (uint32_t)c0) ^ (uint32_t)c1;
-        c0 = shift_crc(zeros_short, (uint32_t)c0) ^ (uint32_t)c2;
-        p += 2 * CRC_SHORT;
-        len -= 3 * CRC_SHORT;
-    }
+    for (; len >= 3 * CRC_LONG; p += 3 * CRC_LONG, len -= 3 * CRC_LONG) c0 = three_blocks(c0, p, CRC_LONG, zeros_long);
+    for (; len >= 3 * CRC_SHORT; p += 3 * CRC_SHORT, len -= 3 * CRC_SHORT) c0 = three_blocks(c0, p, CRC_SHORT, zeros_short);
     while (len >= 8) {
         c0 = _mm_crc32_u64(c0, load64(p));
         p += 8;

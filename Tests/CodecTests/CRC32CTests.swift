@@ -10,37 +10,32 @@ import Testing
         #expect(CRC32C.checksum([UInt8](repeating: 0, count: 32)) == 0x8A91_36AA)
     }
 
-    @Test func hardwareAndSoftwarePathsAgreeAtEveryLengthAndAlignment() {
-        let seed: UInt64 = 0xC3C3
+    /// Checks the hardware path against the software one on slices of random bytes at
+    /// every start in `starts` and length in `lengths`, from a random initial CRC.
+    private func expectPathsAgree(seed: UInt64, starts: [Int], lengths: [Int]) {
         print("seed \(seed)")
         var random = SplitMix64(seed: seed)
-        let bytes = (0..<1100).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+        let bytes = (0..<(starts.max()! + lengths.max()!)).map { _ in UInt8(truncatingIfNeeded: random.next()) }
         bytes.withUnsafeBytes { buffer in
-            for start in 0..<9 {
-                for length in stride(from: 0, through: 1000, by: 7) {
-                    let slice = UnsafeRawBufferPointer(rebasing: buffer[start..<(start + length)])
-                    #expect(CRC32C.extend(0, slice) == CRC32C.extendSoftware(0, slice), "start \(start) length \(length)")
-                }
-            }
-        }
-    }
-
-    /// Past three blocks the hardware path runs three streams and joins them (256-byte
-    /// blocks from 768 bytes, 8 KiB blocks from 24 KiB): every join and remainder agrees.
-    @Test func threeStreamPathsAgreeWithTheSoftwarePath() {
-        let seed: UInt64 = 0x5EED_C3C3
-        print("seed \(seed)")
-        var random = SplitMix64(seed: seed)
-        let bytes = (0..<70_000).map { _ in UInt8(truncatingIfNeeded: random.next()) }
-        bytes.withUnsafeBytes { buffer in
-            for length in [767, 768, 769, 775, 1536, 2303, 4092, 4096, 24_575, 24_576, 24_583, 25_344, 49_152, 65_532, 69_990] {
-                for start in [0, 3, 8] {
+            for start in starts {
+                for length in lengths {
                     let slice = UnsafeRawBufferPointer(rebasing: buffer[start..<(start + length)])
                     let initial = UInt32(truncatingIfNeeded: random.next())
                     #expect(CRC32C.extend(initial, slice) == CRC32C.extendSoftware(initial, slice), "start \(start) length \(length)")
                 }
             }
         }
+    }
+
+    @Test func hardwareAndSoftwarePathsAgreeAtEveryLengthAndAlignment() {
+        expectPathsAgree(seed: 0xC3C3, starts: Array(0..<9), lengths: Array(stride(from: 0, through: 1000, by: 7)))
+    }
+
+    /// Past three blocks the hardware path runs three streams and joins them (256-byte
+    /// blocks from 768 bytes, 8 KiB blocks from 24 KiB): every join and remainder agrees.
+    @Test func threeStreamPathsAgreeWithTheSoftwarePath() {
+        expectPathsAgree(seed: 0x5EED_C3C3, starts: [0, 3, 8],
+                         lengths: [767, 768, 769, 775, 1536, 2303, 4092, 4096, 24_575, 24_576, 24_583, 25_344, 49_152, 65_532, 69_990])
     }
 
     @Test func extendingInPiecesEqualsOneChecksum() {
