@@ -108,17 +108,17 @@ struct TreeCursor {
         try settle()
     }
 
-    // `current()` and `currentKey()` are `mutating` though they change nothing: a mutating
-    // method gets the cursor by address, a non-mutating one a copy of all its fields
-    // (callgrind showed the copy on every step of a scan).
+    // `currentKey()` and `currentContents()` are `mutating` though they change nothing
+    // but a cached key location: a mutating method gets the cursor by address, a
+    // non-mutating one a copy of all its fields (callgrind showed the copy on every step).
 
-    /// The cell at the cursor, or nil past the end: its bytes are valid until the cursor moves.
-    mutating func current() throws -> LeafCell? {
-        guard let leaf, position >= 0, position < leaf.count else { return nil }
+    /// The value (or tombstone) at the cursor, which must be on a cell: the version is not
+    /// decoded (a scan's path).
+    mutating func currentContents() throws -> LeafCell.Contents {
+        let leaf = leaf!
         do {
-            // The key's place as `currentKey()` found it, when it looked at this cell.
-            if keyPosition == position { return try leaf.leafCell(position, keyStart: keyStart, keyLength: keyLength) }
-            return try leaf.leafCell(position)
+            if keyPosition == position { return try leaf.leafContents(position, keyStart: keyStart, keyLength: keyLength) }
+            return try leaf.leafCell(position).payload
         } catch {
             throw file.corrupt(leafID, error)
         }

@@ -103,48 +103,79 @@ struct TreePage: @unchecked Sendable {
     /// Leaf cell `index` whose key `keyLocation` found at `start` (`length` bytes).
     func leafCell(_ index: Int, keyStart start: Int, keyLength length: Int) throws(PageDefect) -> LeafCell {
         var offset = start + length
-        let version: UInt64
+        let version = try readVersion(at: &offset, cell: index)
+        return LeafCell(key: UnsafeRawBufferPointer(rebasing: bytes[start..<(start + length)]), version: version,
+                        payload: try contents(at: offset, cell: index))
+    }
+
+    /// The value (or its overflow chain, or a tombstone) of leaf cell `index` whose key lies
+    /// at `start`, for a scan: the version is stepped over, not decoded.
+    func leafContents(_ index: Int, keyStart start: Int, keyLength length: Int) throws(PageDefect) -> LeafCell.Contents {
+        var offset = start + length
         if bytes[PageCodec.leafFormatOffset] == PageCodec.varintVersions {
-            // A varint of at most ten bytes, shortest form (ByteReader.readVarint).
-            var value: UInt64 = 0
-            var shift: UInt64 = 0
-            while true {
-                guard offset < bytes.count else { throw PageDefect("cell \(index) runs past the page") }
-                let byte = bytes[offset]
-                offset += 1
-                guard shift < 63 || byte <= 1, byte != 0 || shift == 0 else { throw PageDefect("cell \(index) has a bad version") }
-                value |= UInt64(byte & 0x7F) << shift
-                if byte & 0x80 == 0 { break }
-                shift += 7
-            }
-            version = value
+            // A varint ends at its first byte below 0x80, within ten bytes.
+            let end = min(bytes.count, offset + 10)
+            while offset < end && bytes[offset] & 0x80 != 0 { offset += 1 }
+            guard offset < end else { throw PageDefect("cell \(index) has a bad version") }
+            offset += 1
         } else {
-            guard offset + 8 <= bytes.count else { throw PageDefect("cell \(index) runs past the page") }
-            version = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
             offset += 8
         }
+        return try contents(at: offset, cell: index)
+    }
+
+    /// Reads the version of a cell at `offset` and moves past it.
+    @inline(__always)
+    private func readVersion(at offset: inout Int, cell index: Int) throws(PageDefect) -> UInt64 {
+        guard bytes[PageCodec.leafFormatOffset] == PageCodec.varintVersions else {
+            guard offset + 8 <= bytes.count else { throw PageDefect("cell \(index) runs past the page") }
+            defer { offset += 8 }
+            return UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+        }
+        // A varint of at most ten bytes, shortest form (ByteReader.readVarint).
+        var value: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            guard offset < bytes.count else { throw PageDefect("cell \(index) runs past the page") }
+            let byte = bytes[offset]
+            offset += 1
+            guard shift < 63 || byte <= 1, byte != 0 || shift == 0 else { throw PageDefect("cell \(index) has a bad version") }
+            value |= UInt64(byte & 0x7F) << shift
+            if byte & 0x80 == 0 { return value }
+            shift += 7
+        }
+    }
+
+    /// The flags and payload of a cell, starting at `offset` (just past its version).
+    @inline(__always)
+    private func contents(at start: Int, cell index: Int) throws(PageDefect) -> LeafCell.Contents {
+        var offset = start
         guard offset < bytes.count else { throw PageDefect("cell \(index) runs past the page") }
         let flags = bytes[offset]
         offset += 1
-        let key = UnsafeRawBufferPointer(rebasing: bytes[start..<(start + length)])
         switch flags {
         case 0:
-            // The value's length: a varint of at most three bytes (a value is within a page).
-            var valueLength = 0
-            var shift = 0
-            while true {
-                guard offset < bytes.count, shift <= 14 else { throw PageDefect("cell \(index) has a bad value length") }
-                let byte = bytes[offset]
-                offset += 1
-                // Shortest form only, as every varint of the format (ByteReader.readVarint).
-                guard byte != 0 || shift == 0 else { throw PageDefect("cell \(index) has a bad value length") }
-                valueLength |= Int(byte & 0x7F) << shift
-                if byte & 0x80 == 0 { break }
-                shift += 7
+            // The value's length: a varint of at most three bytes (a value is within a page),
+            // most often one.
+            guard offset < bytes.count else { throw PageDefect("cell \(index) has a bad value length") }
+            var valueLength = Int(bytes[offset])
+            offset += 1
+            if valueLength >= 0x80 {
+                valueLength &= 0x7F
+                var shift = 7
+                while true {
+                    guard offset < bytes.count, shift <= 14 else { throw PageDefect("cell \(index) has a bad value length") }
+                    let byte = bytes[offset]
+                    offset += 1
+                    // Shortest form only, as every varint of the format (ByteReader.readVarint).
+                    guard byte != 0 else { throw PageDefect("cell \(index) has a bad value length") }
+                    valueLength |= Int(byte & 0x7F) << shift
+                    if byte & 0x80 == 0 { break }
+                    shift += 7
+                }
             }
             guard valueLength <= bytes.count - offset else { throw PageDefect("cell \(index) has a value running past the page") }
-            return LeafCell(key: key, version: version,
-                            payload: .inline(UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + valueLength)])))
+            return .inline(UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + valueLength)]))
         case PageCodec.overflowFlag:
             guard offset + 12 <= bytes.count else { throw PageDefect("cell \(index) runs past the page") }
             let byteCount = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
@@ -152,9 +183,9 @@ struct TreePage: @unchecked Sendable {
             guard byteCount <= Limits.maxValueBytes, first >= .firstDataPage else {
                 throw PageDefect("cell \(index) has an overflow reference out of range")
             }
-            return LeafCell(key: key, version: version, payload: .overflow(first: first, byteCount: byteCount))
+            return .overflow(first: first, byteCount: byteCount)
         case PageCodec.tombstoneFlag:
-            return LeafCell(key: key, version: version, payload: .tombstone)
+            return .tombstone
         default:
             throw PageDefect("cell \(index) has flags \(flags)")
         }

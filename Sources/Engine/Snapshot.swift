@@ -102,16 +102,13 @@ public final class Snapshot: Sendable {
     public func forEach(_ range: KeyRange = KeyRange(), reverse: Bool = false,
                         _ body: (_ key: RawSpan, _ value: RawSpan) throws -> Bool) throws {
         var walk = try RangeWalk(snapshot: self, range: range, reverse: reverse)
-        while let (key, value) = try walk.next() {
-            let proceed: Bool
+        let file = engine.pageFile
+        try walk.forEach { key, value in
             switch value {
-            case let .bytes(bytes): proceed = try body(key.bytes, bytes.bytes)
+            case let .bytes(bytes): try body(key.bytes, bytes.bytes)
             case let .overflow(first, byteCount):
-                proceed = try engine.pageFile.overflowValue(first: first, byteCount: byteCount).withUnsafeBytes { value in
-                    try body(key.bytes, value.bytes)
-                }
+                try file.overflowValue(first: first, byteCount: byteCount).withUnsafeBytes { value in try body(key.bytes, value.bytes) }
             }
-            guard proceed else { return }
         }
     }
 }
@@ -162,20 +159,62 @@ struct RangeWalk {
                                start: reverse ? range.upper : range.lower, reverse: reverse)
     }
 
+    /// What the range says of a key met in the walk.
+    private enum Verdict { case take, skip, stop }
+
+    @inline(__always)
+    private static func verdict(_ key: UnsafeRawBufferPointer, _ range: KeyRange, reverse: Bool) -> Verdict {
+        if reverse {
+            // A reverse walk starts at or below `upper`: only its first keys can be at it.
+            if let upper = range.upper, upper.withUnsafeBytes({ compareBytes(key, $0) }) >= 0 { return .skip }
+            if let lower = range.lower, lower.withUnsafeBytes({ compareBytes(key, $0) }) < 0 { return .stop }
+        } else if let upper = range.upper, upper.withUnsafeBytes({ compareBytes(key, $0) }) >= 0 {
+            return .stop
+        }
+        return .take
+    }
+
     @inline(__always)
     mutating func next() throws -> (key: UnsafeRawBufferPointer, value: WalkValue)? {
         while !finished, let (key, value) = try merge.next() {
-            if reverse {
-                if let upper = range.upper, upper.withUnsafeBytes({ compareBytes(key, $0) }) >= 0 { continue }
-                if let lower = range.lower, lower.withUnsafeBytes({ compareBytes(key, $0) }) < 0 { break }
-            } else {
-                if let upper = range.upper, upper.withUnsafeBytes({ compareBytes(key, $0) }) >= 0 { break }
+            switch Self.verdict(key, range, reverse: reverse) {
+            case .stop: finished = true
+            case .skip: continue
+            case .take:
+                guard let value else { continue }
+                return (key, value)
             }
-            guard let value else { continue }
-            return (key, value)
         }
         finished = true
         return nil
+    }
+
+    /// Calls `deliver` with each pair in turn until it returns false: `next()`, and after
+    /// each pair the run of pairs that follow from the same source (`MergedScan.continueRun`),
+    /// delivered without returning through `next()`.
+    @inline(__always)
+    mutating func forEach(_ deliver: (UnsafeRawBufferPointer, WalkValue) throws -> Bool) throws {
+        let (range, reverse) = (range, reverse)
+        while let (key, value) = try next() {
+            guard try deliver(key, value) else { return }
+            var stopped = false
+            _ = try merge.continueRun { key, value in
+                switch Self.verdict(key, range, reverse: reverse) {
+                case .stop:
+                    stopped = true
+                    return false
+                case .skip: return true
+                case .take:
+                    guard let value else { return true }
+                    stopped = try !deliver(key, value)
+                    return !stopped
+                }
+            }
+            if stopped {
+                finished = true
+                return
+            }
+        }
     }
 }
 
@@ -225,36 +264,55 @@ struct MergedScan {
         return reverse ? order > 0 : order < 0
     }
 
+    /// Moves `source` to its next key and returns it (nil at its end).
+    @inline(__always)
+    private mutating func advance(_ source: Source) throws -> UnsafeRawBufferPointer? {
+        switch source {
+        case .active:
+            activeHead = active.nextNode()
+            return activeHead?.key
+        case .frozen:
+            frozenHead = frozen?.nextNode()
+            return frozenHead?.key
+        case .tree:
+            try tree.advance()
+            treeKey = try tree.currentKey()
+            return treeKey
+        }
+    }
+
+    /// After a pair that came from one source alone, hands `visit` the pairs that follow
+    /// from that source while they come before every other source's head (one comparison
+    /// each), until `visit` returns false. Returns false when `visit` did; true when the run
+    /// ended, and `next()` goes on from there.
+    @inline(__always)
+    mutating func continueRun(_ visit: (UnsafeRawBufferPointer, WalkValue?) throws -> Bool) throws -> Bool {
+        guard let source = winner else { return true }
+        while true {
+            guard let key = try advance(source), rival.map({ Self.precedes(key, $0, reverse: reverse) }) ?? true else {
+                // Moved past the run: the next call compares every head.
+                winner = nil
+                consumed = (false, false, false)
+                return true
+            }
+            guard try visit(key, try value(source)) else { return false }
+        }
+    }
+
     /// The next key and its newest value (nil for a delete), or nil at the end.
     mutating func next() throws -> (key: UnsafeRawBufferPointer, value: WalkValue?)? {
         if let source = winner {
             // Only `source` moves; it stays the winner while it stays ahead of the rival.
             winner = nil
             consumed = (false, false, false)
-            let key: UnsafeRawBufferPointer?
-            switch source {
-            case .active:
-                activeHead = active.nextNode()
-                key = activeHead?.key
-            case .frozen:
-                frozenHead = frozen?.nextNode()
-                key = frozenHead?.key
-            case .tree:
-                try tree.advance()
-                treeKey = try tree.currentKey()
-                key = treeKey
-            }
-            if let key, rival.map({ Self.precedes(key, $0, reverse: reverse) }) ?? true {
+            if let key = try advance(source), rival.map({ Self.precedes(key, $0, reverse: reverse) }) ?? true {
                 winner = source
                 return (key, try value(source))
             }
         }
-        if consumed.active { activeHead = active.nextNode() }
-        if consumed.frozen { frozenHead = frozen?.nextNode() }
-        if consumed.tree {
-            try tree.advance()
-            treeKey = try tree.currentKey()
-        }
+        if consumed.active { _ = try advance(.active) }
+        if consumed.frozen { _ = try advance(.frozen) }
+        if consumed.tree { _ = try advance(.tree) }
         // The first key in the walk's direction; on a tie the newest source (active, then
         // frozen, then tree) gives the value and every source on the key moves on.
         var key: UnsafeRawBufferPointer?
@@ -306,7 +364,7 @@ struct MergedScan {
         case .active: activeHead!.value.map(WalkValue.bytes)
         case .frozen: frozenHead!.value.map(WalkValue.bytes)
         case .tree:
-            switch try tree.current()!.payload {
+            switch try tree.currentContents() {
             case let .inline(value): .bytes(value)
             case let .overflow(first, byteCount): .overflow(first: first, byteCount: byteCount)
             case .tombstone: nil
