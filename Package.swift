@@ -66,7 +66,7 @@ let package = Package(
         .target(
             name: "StrataEngine",
             dependencies: [
-                "StrataWAL", "StrataCodec", "StrataFileIO", "StrataLocks",
+                "StrataWAL", "StrataCodec", "StrataFileIO", "StrataLocks", "CStrataPlatform",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Atomics", package: "swift-atomics"),
             ],

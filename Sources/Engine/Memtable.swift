@@ -24,6 +24,7 @@
 // with its commit lock held, or before the memtable is shared); every other member from
 // any thread.
 import Atomics
+import CStrataPlatform
 import StrataWAL
 #if canImport(Glibc)
 import Glibc
@@ -144,14 +145,21 @@ final class Memtable: @unchecked Sendable {
                     let byKey = compareBytes(key(left), key(right))
                     return byKey != 0 ? byKey < 0 : left < right
                 }
-                var continuingRun = false
-                for (position, index) in order.enumerated() {
-                    // The last operation of each key wins; earlier ones are skipped.
-                    guard position + 1 == order.count || compareBytes(key(index), key(order[position + 1])) != 0 else { continue }
-                    operations[index].value.withUnsafeBytesIfPresent { value in
-                        insert(key(index), version: version, value: value, continuingRun: continuingRun)
+                // The last operation of each key wins; earlier ones are skipped.
+                let winners = order.indices.filter { position in
+                    position + 1 == order.count || compareBytes(key(order[position]), key(order[position + 1])) != 0
+                }.map { order[$0] }
+                let keys = winners.map(key)
+                if let last = lastNode(below: nil), last.compare(with: keys[0]) >= 0 {
+                    insert(sorted: keys, values: winners.map { operations[$0].value }, version: version)
+                } else {
+                    // Every key goes after the last one held (sequential writes): each
+                    // continues from the previous one's place, O(1) per key, no search.
+                    for (position, index) in winners.enumerated() {
+                        operations[index].value.withUnsafeBytesIfPresent { value in
+                            insert(keys[position], version: version, value: value, continuingRun: position > 0)
+                        }
                     }
-                    continuingRun = true
                 }
             }
         }
@@ -251,6 +259,96 @@ final class Memtable: @unchecked Sendable {
 
     // MARK: Insertion (writer only)
 
+    /// Keys searched at once by `insert(sorted:values:version:)`.
+    private static let searchLanes = 8
+    /// Keys per round of searching and linking (bounds the predecessor table).
+    private static let roundKeys = 256
+
+    /// Inserts `keys` (sorted, no key twice) with their values at `version`. In a memtable
+    /// larger than the caches each step of a skip-list search is a cache miss, one after
+    /// another; here a round of keys is first searched `searchLanes` at a time, each lane's
+    /// next node prefetched while the other lanes step, so the misses overlap. The
+    /// predecessors found are then linked in key order, each corrected for the nodes this
+    /// round inserted before it (a step forward from the later of the two).
+    private func insert(sorted keys: [UnsafeRawBufferPointer], values: [[UInt8]?], version: UInt64) {
+        let height = Self.maxHeight
+        let predecessors = UnsafeMutablePointer<MemtableNode>.allocate(capacity: Self.roundKeys * height)
+        defer { predecessors.deallocate() }
+        var start = 0
+        while start < keys.count {
+            let end = min(keys.count, start + Self.roundKeys)
+            let top = levels.load(ordering: .relaxed) - 1
+            search(keys[start..<end], top: top, into: predecessors)
+            // Link in key order. `finger[level]` is the node this round last linked at `level`
+            // (or a found predecessor before it): the later of it and the found predecessor
+            // precedes the key.
+            for level in 0..<height { finger[level] = head }
+            for index in start..<end {
+                let key = keys[index]
+                let found = predecessors + (index - start) * height
+                let nodeHeight = randomHeight()
+                if nodeHeight > levels.load(ordering: .relaxed) { levels.store(nodeHeight, ordering: .relaxed) }
+                for level in 0..<nodeHeight {
+                    var predecessor = level <= top ? found[level] : head
+                    let linked = finger[level]
+                    if linked != head && (predecessor == head || linked.compare(with: predecessor.key) > 0) { predecessor = linked }
+                    while let next = predecessor.next(level), next.compare(with: key) < 0 { predecessor = next }
+                    finger[level] = predecessor
+                }
+                values[index].withUnsafeBytesIfPresent { link(key, version: version, value: $0, height: nodeHeight) }
+            }
+            start = end
+        }
+        // `finger` now holds the last key's predecessors at its levels only: a later
+        // continuing run must not start from it.
+        for level in 0..<height { finger[level] = head }
+    }
+
+    /// Finds, for each key, its predecessor at every level up to `top` in the list as it
+    /// stands (the last node whose key is below it), into `predecessors` (`maxHeight` per
+    /// key), running `searchLanes` searches interleaved.
+    private func search(_ keys: ArraySlice<UnsafeRawBufferPointer>, top: Int, into predecessors: UnsafeMutablePointer<MemtableNode>) {
+        struct Lane {
+            var key = -1
+            var node: MemtableNode
+            var level = 0
+            var candidate: MemtableNode?
+        }
+        var lanes = [Lane](repeating: Lane(node: head), count: Self.searchLanes)
+        var nextKey = keys.startIndex
+        var running = 0
+        func begin(_ lane: inout Lane) {
+            guard nextKey < keys.endIndex else {
+                lane.key = -1
+                return
+            }
+            lane = Lane(key: nextKey, node: head, level: top, candidate: head.next(top))
+            nextKey += 1
+            running += 1
+            if let candidate = lane.candidate { cplatform_prefetch(candidate.base) }
+        }
+        for index in lanes.indices { begin(&lanes[index]) }
+        while running > 0 {
+            for index in lanes.indices where lanes[index].key >= 0 {
+                let key = keys[lanes[index].key]
+                if let candidate = lanes[index].candidate, candidate.compare(with: key) < 0 {
+                    lanes[index].node = candidate
+                } else {
+                    predecessors[(lanes[index].key - keys.startIndex) * Self.maxHeight + lanes[index].level] = lanes[index].node
+                    if lanes[index].level == 0 {
+                        running -= 1
+                        begin(&lanes[index])
+                        continue
+                    }
+                    lanes[index].level -= 1
+                }
+                let next = lanes[index].node.next(lanes[index].level)
+                lanes[index].candidate = next
+                if let next { cplatform_prefetch(next.base) }
+            }
+        }
+    }
+
     private func insert(_ key: UnsafeRawBufferPointer, version: UInt64, value: UnsafeRawBufferPointer?, continuingRun: Bool) {
         let top = levels.load(ordering: .relaxed) - 1
         var level = top
@@ -274,6 +372,12 @@ final class Memtable: @unchecked Sendable {
             for level in (top + 1)..<height { finger[level] = head }
             levels.store(height, ordering: .relaxed)
         }
+        link(key, version: version, value: value, height: height)
+    }
+
+    /// Makes a node for `key` of `height` levels and links it after `finger[level]` at each
+    /// level (its predecessors there), leaving `finger` at the new node.
+    private func link(_ key: UnsafeRawBufferPointer, version: UInt64, value: UnsafeRawBufferPointer?, height: Int) {
         // The engine checks every key and value against `Limits` before it gets here (commits
         // and replayed batches alike); the node's length fields hold those limits.
         precondition(key.count <= Int(UInt16.max) && (value?.count ?? 0) <= Int(Int32.max), "a change beyond the engine's limits")

@@ -50,7 +50,9 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
     /// and as of any earlier version, match a model of every change.
     /// Seed 3 runs with a budget so small that the hash index fills up early and lookups
     /// of the keys it lacks go through the skip list.
-    @Test(arguments: [UInt64(1), 2, 3])
+    /// Seed 4 commits batches of up to 700 keys: a batch is searched and linked in rounds
+    /// of 256, each round seeing the nodes the one before it linked.
+    @Test(arguments: [UInt64(1), 2, 3, 4])
     func everyVersionReadsAsTheModelSays(seed: UInt64) {
         print("MemtableTests seed \(seed)")
         var random = SplitMix64(seed: seed)
@@ -62,7 +64,7 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
             // Every other batch writes its smallest key twice (the first write must lose).
             if version % 2 == 0 { batch.put(key(0), [0]) }
             let appended = version % 3 == 0
-            for index in 0..<(1 + Int(random.next() % 120)) {
+            for index in 0..<(1 + Int(random.next() % (seed == 4 ? 700 : 120))) {
                 let number = appended ? version * 1_000 + UInt64(index) : random.next() % (version * 1_000)
                 if random.next() % 7 == 0 { batch.delete(key(number)) } else {
                     batch.put(key(number), [UInt8](repeating: UInt8(truncatingIfNeeded: version), count: Int(random.next() % 30)))

@@ -4,6 +4,7 @@
 //  - CRC-32C (Castagnoli), hardware accelerated (SSE4.2 / ARMv8 CRC) with a run-time
 //    choice and a portable slice-by-8 fallback. Every checksum on disk uses it (FORMAT.md).
 //  - fallocate(2), which Glibc declares only under _GNU_SOURCE.
+//  - a prefetch hint, which Swift has no spelling for.
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -18,4 +19,8 @@ int cplatform_crc32c_hardware_available(void);
 /// fallocate(2) with mode 0 (allocate and extend the size); posix_fallocate elsewhere.
 /// Returns 0, or -1 with errno set.
 int cplatform_fallocate(int fd, off_t offset, off_t length);
+
+/// Asks the CPU to start loading the cache line at `address` for reading (a hint: never
+/// faults, does nothing for a null or unmapped address).
+static inline void cplatform_prefetch(const void *address) { __builtin_prefetch(address, 0, 3); }
 #endif
