@@ -75,11 +75,13 @@ extension StorageEngine {
         var writer = TreeWriter(file: pageFile, generation: generation,
                                 purgeTombstonesThrough: frozenState.version == 0 ? 0 : oldestReadVersion(),
                                 allocator: PageAllocator(reusable: reusable, pageCount: durable.meta.pageCount))
-        var changes: [(key: [UInt8], entry: MemtableEntry)] = []
+        // The newest change of each key, read in place (the frozen memtable lives until
+        // this function returns).
+        var changes: [MemtableNode] = []
         changes.reserveCapacity(frozen.count)
         var iterator = frozen.entries(from: nil, reverse: false, at: frozenState.version)
-        while let next = iterator.next() { changes.append((next.key, next.value)) }
-        let tree = try writer.apply(changes, to: frozenState.tree)
+        while let node = iterator.nextNode() { changes.append(node) }
+        let tree = try withExtendedLifetime(frozen) { try writer.apply(changes, to: frozenState.tree) }
 
         // The free list: every page free after this checkpoint, stored in pages that are
         // free now and unpinned (never in a page an older tree or snapshot may read).

@@ -59,8 +59,10 @@ struct TreeWriter {
     static let splitFill = (numerator: 15, denominator: 16)
     private var capacity: Int { pageBytes - PageHeader.bytes }
 
-    /// Folds `changes` (sorted by key, one per key; a nil value deletes) into `tree`.
-    mutating func apply(_ changes: [(key: [UInt8], entry: MemtableEntry)], to tree: BTree) throws -> BTree {
+    /// Folds `changes` (memtable nodes sorted by key, one per key; a node without a value
+    /// deletes) into `tree`. The nodes are read in place: the checkpoint copies nothing of
+    /// the memtable it folds, so its memory is not held twice.
+    mutating func apply(_ changes: [MemtableNode], to tree: BTree) throws -> BTree {
         guard !changes.isEmpty else { return tree }
         // Every key obeys the limit before anything is written: a cell no page can hold
         // would leave the writer without progress.
@@ -91,14 +93,16 @@ struct TreeWriter {
     }
 
     private mutating func rewrite(_ id: PageID, level: Int, height: Int, lower: [UInt8],
-                                  changes: ArraySlice<(key: [UInt8], entry: MemtableEntry)>) throws -> [BranchEntry] {
+                                  changes: ArraySlice<MemtableNode>) throws -> [BranchEntry] {
         freed.append(id)
         switch try file.node(id) {
         case let .leaf(entries):
             guard level == height else { throw corrupt(file, id, "a leaf above the bottom level") }
             // Keys only after the leaf's last one (sequential inserts) pack new leaves full;
             // changes among its keys split it into leaves with room for the next checkpoint's.
-            let appending = entries.last.map { compareKeys(changes[changes.startIndex].key, $0.key) > 0 } ?? true
+            let appending = entries.last.map { last in
+                last.key.withUnsafeBytes { compareBytes(changes[changes.startIndex].key, $0) > 0 }
+            } ?? true
             return try writeLeaves(merge(entries, changes), lower: lower, packFull: appending)
         case var .branch(children):
             guard level < height else { throw corrupt(file, id, "a branch where a leaf belongs") }
@@ -107,7 +111,9 @@ struct TreeWriter {
             var rest = changes
             for (index, child) in children.enumerated() {
                 let end = index + 1 < children.count ? children[index + 1].key : nil
-                let split = end.map { bound in rest.firstIndex { compareKeys($0.key, bound) >= 0 } ?? rest.endIndex } ?? rest.endIndex
+                let split = end.map { bound in
+                    bound.withUnsafeBytes { bound in rest.firstIndex { compareBytes($0.key, bound) >= 0 } } ?? rest.endIndex
+                } ?? rest.endIndex
                 let mine = rest[rest.startIndex..<split]
                 rest = rest[split...]
                 if mine.isEmpty {
@@ -158,30 +164,32 @@ struct TreeWriter {
     }
 
     /// Merges a leaf's entries with the changes that fall in it.
-    private mutating func merge(_ old: [LeafEntry], _ changes: ArraySlice<(key: [UInt8], entry: MemtableEntry)>) throws -> [LeafEntry] {
+    private mutating func merge(_ old: [LeafEntry], _ changes: ArraySlice<MemtableNode>) throws -> [LeafEntry] {
         var result: [LeafEntry] = []
         result.reserveCapacity(old.count + changes.count)
         var oldIndex = 0
         for change in changes {
-            while oldIndex < old.count && compareKeys(old[oldIndex].key, change.key) < 0 {
+            let key = change.key
+            while oldIndex < old.count && old[oldIndex].key.withUnsafeBytes({ compareBytes($0, key) }) < 0 {
                 keep(old[oldIndex], into: &result)
                 oldIndex += 1
             }
             var wasLive = false
-            if oldIndex < old.count && compareKeys(old[oldIndex].key, change.key) == 0 {
+            if oldIndex < old.count && old[oldIndex].key.withUnsafeBytes({ compareBytes($0, key) }) == 0 {
                 wasLive = old[oldIndex].payload != .tombstone
                 if case let .overflow(first, byteCount) = old[oldIndex].payload {
                     freed += try file.overflowPages(first: first, byteCount: byteCount)
                 }
                 oldIndex += 1
             }
-            if let value = change.entry.value {
-                result.append(LeafEntry(key: change.key, version: change.entry.version, payload: try store(change.key, value)))
+            if let value = change.value {
+                let ownedKey = Array(key)
+                result.append(LeafEntry(key: ownedKey, version: change.version, payload: try store(ownedKey, Array(value))))
                 if !wasLive { keyCountDelta += 1 }
             } else {
                 if wasLive { keyCountDelta -= 1 }
-                if change.entry.version > purgeTombstonesThrough {
-                    result.append(LeafEntry(key: change.key, version: change.entry.version, payload: .tombstone))
+                if change.version > purgeTombstonesThrough {
+                    result.append(LeafEntry(key: Array(key), version: change.version, payload: .tombstone))
                 }
             }
         }

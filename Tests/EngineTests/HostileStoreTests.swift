@@ -48,9 +48,15 @@ import Testing
         var writer = TreeWriter(file: pageFile, generation: 1, purgeTombstonesThrough: 0,
                                 allocator: PageAllocator(reusable: [], pageCount: 2))
         let huge = [UInt8](repeating: 0x62, count: 5_000)
+        let memtable = Memtable()
+        memtable.insert(huge, MemtableEntry(version: 1, value: [1]))
+        var iterator = memtable.entries(from: nil, reverse: false)
+        let first = iterator.nextNode()
+        let node = try #require(first)
         #expect(throws: EngineError.self) {
-            _ = try writer.apply([(key: huge, entry: MemtableEntry(version: 1, value: [1]))], to: BTree.empty)
+            _ = try writer.apply([node], to: BTree.empty)
         }
+        withExtendedLifetime(memtable) {}  // the writer reads the node in place
         #expect(writer.allocator.allocated.isEmpty)
         #expect(try file.size() == 0)
     }

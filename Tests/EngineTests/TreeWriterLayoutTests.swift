@@ -16,6 +16,16 @@ import Testing
         return (key, MemtableEntry(version: 1, value: [UInt8](repeating: 7, count: 100)))
     }
 
+    /// The changes as the tree writer takes them: the nodes of a memtable holding them
+    /// (kept alive by the caller).
+    private func nodes(_ changes: [(key: [UInt8], entry: MemtableEntry)], in memtable: Memtable) -> [MemtableNode] {
+        for change in changes { memtable.insert(change.key, change.entry) }
+        var iterator = memtable.entries(from: nil, reverse: false)
+        var result: [MemtableNode] = []
+        while let node = iterator.nextNode() { result.append(node) }
+        return result
+    }
+
     /// The bytes each leaf of `tree` uses, left to right.
     private func leafFill(_ tree: BTree, _ pageFile: PageFile) throws -> [Int] {
         guard case let .branch(children) = try pageFile.node(tree.root) else { return [] }
@@ -34,20 +44,22 @@ import Testing
         let cell = LeafEntry(key: change(0).key, version: 1, payload: .inline(change(0).entry.value ?? [])).cellBytes
         // 100 entries in key order, then 100 more after them: every leaf but the last full.
         var first = writer(pageFile, generation: 1, pageCount: 2)
-        var tree = try first.apply((0..<100).map { change($0 * 2) }, to: .empty)
+        let memtables = [Memtable(), Memtable(), Memtable()]
+        var tree = try first.apply(nodes((0..<100).map { change($0 * 2) }, in: memtables[0]), to: .empty)
         var second = writer(pageFile, generation: 2, pageCount: first.allocator.pageCount)
-        tree = try second.apply((100..<200).map { change($0 * 2) }, to: tree)
+        tree = try second.apply(nodes((100..<200).map { change($0 * 2) }, in: memtables[1]), to: tree)
         var fill = try leafFill(tree, pageFile)
         #expect(fill.count > 3 && fill.dropLast().allSatisfy { capacity - $0 < cell }, "\(fill)")
 
         // One key among the keys of the first (full) leaf: two leaves of about half each.
         var third = writer(pageFile, generation: 3, pageCount: second.allocator.pageCount)
-        tree = try third.apply([change(1)], to: tree)
+        tree = try third.apply(nodes([change(1)], in: memtables[2]), to: tree)
         let before = fill
         fill = try leafFill(tree, pageFile)
         #expect(fill.count == before.count + 1)
         let (left, right) = (fill[0], fill[1])
         #expect(abs(left - right) <= cell && left + right == before[0] + cell, "\(fill.prefix(3))")
         #expect(fill.dropFirst(2).elementsEqual(before.dropFirst()), "the other leaves are untouched")
+        withExtendedLifetime(memtables) {}  // the writer read their nodes in place
     }
 }
