@@ -50,6 +50,10 @@ final class PageFile: Sendable {
     private let regions = Mutex<[(mapping: FileMapping, region: Int)]>([])
     /// Whole pages the file holds (P3).
     private let filePages: Atomic<Int>
+    /// Set by the store's close: tree reads throw `EngineError.closed` from then on (a
+    /// snapshot kept past the close must not read a page the close moved or cut off, and
+    /// must not call that a corrupt page).
+    private let closed = Atomic(false)
 
     /// The smallest mapping, in pages: virtual address space only.
     static let smallestMappingPages = 256
@@ -96,6 +100,7 @@ final class PageFile: Sendable {
     /// or the cache. A `PageDefect` thrown by `body` becomes `corruptPage` naming the page.
     @inline(__always)
     func withPage<Result>(_ id: PageID, _ body: (TreePage) throws -> Result) throws -> Result {
+        guard !closed.load(ordering: .relaxed) else { throw EngineError.closed }
         let address = currentRegion.load(ordering: .acquiring)
         if address != 0 {
             let page = try mappedPage(id, UnsafePointer<Region>(bitPattern: address)!.pointee)
@@ -107,6 +112,7 @@ final class PageFile: Sendable {
 
     /// The verified leaf or branch page `id`, for a cursor to hold across steps.
     func holdPage(_ id: PageID) throws -> HeldPage {
+        guard !closed.load(ordering: .relaxed) else { throw EngineError.closed }
         let address = currentRegion.load(ordering: .acquiring)
         if address != 0 {
             return HeldPage(id: id, page: try mappedPage(id, UnsafePointer<Region>(bitPattern: address)!.pointee), owner: nil)
@@ -114,6 +120,9 @@ final class PageFile: Sendable {
         let cached = try cachedPage(id)
         return HeldPage(id: id, page: cached.page, owner: cached)
     }
+
+    /// Marks the file closed: later tree reads throw `EngineError.closed`.
+    func markClosed() { closed.store(true, ordering: .relaxed) }
 
     /// Page `id` in the mapping, verified once (P2, P3).
     @inline(__always)
@@ -145,13 +154,16 @@ final class PageFile: Sendable {
         return cached
     }
 
-    /// `corruptPage` for page `id`.
+    /// `corruptPage` for page `id`, or `closed` once the store closed (a reader that raced
+    /// the close may have read a page the close cut off: that is not damage).
     func corrupt(_ id: PageID, _ defect: PageDefect) -> EngineError {
-        .corruptPage(path: path, offset: id.offset(pageBytes: pageBytes), reason: defect.description)
+        if closed.load(ordering: .relaxed) { return .closed }
+        return .corruptPage(path: path, offset: id.offset(pageBytes: pageBytes), reason: defect.description)
     }
 
     /// The error for a page the file does not hold.
     private func outside(_ id: PageID) -> EngineError {
+        if closed.load(ordering: .relaxed) { return .closed }
         let reason = id >= .firstDataPage && id.rawValue < Limits.maxPageCount
             ? "the file ends inside it" : "a pointer names \(id), outside any data file"
         return .corruptPage(path: path, offset: id.offset(pageBytes: pageBytes), reason: reason)
@@ -159,6 +171,7 @@ final class PageFile: Sendable {
 
     /// Reads and verifies page `id`, which must be one of `types`.
     func readPage(_ id: PageID, types: PageTypes) throws -> (bytes: [UInt8], type: PageType, count: Int, word: UInt64) {
+        guard !closed.load(ordering: .relaxed) else { throw EngineError.closed }
         let offset = id.offset(pageBytes: pageBytes)
         guard id >= .firstDataPage, id.rawValue < Limits.maxPageCount else { throw outside(id) }
         let bytes: [UInt8]
@@ -233,9 +246,11 @@ final class PageFile: Sendable {
         }
     }
 
-    /// Cuts the file down to `pages` pages (a vacuuming close). Mapped reads stop first:
-    /// the mappings' pages become zeros (P3), later reads go through the cache.
+    /// Cuts the file down to `pages` pages (a vacuuming close, its last page read done).
+    /// Reads stop first: the file is marked closed, and the mappings' pages become zeros
+    /// (P3) for a reader already past that check.
     func cut(toPages pages: Int) throws {
+        markClosed()
         currentRegion.store(0, ordering: .releasing)
         filePages.store(min(pages, filePages.load(ordering: .relaxed)), ordering: .releasing)
         regions.withLock { regions in

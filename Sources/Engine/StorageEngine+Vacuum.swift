@@ -18,12 +18,19 @@ extension StorageEngine {
 
     /// Moves pages and truncates the data file when enough of it is free, or cuts off the
     /// free pages at its end (see above).
-    /// Called by `close()` after its checkpoint, with no snapshot left to pin a tree.
+    /// Called by `close()` after its checkpoint. Does nothing while a snapshot still pins
+    /// an older tree: its pages are free in the meta page but that snapshot may read them,
+    /// so none may be rewritten or cut off (a snapshot of the current tree reads only pages
+    /// the copy leaves intact until the cut, which marks the file closed first).
     /// Returns the pages given back (0 when it did nothing).
     @discardableResult
     func vacuum() throws -> UInt64 {
         try checkpointLock.withLock { durable in
             let meta = durable.meta
+            let olderTreePinned = stateLock.withLock { readers in
+                readers.oldestPinnedTreeGeneration.map { $0 < meta.generation } ?? false
+            }
+            guard !olderTreePinned else { return 0 }
             let free = durable.reusable + durable.pending.flatMap(\.pages)
             let freeCount = UInt64(free.count + durable.freeListPages.count)
             guard meta.root != .none, meta.pageCount >= 2 + freeCount else { return 0 }

@@ -193,6 +193,7 @@ public final class StorageEngine: Sendable {
         }
         guard !alreadyClosed else { return }
         defer {
+            pageFile.markClosed()
             try? pageFile.file.close()
             for lock in locks { lock.unlock() }
         }
