@@ -145,20 +145,20 @@ extension SimulatedFileSystemTests {
     /// loss may take the directory and every file in it, synced or not.
     @Test func aNewDirectoryIsDurableOnlyAfterItsParentIsSynced() throws {
         let fileSystem = SimulatedFileSystem()
+        /// Writes `byte` to /db/wal/a, syncs the file and its directory, then cuts the power.
+        func writeSyncedThenLosePower(_ byte: UInt8) throws {
+            let file = try fileSystem.open("/db/wal/a", options: [.create, .write])
+            try file.write([byte], at: 0)
+            try file.sync()
+            try fileSystem.syncDirectory("/db/wal")
+            fileSystem.crash(.dropAll)
+        }
         try fileSystem.createDirectory("/db/wal")
-        let file = try fileSystem.open("/db/wal/a", options: [.create, .write])
-        try file.write([1], at: 0)
-        try file.sync()
-        try fileSystem.syncDirectory("/db/wal")
-        fileSystem.crash(.dropAll)
+        try writeSyncedThenLosePower(1)
         #expect(!fileSystem.fileExists("/db") && fileSystem.contents(of: "/db/wal/a") == nil)
 
         try fileSystem.createDirectoryDurably("/db/wal")
-        let again = try fileSystem.open("/db/wal/a", options: [.create, .write])
-        try again.write([2], at: 0)
-        try again.sync()
-        try fileSystem.syncDirectory("/db/wal")
-        fileSystem.crash(.dropAll)
+        try writeSyncedThenLosePower(2)
         #expect(fileSystem.contents(of: "/db/wal/a") == [2])
         #expect(parentDirectory(of: "/db/wal") == "/db" && parentDirectory(of: "/db") == "/"
                     && parentDirectory(of: "s.db") == "." && parentDirectory(of: "a/b/") == "a")
