@@ -19,6 +19,8 @@ struct FrameHeader: Equatable {
     var kind: UInt8
 
     var isCompressed: Bool { flags & WALFormat.compressedFlag != 0 }
+    /// Whether the frame starts a batch (a whole batch or its first fragment).
+    var startsBatch: Bool { kind == FragmentKind.full.rawValue || kind == FragmentKind.first.rawValue }
 
     /// The header's bytes, with the checksum computed over them and `payload`.
     static func encode(salt: UInt32, lsn: LSN, durableLSN: LSN, rawBytes: Int, batchBytes: Int,

@@ -22,8 +22,9 @@ struct WALReader {
         do { listing = try files.list() } catch let error as FileIOError { throw WALError.io(error) }
         var report = WALRecoveryReport()
         var tail = WALTail(segments: [], salt: 0, offset: WALFormat.segmentHeaderBytes, needsNewSegment: true,
-                           discardedSegments: [], temporaries: listing.temporaries, spares: listing.spares,
+                           discardedSegments: [], unproven: [], temporaries: listing.temporaries, spares: listing.spares,
                            nextLSN: LSN(1))
+        var proof = DurabilityProof()
         var expected: LSN?
         var index = 0
         let segments = listing.segments
@@ -50,9 +51,19 @@ struct WALReader {
             report.segmentCount += 1
             tail.segments.append((sequence, path, header.firstLSN))
             var segment = SegmentScan(path: path, bytes: bytes, salt: header.salt, expected: header.firstLSN,
-                                      replayFrom: replayFrom)
+                                      replayFrom: replayFrom, proof: proof)
             let nextFirstLSN = index + 1 < segments.count ? try peekFirstLSN(segments[index + 1].path) : nil
             let outcome = try segment.run(mode: mode, nextFirstLSN: nextFirstLSN, report: &report, visit: visit)
+            proof = segment.proof
+            if nextFirstLSN == nil, bytes.count < header.capacityBytes {
+                // Segments are made at their full size before they get their name, and appends
+                // change no size: a shorter file was cut, and batches after its end are gone.
+                report.damage.append(WALDamage(
+                    path: path, offset: Int64(bytes.count), expectedLSN: segment.expected,
+                    reason: "the file is \(bytes.count) bytes but was made \(header.capacityBytes) bytes long; "
+                        + "batches from \(segment.expected) on that were in its missing end are lost",
+                    kind: .truncated, byteCount: Int(header.capacityBytes) - bytes.count))
+            }
             expected = segment.expected
             tail.salt = header.salt
             tail.offset = segment.offset
@@ -65,6 +76,7 @@ struct WALReader {
             index += 1
         }
         if segments.isEmpty { tail.needsNewSegment = true }
+        tail.unproven = proof.unproven
         return (report, tail)
     }
 
@@ -114,6 +126,8 @@ struct SegmentScan {
     var offset = WALFormat.segmentHeaderBytes
     /// Batches before this LSN are skipped once their frames verify.
     let replayFrom: LSN
+    /// The frames read so far that no durable LSN covers.
+    var proof: DurabilityProof
 
     /// A batch whose first fragments were read.
     private struct Partial {
@@ -129,12 +143,14 @@ struct SegmentScan {
 
     private var partial: Partial?
 
-    init(path: String, bytes: [UInt8], salt: UInt32, expected: LSN, replayFrom: LSN = .none) {
+    init(path: String, bytes: [UInt8], salt: UInt32, expected: LSN, replayFrom: LSN = .none,
+         proof: DurabilityProof = DurabilityProof()) {
         self.path = path
         self.bytes = bytes
         self.salt = salt
         self.expected = expected
         self.replayFrom = replayFrom
+        self.proof = proof
     }
 
     mutating func run(mode: RecoveryMode, nextFirstLSN: LSN?, report: inout WALRecoveryReport,
@@ -154,6 +170,12 @@ struct SegmentScan {
                 // (normal rotation) or was abandoned by an earlier recovery.
                 partial = nil
                 return .cleanEnd
+            }
+            // R7: damage in batches the data file already holds costs nothing.
+            switch stepOverCovered(at: cutOffset, reason: reason, nextFirstLSN: nextFirstLSN, report: &report) {
+            case .notCovered: break
+            case .resumed: continue
+            case let .ended(outcome): return outcome
             }
             if let nextFirstLSN, cleanEnd {
                 // The frames stop cleanly but the next segment does not continue from here.
@@ -205,6 +227,55 @@ struct SegmentScan {
         }
     }
 
+    /// What stepping over damage in checkpointed batches found.
+    private enum CoveredStep {
+        /// The damage is not (only) in checkpointed batches: the other rules decide.
+        case notCovered
+        /// Reading goes on at a later frame of this segment.
+        case resumed
+        /// This segment's data ends here.
+        case ended(SegmentOutcome)
+    }
+
+    /// R7: when the batch expected at `start` is at or below the data file's checkpoint, the
+    /// frames from there on need only continue the log by the first batch after it. Damage
+    /// before that is reported as `.covered` and read past: to the next frame that starts a
+    /// batch at or below `replayFrom`, to the next segment when it starts there, or, in the
+    /// last segment, to its end (the log then continues at `replayFrom`).
+    private mutating func stepOverCovered(at start: Int, reason: String, nextFirstLSN: LSN?,
+                                          report: inout WALRecoveryReport) -> CoveredStep {
+        guard expected < replayFrom else { return .notCovered }
+        if let nextFirstLSN {
+            guard nextFirstLSN <= replayFrom else { return .notCovered }
+            report.damage.append(damage(at: start, reason: reason, kind: .covered, end: offset))
+            partial = nil
+            expected = nextFirstLSN
+            return .ended(.cleanEnd)
+        }
+        let later = framesVerifying(after: offset)
+        if let next = later.first(where: { $0.1.lsn >= expected && $0.1.startsBatch }) {
+            guard next.1.lsn <= replayFrom else { return .notCovered }
+            report.damage.append(damage(at: start, reason: reason, kind: .covered, end: next.0))
+            partial = nil
+            offset = next.0
+            expected = next.1.lsn
+            return .resumed
+        }
+        // Nothing after the damage starts a batch; a fragment of one after the checkpoint
+        // would mean lost commits.
+        guard !later.contains(where: { $0.1.lsn >= replayFrom }) else { return .notCovered }
+        let end = later.last.map { $0.0 + WALFormat.frameBytes(payloadBytes: Int($0.1.storedBytes)) } ?? offset
+        report.damage.append(damage(at: start, reason: isEndMarker(at: offset)
+                                        ? "the log ends at \(LSN(expected.rawValue - 1)) but the data file holds every batch "
+                                            + "to \(LSN(replayFrom.rawValue - 1))"
+                                        : reason,
+                                    kind: .covered, end: end))
+        partial = nil
+        offset = start
+        expected = replayFrom
+        return .ended(.cut)
+    }
+
     /// Verifies the frame at `offset` and that it continues the log (R1, R2).
     private func check(at offset: Int) -> (FrameHeader?, String?) {
         let (header, defect) = bytes.withUnsafeBytes { FrameHeader.defect(in: $0, at: offset, salt: salt) }
@@ -251,7 +322,10 @@ struct SegmentScan {
         let kind = FragmentKind(rawValue: header.kind)!
         var current = partial ?? Partial(lsn: header.lsn, offset: offset, raw: [], batchBytes: Int(header.batchBytes),
                                          frames: 0, stored: 0)
-        if kind == .first && !skipped { current.raw.reserveCapacity(current.batchBytes) }
+        // The batch grows as its fragments arrive: no reservation from the header's batch
+        // length, which may claim 256 MiB that the file does not hold.
+        proof.read(FrameExtent(path: path, offset: offset, end: offset + WALFormat.frameBytes(payloadBytes: Int(header.storedBytes)),
+                               lsn: header.lsn), vouching: header.durableLSN)
         current.raw += raw
         current.rawSeen += Int(header.rawBytes)
         current.frames += 1
@@ -289,6 +363,9 @@ struct SegmentScan {
     private func isEndMarker(at offset: Int) -> Bool {
         guard offset + WALFormat.frameHeaderBytes <= bytes.count else { return true }
         let header = bytes.withUnsafeBytes { FrameHeader.parse($0, at: offset) }
+        // A header carrying the LSN expected here is this log's frame, damaged (its salt
+        // included): frames of an earlier use of the file carry older LSNs.
+        guard header.lsn != expected else { return false }
         return header.salt != salt || bytes[offset..<(offset + WALFormat.frameHeaderBytes)].allSatisfy { $0 == 0 }
     }
 
@@ -306,9 +383,7 @@ struct SegmentScan {
     /// The next frame after `offset` that verifies and could start a batch past `expected`.
     private func nextValidFrame(after offset: Int) -> (offset: Int, lsn: LSN)? {
         for (position, header) in framesVerifying(after: offset) where header.lsn >= expected {
-            if let kind = FragmentKind(rawValue: header.kind), kind == .full || kind == .first {
-                return (position, header.lsn)
-            }
+            if header.startsBatch { return (position, header.lsn) }
         }
         return nil
     }
@@ -335,7 +410,27 @@ struct SegmentScan {
     }
 
     private func damage(at start: Int, reason: String, corruption: Bool, end: Int) -> WALDamage {
-        WALDamage(path: path, offset: Int64(start), expectedLSN: expected, reason: reason, isCorruption: corruption,
+        damage(at: start, reason: reason, kind: corruption ? .corruption : .tornTail, end: end)
+    }
+
+    private func damage(at start: Int, reason: String, kind: WALDamage.Kind, end: Int) -> WALDamage {
+        WALDamage(path: path, offset: Int64(start), expectedLSN: expected, reason: reason, kind: kind,
                   byteCount: max(0, end - start))
+    }
+}
+
+/// Which frames read so far no durable LSN covers (W5 of the writer: a frame records the
+/// highest LSN that was on stable storage when it was written, so it proves every frame at
+/// or below that LSN durable).
+struct DurabilityProof {
+    private(set) var durableLSN = LSN.none
+    private(set) var unproven: [FrameExtent] = []
+
+    mutating func read(_ frame: FrameExtent, vouching vouched: LSN) {
+        if vouched > durableLSN {
+            durableLSN = vouched
+            unproven.removeAll { $0.lsn <= vouched }
+        }
+        if frame.lsn > durableLSN { unproven.append(frame) }
     }
 }

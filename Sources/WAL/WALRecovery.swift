@@ -16,9 +16,26 @@ public struct WALRecord: Sendable {
     public let storedBytes: Int
 }
 
-/// Damage found while reading the log: a torn tail that was cut off, or corruption that a
-/// salvage mode stepped over.
+/// Damage found while reading the log: a torn tail that was cut off, a segment cut short,
+/// damage in batches the data file already holds, or corruption that a salvage mode
+/// stepped over.
 public struct WALDamage: Sendable, Equatable, CustomStringConvertible {
+    /// What the damage is, and so what it may have cost.
+    public enum Kind: Sendable, Equatable {
+        /// Bytes after the last whole frame that no later frame vouches for: the remains of a
+        /// group whose write was interrupted. Such a group was normally never acknowledged,
+        /// but a damaged last group looks the same, so acknowledged commits may be in it.
+        case tornTail
+        /// A frame that later frames vouch for (it was once durable) does not verify.
+        case corruption
+        /// The segment file is shorter than its header says it was made: its end was cut off,
+        /// and the batches there (acknowledged ones included) are gone.
+        case truncated
+        /// The damaged frames hold only batches the data file's checkpoint already holds:
+        /// nothing is lost.
+        case covered
+    }
+
     /// The segment file and the offset of the first byte that did not verify.
     public let path: String
     public let offset: Int64
@@ -26,14 +43,23 @@ public struct WALDamage: Sendable, Equatable, CustomStringConvertible {
     public let expectedLSN: LSN
     /// What was wrong.
     public let reason: String
-    /// Whether later frames vouch that this data was once durable (corruption) or not (a torn tail).
-    public let isCorruption: Bool
+    public let kind: Kind
     /// Bytes discarded at this place.
     public let byteCount: Int
 
+    /// Whether later frames vouch that this data was once durable (corruption).
+    public var isCorruption: Bool { kind == .corruption }
+    /// Whether the damage may have cost acknowledged commits (everything but `.covered`).
+    public var mayHaveLostCommits: Bool { kind != .covered }
+
     public var description: String {
-        "\(isCorruption ? "corruption" : "torn tail") at offset \(offset) of \(path) (expected \(expectedLSN)): "
-            + "\(reason); \(byteCount) bytes discarded"
+        let what = switch kind {
+        case .tornTail: "torn tail"
+        case .corruption: "corruption"
+        case .truncated: "segment cut short"
+        case .covered: "damage in checkpointed batches (the data file holds them; nothing lost)"
+        }
+        return "\(what) at offset \(offset) of \(path) (expected \(expectedLSN)): \(reason); \(byteCount) bytes discarded"
     }
 }
 
@@ -70,9 +96,21 @@ struct WALTail {
     var needsNewSegment: Bool
     /// Segment files after the cut that `.pointInTime` recovery discards.
     var discardedSegments: [String]
+    /// Frames that no later frame vouches were durable (their LSN is above every durable
+    /// LSN the log records): a writer rewrites and syncs them before appending, since a
+    /// failed fdatasync may have left them only in the page cache.
+    var unproven: [FrameExtent]
     /// Leftover temporary files and spares.
     var temporaries: [String]
     var spares: [String]
     /// The LSN the next batch gets.
     var nextLSN: LSN
+}
+
+/// Where one frame lies: its segment, its offset and where it ends.
+struct FrameExtent: Equatable {
+    var path: String
+    var offset: Int
+    var end: Int
+    var lsn: LSN
 }

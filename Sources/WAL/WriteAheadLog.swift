@@ -129,6 +129,8 @@ public final class WriteAheadLog: @unchecked Sendable {
         tail.segments.removeAll { segment in tail.discardedSegments.contains(segment.path) }
         if tail.segments.isEmpty { tail.nextLSN = max(tail.nextLSN, options.firstLSN) }
         var statistics = WALStatistics()
+        statistics.syncCount += try rewriteUnproven(tail.unproven.filter { !tail.discardedSegments.contains($0.path) },
+                                                    fileSystem: fileSystem)
         let active: ActiveSegment
         if tail.needsNewSegment {
             // Sync what was recovered first (W4): the new segment must not outlive it.
@@ -157,6 +159,32 @@ public final class WriteAheadLog: @unchecked Sendable {
         return WriterState(nextLSN: tail.nextLSN, writtenLSN: recovered, durableLSN: recovered, active: active,
                            segments: tail.segments.map { Segment(sequence: $0.sequence, path: $0.path, firstLSN: $0.firstLSN) },
                            spares: tail.spares, statistics: statistics)
+    }
+
+    /// Writes the frames no durable LSN vouches for again, in place, and syncs them. After a
+    /// failed fdatasync the kernel may have dropped their pages' dirty state, so reading
+    /// them back (from the page cache) and syncing again proves nothing; only a new write
+    /// and its sync do. The first group appended after this open records them as durable,
+    /// so they must be. Normally these are the last group's frames only. Returns the syncs.
+    private static func rewriteUnproven(_ frames: [FrameExtent], fileSystem: any FileSystem) throws -> Int {
+        var syncs = 0
+        var byPath: [String: Range<Int>] = [:]
+        for frame in frames {
+            let range = byPath[frame.path] ?? frame.offset..<frame.end
+            byPath[frame.path] = min(range.lowerBound, frame.offset)..<max(range.upperBound, frame.end)
+        }
+        for (path, range) in byPath.sorted(by: { $0.key < $1.key }) {
+            let handle = try fileSystem.open(path, options: [.write])
+            defer { try? handle.close() }
+            let bytes = try handle.read(count: range.count, at: Int64(range.lowerBound))
+            guard bytes.count == range.count else {
+                throw FileIOError.ioError(operation: .read, path: path)
+            }
+            try handle.write(bytes, at: Int64(range.lowerBound))
+            try handle.syncData()
+            syncs += 1
+        }
+        return syncs
     }
 
     /// The first LSN the log's oldest segment may hold: batches from here on are in the log

@@ -1,3 +1,4 @@
+import StrataCodec
 import StrataFileIO
 import StrataLocks
 import Foundation
@@ -19,6 +20,13 @@ struct BatchGenerator {
         if incompressible { return bytes(count) }
         let half = count / 2
         return bytes(half) + [UInt8](repeating: UInt8(truncatingIfNeeded: random.next()), count: count - half)
+    }
+
+    /// One put whose value has `bytes` incompressible bytes.
+    mutating func batchOf(bytes count: Int) -> WALBatch {
+        var batch = WALBatch()
+        batch.put(bytes(8), value(count, incompressible: true))
+        return batch
     }
 
     mutating func batch(operations: Int = 0, maxValueBytes: Int = 200) -> WALBatch {
@@ -57,4 +65,12 @@ func readLog(_ fileSystem: any FileSystem, mode: RecoveryMode = .strict) throws 
 func firstSegmentPath(_ fileSystem: SimulatedFileSystem) throws -> String {
     let names = try fileSystem.contentsOfDirectory("/db/wal").filter { $0.hasSuffix(".seg") && !$0.contains("spare") }
     return "/db/wal/" + (try #require(names.first))
+}
+
+/// Recomputes the checksum of the frame at `offset` of a segment image after a test changed
+/// its fields, so the frame verifies again and reaches the checks behind the checksum.
+func resealFrame(_ bytes: inout [UInt8], at offset: Int) {
+    let stored = bytes[(offset + 24)..<(offset + 28)].reversed().reduce(0) { $0 << 8 | Int($1) }
+    let checksum = CRC32C.checksum(bytes[(offset + 4)..<(offset + WALFormat.frameHeaderBytes + stored)])
+    withUnsafeBytes(of: checksum.littleEndian) { bytes.replaceSubrange(offset..<(offset + 4), with: $0) }
 }

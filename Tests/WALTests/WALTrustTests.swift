@@ -1,0 +1,169 @@
+import StrataFileIO
+import Testing
+@testable import StrataWAL
+
+/// Recovery never builds on a frame it cannot prove durable, never reads a cut or damaged
+/// tail as a clean end, and steps over damage that only checkpointed batches took.
+@Suite struct WALTrustTests {
+    /// After a failed fdatasync that lost the frame's dirty pages ("fsyncgate"), a reopen in
+    /// the same boot still reads the frame from the page cache. The frames it then appends
+    /// record it as durable; if it was not, a later power loss left a hole under frames
+    /// that vouch for it, and strict recovery refused the store. Now the reopen writes the
+    /// frames no durable LSN covers again and syncs them first. (Failed before the fix:
+    /// `corruptFrame` at the second open.)
+    @Test func aReopenAfterALostFdatasyncMakesTheUnknownFrameDurableBeforeAppending() throws {
+        var generator = BatchGenerator(seed: 9)
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        let acknowledged = (0..<3).map { _ in generator.batch() }
+        for batch in acknowledged { try log.append(batch) }
+        fileSystem.injectFault(.lostSync, atOperation: fileSystem.operationCount, operations: [.syncData])
+        let unknown = generator.batch()
+        #expect(throws: WALError.self) { try log.append(unknown) }
+        try log.close()
+
+        // The process ends; the kernel keeps the frame in its page cache.
+        fileSystem.crash(.keepAll)
+        let (reopened, records, _) = try openLog(fileSystem)
+        #expect(records.map(\.batch) == acknowledged + [unknown])
+        let later = generator.batch()
+        try reopened.append(later)
+        try reopened.close()
+
+        fileSystem.crash(.dropAll)
+        let (after, report) = try readLog(fileSystem)
+        #expect(after.map(\.batch) == acknowledged + [unknown, later])
+        #expect(report.damage.isEmpty)
+    }
+
+    /// Only the frames after the last durable LSN a frame records are written again.
+    @Test func aCleanReopenRewritesOnlyTheLastGroup() throws {
+        var generator = BatchGenerator(seed: 10)
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        for _ in 0..<20 { try log.append(generator.batch()) }
+        try log.close()
+        let (_, tail) = try WALReader(files: SegmentFiles(fileSystem: fileSystem, directory: "/db/wal"), mode: .strict)
+            .read { _ in }
+        #expect(tail.unproven.map(\.lsn) == [LSN(20)])
+    }
+
+    /// A bit flip in the salt of the last frame made it look like a frame of an earlier use
+    /// of the file: a clean end, no damage reported, an acknowledged batch gone in silence.
+    /// (Failed before the fix: the report was empty.)
+    @Test func damageInTheLastFramesSaltIsReportedNotAnEnd() throws {
+        var generator = BatchGenerator(seed: 11)
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        for _ in 0..<4 { try log.append(generator.batch()) }
+        try log.close()
+        let (records, _) = try readLog(fileSystem)
+        let last = records[3]
+        #expect(fileSystem.modify(last.path) { $0[Int(last.offset) + 5] ^= 0x04 })
+        let (after, report) = try readLog(fileSystem)
+        #expect(after.count == 3)
+        #expect(report.damage.map(\.kind) == [.tornTail])
+        #expect(report.damage.first?.offset == last.offset && report.damage.first?.mayHaveLostCommits == true)
+    }
+
+    /// A segment shorter than its header says it was made was cut; the frames that were in
+    /// its end are gone, and the report says so. (Failed before the fix: a cut through a
+    /// frame read as a clean end, with an empty report.)
+    @Test func aSegmentCutShortIsToldApartFromATornWrite() throws {
+        var generator = BatchGenerator(seed: 12)
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        for _ in 0..<6 { try log.append(generator.batch()) }
+        try log.close()
+        let (records, _) = try readLog(fileSystem)
+        let cut = Int(records[4].offset) + 20
+        #expect(fileSystem.modify(records[4].path) { $0.removeSubrange(cut...) })
+        let (after, report) = try readLog(fileSystem)
+        #expect(after.count == 4)
+        #expect(report.damage.map(\.kind) == [.truncated])
+        #expect(report.damage.first?.expectedLSN == LSN(5) && report.damage.first?.offset == Int64(cut))
+
+        // A writer's open reports the same and appends after the cut in a new segment.
+        let (reopened, _, openReport) = try openLog(fileSystem)
+        #expect(openReport.damage.map(\.kind) == [.truncated])
+        try reopened.append(generator.batch())
+        try reopened.close()
+        let (final, finalReport) = try readLog(fileSystem)
+        #expect(final.map(\.lsn) == (1...5).map { LSN(UInt64($0)) })
+        #expect(finalReport.damage.isEmpty)
+    }
+
+    /// Damage in frames whose batches the data file's checkpoint holds costs nothing: the
+    /// log is read past it and the damage is reported as covered. (Failed before the fix:
+    /// `corruptFrame`, the store could not be opened.)
+    @Test(arguments: [false, true])
+    func damageInCheckpointedBatchesIsSteppedOver(inLastFrames: Bool) throws {
+        var generator = BatchGenerator(seed: 13)
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        let batches = (0..<8).map { _ in generator.batch() }
+        for batch in batches { try log.append(batch) }
+        try log.close()
+        let (records, _) = try readLog(fileSystem)
+        // Damage the payload of batch 3 (below a checkpoint at 5), or of batch 8 (below one at 8).
+        let victim = records[inLastFrames ? 7 : 2]
+        #expect(fileSystem.modify(victim.path) { $0[Int(victim.offset) + WALFormat.frameHeaderBytes] ^= 0x20 })
+        let checkpoint: UInt64 = inLastFrames ? 8 : 5
+        if inLastFrames {
+            // Without the checkpoint, damage in the last frame reads as a torn tail that may
+            // have cost an acknowledged batch.
+            let (plain, plainReport) = try readLog(fileSystem)
+            #expect(plain.count == 7 && plainReport.damage.map(\.kind) == [.tornTail])
+        } else {
+            #expect(throws: WALError.self) { _ = try readLog(fileSystem) }
+        }
+
+        var options = WALOptions(segmentBytes: 64 << 10)
+        options.replayFrom = LSN(checkpoint + 1)
+        let (reopened, replayed, report) = try openLog(fileSystem, options: options)
+        #expect(replayed.map(\.batch) == Array(batches[Int(checkpoint)...]))
+        #expect(report.damage.map(\.kind) == [.covered])
+        #expect(report.damage.first?.mayHaveLostCommits == false)
+        let next = generator.batch()
+        #expect(try reopened.append(next) == LSN(9))
+        try reopened.close()
+        let (_, again, _) = try openLog(fileSystem, options: options)
+        #expect(again.map(\.batch) == Array(batches[Int(checkpoint)...]) + [next])
+    }
+
+    /// Damage that reaches a batch after the checkpoint is still corruption.
+    @Test func damageReachingBatchesAfterTheCheckpointIsStillCorruption() throws {
+        var generator = BatchGenerator(seed: 14)
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        for _ in 0..<8 { try log.append(generator.batch()) }
+        try log.close()
+        let (records, _) = try readLog(fileSystem)
+        for victim in records[2...3] {
+            #expect(fileSystem.modify(victim.path) { $0[Int(victim.offset) + WALFormat.frameHeaderBytes] ^= 0x20 })
+        }
+        var options = WALOptions(segmentBytes: 64 << 10)
+        options.replayFrom = LSN(4)
+        #expect(throws: WALError.self) { _ = try openLog(fileSystem, options: options) }
+    }
+
+    /// A first fragment claiming a 256 MiB batch in a small file reserves nothing for it.
+    @Test func aFrameClaimingAHugeBatchIsRefusedWithoutReservingIt() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem)
+        var generator = BatchGenerator(seed: 15)
+        try log.append(generator.batchOf(bytes: 100))
+        try log.close()
+        let (records, _) = try readLog(fileSystem)
+        let record = records[0]
+        #expect(fileSystem.modify(record.path) { bytes in
+            let offset = Int(record.offset)
+            bytes[offset + 37] = 2 // kind: first fragment
+            withUnsafeBytes(of: UInt32(WALFormat.maxBatchBytes).littleEndian) { bytes.replaceSubrange((offset + 32)..<(offset + 36), with: $0) }
+            resealFrame(&bytes, at: offset)
+        })
+        let (after, report) = try readLog(fileSystem)
+        #expect(after.isEmpty)
+        #expect(report.damage.map(\.kind) == [.tornTail])
+    }
+}
