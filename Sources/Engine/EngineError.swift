@@ -33,6 +33,9 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
     case inUse(path: String, holder: String)
     /// A read-only open found no store at `path` (a read-only open creates nothing).
     case notAStore(path: String)
+    /// The directory holds a copy (`backup` or `compact`) that did not finish: its
+    /// `INCOMPLETE` marker is still there.
+    case incompleteCopy(path: String)
     /// The write-ahead log no longer holds the batch of version `requested`: a checkpoint
     /// released it. The oldest version it may hold is `oldest`.
     case historyUnavailable(requested: UInt64, oldest: UInt64)
@@ -71,6 +74,9 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
             "The store at \(path) is in use: \(holder)."
         case let .notAStore(path):
             "There is no store at \(path) (no data file); a read-only open creates nothing, open it for writing to create one."
+        case let .incompleteCopy(path):
+            "\(path) holds a copy of a store that did not finish (a backup or compact was stopped before its end; the file "
+                + "INCOMPLETE marks it), so keys may be missing from it. It is not opened: remove the directory and copy again."
         case let .historyUnavailable(requested, oldest):
             "The log no longer holds version \(requested) (a checkpoint released it; the oldest it may hold is \(oldest)); "
                 + "start from a later version or raise the checkpoint thresholds."

@@ -24,6 +24,8 @@ public struct EngineOptions: Sendable {
     /// failed I/O. Default: `Logger.strataSilent` (nothing); pass `Logger(label: "strata")`
     /// to log through the application's swift-log handler.
     public var logger = Logger.strataSilent
+    /// Set only by `compact`, which builds its copy in a directory marked `INCOMPLETE`.
+    var completingCopy = false
 
     public init(durability: Durability = .full) {
         self.durability = durability

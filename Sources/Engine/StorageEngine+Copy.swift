@@ -1,6 +1,11 @@
 // Copies of a live store: `backup(to:)` copies the files as they stand (the data file as
 // of the last checkpoint plus the log after it), `compact(to:)` writes a fresh store
 // holding just the live keys of one snapshot. Both run while commits continue.
+//
+// A copy is built in a directory marked by an `INCOMPLETE` file, made durable before any
+// store file is written and removed (then the directory synced) only after every file of
+// the copy is synced: a copy stopped at any moment either is whole or is refused by every
+// open (`EngineError.incompleteCopy`), never a store with keys missing.
 import StrataFileIO
 import StrataWAL
 
@@ -16,7 +21,7 @@ public struct CopyReport: Sendable {
 extension StorageEngine {
     /// Writes a consistent copy of the store into the directory `destination` (created; it
     /// must not hold a store): the data file and the log segments up to the last written
-    /// batch. Commits continue meanwhile; checkpoints wait. Opening the copy recovers the
+    /// batch. Until the copy is whole, an `INCOMPLETE` file marks it (see the top of this file). Commits continue meanwhile; checkpoints wait. Opening the copy recovers the
     /// state of the version reported. `progress` is called with the bytes copied so far
     /// and the bytes to copy. Throws `EngineError`.
     @discardableResult
@@ -48,7 +53,7 @@ extension StorageEngine {
                 }
                 report.byteCount = copiedBefore
                 try fileSystem.syncDirectory(logDirectory)
-                try fileSystem.syncDirectory(destination)
+                try finishCopy(destination)
                 report.version = lastLSN.rawValue
                 return report
             }
@@ -57,12 +62,15 @@ extension StorageEngine {
 
     /// Writes a new store into `destination` holding the live keys of the latest version
     /// (no free pages, no tombstones, no log history), in batches, while commits continue.
+    /// Until the copy is whole, an `INCOMPLETE` file marks it (see the top of this file).
     /// `progress` is called with the keys copied so far. Throws `EngineError`.
     @discardableResult
     public func compact(to destination: String, progress: (Int) -> Void = { _ in }) throws -> CopyReport {
         let source = snapshot()
         try mapIOErrors { try prepareDestination(destination) }
-        let (target, _) = try StorageEngine.open(path: destination, fileSystem: fileSystem, options: options)
+        var targetOptions = options
+        targetOptions.completingCopy = true
+        let (target, _) = try StorageEngine.open(path: destination, fileSystem: fileSystem, options: targetOptions)
         var report = CopyReport(version: source.version)
         var cursor = try source.cursor()
         var batch = WALBatch()
@@ -80,22 +88,40 @@ extension StorageEngine {
         }
         if !batch.operations.isEmpty { try target.commit(batch) }
         progress(report.keyCount)
+        // The close checkpoints every batch into the data file and syncs it.
         try target.close()
         report.byteCount = try mapIOErrors {
             let data = try fileSystem.open(joinPath(destination, Self.dataFileName), options: [])
             defer { try? data.close() }
-            return Int(try data.size())
+            let size = Int(try data.size())
+            try finishCopy(destination)
+            return size
         }
         return report
     }
 
-    /// Creates `destination`, refusing one that already holds a store.
+    /// Creates `destination`, refusing one that already holds a store or a stopped copy,
+    /// and marks it incomplete: the marker is durable before any file of the copy exists.
     private func prepareDestination(_ destination: String) throws {
+        let marker = joinPath(destination, Self.incompleteMarkerName)
+        guard !fileSystem.fileExists(marker) else { throw EngineError.incompleteCopy(path: destination) }
         guard !fileSystem.fileExists(joinPath(destination, Self.dataFileName)),
               !fileSystem.fileExists(joinPath(destination, Self.logDirectoryName)) else {
             throw FileIOError.alreadyExists(operation: .createDirectory, path: destination)
         }
         try fileSystem.createDirectoryDurably(destination)
+        let file = try fileSystem.open(marker, options: [.create, .exclusive, .write])
+        defer { try? file.close() }
+        try file.write(Array("A copy of \(path) is being written here; until this file is gone it is not a store.\n".utf8), at: 0)
+        try file.syncData()
+        try fileSystem.syncDirectory(destination)
+    }
+
+    /// Makes a copy whose files are all synced whole: removes its marker and syncs the
+    /// directory (the moment the copy becomes a store).
+    private func finishCopy(_ destination: String) throws {
+        try fileSystem.removeFile(joinPath(destination, Self.incompleteMarkerName))
+        try fileSystem.syncDirectory(destination)
     }
 
     /// Copies the first `bytes` bytes of `source` to a new file at `path` and syncs it,

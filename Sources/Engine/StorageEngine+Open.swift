@@ -35,6 +35,8 @@ extension StorageEngine {
     static let dataFileName = "data"
     static let logDirectoryName = "wal"
     static let lockFileName = "LOCK"
+    /// Marks a directory a copy is being written into (FORMAT.md, "Copies").
+    static let incompleteMarkerName = "INCOMPLETE"
 
     /// Opens the store in directory `path`, recovers it, and returns it with a report.
     /// `.readWrite` (the default) creates the store when it does not exist and takes it
@@ -48,6 +50,9 @@ extension StorageEngine {
                             options: EngineOptions = EngineOptions()) throws -> (engine: StorageEngine, report: RecoveryReport) {
         try options.validate()
         let dataPath = joinPath(path, dataFileName)
+        guard options.completingCopy || !fileSystem.fileExists(joinPath(path, incompleteMarkerName)) else {
+            throw EngineError.incompleteCopy(path: path)
+        }
         let locks = switch mode {
         case .readWrite: try lockForWriting(path, fileSystem: fileSystem, options: options)
         case .readOnly: try lockForReading(path, fileSystem: fileSystem)
