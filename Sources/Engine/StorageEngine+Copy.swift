@@ -33,12 +33,15 @@ extension StorageEngine {
                 let dataBytes = Int(try pageFile.file.size())
                 let extent = logExtent
                 let (segments, activeBytes, lastLSN) = (extent.segmentPaths, extent.activeBytes, extent.lastLSN)
-                // Sealed segments are copied whole, the active one up to its last frame.
+                // Sealed segments are copied whole, the active one up to its last frame; the copy
+                // keeps the file's size (the rest reads as zeros), since a segment shorter
+                // than its header's capacity reads as one cut short.
                 let sources = try segments.enumerated().map { index, path in
                     let source = try fileSystem.open(path, options: [])
-                    return (source, path, index == segments.count - 1 ? activeBytes : Int(try source.size()))
+                    let size = Int(try source.size())
+                    return (source, path, index == segments.count - 1 ? activeBytes : size, size)
                 }
-                defer { for (source, _, _) in sources { try? source.close() } }
+                defer { for (source, _, _, _) in sources { try? source.close() } }
                 let total = dataBytes + sources.reduce(0) { $0 + $1.2 }
                 var copiedBefore = 0
                 let copied = { (done: Int) in progress(copiedBefore + done, total) }
@@ -46,9 +49,9 @@ extension StorageEngine {
                                             progress: copied)
                 let logDirectory = joinPath(destination, Self.logDirectoryName)
                 try fileSystem.createDirectoryDurably(logDirectory)
-                for (source, path, bytes) in sources {
+                for (source, path, bytes, size) in sources {
                     let name = String(path.split(separator: "/").last ?? "")
-                    let done = try copyFile(source, bytes: bytes, to: joinPath(logDirectory, name), progress: copied)
+                    let done = try copyFile(source, bytes: bytes, to: joinPath(logDirectory, name), size: size, progress: copied)
                     copiedBefore += done
                 }
                 report.byteCount = copiedBefore
@@ -124,9 +127,11 @@ extension StorageEngine {
         try fileSystem.syncDirectory(destination)
     }
 
-    /// Copies the first `bytes` bytes of `source` to a new file at `path` and syncs it,
-    /// telling `progress` the bytes copied after each chunk.
-    private func copyFile(_ source: any OpenFile, bytes: Int, to path: String, progress: (Int) -> Void) throws -> Int {
+    /// Copies the first `bytes` bytes of `source` to a new file at `path`, extends it with
+    /// zeros to `size` bytes when given, and syncs it, telling `progress` the bytes copied
+    /// after each chunk.
+    private func copyFile(_ source: any OpenFile, bytes: Int, to path: String, size: Int? = nil,
+                          progress: (Int) -> Void) throws -> Int {
         let target = try fileSystem.open(path, options: [.create, .exclusive, .write])
         defer { try? target.close() }
         let chunkBytes = 1 << 20
@@ -138,6 +143,7 @@ extension StorageEngine {
             offset += chunk.count
             progress(offset)
         }
+        if let size, size > offset { try target.truncate(to: Int64(size)) }
         try target.syncData()
         return offset
     }

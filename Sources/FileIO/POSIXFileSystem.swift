@@ -77,7 +77,7 @@ public struct POSIXFileSystem: FileSystem {
     }
 
     public func lockExclusively(_ path: String) throws -> any FileLock {
-        let fd = try retryingInterrupts(.lock, path) { systemOpen(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644) }
+        let fd = try retryingInterrupts(.open, path) { systemOpen(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644) }
         // flock locks belong to the open file description, so a second open of the same
         // path in this process is refused as well.
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
@@ -89,7 +89,7 @@ public struct POSIXFileSystem: FileSystem {
     }
 
     public func lockShared(_ path: String) throws -> any FileLock {
-        let fd = try retryingInterrupts(.lock, path) { systemOpen(path, O_RDONLY | O_CLOEXEC, 0) }
+        let fd = try retryingInterrupts(.open, path) { systemOpen(path, O_RDONLY | O_CLOEXEC, 0) }
         if flock(fd, LOCK_SH | LOCK_NB) != 0 {
             let code = errno
             _ = systemClose(fd)

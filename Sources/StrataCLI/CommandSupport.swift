@@ -46,18 +46,25 @@ func printError(_ message: String) {
 
 /// Opens the store at `path` (refusing to create one unless `create`), runs `body` and
 /// closes the store, which checkpoints a writer's new commits (a `.readOnly` store writes
-/// nothing); any error, the close's included, becomes one line on stderr and exit status 2.
+/// nothing); any error becomes one line on stderr and exit status 2. A close that fails
+/// after `body` committed is a warning, not an error: the commits are durable in the log
+/// (a commit returns only then) and the next open replays them, so the exit status says
+/// the command did what it printed.
 func withStore<T>(_ path: String, mode: AccessMode = .readWrite, create: Bool = false,
                   _ body: (Store) throws -> T) throws -> T {
     try reportingErrors {
         let store = create ? try Store.open(path: path) : try openExistingStore(path, mode: mode)
         for line in recoveryWarnings(store.recoveryReport) { printError(line) }
+        let openedAt = store.version
         let result: T
         do { result = try body(store) } catch {
             try? store.close()
             throw error
         }
-        try store.close()
+        do { try store.close() } catch where store.version > openedAt {
+            printError("warning: version \(store.version) is committed and durable in the log, but the checkpoint at close "
+                       + "failed: \(error) The next open replays the log; nothing committed is lost.")
+        }
         return result
     }
 }
@@ -66,16 +73,20 @@ func withStore<T>(_ path: String, mode: AccessMode = .readWrite, create: Bool = 
 /// store whole): every command says so, so a cut log tail is never silent.
 func recoveryWarnings(_ report: RecoveryReport) -> [String] {
     var lines = report.log.damage.map { "recovery: \($0)" }
+    if report.log.damage.contains(where: \.mayHaveLostCommits) {
+        lines.append("recovery: a commit that was acknowledged may be missing (a torn tail is normally a write that "
+                     + "a crash interrupted before it was acknowledged)")
+    }
     if let rejected = report.rejectedMeta { lines.append("recovery: \(rejected); the other meta page was used") }
     return lines
 }
 
 /// Opens the store at `path`, refusing to create one where none exists.
-func openExistingStore(_ path: String, mode: AccessMode = .readWrite) throws -> Store {
+func openExistingStore(_ path: String, mode: AccessMode = .readWrite, options: EngineOptions = EngineOptions()) throws -> Store {
     guard FileManager.default.fileExists(atPath: path) else {
         throw ValidationError("no store at \(path) (a store is a directory; `strata shell \(path)` creates one)")
     }
-    return try Store.open(path: path, mode: mode)
+    return try Store.open(path: path, mode: mode, options: options)
 }
 
 /// Bytes as text when they are printable UTF-8, else as 0x-prefixed hex.

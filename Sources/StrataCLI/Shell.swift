@@ -91,7 +91,17 @@ final class Shell {
     }
 
     private func commit(_ context: Context) throws {
-        let receipt = try context.commit()
+        let staged = context.changeCount
+        let receipt: CommitReceipt
+        do { receipt = try context.commit() } catch {
+            // A failed root commit ends its context: start a fresh one, so the commands
+            // after this report their own outcome, not "already discarded".
+            if context.status != .open {
+                if contexts.count > 1 { contexts.removeLast() } else { contexts[0] = store.makeContext() }
+                throw ShellError.commitFailed(cause: "\(error)", dropped: staged)
+            }
+            throw error
+        }
         if contexts.count > 1 {
             contexts.removeLast()
             print("merged \(receipt.changeCount) change(s) into depth \(contexts.count - 1)")
@@ -138,11 +148,14 @@ final class Shell {
 enum ShellError: Error, CustomStringConvertible {
     case usage(String)
     case unknownCommand(String)
+    case commitFailed(cause: String, dropped: Int)
 
     var description: String {
         switch self {
         case let .usage(form): "usage: \(form)"
         case let .unknownCommand(command): "unknown command \"\(command)\"; type help for the list"
+        case let .commitFailed(cause, dropped):
+            "\(cause) The commit's \(dropped) staged change(s) were dropped; later commands start a new context."
         }
     }
 }

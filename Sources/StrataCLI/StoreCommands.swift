@@ -302,3 +302,69 @@ struct CompactCommand: ParsableCommand {
         }
     }
 }
+
+struct SalvageCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "salvage",
+        abstract: "Recover what a damaged log still holds, into a new store (or in place, when asked).",
+        discussion: """
+            A store whose log is damaged in the middle does not open: the damage shows that commits once made durable \
+            are unreadable. Salvage opens it with a recovery mode that steps over the damage, prints every damage it \
+            found (file, offset, LSN, bytes) and writes what it recovered as a new store at DESTINATION, leaving the \
+            damaged store as it is. Modes: tolerate-tail (cut corruption in the last segment as if it were a torn \
+            tail), point-in-time (stop at the first damage anywhere; later segments are ignored), skip-corrupted \
+            (keep every batch that verifies, leaving holes). With --in-place the store itself is opened with the mode \
+            and checkpointed, which discards the damaged frames for good.
+            """)
+
+    enum Mode: String, ExpressibleByArgument, CaseIterable {
+        case tolerateTail = "tolerate-tail"
+        case pointInTime = "point-in-time"
+        case skipCorrupted = "skip-corrupted"
+
+        var recoveryMode: RecoveryMode {
+            switch self {
+            case .tolerateTail: .tolerateCorruptedTail
+            case .pointInTime: .pointInTime
+            case .skipCorrupted: .skipCorrupted
+            }
+        }
+    }
+
+    @Option(help: "How to step over the damage: \(Mode.allCases.map(\.rawValue).joined(separator: ", ")).")
+    var mode: Mode
+
+    @Argument(help: "The new store's directory (omit with --in-place).")
+    var destination: String?
+
+    @Flag(help: "Salvage the store itself instead of writing a new one: the damaged frames are discarded.")
+    var inPlace = false
+
+    @OptionGroup var store: StorePath
+
+    func validate() throws {
+        guard inPlace == (destination == nil) else {
+            throw ValidationError(inPlace ? "--in-place takes no destination" : "give a destination directory, or --in-place")
+        }
+    }
+
+    func run() throws {
+        var options = EngineOptions()
+        options.log.recoveryMode = mode.recoveryMode
+        try reportingErrors {
+            let source = try openExistingStore(store.path, mode: inPlace ? .readWrite : .readOnly, options: options)
+            defer { try? source.close() }
+            let damage = source.recoveryReport.log.damage
+            for item in damage { print("damage: \(item)") }
+            if damage.isEmpty { print("no damage found in the log") }
+            if inPlace {
+                try source.engine.checkpoint()
+                try source.close()
+                print("salvaged \(store.path) in place at version \(source.version)")
+            } else {
+                let report = try source.engine.compact(to: destination!)
+                print("salvaged version \(report.version) of \(store.path) into \(destination!): \(report.keyCount) keys")
+            }
+        }
+    }
+}

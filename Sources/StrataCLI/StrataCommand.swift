@@ -1,6 +1,6 @@
 // The `strata` command-line tool: an interactive shell over a store (the default), and
 // one-shot commands for operators (stat, verify, dump, wal, get/put/del/scan, checkpoint,
-// backup, compact, bench).
+// backup, compact, salvage, bench).
 import ArgumentParser
 
 import StrataEngine
@@ -18,7 +18,7 @@ struct StrataCommand: ParsableCommand {
         version: "strata \(release) (data file format \(StorageEngine.dataFormatVersion), log format \(WALFormat.version))",
         subcommands: [ShellCommand.self, StatCommand.self, VerifyCommand.self, DumpCommand.self, LoadCommand.self, WALCommand.self,
                       GetCommand.self, PutCommand.self, DeleteCommand.self, ScanCommand.self,
-                      CheckpointCommand.self, BackupCommand.self, CompactCommand.self, BenchCommand.self, CrashTestCommand.self,
+                      CheckpointCommand.self, BackupCommand.self, CompactCommand.self, SalvageCommand.self, BenchCommand.self, CrashTestCommand.self,
                       DemoCommand.self],
         defaultSubcommand: ShellCommand.self
     )

@@ -59,7 +59,7 @@ public enum WALError: Error, Sendable, CustomStringConvertible {
             "\(path) was written by WAL format version \(found); this build reads up to version \(supported). Use a newer Strata."
         case let .corruptFrame(path, offset, lsn, reason):
             "The frame of \(lsn) at offset \(offset) of \(path) is corrupt (\(reason)), and later frames show it was once durable. "
-                + "Open with a salvage recovery mode to recover what precedes it."
+                + "`strata salvage` (or opening with a salvage RecoveryMode) recovers what the log still holds."
         case let .corruptBatch(path, offset, lsn, reason):
             "The batch of \(lsn) at offset \(offset) of \(path) is corrupt: \(reason)."
         case let .missingData(path, reason):

@@ -23,9 +23,10 @@ import StrataWAL
         let report = try engine.backup(to: "/copy")
         try await writer.value
         try engine.close()
-        let (copy, _) = try StorageEngine.open(path: "/copy", fileSystem: fileSystem, options: options)
+        let (copy, opened) = try StorageEngine.open(path: "/copy", fileSystem: fileSystem, options: options)
         let snapshot = copy.snapshot()
         #expect(copy.verify().isValid)
+        #expect(opened.log.damage.isEmpty, "the copy's log reads whole: \(opened.log.damage)")
         #expect(snapshot.version == report.version && report.version >= 300)
         // The copy holds exactly the state after commit `last`: every key's latest value.
         let last = Int(String(decoding: try snapshot.get(Array("last".utf8))!, as: UTF8.self))!

@@ -86,3 +86,116 @@ func scratchDirectory() throws -> URL {
     try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     return url
 }
+
+/// How a run of `strata` with a time limit ended.
+struct LimitedRun {
+    var run: ToolRun
+    /// Killed by a signal it did not send itself (a crash: SIGILL, SIGSEGV, SIGBUS…).
+    var signalled: Bool
+    /// Still running at the limit (then killed).
+    var timedOut: Bool
+}
+
+/// Runs `strata arguments…` in `directory`, killing it once `seconds` have passed.
+func runStrata(_ arguments: [String], in directory: URL, limit seconds: Double) throws -> LimitedRun {
+    let process = Process()
+    process.executableURL = strataExecutable
+    process.arguments = arguments
+    process.currentDirectoryURL = directory
+    var environment = ProcessInfo.processInfo.environment
+    environment["SWIFT_BACKTRACE"] = "enable=no"
+    process.environment = environment
+    let outputs = (0..<2).map { _ in FileManager.default.temporaryDirectory.appendingPathComponent("strata-out-\(UUID().uuidString)") }
+    defer { for url in outputs { try? FileManager.default.removeItem(at: url) } }
+    for url in outputs { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
+    let handles = try outputs.map { try FileHandle(forWritingTo: $0) }
+    defer { for handle in handles { try? handle.close() } }
+    process.standardOutput = handles[0]
+    process.standardError = handles[1]
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    let deadline = Date().addingTimeInterval(seconds)
+    var timedOut = false
+    while process.isRunning {
+        if Date() > deadline {
+            timedOut = true
+            kill(process.processIdentifier, SIGKILL)
+            break
+        }
+        usleep(2_000)
+    }
+    process.waitUntilExit()
+    let text = outputs.map { (try? String(contentsOf: $0, encoding: .utf8)) ?? "" }
+    return LimitedRun(run: ToolRun(status: process.terminationStatus, stdout: text[0], stderr: text[1]),
+                      signalled: process.terminationReason == .uncaughtSignal && !timedOut, timedOut: timedOut)
+}
+
+/// A small seeded generator for tests that pick at random (they print the seed).
+struct SeededRandom {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(max(bound, 1))) }
+}
+
+/// A store at `directory/name` holding `checkpointed` keys in its data file (loaded, then
+/// closed) and `logged` more committed in batches of ten by a shell that is still running
+/// when the store's files are copied to `directory/image`: the copy is what a crash of
+/// that shell would leave. Returns every key's value as the dump prints it.
+func storeWithKeysInDataAndLog(in directory: URL, checkpointed: Int, logged: Int) throws -> [String: String] {
+    var expected: [String: String] = [:]
+    var lines = ""
+    for index in 0..<checkpointed {
+        let (key, value) = ("data-\(index)", "value-\(index)-" + String(repeating: "d", count: index % 40))
+        expected[key] = value
+        lines += "{\"key\":\"\(key)\",\"value\":\"\(value)\"}\n"
+    }
+    let load = try runStrata(["load", "--store", "live.db"], input: lines, in: directory)
+    guard load.status == 0 else { throw ToolTestError.failed("load: \(load.stderr)") }
+    let shell = Process()
+    shell.executableURL = strataExecutable
+    shell.arguments = ["shell", "live.db"]
+    shell.currentDirectoryURL = directory
+    let input = Pipe(), output = Pipe()
+    shell.standardInput = input
+    shell.standardOutput = output
+    try shell.run()
+    var commits = 0
+    var script = ""
+    for index in 0..<logged {
+        let (key, value) = ("log-\(index)", "logged-\(index)")
+        expected[key] = value
+        script += "put \(key) \(value)\n"
+        if index % 10 == 9 || index == logged - 1 { script += "commit\n"; commits += 1 }
+    }
+    input.fileHandleForWriting.write(Data(script.utf8))
+    var answered = ""
+    while answered.components(separatedBy: "committed version").count - 1 < commits {
+        let chunk = output.fileHandleForReading.availableData
+        guard !chunk.isEmpty else { break }
+        answered += String(decoding: chunk, as: UTF8.self)
+    }
+    try FileManager.default.copyItem(at: directory.appendingPathComponent("live.db"), to: directory.appendingPathComponent("image"))
+    try input.fileHandleForWriting.close()
+    shell.waitUntilExit()
+    return expected
+}
+
+enum ToolTestError: Error { case failed(String) }
+
+/// The pairs of `dump --json` output (text keys and values only, as the tests write them).
+func dumpedPairs(_ stdout: String) -> [String: String]? {
+    var pairs: [String: String] = [:]
+    for line in stdout.split(separator: "\n") {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String],
+              let key = object["key"], let value = object["value"] else { return nil }
+        pairs[key] = value
+    }
+    return pairs
+}
