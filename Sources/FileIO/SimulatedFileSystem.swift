@@ -86,6 +86,9 @@ public final class SimulatedFileSystem: FileSystem {
     /// The number of operations performed so far.
     public var operationCount: Int { state.withLock { $0.operationCount } }
 
+    /// The most bytes a single read has returned (so tests can check reads are bounded).
+    public var largestReadBytes: Int { state.withLock { $0.largestReadBytes } }
+
     /// How many times `operation` was performed.
     public func count(of operation: FileOperation) -> Int { state.withLock { $0.counts[operation, default: 0] } }
 

@@ -38,6 +38,7 @@ final class SimulatedOpenFile: OpenFile {
             let start = Int(offset)
             guard start < image.count else { return 0 }
             let count = min(buffer.count, image.count - start)
+            state.largestReadBytes = max(state.largestReadBytes, count)
             image.withUnsafeBytes { source in
                 buffer.baseAddress!.copyMemory(from: source.baseAddress! + start, byteCount: count)
             }

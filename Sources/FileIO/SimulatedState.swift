@@ -40,6 +40,8 @@ struct SimulatedState {
     var nextInode = 1
     var operationCount = 0
     var counts: [FileOperation: Int] = [:]
+    /// The most bytes one read returned.
+    var largestReadBytes = 0
     var faults: [Fault] = []
     var powerCutIndex: Int?
     var generation = 0

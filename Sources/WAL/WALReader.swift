@@ -7,6 +7,8 @@
 //     length is checked against `WALFormat` limits and the bytes present before use.
 //  2. Batches reach the visitor in LSN order, each exactly once, and only whole.
 //  3. Every loop is bounded by the bytes of the segment being read.
+//  4. A segment is read through a bounded window (`SegmentWindow`): memory does not grow
+//     with the file's size, only with the batch being assembled.
 import StrataCodec
 import StrataFileIO
 
@@ -37,8 +39,8 @@ struct WALReader {
         }
         while index < segments.count {
             let (sequence, path) = segments[index]
-            let bytes = try load(path)
-            let header = try SegmentHeader.decode(bytes, path: path)
+            let window = try SegmentWindow(path: path, fileSystem: files.fileSystem)
+            let header = try SegmentHeader.decode(window.prefix(WALFormat.segmentHeaderBytes), path: path)
             guard header.sequence == sequence else {
                 throw WALError.corruptSegmentHeader(path: path, reason: "its sequence number \(header.sequence) is not its name's")
             }
@@ -50,19 +52,20 @@ struct WALReader {
             }
             report.segmentCount += 1
             tail.segments.append((sequence, path, header.firstLSN))
-            var segment = SegmentScan(path: path, bytes: bytes, salt: header.salt, expected: header.firstLSN,
+            var segment = SegmentScan(path: path, window: window, salt: header.salt, expected: header.firstLSN,
                                       replayFrom: replayFrom, proof: proof)
             let nextFirstLSN = index + 1 < segments.count ? try peekFirstLSN(segments[index + 1].path) : nil
             let outcome = try segment.run(mode: mode, nextFirstLSN: nextFirstLSN, report: &report, visit: visit)
             proof = segment.proof
-            if nextFirstLSN == nil, bytes.count < header.capacityBytes {
+            let fileBytes = window.size
+            if nextFirstLSN == nil, fileBytes < header.capacityBytes {
                 // Segments are made at their full size before they get their name, and appends
                 // change no size: a shorter file was cut, and batches after its end are gone.
                 report.damage.append(WALDamage(
-                    path: path, offset: Int64(bytes.count), expectedLSN: segment.expected,
-                    reason: "the file is \(bytes.count) bytes but was made \(header.capacityBytes) bytes long; "
+                    path: path, offset: Int64(fileBytes), expectedLSN: segment.expected,
+                    reason: "the file is \(fileBytes) bytes but was made \(header.capacityBytes) bytes long; "
                         + "batches from \(segment.expected) on that were in its missing end are lost",
-                    kind: .truncated, byteCount: Int(header.capacityBytes) - bytes.count))
+                    kind: .truncated, byteCount: Int(header.capacityBytes) - fileBytes))
             }
             expected = segment.expected
             tail.salt = header.salt
@@ -78,20 +81,6 @@ struct WALReader {
         if segments.isEmpty { tail.needsNewSegment = true }
         tail.unproven = proof.unproven
         return (report, tail)
-    }
-
-    private func load(_ path: String) throws -> [UInt8] {
-        do {
-            let handle = try files.fileSystem.open(path, options: [])
-            defer { try? handle.close() }
-            let size = try handle.size()
-            guard size <= WALFormat.maxSegmentFileBytes else {
-                throw WALError.segmentTooLarge(path: path, byteCount: size, limit: WALFormat.maxSegmentFileBytes)
-            }
-            return try handle.read(count: Int(size), at: 0)
-        } catch let error as FileIOError {
-            throw WALError.io(error)
-        }
     }
 
     private func peekFirstLSN(_ path: String) throws -> LSN {
@@ -118,7 +107,7 @@ enum SegmentOutcome: Equatable {
 /// The state of reading one segment's frames.
 struct SegmentScan {
     let path: String
-    let bytes: [UInt8]
+    let window: SegmentWindow
     let salt: UInt32
     /// The LSN the next batch must carry.
     var expected: LSN
@@ -143,10 +132,10 @@ struct SegmentScan {
 
     private var partial: Partial?
 
-    init(path: String, bytes: [UInt8], salt: UInt32, expected: LSN, replayFrom: LSN = .none,
+    init(path: String, window: SegmentWindow, salt: UInt32, expected: LSN, replayFrom: LSN = .none,
          proof: DurabilityProof = DurabilityProof()) {
         self.path = path
-        self.bytes = bytes
+        self.window = window
         self.salt = salt
         self.expected = expected
         self.replayFrom = replayFrom
@@ -156,7 +145,7 @@ struct SegmentScan {
     mutating func run(mode: RecoveryMode, nextFirstLSN: LSN?, report: inout WALRecoveryReport,
                       visit: (WALRecord) throws -> Void) throws -> SegmentOutcome {
         while true {
-            let (header, defect) = check(at: offset)
+            let (header, defect) = try check(at: offset)
             if let header, defect == nil {
                 try accept(header, report: &report, visit: visit)
                 continue
@@ -164,7 +153,7 @@ struct SegmentScan {
             // R3: the bytes here do not continue the log. What they mean depends on what follows.
             let cutOffset = partial?.offset ?? offset
             let reason = defect ?? "the frame does not follow the one before it"
-            let cleanEnd = partial == nil && isEndMarker(at: offset)
+            let cleanEnd = try partial == nil && isEndMarker(at: offset)
             if let nextFirstLSN, nextFirstLSN == expected {
                 // R4: the next segment continues at exactly this LSN; the rest of this one is unused
                 // (normal rotation) or was abandoned by an earlier recovery.
@@ -172,7 +161,7 @@ struct SegmentScan {
                 return .cleanEnd
             }
             // R7: damage in batches the data file already holds costs nothing.
-            switch stepOverCovered(at: cutOffset, reason: reason, nextFirstLSN: nextFirstLSN, report: &report) {
+            switch try stepOverCovered(at: cutOffset, reason: reason, nextFirstLSN: nextFirstLSN, report: &report) {
             case .notCovered: break
             case .resumed: continue
             case let .ended(outcome): return outcome
@@ -191,11 +180,11 @@ struct SegmentScan {
                     throw WALError.missingData(path: path, reason: reason)
                 }
             }
-            let remnants = nextFirstLSN == nil ? scanRemnants(after: offset) : (vouched: true, end: offset)
+            let remnants = try nextFirstLSN == nil ? scanRemnants(after: offset) : (vouched: true, end: offset)
             if !remnants.vouched {
                 // R5: nothing later vouches for this frame: a torn tail of a group never acknowledged.
                 if cleanEnd && remnants.end == offset { return .cleanEnd }
-                let end = max(remnants.end, min(bytes.count, offset + WALFormat.frameHeaderBytes))
+                let end = max(remnants.end, min(window.size, offset + WALFormat.frameHeaderBytes))
                 report.damage.append(damage(at: cutOffset, reason: reason, corruption: false, end: end))
                 partial = nil
                 offset = cutOffset
@@ -208,13 +197,13 @@ struct SegmentScan {
             case .tolerateCorruptedTail where nextFirstLSN != nil:
                 throw WALError.corruptFrame(path: path, offset: Int64(offset), lsn: expected, reason: reason)
             case .tolerateCorruptedTail, .pointInTime:
-                report.damage.append(damage(at: cutOffset, reason: reason, corruption: true, end: bytes.count))
+                report.damage.append(damage(at: cutOffset, reason: reason, corruption: true, end: window.size))
                 partial = nil
                 offset = cutOffset
                 return mode == .pointInTime && nextFirstLSN != nil ? .stopHere : .cut
             case .skipCorrupted:
-                guard let next = nextValidFrame(after: offset) else {
-                    report.damage.append(damage(at: cutOffset, reason: reason, corruption: true, end: bytes.count))
+                guard let next = try nextValidFrame(after: offset) else {
+                    report.damage.append(damage(at: cutOffset, reason: reason, corruption: true, end: window.size))
                     partial = nil
                     offset = cutOffset
                     return .cut
@@ -243,7 +232,7 @@ struct SegmentScan {
     /// batch at or below `replayFrom`, to the next segment when it starts there, or, in the
     /// last segment, to its end (the log then continues at `replayFrom`).
     private mutating func stepOverCovered(at start: Int, reason: String, nextFirstLSN: LSN?,
-                                          report: inout WALRecoveryReport) -> CoveredStep {
+                                          report: inout WALRecoveryReport) throws -> CoveredStep {
         guard expected < replayFrom else { return .notCovered }
         if let nextFirstLSN {
             guard nextFirstLSN <= replayFrom else { return .notCovered }
@@ -252,7 +241,7 @@ struct SegmentScan {
             expected = nextFirstLSN
             return .ended(.cleanEnd)
         }
-        let later = framesVerifying(after: offset)
+        let later = try framesVerifying(after: offset)
         if let next = later.first(where: { $0.1.lsn >= expected && $0.1.startsBatch }) {
             guard next.1.lsn <= replayFrom else { return .notCovered }
             report.damage.append(damage(at: start, reason: reason, kind: .covered, end: next.0))
@@ -265,7 +254,7 @@ struct SegmentScan {
         // would mean lost commits.
         guard !later.contains(where: { $0.1.lsn >= replayFrom }) else { return .notCovered }
         let end = later.last.map { $0.0 + WALFormat.frameBytes(payloadBytes: Int($0.1.storedBytes)) } ?? offset
-        report.damage.append(damage(at: start, reason: isEndMarker(at: offset)
+        report.damage.append(damage(at: start, reason: try isEndMarker(at: offset)
                                         ? "the log ends at \(LSN(expected.rawValue - 1)) but the data file holds every batch "
                                             + "to \(LSN(replayFrom.rawValue - 1))"
                                         : reason,
@@ -277,8 +266,10 @@ struct SegmentScan {
     }
 
     /// Verifies the frame at `offset` and that it continues the log (R1, R2).
-    private func check(at offset: Int) -> (FrameHeader?, String?) {
-        let (header, defect) = bytes.withUnsafeBytes { FrameHeader.defect(in: $0, at: offset, salt: salt) }
+    private func check(at offset: Int) throws -> (FrameHeader?, String?) {
+        let (header, defect) = try window.withBytes(at: offset, count: SegmentWindow.frameSpan) { buffer, index in
+            FrameHeader.defect(in: buffer, at: index, salt: salt)
+        }
         guard let header, defect == nil else { return (header, defect) }
         let kind = FragmentKind(rawValue: header.kind)!
         if let partial {
@@ -309,15 +300,19 @@ struct SegmentScan {
             raw = []
         } else if header.isCompressed {
             do {
-                raw = try bytes.withUnsafeBytes { (buffer) throws(CodecError) in
-                    try LZ4Block.decompress(UnsafeRawBufferPointer(rebasing: buffer[payloadStart..<payloadEnd]),
+                raw = try window.withBytes(at: payloadStart, count: payloadEnd - payloadStart) { buffer, index in
+                    try LZ4Block.decompress(UnsafeRawBufferPointer(rebasing: buffer[index..<(index + payloadEnd - payloadStart)]),
                                             decompressedCount: Int(header.rawBytes))
                 }
+            } catch let error as WALError {
+                throw error
             } catch {
                 throw WALError.corruptBatch(path: path, offset: Int64(offset), lsn: header.lsn, reason: "\(error)")
             }
         } else {
-            raw = Array(bytes[payloadStart..<payloadEnd])
+            raw = try window.withBytes(at: payloadStart, count: payloadEnd - payloadStart) { buffer, index in
+                Array(buffer[index..<(index + payloadEnd - payloadStart)])
+            }
         }
         let kind = FragmentKind(rawValue: header.kind)!
         var current = partial ?? Partial(lsn: header.lsn, offset: offset, raw: [], batchBytes: Int(header.batchBytes),
@@ -360,20 +355,22 @@ struct SegmentScan {
 
     /// Whether the bytes at `offset` are where the log's data ends in this file: the end of
     /// the file, a zeroed header (preallocated space), or a frame of an earlier use.
-    private func isEndMarker(at offset: Int) -> Bool {
-        guard offset + WALFormat.frameHeaderBytes <= bytes.count else { return true }
-        let header = bytes.withUnsafeBytes { FrameHeader.parse($0, at: offset) }
-        // A header carrying the LSN expected here is this log's frame, damaged (its salt
-        // included): frames of an earlier use of the file carry older LSNs.
-        guard header.lsn != expected else { return false }
-        return header.salt != salt || bytes[offset..<(offset + WALFormat.frameHeaderBytes)].allSatisfy { $0 == 0 }
+    private func isEndMarker(at offset: Int) throws -> Bool {
+        guard offset + WALFormat.frameHeaderBytes <= window.size else { return true }
+        return try window.withBytes(at: offset, count: WALFormat.frameHeaderBytes) { buffer, index in
+            let header = FrameHeader.parse(buffer, at: index)
+            // A header carrying the LSN expected here is this log's frame, damaged (its salt
+            // included): frames of an earlier use of the file carry older LSNs.
+            guard header.lsn != expected else { return false }
+            return header.salt != salt || buffer[index..<(index + WALFormat.frameHeaderBytes)].allSatisfy { $0 == 0 }
+        }
     }
 
     /// Looks for frames of this use of the file after `offset` (R5): whether any vouches
     /// that the frame expected at `offset` was durable, and where the last one ends.
-    private func scanRemnants(after offset: Int) -> (vouched: Bool, end: Int) {
+    private func scanRemnants(after offset: Int) throws -> (vouched: Bool, end: Int) {
         var end = offset
-        for (position, header) in framesVerifying(after: offset) {
+        for (position, header) in try framesVerifying(after: offset) {
             if header.durableLSN >= expected { return (true, position) }
             end = position + WALFormat.frameBytes(payloadBytes: Int(header.storedBytes))
         }
@@ -381,32 +378,41 @@ struct SegmentScan {
     }
 
     /// The next frame after `offset` that verifies and could start a batch past `expected`.
-    private func nextValidFrame(after offset: Int) -> (offset: Int, lsn: LSN)? {
-        for (position, header) in framesVerifying(after: offset) where header.lsn >= expected {
+    private func nextValidFrame(after offset: Int) throws -> (offset: Int, lsn: LSN)? {
+        for (position, header) in try framesVerifying(after: offset) where header.lsn >= expected {
             if header.startsBatch { return (position, header.lsn) }
         }
         return nil
     }
 
     /// Every aligned position after `offset` holding a frame of this segment's salt that
-    /// verifies on its own (whether or not it continues the log). O(bytes / 8).
-    private func framesVerifying(after offset: Int) -> [(Int, FrameHeader)] {
+    /// verifies on its own (whether or not it continues the log). O(bytes / 8), read window
+    /// by window.
+    private func framesVerifying(after offset: Int) throws -> [(Int, FrameHeader)] {
         let saltBytes = (UInt8(truncatingIfNeeded: salt), UInt8(truncatingIfNeeded: salt >> 8),
                          UInt8(truncatingIfNeeded: salt >> 16), UInt8(truncatingIfNeeded: salt >> 24))
-        return bytes.withUnsafeBytes { buffer in
-            var found: [(Int, FrameHeader)] = []
-            var position = offset + WALFormat.frameAlignment
-            while position + WALFormat.frameHeaderBytes <= buffer.count {
-                // Most positions fail on the salt's first byte.
-                if buffer[position + 4] == saltBytes.0 && buffer[position + 5] == saltBytes.1
-                    && buffer[position + 6] == saltBytes.2 && buffer[position + 7] == saltBytes.3 {
-                    let (header, defect) = FrameHeader.defect(in: buffer, at: position, salt: salt)
-                    if let header, defect == nil { found.append((position, header)) }
+        var found: [(Int, FrameHeader)] = []
+        var position = offset + WALFormat.frameAlignment
+        while position + WALFormat.frameHeaderBytes <= window.size {
+            position = try window.withBytes(at: position, count: SegmentWindow.windowBytes) { buffer, index in
+                // Positions whose whole frame could lie in the buffer: up to the file's end
+                // when the buffer reaches it, else a largest frame short of the buffer's end.
+                let reachesEnd = position - index + buffer.count == window.size
+                let limit = reachesEnd ? buffer.count - WALFormat.frameHeaderBytes : buffer.count - SegmentWindow.frameSpan
+                var local = index
+                while local <= limit {
+                    // Most positions fail on the salt's first byte.
+                    if buffer[local + 4] == saltBytes.0 && buffer[local + 5] == saltBytes.1
+                        && buffer[local + 6] == saltBytes.2 && buffer[local + 7] == saltBytes.3 {
+                        let (header, defect) = FrameHeader.defect(in: buffer, at: local, salt: salt)
+                        if let header, defect == nil { found.append((position - index + local, header)) }
+                    }
+                    local += WALFormat.frameAlignment
                 }
-                position += WALFormat.frameAlignment
+                return position - index + local
             }
-            return found
         }
+        return found
     }
 
     private func damage(at start: Int, reason: String, corruption: Bool, end: Int) -> WALDamage {
@@ -432,5 +438,67 @@ struct DurabilityProof {
             unproven.removeAll { $0.lsn <= vouched }
         }
         if frame.lsn > durableLSN { unproven.append(frame) }
+    }
+}
+
+/// A segment file read through a window of at most `windowBytes` (or one largest frame):
+/// recovery's memory does not grow with the file. Reads are sequential in practice (the
+/// scan moves forward), so each byte is read about once.
+final class SegmentWindow {
+    let path: String
+    /// The file's size when it was opened.
+    let size: Int
+    private let handle: any OpenFile
+    /// The file offset of `buffer[0]`.
+    private var start = 0
+    private var buffer: [UInt8] = []
+
+    /// The most bytes held at once, unless one request needs more.
+    static let windowBytes = 4 << 20
+    /// The bytes a frame can span: header, largest payload, padding.
+    static let frameSpan = WALFormat.frameHeaderBytes + WALFormat.maxFragmentBytes + WALFormat.frameAlignment
+
+    /// Opens the segment at `path`. Throws `WALError.segmentTooLarge` for a file larger than
+    /// any a log writes, `WALError.io` when it cannot be read.
+    init(path: String, fileSystem: any FileSystem) throws {
+        self.path = path
+        do {
+            handle = try fileSystem.open(path, options: [])
+            let size = try handle.size()
+            guard size <= WALFormat.maxSegmentFileBytes else {
+                try? handle.close()
+                throw WALError.segmentTooLarge(path: path, byteCount: size, limit: WALFormat.maxSegmentFileBytes)
+            }
+            self.size = Int(size)
+        } catch let error as FileIOError {
+            throw WALError.io(error)
+        }
+    }
+
+    deinit { try? handle.close() }
+
+    /// The file's first `count` bytes (fewer when it is shorter).
+    func prefix(_ count: Int) throws -> [UInt8] {
+        try withBytes(at: 0, count: count) { buffer, index in Array(buffer[index..<min(buffer.count, index + count)]) }
+    }
+
+    /// Calls `body` with a buffer holding the file's bytes from `offset` up to `offset +
+    /// count` or the file's end, whichever comes first (it may hold more), and `offset`'s
+    /// index in it. The buffer ends either at the file's end or at least `count` bytes
+    /// after `offset`.
+    func withBytes<T>(at offset: Int, count: Int, _ body: (UnsafeRawBufferPointer, Int) throws -> T) throws -> T {
+        let end = min(size, offset + count)
+        if offset < start || end > start + buffer.count {
+            let length = max(0, min(size - offset, max(count, Self.windowBytes)))
+            do { buffer = try handle.read(count: length, at: Int64(offset)) } catch let error as FileIOError {
+                throw WALError.io(error)
+            }
+            start = offset
+            guard buffer.count == length else {
+                // The file shrank while it was read: nothing after this point is trusted.
+                throw WALError.io(.ioError(operation: .read, path: path))
+            }
+        }
+        return try buffer.withUnsafeBytes { try body($0, offset - start) }
     }
 }
