@@ -17,7 +17,7 @@ public enum FuzzTargets {
     /// The targets by name (the corpus folders' names).
     public static let all: [(name: String, run: @Sendable ([UInt8]) -> Void)] = [
         ("WALFrames", walFrames), ("LZ4Block", lz4Block), ("EnginePage", enginePage),
-        ("EngineOpen", engineOpen), ("RecordDecoder", recordDecoder),
+        ("EngineOpen", engineOpen), ("RecordDecoder", recordDecoder), ("StoreLog", storeLog),
     ]
 
     // MARK: WALFrames
@@ -217,6 +217,145 @@ public enum FuzzTargets {
               (try? RecordEncoder().encode(decodedAgain)) == again else {
             preconditionFailure("a decoded record does not round-trip")
         }
+    }
+
+    // MARK: StoreLog
+
+    /// A store whose log holds batches built from the input's structure, in frames with
+    /// valid checksums, so the fuzzer reaches what a checksum hides: batch encodings no
+    /// commit writes (empty keys, keys over 768 bytes, wrong operation counts, unknown
+    /// kinds, trailing bytes) and segment headers with any sequence number. Byte 0: flags
+    /// (bit 0: the sequence number is bytes 1–8, else 1; bit 1: LZ4-compress payloads;
+    /// bit 2: each batch's count is one more than its operations; bit 3: the input's
+    /// leftover bytes end the last batch). Then operations of 5 bytes: kind (0 put, 1
+    /// delete, 0xFF ends the batch, anything else written as the kind), key length and value
+    /// length (2 bytes each). Opening gives a store or a typed error; a store that opens
+    /// reads, checkpoints and closes, or fails typed; one that closed reopens and verifies.
+    public static func storeLog(_ input: [UInt8]) {
+        _ = storeLogOutcome(input)
+    }
+
+    /// How a `storeLog` input ended (for tests that check the seeds reach what they aim at).
+    enum StoreLogOutcome: Equatable {
+        case notAStore
+        case refused(String)
+        case failedAfterOpening(String)
+        case checkpointedAndReopened(keys: Int)
+    }
+
+    static func storeLogOutcome(_ input: [UInt8]) -> StoreLogOutcome {
+        guard let flags = input.first else { return .notAStore }
+        var rest = input.dropFirst()
+        var sequence: UInt64 = 1
+        if flags & 1 != 0 {
+            guard rest.count >= 8 else { return .notAStore }
+            sequence = rest.prefix(8).reversed().reduce(0) { $0 << 8 | UInt64($1) }
+            rest = rest.dropFirst(8)
+        }
+        var batches: [[UInt8]] = []
+        var operations: [[UInt8]] = []
+        var filler: UInt8 = 0
+        func bytes(_ count: Int) -> [UInt8] {
+            (0..<count).map { index in filler &+ UInt8(truncatingIfNeeded: index &* 31) }
+        }
+        func endBatch() {
+            guard !operations.isEmpty else { return }
+            batches.append(littleEndian(UInt32(operations.count + (flags & 4 != 0 ? 1 : 0))) + operations.joined())
+            operations = []
+        }
+        while rest.count >= 5 {
+            let fields = Array(rest.prefix(5))
+            rest = rest.dropFirst(5)
+            if fields[0] == 0xFF { endBatch(); continue }
+            filler = fields[1] ^ fields[3]
+            let keyCount = Int(fields[1]) | Int(fields[2]) << 8
+            let valueCount = Int(fields[3]) | Int(fields[4]) << 8
+            var operation = [fields[0] == 0 ? 1 : fields[0] == 1 ? 2 : fields[0]] + varint(keyCount) + bytes(keyCount)
+            if fields[0] != 1 { operation += varint(valueCount) + bytes(valueCount) }
+            operations.append(operation)
+        }
+        endBatch()
+        if flags & 8 != 0, !rest.isEmpty, !batches.isEmpty { batches[batches.count - 1] += rest }
+        guard !batches.isEmpty else { return .notAStore }
+
+        let fileSystem = SimulatedFileSystem()
+        do {
+            let (engine, _) = try StorageEngine.open(path: "/s", fileSystem: fileSystem)
+            try engine.close()
+            for name in try fileSystem.contentsOfDirectory("/s/wal") where name.hasSuffix(".seg") {
+                try fileSystem.removeFile("/s/wal/" + name)
+            }
+            var segment = storeLogSegmentHeader(sequence: sequence)
+            for (index, batch) in batches.enumerated() {
+                segment += framed(batch, lsn: UInt64(index + 1), compress: flags & 2 != 0)
+            }
+            let digits = String(sequence, radix: 16)
+            let file = try fileSystem.open("/s/wal/wal-" + String(repeating: "0", count: 16 - digits.count) + digits + ".seg",
+                                           options: [.create, .write])
+            try file.write(segment + [UInt8](repeating: 0, count: max(0, 4096 - segment.count)), at: 0)
+            try file.close()
+        } catch {
+            preconditionFailure("setting up the store failed: \(error)")
+        }
+        let opened: StorageEngine
+        do { opened = try StorageEngine.open(path: "/s", fileSystem: fileSystem).engine } catch {
+            precondition(error is EngineError, "opening threw an untyped error: \(error)")
+            return .refused("\(error)")
+        }
+        do {
+            _ = try opened.snapshot().scan()
+            try opened.checkpoint()
+            try opened.close()
+        } catch {
+            precondition(error is EngineError, "reading or checkpointing threw an untyped error: \(error)")
+            try? opened.close()
+            return .failedAfterOpening("\(error)")
+        }
+        do {
+            let (reopened, _) = try StorageEngine.open(path: "/s", fileSystem: fileSystem)
+            precondition(reopened.verify().isValid, "a store that checkpointed and closed does not verify")
+            let keys = try reopened.snapshot().scan().count
+            try reopened.close()
+            return .checkpointedAndReopened(keys: keys)
+        } catch {
+            preconditionFailure("a store that checkpointed and closed does not reopen: \(error)")
+        }
+    }
+
+    /// A valid segment header: salt `salt`, first LSN 1, capacity 4096.
+    private static func storeLogSegmentHeader(sequence: UInt64) -> [UInt8] {
+        var header = Array("STRATWAL".utf8) + littleEndian(UInt16(1)) + littleEndian(UInt16(64)) + littleEndian(salt)
+        header += littleEndian(sequence) + littleEndian(UInt64(1)) + littleEndian(UInt64(4096))
+        header += [UInt8](repeating: 0, count: 60 - header.count)
+        return header + littleEndian(CRC32C.checksum(header))
+    }
+
+    /// `batch` as the frames of LSN `lsn` (fragments of at most 1 MiB), with valid checksums.
+    private static func framed(_ batch: [UInt8], lsn: UInt64, compress: Bool) -> [UInt8] {
+        var frames: [UInt8] = []
+        let pieceBytes = 1 << 20
+        let pieces = stride(from: 0, to: batch.count, by: pieceBytes).map { Array(batch[$0..<min(batch.count, $0 + pieceBytes)]) }
+        for (index, piece) in pieces.enumerated() {
+            let kind: UInt8 = pieces.count == 1 ? 1 : index == 0 ? 2 : index == pieces.count - 1 ? 4 : 3
+            let compressed = compress ? LZ4Block.compress(piece) : nil
+            let payload = compressed ?? piece
+            var fields = littleEndian(salt) + littleEndian(lsn) + littleEndian(lsn - 1) + littleEndian(UInt32(payload.count))
+            fields += littleEndian(UInt32(piece.count)) + littleEndian(UInt32(batch.count))
+            fields += [compressed == nil ? 0 : 1, kind, 0, 0]
+            frames += littleEndian(CRC32C.extend(CRC32C.checksum(fields), payload)) + fields + payload
+            frames += [UInt8](repeating: 0, count: (8 - frames.count % 8) % 8)
+        }
+        return frames
+    }
+
+    private static func varint(_ value: Int) -> [UInt8] {
+        var value = value
+        var bytes: [UInt8] = []
+        while value >= 0x80 {
+            bytes.append(UInt8(value & 0x7F) | 0x80)
+            value >>= 7
+        }
+        return bytes + [UInt8(value)]
     }
 
     // MARK: Shared
