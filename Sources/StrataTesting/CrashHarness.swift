@@ -203,7 +203,58 @@ public struct CrashHarness: Sendable {
                            what: "\(name) \(persistent ? "from" : "at") operation \(operation) of \(operations)", into: &result)
                 }
             }
+            // A lost fdatasync, then the process ends and the store is reopened in the same
+            // boot (the page cache still holds the unsynced frame), takes a commit, and the
+            // power goes: the reopen must not have built on a frame only the cache held.
+            let fileSystem = SimulatedFileSystem()
+            fileSystem.injectFault(.lostSync, atOperation: operation)
+            let execution = execute(workload, seed: seed, on: fileSystem, options: options)
+            fileSystem.crash(.keepAll)
+            let problem = checkReopenInTheSameBoot(fileSystem, acknowledged: execution.acknowledged, history: history,
+                                                   seed: seed &+ UInt64(operation))
+            record(problem, .errors, seed: seed, operation: operation,
+                   what: "lost fdatasync at operation \(operation) of \(operations), a reopen in the same boot, a commit, "
+                       + "a power loss", into: &result)
             progress?(.errors, done + 1, points.count)
+        }
+    }
+
+    /// Opens the store a killed process left (its writes still only in the page cache),
+    /// commits one key, cuts the power, and checks the store then recovers that commit on
+    /// top of a state the run committed, with I1 for the run's acknowledged commits.
+    private func checkReopenInTheSameBoot(_ fileSystem: SimulatedFileSystem, acknowledged: UInt64, history: History,
+                                          seed: UInt64) -> String? {
+        let marker = Array("harness/same-boot".utf8)
+        let reopened: Store
+        do {
+            reopened = try Store.open(path: harnessStorePath, fileSystem: fileSystem, options: options)
+            try reopened.write { try $0.put(marker, Array("\(reopened.version)".utf8)) }
+        } catch {
+            return "reopening in the same boot: \(error)"
+        }
+        let version = reopened.version - 1
+        // No close: the power goes with the commit only in the log.
+        fileSystem.crash(.random(seed: seed))
+        withExtendedLifetime(reopened) {}
+        do {
+            let store = try Store.open(path: harnessStorePath, fileSystem: fileSystem, options: options)
+            defer { try? store.close() }
+            guard store.version == version + 1, try store.makeContext().get(marker) == Array("\(version)".utf8) else {
+                return "I1: the commit acknowledged after reopening in the same boot is missing (recovered version "
+                    + "\(store.version), it was \(version + 1))"
+            }
+            guard version >= acknowledged else { return "I1: version \(acknowledged) was acknowledged, \(version) reopened" }
+            if workload.isDeterministic {
+                var recovered = try contents(of: store)
+                recovered[marker] = nil
+                guard recovered == history.states[version] else {
+                    return "I2: under the commit after the reopen, the state differs from version \(version)'s"
+                }
+            }
+            let verification = store.engine.verify()
+            return verification.isValid ? nil : "I3: \(verification.problems[0])"
+        } catch {
+            return "recovery after a reopen in the same boot and a power loss: \(error)"
         }
     }
 

@@ -44,6 +44,14 @@ import Testing
         #expect(throws: FileIOError.notFound(operation: .rename, path: directory + "/nope")) {
             try fileSystem.rename(directory + "/nope", to: directory + "/y")
         }
+        // A lock file that cannot be opened is a failed open (a permission problem reads
+        // as one), not a failed flock, which would suggest another holder.
+        #expect(throws: FileIOError.notFound(operation: .open, path: directory + "/no/LOCK")) {
+            try fileSystem.lockExclusively(directory + "/no/LOCK")
+        }
+        #expect(throws: FileIOError.notFound(operation: .open, path: directory + "/no/data")) {
+            try fileSystem.lockShared(directory + "/no/data")
+        }
     }
 
     @Test func aSecondLockInTheSameProcessIsRefused() throws {
