@@ -120,13 +120,14 @@ public final class Context {
     }
 
     /// Stages a put (or, with nil, a delete) of any key, reserved ones included: the
-    /// record layer's way in.
-    func stage(_ key: [UInt8], _ value: [UInt8]?) throws {
+    /// record layer's way in. An unchecked write (`isChecked: false`) is one whose value
+    /// does not depend on what was read: conflict checks leave it out.
+    func stage(_ key: [UInt8], _ value: [UInt8]?, isChecked: Bool = true) throws {
         try checkWritable(key)
         if let value, value.count > Limits.maxValueBytes {
             throw EngineError.valueTooLarge(byteCount: value.count, limit: Limits.maxValueBytes)
         }
-        overlay.updateValue(OverlayEntry(value: value), forKey: key)
+        overlay.updateValue(OverlayEntry(value: value, isChecked: isChecked), forKey: key)
     }
 
     private func checkUnreserved(_ key: [UInt8]) throws(ContextError) {
@@ -180,8 +181,8 @@ public final class Context {
         switch try beginCommit() {
         case let .done(receipt):
             return receipt
-        case let .durable(batch, start):
-            do { return finished(try store.engine.commit(batch, readAt: snapshot), since: start) } catch {
+        case let .durable(batch, unchecked, start):
+            do { return finished(try store.engine.commit(batch, readAt: snapshot, unchecked: unchecked), since: start) } catch {
                 throw endAfterFailedCommit(error)
             }
         }
@@ -194,8 +195,8 @@ public final class Context {
         switch try beginCommit() {
         case let .done(receipt):
             return receipt
-        case let .durable(batch, start):
-            do { return finished(try await store.engine.commit(batch, readAt: snapshot), since: start) } catch {
+        case let .durable(batch, unchecked, start):
+            do { return finished(try await store.engine.commit(batch, readAt: snapshot, unchecked: unchecked), since: start) } catch {
                 throw endAfterFailedCommit(error)
             }
         }
@@ -205,30 +206,33 @@ public final class Context {
     /// batch still to make durable.
     private enum PendingCommit {
         case done(CommitReceipt)
-        case durable(WALBatch, ContinuousClock.Instant)
+        case durable(WALBatch, unchecked: Set<[UInt8]>, ContinuousClock.Instant)
     }
 
     private func beginCommit() throws -> PendingCommit {
         try checkCommittable()
         if let parent { return .done(try merge(into: parent)) }
         let start = ContinuousClock.now
-        guard let batch = try rootBatch() else { return .done(emptyReceipt()) }
-        return .durable(batch, start)
+        guard let (batch, unchecked) = try rootBatch() else { return .done(emptyReceipt()) }
+        return .durable(batch, unchecked: unchecked, start)
     }
 
-    /// The overlay as one batch, or nil (and the context ended) when it is empty.
-    private func rootBatch() throws -> WALBatch? {
+    /// The overlay as one batch and its unchecked keys, or nil (and the context ended)
+    /// when it is empty.
+    private func rootBatch() throws -> (WALBatch, Set<[UInt8]>)? {
         guard !overlay.isEmpty else {
             status = .committed
             return nil
         }
         var batch = WALBatch()
+        var unchecked = Set<[UInt8]>()
         batch.operations.reserveCapacity(overlay.count)
         var iterator = overlay.entries()
         while let (key, entry) = iterator.next() {
             if let value = entry.value { batch.put(key, value) } else { batch.delete(key) }
+            if !entry.isChecked { unchecked.insert(key) }
         }
-        return batch
+        return (batch, unchecked)
     }
 
     private func emptyReceipt() -> CommitReceipt {

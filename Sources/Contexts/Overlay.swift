@@ -14,13 +14,17 @@ import Synchronization
 struct OverlayEntry: Sendable {
     var value: [UInt8]?
     var stamp: UInt64
+    /// False for a write whose value does not depend on what was read (an index
+    /// manifest): merges, refreshes and the commit's conflict check leave it out.
+    var isChecked: Bool
 
     private static let nextStamp = Atomic<UInt64>(1)
 
     /// A write with a fresh stamp.
-    init(value: [UInt8]?) {
+    init(value: [UInt8]?, isChecked: Bool = true) {
         self.value = value
         self.stamp = Self.nextStamp.wrappingAdd(1, ordering: .relaxed).oldValue
+        self.isChecked = isChecked
     }
 }
 
@@ -45,8 +49,8 @@ extension Overlay {
         guard !isIdentical(to: earlier) else { return [] }
         var changed: [[UInt8]] = []
         var iterator = keys.entries()
-        while let (key, _) = iterator.next() {
-            if self[key]?.stamp != earlier[key]?.stamp { changed.append(key) }
+        while let (key, entry) = iterator.next() {
+            if entry.isChecked && self[key]?.stamp != earlier[key]?.stamp { changed.append(key) }
         }
         return changed
     }

@@ -15,6 +15,14 @@ extension StorageEngine {
         try finishCommit(beginCommit(batch, readVersion: snapshot.version))
     }
 
+    /// `commit(_:readAt:)` whose conflict check leaves out the keys in `unchecked`: writes
+    /// whose value does not depend on what was read, so the last one may simply win (the
+    /// record layer's index manifests, which every writer of a type writes alike).
+    @discardableResult
+    public func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) throws -> CommitResult {
+        try finishCommit(beginCommit(batch, readVersion: snapshot.version, unchecked: unchecked))
+    }
+
     /// Commits `batch` without a conflict check (a blind write: it read nothing, so the
     /// last writer of each key wins). Throws as `commit(_:readAt:)` does, except conflicts.
     @discardableResult
@@ -27,7 +35,13 @@ extension StorageEngine {
     /// task does not cancel a commit already submitted to the log.
     @discardableResult
     public func commit(_ batch: WALBatch, readAt snapshot: Snapshot) async throws -> CommitResult {
-        let submission = try beginCommit(batch, readVersion: snapshot.version)
+        try await commit(batch, readAt: snapshot, unchecked: [])
+    }
+
+    /// `commit(_:readAt:unchecked:)` for async code, as `commit(_:readAt:) async`.
+    @discardableResult
+    public func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) async throws -> CommitResult {
+        let submission = try beginCommit(batch, readVersion: snapshot.version, unchecked: unchecked)
         let waiter = try writableLog().waiter
         return try await withCheckedThrowingContinuation { continuation in
             waiter.enqueue(submission.lsn) { [self] in
@@ -39,14 +53,15 @@ extension StorageEngine {
     /// Checks conflicts and limits, takes the next version and queues the batch's frame.
     /// A blind write (no `readVersion`) hashes no key: only a commit that read checks,
     /// against the batches still in flight and the versions the memtables and tree hold.
-    private func beginCommit(_ batch: WALBatch, readVersion: UInt64?) throws -> Submission {
+    private func beginCommit(_ batch: WALBatch, readVersion: UInt64?, unchecked: Set<[UInt8]> = []) throws -> Submission {
         let log = try writableLog().log
         try Self.checkLimits(batch)
         return try commitLock.withLock { commits in
             guard !commits.closed else { throw EngineError.closed }
             if let failure = commits.failure { throw EngineError.storeFailed(reason: failure) }
             if let readVersion {
-                let keys = Set(batch.operations.map(\.key))
+                var keys = Set(batch.operations.map(\.key))
+                if !unchecked.isEmpty { keys.subtract(unchecked) }
                 var conflicts = Set<[UInt8]>()
                 // Every in-flight batch is newer than any published snapshot.
                 for other in commits.inFlight.values {

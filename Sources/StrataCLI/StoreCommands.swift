@@ -77,11 +77,13 @@ struct VerifyCommand: ParsableCommand {
             // Reading every key also checks the pages and overflow chains reads go through.
             _ = try store.read { try $0.scan().count }
             var progress: ProgressReporter?
-            let report = store.engine.verify { checked, pageCount in
+            var report = store.engine.verify { checked, pageCount in
                 guard pageCount >= ProgressReporter.largeStorePages, isTerminal(STDERR_FILENO) else { return }
                 if progress == nil { progress = ProgressReporter(label: "verify", total: pageCount) }
                 progress?.update(checked)
             }
+            // Record index entries that name no record (the type-free part of X1).
+            report.problems += try store.checkIndexEntries()
             return (report, store.recoveryReport.log.damage)
         }
         if json {

@@ -123,8 +123,16 @@ struct PlainMember: Record {
             }
         }
         #expect(try store.makeContext().scan(prefix: [0xFE, UInt8(ascii: "i")]).isEmpty)
-        // The first writable use builds every declared index.
-        let plan = try store.write { try $0.repository(Member.self).explain(#Predicate<Member> { $0.city == "Rome" }) }
+        // Reading stages nothing: the fetch scans, and the unit commits no version.
+        let version = store.version
+        let before = try store.write { try $0.repository(Member.self).explain(#Predicate<Member> { $0.city == "Rome" }) }
+        #expect(before.hasPrefix("read: scan of every Member"), "\(before)")
+        #expect(store.version == version)
+        // The first write builds every declared index.
+        let plan = try store.write { unit in
+            try unit.repository(Member.self).update(Member(id: 29, email: "p29@x", city: "Oslo", age: 49, nickname: nil))
+            return try unit.repository(Member.self).explain(#Predicate<Member> { $0.city == "Rome" })
+        }
         #expect(plan.hasPrefix("read: index city where city == Rome;"), "\(plan)")
         #expect(try store.makeContext().scan(prefix: [0xFE, UInt8(ascii: "i")]).count == 30 * Member.indexes.count)
         let rome = try store.makeContext().repository(Member.self).fetch(#Predicate<Member> { $0.city == "Rome" })

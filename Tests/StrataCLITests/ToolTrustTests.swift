@@ -130,6 +130,22 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("image/data").path))
     }
 
+    /// `verify` checks record index entries without knowing the types: an entry that names
+    /// a record that does not exist makes it exit 1 and say so.
+    @Test func verifyReportsAnIndexEntryThatNamesNoRecord() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let entity = Array("Gadget".utf8), index = Array("serial".utf8)
+        let key = [0xFE, UInt8(ascii: "i"), UInt8(entity.count)] + entity + [UInt8(index.count)] + index + [0x61, 0, 0]
+        let hex = { (bytes: [UInt8]) in "0x" + bytes.map { String(format: "%02x", $0) }.joined() }
+        let line = "{\"key\":\"\(hex(key))\",\"value\":\"\(hex([0x80, 0, 0, 0, 0, 0, 0, 7]))\",\"encoding\":\"hex\"}\n"
+        #expect(try runStrata(["load", "--store", "s.db"], input: "{\"key\":\"plain\",\"value\":\"1\"}\n", in: directory).status == 0)
+        #expect(try runStrata(["verify", "s.db"], in: directory).status == 0)
+        #expect(try runStrata(["load", "--store", "s.db"], input: line, in: directory).status == 0)
+        let verify = try runStrata(["verify", "s.db"], in: directory)
+        #expect(verify.status == 1 && verify.stderr.contains("names a record that does not exist"), "\(verify.stderr)")
+    }
+
     /// Damage in the middle of the log stops the store from opening with a message that
     /// names `strata salvage`; salvage writes what the log still holds into a new store and
     /// lists the damage, leaving the damaged store as it was.

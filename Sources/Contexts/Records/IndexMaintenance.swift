@@ -1,6 +1,7 @@
 // Keeping an entity's secondary indexes (RecordIndex.swift, X1) in step with its records:
 // entries replaced on every write, removed on delete, and built for existing records the
-// first time a writable context uses an index that the entity's manifest does not list.
+// first time a context writes the entity while its manifest does not list an index.
+// Reads never stage anything: a fetch uses only indexes the manifest lists.
 import StrataEngine
 
 /// The index work of one repository.
@@ -13,22 +14,28 @@ struct IndexMaintenance<R: Record> {
     var isEmpty: Bool { declared.isEmpty }
 
     /// The key of `record`'s entry in `index`, and its value (the record's id bytes).
-    private func entry(_ index: RecordIndex<R>, _ record: R) -> (key: [UInt8], value: [UInt8]) {
+    static func entry(_ index: RecordIndex<R>, _ record: R) -> (key: [UInt8], value: [UInt8]) {
         let prefix = RecordKeys.indexPrefix(entity: RecordTypeCache.entityName(of: R.self), index: index.name) + index.bytes(record)
         let id = record.id.keyBytes
         return (index.isUnique ? prefix : prefix + id, id)
     }
 
-    /// Replaces `old`'s entries (if any) with `new`'s. Throws `RecordError.uniqueViolation`.
+    private func entry(_ index: RecordIndex<R>, _ record: R) -> (key: [UInt8], value: [UInt8]) { Self.entry(index, record) }
+
+    /// Replaces `old`'s entries (if any) with `new`'s. Throws `RecordError.uniqueViolation`
+    /// before staging anything.
     func replace(old: R?, with new: R) throws {
+        for index in declared where index.isUnique {
+            let next = entry(index, new)
+            if let holder = try context.get(next.key), holder != next.value {
+                throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: index.name, value: index.render(new))
+            }
+        }
         for index in declared {
             let next = entry(index, new)
             if let old {
                 let previous = entry(index, old)
                 if previous.key != next.key { try context.stage(previous.key, nil) }
-            }
-            if index.isUnique, let holder = try context.get(next.key), holder != next.value {
-                throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: index.name, value: index.render(new))
             }
             try context.stage(next.key, next.value)
         }
@@ -45,10 +52,12 @@ struct IndexMaintenance<R: Record> {
         return Set(try RecordDecoder().decode([String].self, from: bytes))
     }
 
-    /// Builds every declared index the manifest does not list yet (X1), in this context.
-    /// A read-only context cannot: its fetches then scan instead of using those indexes.
+    /// Before a write: builds every declared index the manifest does not list yet (X1), in
+    /// this context, and lists it. When the entity has no record yet there is nothing to
+    /// build, and the manifest write is unchecked: it is the same for every writer of the
+    /// type, so concurrent first writers never conflict over it.
     func ensureBuilt() throws {
-        guard !declared.isEmpty, !context.isReadOnly else { return }
+        guard !declared.isEmpty else { return }
         let have = try built()
         let missing = declared.filter { !have.contains($0.name) }
         guard !missing.isEmpty else { return }
@@ -64,14 +73,18 @@ struct IndexMaintenance<R: Record> {
             }
         }
         let names = (have.union(missing.map(\.name))).sorted()
-        try context.stage(RecordKeys.manifest(entity: RecordTypeCache.entityName(of: R.self)), try RecordEncoder().encode(names))
+        try context.stage(RecordKeys.manifest(entity: RecordTypeCache.entityName(of: R.self)), try RecordEncoder().encode(names),
+                          isChecked: false)
     }
 
-    /// The indexes a fetch may use: built ones (building missing ones first when it can).
+    /// The indexes a fetch may use: those the manifest lists as built, or all of them
+    /// while the entity has no record (nothing can be missing from them). Stages nothing.
     func usable() throws -> [RecordIndex<R>] {
         guard !declared.isEmpty else { return [] }
-        try ensureBuilt()
         let have = try built()
-        return declared.filter { have.contains($0.name) }
+        let listed = declared.filter { have.contains($0.name) }
+        guard listed.count < declared.count else { return listed }
+        let entity = RecordKeys.prefix(entity: RecordTypeCache.entityName(of: R.self))
+        return try context.scan(prefix: entity, limit: 1).isEmpty ? declared : listed
     }
 }

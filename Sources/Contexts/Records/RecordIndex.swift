@@ -114,4 +114,33 @@ extension RecordKeys {
 
     /// Where the names of an entity's built indexes are kept.
     static func manifest(entity: String) -> [UInt8] { named(manifestTag, [entity]) }
+
+    /// The entity part of a reserved key with `tag` (`0xFE`, the tag, the entity's name),
+    /// or nil when `key` is not one.
+    static func entityPrefix(of key: [UInt8], tag: UInt8) -> ArraySlice<UInt8>? {
+        guard key.count > 2, key[0] == reservedByte, key[1] == tag,
+              let (length, used) = readVarint(key, at: 2), 2 + used + length <= key.count else { return nil }
+        return key[0..<(2 + used + length)]
+    }
+
+    /// The entity name of an index entry's key, with the record-key prefix of that entity.
+    static func recordPrefix(ofIndexKey key: [UInt8]) -> [UInt8]? {
+        guard let prefix = entityPrefix(of: key, tag: indexTag),
+              let name = String(validating: prefix.dropFirst(2 + readVarint(key, at: 2)!.used), as: UTF8.self) else { return nil }
+        return self.prefix(entity: name)
+    }
+
+    private static func readVarint(_ bytes: [UInt8], at start: Int) -> (value: Int, used: Int)? {
+        var value = 0
+        var shift = 0
+        var index = start
+        while index < bytes.count, shift < 35 {
+            let byte = bytes[index]
+            value |= Int(byte & 0x7F) << shift
+            index += 1
+            if byte & 0x80 == 0 { return (value, index - start) }
+            shift += 7
+        }
+        return nil
+    }
 }

@@ -8,6 +8,9 @@ import StrataLocks
 enum RecordTypeCache {
     private struct Entries {
         var indexes: [ObjectIdentifier: Any] = [:]
+        /// What a stored record implies for its entity's indexes, by the entity's record-key
+        /// prefix: for merges and refreshes, which see keys, not types.
+        var derivers: [[UInt8]: IndexDeriver] = [:]
         var entityNames: [ObjectIdentifier: String] = [:]
         var isID: [AnyKeyPath: Bool] = [:]
     }
@@ -18,8 +21,27 @@ enum RecordTypeCache {
     static func indexes<R: Record>(of type: R.Type) -> [RecordIndex<R>] {
         if let cached = entries.withLock({ $0.indexes[ObjectIdentifier(type)] }) as? [RecordIndex<R>] { return cached }
         let indexes = R.indexes
-        entries.withLock { $0.indexes[ObjectIdentifier(type)] = indexes }
+        let prefix = RecordKeys.prefix(entity: entityName(of: type))
+        let deriver: IndexDeriver = { bytes in
+            let record = try RecordDecoder().decode(R.self, from: bytes)
+            return indexes.map { index in
+                let (key, value) = IndexMaintenance<R>.entry(index, record)
+                return IndexEntry(index: index.name, isUnique: index.isUnique, key: key, value: value, rendered: index.render(record))
+            }
+        }
+        entries.withLock { entries in
+            entries.indexes[ObjectIdentifier(type)] = indexes
+            if !indexes.isEmpty { entries.derivers[prefix] = deriver }
+        }
         return indexes
+    }
+
+    /// The entity and index deriver of a record key, when a type with indexes was used
+    /// for that entity in this process.
+    static func deriver(forRecordKey key: [UInt8]) -> (prefix: [UInt8], derive: IndexDeriver)? {
+        guard let prefix = RecordKeys.entityPrefix(of: key, tag: RecordKeys.recordTag) else { return nil }
+        let record = Array(prefix)
+        return entries.withLock { $0.derivers[record] }.map { (record, $0) }
     }
 
     /// `R.entityName`, evaluated once (the default describes the type, which is slow).
@@ -38,3 +60,17 @@ enum RecordTypeCache {
         return answer
     }
 }
+
+/// One index entry a record implies.
+struct IndexEntry {
+    let index: String
+    let isUnique: Bool
+    let key: [UInt8]
+    /// The record's id bytes.
+    let value: [UInt8]
+    /// The indexed value, for messages.
+    let rendered: String
+}
+
+/// The entries a stored record's bytes imply for every index of its type.
+typealias IndexDeriver = @Sendable ([UInt8]) throws -> [IndexEntry]

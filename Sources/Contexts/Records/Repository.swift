@@ -92,17 +92,22 @@ public struct Repository<R: Record> {
             throw RecordError.invalidQuery("offset \(offset) and limit \(limit.map(String.init) ?? "none") must not be negative")
         }
         let plan = QueryPlan<R>(predicate, indexes: try indexes.usable())
-        // Without a sort, records come in id order, so a limit can stop the scan early.
-        let stopAfter = sortBy.isEmpty ? limit.map { offset + $0 } : nil
-        var matches: [R] = []
+        // Without a sort the result is in id order. Key-range plans read in id order, so a
+        // limit can stop them early; an index plan reads in index order and is put back
+        // in id order first.
+        let inIndexOrder = if case .index = plan.access { true } else { false }
+        let stopAfter = sortBy.isEmpty && !inIndexOrder ? limit.map { offset + $0 } : nil
+        var matches: [(key: [UInt8], record: R)] = []
         for (key, bytes) in try candidates(plan) {
             let record = try decode(bytes, key: key)
             if let predicate, try !predicate.evaluate(record) { continue }
-            matches.append(record)
+            matches.append((key, record))
             if let stopAfter, matches.count >= stopAfter { break }
         }
-        if !sortBy.isEmpty { matches.sort(using: sortBy) }
-        let skipped = matches.dropFirst(offset)
+        if sortBy.isEmpty && inIndexOrder { matches.sort { $0.key.lexicographicallyPrecedes($1.key) } }
+        var records = matches.map(\.record)
+        if !sortBy.isEmpty { records.sort(using: sortBy) }
+        let skipped = records.dropFirst(offset)
         return Array(limit.map { skipped.prefix($0) } ?? skipped)
     }
 
