@@ -143,6 +143,7 @@ final class ChangeFeedHub: Sendable {
         var nextID = 0
         var byID: [Int: ChangeFeedSubscriber] = [:]
         var observers: [Int: @Sendable (ChangeSet) -> Void] = [:]
+        var signals: [Int: VersionSignal] = [:]
         var finished = false
     }
 
@@ -157,6 +158,24 @@ final class ChangeFeedHub: Sendable {
         if finished { subscriber.finish() }
         return id
     }
+
+    /// Adds an observed query's signal (Observation.swift); a finished hub finishes it.
+    func add(_ signal: VersionSignal) -> Int {
+        let (id, finished) = subscribers.withLock { subscribers in
+            subscribers.nextID += 1
+            if !subscribers.finished { subscribers.signals[subscribers.nextID] = signal }
+            return (subscribers.nextID, subscribers.finished)
+        }
+        if finished { signal.finish() }
+        return id
+    }
+
+    func remove(signal id: Int) {
+        subscribers.withLock { _ = $0.signals.removeValue(forKey: id) }
+    }
+
+    /// How many observed queries are registered (for tests).
+    var signalCount: Int { subscribers.withLock { $0.signals.count } }
 
     func addObserver(_ observer: @escaping @Sendable (ChangeSet) -> Void) -> Int {
         subscribers.withLock { subscribers in
@@ -176,7 +195,10 @@ final class ChangeFeedHub: Sendable {
 
     /// Called with each published run of batches, in version order.
     func publish(_ batches: [(version: UInt64, batch: WALBatch)]) {
-        let (current, observers) = subscribers.withLock { (Array($0.byID.values), Array($0.observers.values)) }
+        let (current, observers, signals) = subscribers.withLock {
+            (Array($0.byID.values), Array($0.observers.values), Array($0.signals.values))
+        }
+        if let last = batches.last?.version { for signal in signals { signal.publish(last) } }
         guard !current.isEmpty || !observers.isEmpty else { return }
         for (version, batch) in batches {
             let changeSet = ChangeSet(version: version, batch: batch)
@@ -186,11 +208,15 @@ final class ChangeFeedHub: Sendable {
     }
 
     func finishAll() {
-        let all = subscribers.withLock { subscribers in
+        let (all, signals) = subscribers.withLock { subscribers in
             subscribers.finished = true
-            defer { subscribers.byID.removeAll() }
-            return Array(subscribers.byID.values)
+            defer {
+                subscribers.byID.removeAll()
+                subscribers.signals.removeAll()
+            }
+            return (Array(subscribers.byID.values), Array(subscribers.signals.values))
         }
         for subscriber in all { subscriber.finish() }
+        for signal in signals { signal.finish() }
     }
 }
