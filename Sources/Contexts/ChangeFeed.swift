@@ -5,6 +5,9 @@
 //  F1. A subscriber receives each version after its start exactly once, in order: the
 //      log's history up to the version current when it subscribed, then live change sets
 //      (which it buffers while it reads the history, dropping versions it already has).
+//  F2. A commit never waits for a subscriber, and a subscriber's buffer is bounded: one
+//      that falls more than its limit behind gets `ChangeFeedError.fellBehind` after
+//      the change sets it has, never a gap.
 // Thread-safety: the hub and subscribers are guarded by their locks; `publish` runs on a
 // committing thread under the engine's commit lock, so it only appends and yields.
 import StrataEngine
@@ -41,24 +44,40 @@ public struct ChangeSet: Sendable, Equatable {
 }
 
 /// Committed change sets, in version order, until the store closes or the task stops
-/// iterating. Made by `Store.changes(after:)`.
+/// iterating. Made by `Store.changes(after:bufferLimit:)`.
 public struct ChangeFeed: AsyncSequence, Sendable {
     public typealias Element = ChangeSet
-    let stream: AsyncStream<ChangeSet>
+    let stream: AsyncThrowingStream<ChangeSet, any Error>
 
-    public func makeAsyncIterator() -> AsyncStream<ChangeSet>.Iterator { stream.makeAsyncIterator() }
+    public func makeAsyncIterator() -> AsyncThrowingStream<ChangeSet, any Error>.Iterator { stream.makeAsyncIterator() }
+}
+
+/// Why a change feed ended early.
+public enum ChangeFeedError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The consumer fell more than `bufferLimit` change sets behind the commits (F2); it
+    /// received every change set up to `lastVersion`.
+    case fellBehind(lastVersion: UInt64, bufferLimit: Int)
+
+    public var description: String {
+        switch self {
+        case let .fellBehind(lastVersion, bufferLimit):
+            "The change feed's consumer fell more than \(bufferLimit) change sets behind the commits; it ended after "
+                + "version \(lastVersion). Resume with store.changes(after: \(lastVersion)), or raise bufferLimit."
+        }
+    }
 }
 
 extension Store {
     /// The change sets committed after `version` (nil: from now on), in version order.
     /// History comes from the write-ahead log: throws `EngineError.historyUnavailable`
     /// when a checkpoint released the log that held version `version + 1`. Reading the
-    /// history happens here, before this returns.
-    public func changes(after version: UInt64? = nil) throws -> ChangeFeed {
-        let (stream, continuation) = AsyncStream<ChangeSet>.makeStream()
-        let subscriber = ChangeFeedSubscriber(continuation: continuation)
+    /// history happens here, before this returns. The feed holds at most `bufferLimit`
+    /// change sets beyond the history that the consumer has not taken; past that it ends
+    /// with `ChangeFeedError.fellBehind` (F2).
+    public func changes(after version: UInt64? = nil, bufferLimit: Int = 10_000) throws -> ChangeFeed {
+        guard bufferLimit > 0 else { throw UnitOfWorkError.invalidRequest("bufferLimit must be positive (got \(bufferLimit))") }
+        let subscriber = ChangeFeedSubscriber()
         let id = feed.add(subscriber)
-        continuation.onTermination = { [feed] _ in feed.remove(id) }
         let current = engine.version
         var history: [ChangeSet] = []
         if let version, version < current {
@@ -66,11 +85,13 @@ extension Store {
                 try engine.history((version + 1)...current) { history.append(ChangeSet(version: $0, batch: $1)) }
             } catch {
                 feed.remove(id)
-                continuation.finish()
                 throw error
             }
         }
-        subscriber.startLive(history: history, through: current)
+        let (stream, continuation) = AsyncThrowingStream<ChangeSet, any Error>.makeStream(
+            bufferingPolicy: .bufferingOldest(history.count + bufferLimit))
+        continuation.onTermination = { [feed] _ in feed.remove(id) }
+        subscriber.startLive(continuation, history: history, through: current, bufferLimit: bufferLimit)
         return ChangeFeed(stream: stream)
     }
 }
@@ -96,45 +117,58 @@ public struct CommitObservation: Sendable, Hashable {
     let id: Int
 }
 
-/// One observer's stream and its position (F1).
+/// One observer's stream and its position (F1, F2).
 final class ChangeFeedSubscriber: Sendable {
     private struct State {
-        var live = false
+        var continuation: AsyncThrowingStream<ChangeSet, any Error>.Continuation?
         var buffered: [ChangeSet] = []
         var lastDelivered: UInt64 = 0
+        var bufferLimit = 0
+        var ended = false
     }
 
-    private let continuation: AsyncStream<ChangeSet>.Continuation
     private let state = Locked(State())
-
-    init(continuation: AsyncStream<ChangeSet>.Continuation) {
-        self.continuation = continuation
-    }
 
     func deliver(_ changeSet: ChangeSet) {
         state.withLock { state in
-            guard state.live else { return state.buffered.append(changeSet) }
-            guard changeSet.version > state.lastDelivered else { return }
-            state.lastDelivered = changeSet.version
-            continuation.yield(changeSet)
+            guard !state.ended else { return }
+            guard state.continuation != nil else { return state.buffered.append(changeSet) }
+            Self.yield(changeSet, into: &state)
         }
+    }
+
+    /// Yields `changeSet` unless it was delivered; ends the feed with `fellBehind` when
+    /// the buffer is full (F2).
+    private static func yield(_ changeSet: ChangeSet, into state: inout State) {
+        guard changeSet.version > state.lastDelivered, let continuation = state.continuation else { return }
+        if case .dropped = continuation.yield(changeSet) {
+            state.ended = true
+            continuation.finish(throwing: ChangeFeedError.fellBehind(lastVersion: state.lastDelivered,
+                                                                     bufferLimit: state.bufferLimit))
+            return
+        }
+        state.lastDelivered = changeSet.version
     }
 
     /// Yields `history`, then what arrived meanwhile past `version`, and goes live.
-    func startLive(history: [ChangeSet], through version: UInt64) {
+    func startLive(_ continuation: AsyncThrowingStream<ChangeSet, any Error>.Continuation, history: [ChangeSet],
+                   through version: UInt64, bufferLimit: Int) {
         state.withLock { state in
-            for changeSet in history { continuation.yield(changeSet) }
-            state.lastDelivered = version
-            for changeSet in state.buffered where changeSet.version > version {
-                state.lastDelivered = changeSet.version
-                continuation.yield(changeSet)
-            }
+            state.continuation = continuation
+            state.bufferLimit = bufferLimit
+            for changeSet in history { Self.yield(changeSet, into: &state) }
+            state.lastDelivered = max(state.lastDelivered, version)
+            for changeSet in state.buffered where changeSet.version > version { Self.yield(changeSet, into: &state) }
             state.buffered.removeAll()
-            state.live = true
         }
     }
 
-    func finish() { continuation.finish() }
+    func finish() {
+        state.withLock { state in
+            state.ended = true
+            state.continuation?.finish()
+        }
+    }
 }
 
 /// Every subscriber of a store: change feeds, and observers called synchronously.

@@ -18,6 +18,10 @@ extension ContextError: LocalizedError {
     public var errorDescription: String? { description }
 }
 
+extension ChangeFeedError: LocalizedError {
+    public var errorDescription: String? { description }
+}
+
 extension RecordError: LocalizedError {
     public var errorDescription: String? { description }
 }

@@ -123,8 +123,9 @@ public final class StorageEngine: Sendable {
 
     /// Calls `observer` with every batch published from now on, in version order, from
     /// the committing thread while it holds the commit lock: the observer must be quick
-    /// and must not call back into the engine. Replaces any earlier observer.
-    public func observeCommits(_ observer: CommitObserver?) {
+    /// and must not call back into the engine. Replaces any earlier observer: the `Store`
+    /// holds this hook (package access), and applications observe through the store.
+    package func observeCommits(_ observer: CommitObserver?) {
         let box = observer.map(CommitObserverBox.init)
         publishObserver.withLock { $0 = box }
     }
@@ -231,7 +232,7 @@ public enum AccessMode: Sendable, Equatable {
 }
 
 /// Receives published batches with their versions (see `StorageEngine.observeCommits`).
-public typealias CommitObserver = @Sendable ([(version: UInt64, batch: WALBatch)]) -> Void
+package typealias CommitObserver = @Sendable ([(version: UInt64, batch: WALBatch)]) -> Void
 
 /// A commit observer held by reference, so reading it out of a lock copies a pointer
 /// instead of re-wrapping the closure.

@@ -19,7 +19,7 @@ import Testing
         }
         try seed(store, ["c": "3"])
         var received: [ChangeSet] = []
-        for await changeSet in feed {
+        for try await changeSet in feed {
             received.append(changeSet)
             if received.count == 3 { break }
         }
@@ -35,7 +35,7 @@ import Testing
         let feed = try store.changes(after: start + 2)
         try seed(store, ["live": "yes"])
         var versions: [UInt64] = []
-        for await changeSet in feed {
+        for try await changeSet in feed {
             versions.append(changeSet.version)
             if versions.count == 4 { break }
         }
@@ -51,7 +51,7 @@ import Testing
         }
         let feed = try store.changes(after: start)
         var versions: [UInt64] = []
-        for await changeSet in feed {
+        for try await changeSet in feed {
             versions.append(changeSet.version)
             if versions.count == 220 { break }
         }
@@ -87,7 +87,7 @@ import Testing
         try seed(store, ["a": "1"])
         try store.close()
         var count = 0
-        for await _ in feed { count += 1 }
+        for try await _ in feed { count += 1 }
         #expect(count == 1)
     }
 }
@@ -108,5 +108,30 @@ import Testing
         let recorded = depths.withLock { $0 }
         #expect(recorded.count == 2_000)
         #expect(recorded[9] == recorded[1_999], "call depth at commit 10: \(recorded[9]), at commit 2000: \(recorded[1_999])")
+    }
+}
+
+/// A change feed's buffer is bounded (F2): a consumer that falls behind gets every change
+/// set it has room for, then `fellBehind` naming the last one, never a gap; commits never wait.
+@Suite struct ChangeFeedBoundTests {
+    @Test func aConsumerThatFallsBehindGetsFellBehindAfterWhatItHas() async throws {
+        let store = try Store.inMemory()
+        let start = store.version
+        let feed = try store.changes(bufferLimit: 8)
+        for index in 0..<20 {
+            try await store.write { unit in try unit.put(Array("k\(index)".utf8), [1]) }
+        }
+        var versions: [UInt64] = []
+        await #expect(throws: ChangeFeedError.fellBehind(lastVersion: start + 8, bufferLimit: 8)) {
+            for try await changeSet in feed { versions.append(changeSet.version) }
+        }
+        #expect(versions == Array((start + 1)...(start + 8)))
+        // Resuming from the last version received misses nothing.
+        var resumed: [UInt64] = []
+        for try await changeSet in try store.changes(after: start + 8) {
+            resumed.append(changeSet.version)
+            if resumed.count == 12 { break }
+        }
+        #expect(resumed == Array((start + 9)...(start + 20)))
     }
 }

@@ -36,7 +36,7 @@ import Testing
         try await store.write(retries: 3) { unit in try unit.put(Array("k".utf8), Array("v".utf8)) }
 
         let feed = try store.changes(after: receipt.version - 1)
-        for await change in feed {
+        for try await change in feed {
             #expect(change.version == receipt.version)
             break
         }
