@@ -138,8 +138,6 @@ extension Context {
 
     private func entityName(of recordKey: [UInt8]) -> String {
         guard let prefix = RecordKeys.entityPrefix(of: recordKey, tag: RecordKeys.recordTag) else { return "record" }
-        var start = prefix.startIndex + 2
-        while start < prefix.endIndex, prefix[start] & 0x80 != 0 { start += 1 }
-        return String(decoding: prefix[(start + 1)...], as: UTF8.self)
+        return RecordKeys.entityName(ofPrefix: Array(prefix))
     }
 }
