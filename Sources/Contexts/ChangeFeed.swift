@@ -184,23 +184,23 @@ final class ChangeFeedHub: Sendable {
     private let subscribers = Locked(Subscribers())
 
     func add(_ subscriber: ChangeFeedSubscriber) -> Int {
-        let (id, finished) = subscribers.withLock { subscribers in
-            subscribers.nextID += 1
-            if !subscribers.finished { subscribers.byID[subscribers.nextID] = subscriber }
-            return (subscribers.nextID, subscribers.finished)
-        }
-        if finished { subscriber.finish() }
-        return id
+        register({ $0.byID[$1] = subscriber }, whenFinished: subscriber.finish)
     }
 
     /// Adds an observed query's signal (Observation.swift); a finished hub finishes it.
     func add(_ signal: VersionSignal) -> Int {
+        register({ $0.signals[$1] = signal }, whenFinished: signal.finish)
+    }
+
+    /// Gives the next ID to what `insert` keeps, unless the hub has finished: then calls
+    /// `whenFinished` instead.
+    private func register(_ insert: (inout Subscribers, Int) -> Void, whenFinished: () -> Void) -> Int {
         let (id, finished) = subscribers.withLock { subscribers in
             subscribers.nextID += 1
-            if !subscribers.finished { subscribers.signals[subscribers.nextID] = signal }
+            if !subscribers.finished { insert(&subscribers, subscribers.nextID) }
             return (subscribers.nextID, subscribers.finished)
         }
-        if finished { signal.finish() }
+        if finished { whenFinished() }
         return id
     }
 
