@@ -71,3 +71,34 @@ actor Importer {
         }
     }
 }
+
+/// What a list view shows: the titles, kept current by observing the store. Each durable
+/// commit that changes them sets `titles` on the main actor.
+@MainActor
+final class TodoTitlesModel {
+    private(set) var titles: [String] = []
+    private(set) var updates = 0
+    private var following: Task<Void, any Error>?
+
+    func follow(_ store: Store) {
+        following = Task { @MainActor in
+            for try await titles in store.observe({ context in
+                try context.repository(Todo.self).fetch(sortBy: [SortDescriptor(\Todo.id)]).map(\.title)
+            }) {
+                MainActor.assertIsolated("observed values arrive on the consumer's actor")
+                self.titles = titles
+                self.updates += 1
+            }
+        }
+    }
+
+    func stop() { following?.cancel() }
+}
+
+/// The store's migrations: each step runs once, in its own unit of work.
+func todoMigrator() -> Migrator {
+    var migrator = Migrator()
+    migrator.register("1 settings") { unit in try unit.put(Array("settings/theme".utf8), Array("light".utf8)) }
+    migrator.register("2 index todos by title", Migrator.reindex(Todo.self))
+    return migrator
+}

@@ -14,7 +14,15 @@ func check(_ condition: Bool, _ what: String) {
 var failures = 0
 
 let store = try Store.inMemory()
+let migrator = todoMigrator()
+let rehearsal = try migrator.rehearse(store)
+check(rehearsal.map(\.name) == migrator.names && store.version == 0, "rehearsing the migrations changed nothing")
+check(try migrator.migrate(store) == migrator.names, "the migrations ran once each")
+check(try migrator.migrate(store).isEmpty, "a second migrate runs none")
+
 let model = TodoListModel(store: store)
+let titlesModel = TodoTitlesModel()
+titlesModel.follow(store)
 
 model.pending = ["milk", "bread"]
 let count = try await model.savePending()
@@ -34,6 +42,17 @@ do {
 }
 check(store.version == versionBefore, "nothing was committed by the failed unit of work")
 check(try model.titles() == ["milk", "bread", "eggs", "tea", "jam"], "the store holds exactly the saved todos")
+
+// The observed list catches up with the durable commits, on the main actor.
+let expected = ["milk", "bread", "eggs", "tea", "jam"]
+var waited = 0
+while titlesModel.titles != expected && waited < 500 {
+    try await Task.sleep(for: .milliseconds(10))
+    waited += 1
+}
+check(titlesModel.titles == expected && titlesModel.updates >= 2,
+      "an observed list follows the store (\(titlesModel.updates) updates)")
+titlesModel.stop()
 
 await model.trySavePending()
 check(model.lastError == TitleTaken(title: "milk"), "a main-actor model keeps the error for its view")
