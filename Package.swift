@@ -108,7 +108,7 @@ let package = Package(
         .testTarget(name: "StrataTestingTests", dependencies: ["StrataTesting"]),
         .testTarget(name: "RecordsTests", dependencies: ["Strata", "StrataTesting"]),
         // Drives the built `strata` executable as a process; checks the repository's docs.
-        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI"]),
+        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "StrataFileIO"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -75,13 +75,7 @@ public final class Context {
     /// Throws `ContextError.finished`, or `EngineError` for a corrupt page.
     public func get(_ key: [UInt8]) throws -> [UInt8]? {
         try checkOpen()
-        if let entry = overlay[key] { return entry.value }
-        var layer = base
-        while let current = layer {
-            if let entry = current.overlay[key] { return entry.value }
-            layer = current.next
-        }
-        return try snapshot.get(key)
+        return try read(key, overlay: overlay)
     }
 
     /// Whether `key` has a value as this context sees it.

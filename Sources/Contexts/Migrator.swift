@@ -171,10 +171,4 @@ extension RecordKeys {
     static var migrationPrefix: [UInt8] { [reservedByte, migrationTag] }
     static func migration(_ name: String) -> [UInt8] { named(migrationTag, [name]) }
 
-    /// The entity name of a record-key prefix made by `prefix(entity:)`.
-    static func entityName(ofPrefix prefix: [UInt8]) -> String {
-        var start = 2
-        while start < prefix.count, prefix[start] & 0x80 != 0 { start += 1 }
-        return String(decoding: prefix[min(start + 1, prefix.count)...], as: UTF8.self)
-    }
 }

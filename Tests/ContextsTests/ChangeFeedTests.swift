@@ -134,4 +134,12 @@ import Testing
         }
         #expect(resumed == Array((start + 9)...(start + 20)))
     }
+
+    @Test func aBufferLimitThatIsNotPositiveIsRefusedSayingWhy() throws {
+        let store = try Store.inMemory()
+        #expect { _ = try store.changes(bufferLimit: 0) } throws: { error in
+            guard case let UnitOfWorkError.invalidRequest(reason) = error else { return false }
+            return reason.contains("bufferLimit must be positive")
+        }
+    }
 }

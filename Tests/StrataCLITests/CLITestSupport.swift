@@ -1,5 +1,6 @@
 // Runs the `strata` tool as a process, the way users and scripts do.
 import Foundation
+import StrataFileIO
 
 /// What a run of `strata` printed and how it exited.
 struct ToolRun {
@@ -102,9 +103,7 @@ func runStrata(_ arguments: [String], in directory: URL, limit seconds: Double) 
     process.executableURL = strataExecutable
     process.arguments = arguments
     process.currentDirectoryURL = directory
-    var environment = ProcessInfo.processInfo.environment
-    environment["SWIFT_BACKTRACE"] = "enable=no"
-    process.environment = environment
+    process.environment = toolEnvironment()
     let outputs = (0..<2).map { _ in FileManager.default.temporaryDirectory.appendingPathComponent("strata-out-\(UUID().uuidString)") }
     defer { for url in outputs { try? FileManager.default.removeItem(at: url) } }
     for url in outputs { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
@@ -130,17 +129,8 @@ func runStrata(_ arguments: [String], in directory: URL, limit seconds: Double) 
                       signalled: process.terminationReason == .uncaughtSignal && !timedOut, timedOut: timedOut)
 }
 
-/// A small seeded generator for tests that pick at random (they print the seed).
-struct SeededRandom {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+extension SplitMix64 {
+    /// A number in `0..<bound` (0 when `bound` is not positive), for tests that pick at random.
     mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(max(bound, 1))) }
 }
 

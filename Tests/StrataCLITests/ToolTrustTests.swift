@@ -1,6 +1,7 @@
 // What the `strata` tool promises about damaged stores, stopped copies and full disks,
 // checked the way an operator meets them: through the tool, on real files.
 import Foundation
+import StrataFileIO
 import Testing
 
 @Suite(.serialized) struct ToolTrustTests {
@@ -11,7 +12,7 @@ import Testing
     @Test func randomDamageNeverGivesAWrongValueOrASilentlyMissingKey() throws {
         let seed: UInt64 = 2026_1123
         print("seed \(seed)")
-        var random = SeededRandom(seed: seed)
+        var random = SplitMix64(seed: seed)
         let directory = try scratchDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let expected = try storeWithKeysInDataAndLog(in: directory, checkpointed: 300, logged: 60)
@@ -76,7 +77,7 @@ import Testing
     @Test func aBackupKilledAtAnyMomentIsWholeOrClearlyUnusable() throws {
         let seed: UInt64 = 12
         print("seed \(seed)")
-        var random = SeededRandom(seed: seed)
+        var random = SplitMix64(seed: seed)
         let directory = try scratchDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         var lines = ""

@@ -39,10 +39,7 @@ import Testing
     /// Only the frames after the last durable LSN a frame records are written again.
     @Test func aCleanReopenRewritesOnlyTheLastGroup() throws {
         var generator = BatchGenerator(seed: 10)
-        let fileSystem = SimulatedFileSystem()
-        let (log, _, _) = try openLog(fileSystem)
-        for _ in 0..<20 { try log.append(generator.batch()) }
-        try log.close()
+        let (fileSystem, _) = try writtenLog((0..<20).map { _ in generator.batch() })
         let (_, tail) = try WALReader(files: SegmentFiles(fileSystem: fileSystem, directory: "/db/wal"), mode: .strict)
             .read { _ in }
         #expect(tail.unproven.map(\.lsn) == [LSN(20)])
@@ -53,11 +50,7 @@ import Testing
     /// (Failed before the fix: the report was empty.)
     @Test func damageInTheLastFramesSaltIsReportedNotAnEnd() throws {
         var generator = BatchGenerator(seed: 11)
-        let fileSystem = SimulatedFileSystem()
-        let (log, _, _) = try openLog(fileSystem)
-        for _ in 0..<4 { try log.append(generator.batch()) }
-        try log.close()
-        let (records, _) = try readLog(fileSystem)
+        let (fileSystem, records) = try writtenLog((0..<4).map { _ in generator.batch() })
         let last = records[3]
         #expect(fileSystem.modify(last.path) { $0[Int(last.offset) + 5] ^= 0x04 })
         let (after, report) = try readLog(fileSystem)
@@ -71,11 +64,7 @@ import Testing
     /// frame read as a clean end, with an empty report.)
     @Test func aSegmentCutShortIsToldApartFromATornWrite() throws {
         var generator = BatchGenerator(seed: 12)
-        let fileSystem = SimulatedFileSystem()
-        let (log, _, _) = try openLog(fileSystem)
-        for _ in 0..<6 { try log.append(generator.batch()) }
-        try log.close()
-        let (records, _) = try readLog(fileSystem)
+        let (fileSystem, records) = try writtenLog((0..<6).map { _ in generator.batch() })
         let cut = Int(records[4].offset) + 20
         #expect(fileSystem.modify(records[4].path) { $0.removeSubrange(cut...) })
         let (after, report) = try readLog(fileSystem)
@@ -99,12 +88,8 @@ import Testing
     @Test(arguments: [false, true])
     func damageInCheckpointedBatchesIsSteppedOver(inLastFrames: Bool) throws {
         var generator = BatchGenerator(seed: 13)
-        let fileSystem = SimulatedFileSystem()
-        let (log, _, _) = try openLog(fileSystem)
         let batches = (0..<8).map { _ in generator.batch() }
-        for batch in batches { try log.append(batch) }
-        try log.close()
-        let (records, _) = try readLog(fileSystem)
+        let (fileSystem, records) = try writtenLog(batches)
         // Damage the payload of batch 3 (below a checkpoint at 5), or of batch 8 (below one at 8).
         let victim = records[inLastFrames ? 7 : 2]
         #expect(fileSystem.modify(victim.path) { $0[Int(victim.offset) + WALFormat.frameHeaderBytes] ^= 0x20 })
@@ -131,14 +116,54 @@ import Testing
         #expect(again.map(\.batch) == Array(batches[Int(checkpoint)...]) + [next])
     }
 
+    /// R7 across segments: damage in a sealed segment whose batches the checkpoint holds is
+    /// read past when the next segment starts at or below the checkpoint + 1. (Without the
+    /// checkpoint the later segment makes it corruption.)
+    @Test func damageInACheckpointedSealedSegmentIsSteppedOver() throws {
+        var generator = BatchGenerator(seed: 17)
+        var options = WALOptions(segmentBytes: 4096)
+        options.firstSegmentBytes = 4096
+        let batches = (0..<12).map { _ in generator.batchOf(bytes: 900) }
+        let (fileSystem, records) = try writtenLog(batches, options: options)
+        let paths = Array(Set(records.map(\.path))).sorted()
+        #expect(paths.count >= 3, "the batches span segments")
+        let second = try #require(records.first { $0.path == paths[1] })
+        let victim = records[0]
+        #expect(fileSystem.modify(victim.path) { $0[Int(victim.offset) + WALFormat.frameHeaderBytes] ^= 0x20 })
+        #expect(throws: WALError.self) { _ = try readLog(fileSystem) }
+        options.replayFrom = second.lsn
+        let (reopened, replayed, report) = try openLog(fileSystem, options: options)
+        #expect(replayed.map(\.lsn) == records.filter { $0.lsn >= second.lsn }.map(\.lsn))
+        #expect(report.damage.map(\.kind) == [.covered])
+        #expect(try reopened.append(generator.batch()) == LSN(13))
+        try reopened.close()
+    }
+
+    /// A log whose frames end (cleanly, in zeros) below the checkpoint continues at the
+    /// checkpoint + 1, never at an LSN the data file already holds. (Before: the next
+    /// append took LSN 7, which the next open skipped as checkpointed.)
+    @Test func aLogEndingBelowTheCheckpointContinuesAfterIt() throws {
+        var generator = BatchGenerator(seed: 18)
+        let (fileSystem, records) = try writtenLog((0..<8).map { _ in generator.batch() })
+        // The frames of batches 7 and 8 never reached the disk (a relaxed log, say).
+        let start = Int(records[6].offset)
+        #expect(fileSystem.modify(records[6].path) { $0.replaceSubrange(start..., with: repeatElement(0, count: $0.count - start)) })
+        var options = WALOptions(segmentBytes: 64 << 10)
+        options.replayFrom = LSN(9)
+        let (reopened, replayed, report) = try openLog(fileSystem, options: options)
+        #expect(replayed.isEmpty)
+        #expect(report.damage.map(\.kind) == [.covered])
+        let next = generator.batch()
+        #expect(try reopened.append(next) == LSN(9))
+        try reopened.close()
+        let (_, again, _) = try openLog(fileSystem, options: options)
+        #expect(again.map(\.batch) == [next])
+    }
+
     /// Damage that reaches a batch after the checkpoint is still corruption.
     @Test func damageReachingBatchesAfterTheCheckpointIsStillCorruption() throws {
         var generator = BatchGenerator(seed: 14)
-        let fileSystem = SimulatedFileSystem()
-        let (log, _, _) = try openLog(fileSystem)
-        for _ in 0..<8 { try log.append(generator.batch()) }
-        try log.close()
-        let (records, _) = try readLog(fileSystem)
+        let (fileSystem, records) = try writtenLog((0..<8).map { _ in generator.batch() })
         for victim in records[2...3] {
             #expect(fileSystem.modify(victim.path) { $0[Int(victim.offset) + WALFormat.frameHeaderBytes] ^= 0x20 })
         }
@@ -147,14 +172,11 @@ import Testing
         #expect(throws: WALError.self) { _ = try openLog(fileSystem, options: options) }
     }
 
-    /// A first fragment claiming a 256 MiB batch in a small file reserves nothing for it.
-    @Test func aFrameClaimingAHugeBatchIsRefusedWithoutReservingIt() throws {
-        let fileSystem = SimulatedFileSystem()
-        let (log, _, _) = try openLog(fileSystem)
+    /// A first fragment claiming a 256 MiB batch whose other fragments are not there ends
+    /// the data as a torn tail (no batch is handed on, nothing is replayed).
+    @Test func aFrameClaimingAHugeBatchThatIsNotThereIsATornTail() throws {
         var generator = BatchGenerator(seed: 15)
-        try log.append(generator.batchOf(bytes: 100))
-        try log.close()
-        let (records, _) = try readLog(fileSystem)
+        let (fileSystem, records) = try writtenLog([generator.batchOf(bytes: 100)])
         let record = records[0]
         #expect(fileSystem.modify(record.path) { bytes in
             let offset = Int(record.offset)
@@ -180,12 +202,8 @@ import Testing
     /// 9.6 MiB of frames in one 16 MiB segment: 24 batches of 400 KiB of incompressible values.
     private static func bigSegment() throws -> (SimulatedFileSystem, [WALRecord], [WALBatch]) {
         var generator = BatchGenerator(seed: 16)
-        let fileSystem = SimulatedFileSystem()
-        let (log, _, _) = try openLog(fileSystem, options: options)
         let batches = (0..<24).map { _ in generator.batchOf(bytes: 400 << 10) }
-        for batch in batches { try log.append(batch) }
-        try log.close()
-        let (records, _) = try readLog(fileSystem)
+        let (fileSystem, records) = try writtenLog(batches, options: options)
         return (fileSystem, records, batches)
     }
 
@@ -217,4 +235,15 @@ import Testing
         let (kept, report) = try readLog(late)
         #expect(kept.count == 23 && report.damage.map(\.kind) == [.tornTail])
     }
+}
+
+/// A log in `/db/wal` of a new simulated file system holding `batches`, closed, and its
+/// records as a reader finds them.
+private func writtenLog(_ batches: [WALBatch], options: WALOptions = WALOptions(segmentBytes: 64 << 10))
+    throws -> (SimulatedFileSystem, [WALRecord]) {
+    let fileSystem = SimulatedFileSystem()
+    let (log, _, _) = try openLog(fileSystem, options: options)
+    for batch in batches { try log.append(batch) }
+    try log.close()
+    return (fileSystem, try readLog(fileSystem).0)
 }

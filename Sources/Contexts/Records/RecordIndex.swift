@@ -7,6 +7,7 @@
 //      record as it is now; an index declared later is built on first use in a writable
 //      context and noted in the entity's manifest.
 import Foundation
+import StrataCodec
 
 /// A value an index can order: its bytes sort as the values do.
 public protocol IndexableValue: Sendable {
@@ -118,29 +119,28 @@ extension RecordKeys {
     /// The entity part of a reserved key with `tag` (`0xFE`, the tag, the entity's name),
     /// or nil when `key` is not one.
     static func entityPrefix(of key: [UInt8], tag: UInt8) -> ArraySlice<UInt8>? {
-        guard key.count > 2, key[0] == reservedByte, key[1] == tag,
-              let (length, used) = readVarint(key, at: 2), 2 + used + length <= key.count else { return nil }
-        return key[0..<(2 + used + length)]
+        guard let name = entityNameRange(of: key, tag: tag) else { return nil }
+        return key[0..<name.upperBound]
     }
 
-    /// The entity name of an index entry's key, with the record-key prefix of that entity.
+    /// The record-key prefix of the entity an index entry's key names.
     static func recordPrefix(ofIndexKey key: [UInt8]) -> [UInt8]? {
-        guard let prefix = entityPrefix(of: key, tag: indexTag),
-              let name = String(validating: prefix.dropFirst(2 + readVarint(key, at: 2)!.used), as: UTF8.self) else { return nil }
-        return self.prefix(entity: name)
+        guard let name = entityNameRange(of: key, tag: indexTag),
+              let text = String(validating: key[name], as: UTF8.self) else { return nil }
+        return prefix(entity: text)
     }
 
-    private static func readVarint(_ bytes: [UInt8], at start: Int) -> (value: Int, used: Int)? {
-        var value = 0
-        var shift = 0
-        var index = start
-        while index < bytes.count, shift < 35 {
-            let byte = bytes[index]
-            value |= Int(byte & 0x7F) << shift
-            index += 1
-            if byte & 0x80 == 0 { return (value, index - start) }
-            shift += 7
-        }
-        return nil
+    /// Where the entity name lies in a reserved key with `tag` (`0xFE`, the tag, a varint
+    /// length, the name), or nil when `key` is not one.
+    private static func entityNameRange(of key: [UInt8], tag: UInt8) -> Range<Int>? {
+        guard key.count > 2, key[0] == reservedByte, key[1] == tag else { return nil }
+        var reader = ByteReader(key, start: 2)
+        guard let length = try? reader.readVarint(), length <= UInt64(reader.remaining) else { return nil }
+        return reader.offset..<(reader.offset + Int(length))
+    }
+
+    /// The entity name of a record-key prefix made by `prefix(entity:)`.
+    static func entityName(ofPrefix prefix: [UInt8]) -> String {
+        entityNameRange(of: prefix, tag: recordTag).map { String(decoding: prefix[$0], as: UTF8.self) } ?? ""
     }
 }

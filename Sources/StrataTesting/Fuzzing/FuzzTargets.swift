@@ -349,13 +349,9 @@ public enum FuzzTargets {
     }
 
     private static func varint(_ value: Int) -> [UInt8] {
-        var value = value
-        var bytes: [UInt8] = []
-        while value >= 0x80 {
-            bytes.append(UInt8(value & 0x7F) | 0x80)
-            value >>= 7
-        }
-        return bytes + [UInt8(value)]
+        var writer = ByteWriter(capacity: 10)
+        writer.writeVarint(UInt64(value))
+        return writer.bytes
     }
 
     // MARK: Shared
