@@ -18,10 +18,18 @@ import StrataWAL
 public struct Change: Sendable, Equatable {
     public let key: [UInt8]
     public let value: [UInt8]?
+    /// Whether the store did not hold the key before this commit. Known for records' keys
+    /// only (the record layer's typed feed reads it); false for every other key.
+    let isInsert: Bool
 
     public init(key: [UInt8], value: [UInt8]?) {
+        self.init(key: key, value: value, isInsert: false)
+    }
+
+    init(key: [UInt8], value: [UInt8]?, isInsert: Bool) {
         self.key = key
         self.value = value
+        self.isInsert = isInsert
     }
 }
 
@@ -37,6 +45,7 @@ public struct ChangeSet: Sendable, Equatable {
         self.changes = batch.operations.map { operation in
             switch operation {
             case let .put(key, value): Change(key: key, value: value)
+            case let .insert(key, value): Change(key: key, value: value, isInsert: true)
             case let .delete(key): Change(key: key, value: nil)
             }
         }

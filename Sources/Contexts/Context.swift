@@ -212,19 +212,37 @@ public final class Context {
     }
 
     /// The overlay as one batch and its unchecked keys, or nil (and the context ended)
-    /// when it is empty.
+    /// when it changes nothing. A record's put is an insert when the snapshot does not hold
+    /// its key, and a record's delete is left out when the snapshot does not hold its key
+    /// (a record inserted and deleted in this context): the commit's conflict check vouches
+    /// that what the snapshot says of those keys still holds when the batch commits, so
+    /// change feeds tell inserted, updated and deleted apart (FORMAT.md, "Batch encoding").
     private func rootBatch() throws -> (WALBatch, Set<[UInt8]>)? {
-        guard !overlay.isEmpty else {
-            status = .committed
-            return nil
-        }
         var batch = WALBatch()
         var unchecked = Set<[UInt8]>()
         batch.operations.reserveCapacity(overlay.count)
         var iterator = overlay.entries()
         while let (key, entry) = iterator.next() {
-            if let value = entry.value { batch.put(key, value) } else { batch.delete(key) }
-            if !entry.isChecked { unchecked.insert(key) }
+            guard entry.isChecked else {
+                unchecked.insert(key)
+                batch.operations.append(entry.value.map { .put(key: key, value: $0) } ?? .delete(key: key))
+                continue
+            }
+            guard RecordKeys.isRecordKey(key) else {
+                batch.operations.append(entry.value.map { .put(key: key, value: $0) } ?? .delete(key: key))
+                continue
+            }
+            switch (entry.value, try snapshot.contains(key)) {
+            case let (value?, false): batch.operations.append(.insert(key: key, value: value))
+            case let (value?, true): batch.operations.append(.put(key: key, value: value))
+            case (nil, true): batch.operations.append(.delete(key: key))
+            case (nil, false): continue
+            }
+        }
+        guard !batch.operations.isEmpty else {
+            status = .committed
+            overlay = Overlay()
+            return nil
         }
         return (batch, unchecked)
     }

@@ -512,16 +512,6 @@ struct MemtableIterator: IteratorProtocol {
     }
 }
 
-extension WALBatch.Operation {
-    /// The value a put stores, or nil for a delete.
-    var value: [UInt8]? {
-        switch self {
-        case let .put(_, value): value
-        case .delete: nil
-        }
-    }
-}
-
 extension Optional where Wrapped == [UInt8] {
     /// Calls `body` with the array's bytes, or with nil.
     func withUnsafeBytesIfPresent<Result>(_ body: (UnsafeRawBufferPointer?) -> Result) -> Result {

@@ -107,7 +107,7 @@ extension StorageEngine {
             guard !key.isEmpty, key.count <= Limits.maxKeyBytes else {
                 throw .keyTooLarge(byteCount: key.count, limit: Limits.maxKeyBytes)
             }
-            if case let .put(_, value) = operation, value.count > Limits.maxValueBytes {
+            if let value = operation.value, value.count > Limits.maxValueBytes {
                 throw .valueTooLarge(byteCount: value.count, limit: Limits.maxValueBytes)
             }
         }

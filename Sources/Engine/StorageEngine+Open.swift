@@ -86,10 +86,7 @@ extension StorageEngine {
                 try checkReplayed(record)
                 guard record.lsn.rawValue > meta.checkpointVersion else { return }
                 for operation in record.batch.operations {
-                    switch operation {
-                    case let .put(key, value): changes.append((key, MemtableEntry(version: record.lsn.rawValue, value: value)))
-                    case let .delete(key): changes.append((key, MemtableEntry(version: record.lsn.rawValue, value: nil)))
-                    }
+                    changes.append((operation.key, MemtableEntry(version: record.lsn.rawValue, value: operation.value)))
                 }
                 replayed += 1
             }
@@ -236,7 +233,7 @@ extension StorageEngine {
             var reason: String?
             if key.isEmpty || key.count > Limits.maxKeyBytes {
                 reason = "a key of \(key.count) bytes is outside the limit of 1 to \(Limits.maxKeyBytes) bytes"
-            } else if case let .put(_, value) = operation, value.count > Limits.maxValueBytes {
+            } else if let value = operation.value, value.count > Limits.maxValueBytes {
                 reason = "a value of \(value.count) bytes is over the limit of \(Limits.maxValueBytes) bytes"
             }
             if let reason {

@@ -50,7 +50,7 @@ struct WALCommand: ParsableCommand {
         let report: WALRecoveryReport
         do {
             report = try WriteAheadLog.read(directory: directory) { record in
-                let puts = record.batch.operations.filter { if case .put = $0 { true } else { false } }.count
+                let puts = record.batch.operations.filter { $0.value != nil }.count
                 let deletes = record.batch.operations.count - puts
                 if json {
                     print(try jsonLine(BatchLine(lsn: record.lsn.rawValue, puts: puts, deletes: deletes,

@@ -15,11 +15,14 @@ struct SegmentHeader: Equatable {
     var firstLSN: LSN
     /// The size the file was preallocated to when the header was written.
     var capacityBytes: UInt64
+    /// The format version the header carries: `WALFormat.version` for a header this code
+    /// writes, possibly older for one it read.
+    var version = WALFormat.version
 
     func encoded() -> [UInt8] {
         var writer = ByteWriter(capacity: WALFormat.segmentHeaderBytes)
         writer.write(contentsOf: WALFormat.magic)
-        writer.write(WALFormat.version)
+        writer.write(version)
         writer.write(UInt16(WALFormat.segmentHeaderBytes))
         writer.write(salt)
         writer.write(sequence)
@@ -55,7 +58,8 @@ struct SegmentHeader: Equatable {
                 throw WALError.corruptSegmentHeader(path: path, reason: "it declares a header of \(headerBytes) bytes")
             }
             let header = SegmentHeader(salt: try reader.readUInt32(), sequence: try reader.readUInt64(),
-                                       firstLSN: LSN(try reader.readUInt64()), capacityBytes: try reader.readUInt64())
+                                       firstLSN: LSN(try reader.readUInt64()), capacityBytes: try reader.readUInt64(),
+                                       version: version)
             guard header.salt != 0, header.firstLSN > .none, header.firstLSN.rawValue < UInt64.max else {
                 throw WALError.corruptSegmentHeader(path: path, reason: "its salt or first LSN is out of range")
             }

@@ -12,12 +12,24 @@ public struct WALBatch: Sendable, Equatable {
     /// One operation.
     public enum Operation: Sendable, Equatable {
         case put(key: [UInt8], value: [UInt8])
+        /// A put of a key the store did not hold before this commit: its writer read the
+        /// key's absence, and the commit's conflict check vouches that no commit wrote it
+        /// since. Stored like a put; it tells change feeds "inserted" from "updated".
+        case insert(key: [UInt8], value: [UInt8])
         case delete(key: [UInt8])
 
         /// The key the operation changes.
         public var key: [UInt8] {
             switch self {
-            case let .put(key, _), let .delete(key): key
+            case let .put(key, _), let .insert(key, _), let .delete(key): key
+            }
+        }
+
+        /// The value a put or insert stores, or nil for a delete.
+        public var value: [UInt8]? {
+            switch self {
+            case let .put(_, value), let .insert(_, value): value
+            case .delete: nil
             }
         }
     }
@@ -37,7 +49,7 @@ public struct WALBatch: Sendable, Equatable {
     public var encodedByteCount: Int {
         operations.reduce(4) { total, operation in
             switch operation {
-            case let .put(key, value):
+            case let .put(key, value), let .insert(key, value):
                 total + 1 + varintByteCount(key.count) + key.count + varintByteCount(value.count) + value.count
             case let .delete(key):
                 total + 1 + varintByteCount(key.count) + key.count
@@ -46,15 +58,15 @@ public struct WALBatch: Sendable, Equatable {
     }
 
     /// The batch's bytes: a little-endian u32 operation count, then per operation a kind byte
-    /// (1 put, 2 delete), a varint key length and the key, and for a put a varint value
-    /// length and the value.
+    /// (1 put, 2 delete, 3 insert), a varint key length and the key, and for a put or an
+    /// insert a varint value length and the value.
     public func encoded() -> [UInt8] {
         var writer = ByteWriter(capacity: encodedByteCount)
         writer.write(UInt32(operations.count))
         for operation in operations {
             switch operation {
-            case let .put(key, value):
-                writer.write(WALFormat.putOperation)
+            case let .put(key, value), let .insert(key, value):
+                if case .insert = operation { writer.write(WALFormat.insertOperation) } else { writer.write(WALFormat.putOperation) }
                 writer.writeVarint(UInt64(key.count))
                 writer.write(contentsOf: key)
                 writer.writeVarint(UInt64(value.count))
@@ -84,9 +96,10 @@ public struct WALBatch: Sendable, Equatable {
             let keyCount = try reader.readLength(limit: reader.remaining)
             let key = try reader.readBytes(count: keyCount)
             switch kind {
-            case WALFormat.putOperation:
+            case WALFormat.putOperation, WALFormat.insertOperation:
                 let valueCount = try reader.readLength(limit: reader.remaining)
-                operations.append(.put(key: key, value: try reader.readBytes(count: valueCount)))
+                let value = try reader.readBytes(count: valueCount)
+                operations.append(kind == WALFormat.putOperation ? .put(key: key, value: value) : .insert(key: key, value: value))
             case WALFormat.deleteOperation:
                 operations.append(.delete(key: key))
             default:

@@ -6,7 +6,7 @@ public enum WALFormat {
     /// Segment magic: the ASCII bytes "STRATWAL".
     public static let magic: [UInt8] = Array("STRATWAL".utf8)
     /// The segment format version this code writes and the newest it reads.
-    public static let version: UInt16 = 1
+    public static let version: UInt16 = 2
     /// Size of the segment header; the first frame starts here.
     public static let segmentHeaderBytes = 64
     /// The smallest segment file: what a closed, checkpointed log keeps.
@@ -32,6 +32,8 @@ public enum WALFormat {
     /// Operation kinds in a batch.
     static let putOperation: UInt8 = 1
     static let deleteOperation: UInt8 = 2
+    /// A put of a key the store did not hold (format version 2 on).
+    static let insertOperation: UInt8 = 3
 
     /// Padded size of a frame with `payloadBytes` stored bytes.
     static func frameBytes(payloadBytes: Int) -> Int {

@@ -71,7 +71,9 @@ struct WALReader {
             tail.salt = header.salt
             tail.offset = segment.offset
             tail.nextLSN = segment.expected
-            tail.needsNewSegment = outcome != .cleanEnd
+            // Frames of this format's version go to a segment whose header says so: a reader
+            // of an older version then refuses the log by its header, not as corruption.
+            tail.needsNewSegment = outcome != .cleanEnd || header.version < WALFormat.version
             if outcome == .stopHere {
                 tail.discardedSegments = segments[(index + 1)...].map(\.path)
                 break

@@ -114,7 +114,7 @@ import Testing
     @Test func aSegmentFromANewerFormatIsRefusedWithTheVersion() throws {
         let (fileSystem, _, records) = try smallLog()
         fileSystem.modify(records[0].path) { image in
-            image[8] = 2
+            image[8] = UInt8(WALFormat.version + 1)
             let checksum = CRC32C.checksum(image[0..<60])
             withUnsafeBytes(of: checksum.littleEndian) { for index in 0..<4 { image[60 + index] = $0[index] } }
         }
@@ -122,7 +122,7 @@ import Testing
             try readLog(fileSystem)
         } throws: { error in
             guard case let WALError.unsupportedVersion(_, found, supported) = error else { return false }
-            return found == 2 && supported == 1
+            return found == WALFormat.version + 1 && supported == WALFormat.version
         }
     }
 

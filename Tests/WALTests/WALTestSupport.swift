@@ -34,10 +34,12 @@ struct BatchGenerator {
         var batch = WALBatch()
         for _ in 0..<count {
             let key = bytes(Int(random.next() % 24) + 1)
-            if random.next() % 5 == 0 {
+            let kind = random.next() % 5
+            if kind == 0 {
                 batch.delete(key)
             } else {
-                batch.put(key, value(Int(random.next() % UInt64(maxValueBytes + 1))))
+                let value = value(Int(random.next() % UInt64(maxValueBytes + 1)))
+                batch.operations.append(kind == 1 ? .insert(key: key, value: value) : .put(key: key, value: value))
             }
         }
         return batch

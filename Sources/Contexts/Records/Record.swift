@@ -72,6 +72,9 @@ enum RecordKeys {
     static func prefix(entity: String) -> [UInt8] { named(recordTag, [entity]) }
 
     static func key<ID: RecordID>(entity: String, id: ID) -> [UInt8] { prefix(entity: entity) + id.keyBytes }
+
+    /// Whether `key` is a record's key (of any entity).
+    static func isRecordKey(_ key: [UInt8]) -> Bool { key.count > 2 && key[0] == reservedByte && key[1] == recordTag }
 }
 
 /// Errors of records and repositories.

@@ -324,7 +324,7 @@ public enum FuzzTargets {
 
     /// A valid segment header: salt `salt`, first LSN 1, capacity 4096.
     private static func storeLogSegmentHeader(sequence: UInt64) -> [UInt8] {
-        var header = Array("STRATWAL".utf8) + littleEndian(UInt16(1)) + littleEndian(UInt16(64)) + littleEndian(salt)
+        var header = Array("STRATWAL".utf8) + littleEndian(WALFormat.version) + littleEndian(UInt16(64)) + littleEndian(salt)
         header += littleEndian(sequence) + littleEndian(UInt64(1)) + littleEndian(UInt64(4096))
         header += [UInt8](repeating: 0, count: 60 - header.count)
         return header + littleEndian(CRC32C.checksum(header))
