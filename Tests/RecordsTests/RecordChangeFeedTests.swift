@@ -55,6 +55,7 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
             Seen(kind: .updated, id: 2, version: start + 3), Seen(kind: .inserted, id: 3, version: start + 3),
             Seen(kind: .deleted, id: 2, version: start + 4),
         ])
+        #expect(changes.map(\.isLastOfCommit) == [false, true, true, false, true, true])
         #expect(try changes[2].record() == Chore(id: 1, title: "dishes", done: true))
         #expect(try changes[5].record() == nil)
     }

@@ -24,6 +24,9 @@ public struct RecordChange<R: Record>: Sendable {
     public let id: R.ID
     /// The version of the commit that made the change.
     public let version: UInt64
+    /// Whether this is the commit's last change to the entity (T1): once it is handled,
+    /// `version` is where a consumer resumes from (`changes(of:since: version)`).
+    public internal(set) var isLastOfCommit: Bool
     /// The record's stored bytes after the change; nil when it was deleted.
     let bytes: [UInt8]?
 
@@ -90,17 +93,18 @@ public struct RecordChangeFeed<R: Record>: AsyncSequence, Sendable {
                                            reason: "its id bytes are not a \(R.ID.self)")
             }
             let kind: RecordChange<R>.Kind = change.value == nil ? .deleted : change.isInsert ? .inserted : .updated
-            changes.append(RecordChange(kind: kind, id: id, version: changeSet.version, bytes: change.value))
+            changes.append(RecordChange(kind: kind, id: id, version: changeSet.version, isLastOfCommit: false, bytes: change.value))
         }
+        if !changes.isEmpty { changes[changes.count - 1].isLastOfCommit = true }
         return changes
     }
 }
 
 extension Store {
     /// The changes to `type`'s records made by commits after version `since` (nil: from now
-    /// on), in commit order (T1, T2). To resume after a restart, pass the version of the
-    /// last change you handled: a commit's changes all carry its version and arrive
-    /// together. History comes from the write-ahead log: throws
+    /// on), in commit order (T1, T2). A commit's changes carry its version and arrive
+    /// together, the last marked `isLastOfCommit`: to resume after a restart, pass the
+    /// version of the last such change you handled. History comes from the write-ahead log: throws
     /// `EngineError.historyUnavailable` when a checkpoint released the log that held
     /// version `since + 1`. `bufferLimit` counts commits (of any entity) the consumer has
     /// not taken; past it the feed ends with `ChangeFeedError.fellBehind`.

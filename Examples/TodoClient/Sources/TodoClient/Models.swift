@@ -102,3 +102,35 @@ func todoMigrator() -> Migrator {
     migrator.register("2 index todos by title", Migrator.reindex(Todo.self))
     return migrator
 }
+
+/// What the rest of the application hears about todos, published after each durable commit.
+enum TodoEvent: Equatable, Sendable {
+    case created(String)
+    case completed(String)
+    case removed(Int)
+}
+
+/// Turns committed changes to todos into domain events, in commit order, from the typed
+/// change feed. It remembers the last commit it handled whole, so a new publisher (after a
+/// restart, say) resumes there and neither repeats nor misses an event.
+actor TodoEventPublisher {
+    private(set) var events: [TodoEvent] = []
+    private(set) var handledThrough: UInt64
+
+    init(since version: UInt64) { handledThrough = version }
+
+    /// Publishes until the task is cancelled or the store closes.
+    func run(_ store: Store) async throws {
+        for try await change in try store.changes(of: Todo.self, since: handledThrough) {
+            switch change.kind {
+            case .inserted:
+                if let todo = try change.record() { events.append(.created(todo.title)) }
+            case .updated:
+                if let todo = try change.record(), todo.done { events.append(.completed(todo.title)) }
+            case .deleted:
+                events.append(.removed(change.id))
+            }
+            if change.isLastOfCommit { handledThrough = change.version }
+        }
+    }
+}

@@ -21,6 +21,8 @@ check(try migrator.migrate(store) == migrator.names, "the migrations ran once ea
 check(try migrator.migrate(store).isEmpty, "a second migrate runs none")
 
 let model = TodoListModel(store: store)
+let publisher = TodoEventPublisher(since: store.version)
+let publishing = Task { try await publisher.run(store) }
 let titlesModel = TodoTitlesModel()
 titlesModel.follow(store)
 
@@ -53,6 +55,37 @@ while titlesModel.titles != expected && waited < 500 {
 check(titlesModel.titles == expected && titlesModel.updates >= 2,
       "an observed list follows the store (\(titlesModel.updates) updates)")
 titlesModel.stop()
+
+// Domain events follow the commits: five todos created, then one completed and one removed.
+try store.write { unit in
+    let todos = unit.repository(Todo.self)
+    guard var milk = try todos.first(#Predicate<Todo> { $0.title == "milk" }) else { throw TitleTaken(title: "milk") }
+    milk.done = true
+    try todos.update(milk)
+    try todos.delete(5)
+}
+let expectedEvents: [TodoEvent] = ["milk", "bread", "eggs", "tea", "jam"].map(TodoEvent.created) + [.completed("milk"), .removed(5)]
+waited = 0
+while await publisher.events.count < expectedEvents.count && waited < 500 {
+    try await Task.sleep(for: .milliseconds(10))
+    waited += 1
+}
+check(await publisher.events == expectedEvents, "domain events were published after the commits, in order")
+publishing.cancel()
+let handled = await publisher.handledThrough
+check(handled == store.version, "the publisher handled every commit through version \(handled)")
+
+// A publisher started later resumes where the first one stopped.
+try store.write { unit in try unit.repository(Todo.self).insert(Todo(id: 9, title: "jam")) }
+let resumed = TodoEventPublisher(since: handled)
+let resuming = Task { try await resumed.run(store) }
+waited = 0
+while await resumed.events.isEmpty && waited < 500 {
+    try await Task.sleep(for: .milliseconds(10))
+    waited += 1
+}
+check(await resumed.events == [.created("jam")], "a resumed publisher neither repeats nor misses an event")
+resuming.cancel()
 
 await model.trySavePending()
 check(model.lastError == TitleTaken(title: "milk"), "a main-actor model keeps the error for its view")
