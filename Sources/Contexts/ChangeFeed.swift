@@ -110,19 +110,21 @@ extension Store {
     /// synchronously on the committing thread right after the commit became durable and
     /// visible (and before the committer returns). It runs under the store's commit lock:
     /// keep it short and do not use the store from it. Returns a token for
-    /// `removeObserver`. For most uses prefer `changes(after:)`.
-    public func observeCommits(_ observer: @escaping @Sendable (ChangeSet) -> Void) -> CommitObservation {
+    /// `removeObserver`. Package-only: it can hold up commits, which an application's
+    /// observers never do (they use `changes(after:)`, `changes(of:since:)` or `observe`);
+    /// the crash harness uses it to record exactly what was acknowledged.
+    package func observeCommits(_ observer: @escaping @Sendable (ChangeSet) -> Void) -> CommitObservation {
         CommitObservation(id: feed.addObserver(observer))
     }
 
     /// Stops an observer added by `observeCommits`.
-    public func removeObserver(_ observation: CommitObservation) {
+    package func removeObserver(_ observation: CommitObservation) {
         feed.removeObserver(observation.id)
     }
 }
 
 /// Identifies an observer added by `Store.observeCommits`.
-public struct CommitObservation: Sendable, Hashable {
+package struct CommitObservation: Sendable, Hashable {
     let id: Int
 }
 
