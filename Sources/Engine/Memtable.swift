@@ -114,6 +114,7 @@ final class Memtable: @unchecked Sendable {
     /// `version` must be above every version held (K3). Writer only.
     func apply(_ batch: WALBatch, version: UInt64) {
         let operations = batch.operations
+        guard !operations.isEmpty else { return }
         if operations.count == 1 {
             operations[0].key.withUnsafeBytes { key in
                 operations[0].value.withUnsafeBytesIfPresent { value in

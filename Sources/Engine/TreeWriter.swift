@@ -72,7 +72,7 @@ struct TreeWriter {
         var entries: [BranchEntry]
         var height = tree.height
         if tree.root == .none {
-            entries = try writeLeaves(merge([], changes[...]), lower: [], packFull: true)
+            entries = try writeMerged([], changes[...], lower: [], packFull: true)
             height = 1
         } else {
             entries = try rewrite(tree.root, level: 1, height: tree.height, lower: [], changes: changes[...])
@@ -103,7 +103,7 @@ struct TreeWriter {
             let appending = entries.last.map { last in
                 last.key.withUnsafeBytes { compareBytes(changes[changes.startIndex].key, $0) > 0 }
             } ?? true
-            return try writeLeaves(merge(entries, changes), lower: lower, packFull: appending)
+            return try writeMerged(entries, changes, lower: lower, packFull: appending)
         case var .branch(children):
             guard level < height else { throw corrupt(file, id, "a branch where a leaf belongs") }
             children[0].key = lower
@@ -221,6 +221,38 @@ struct TreeWriter {
         return .overflow(first: ids[0], byteCount: value.count)
     }
 
+    /// Changes merged into one leaf at a time are at most this many: a larger run (the
+    /// first checkpoint of a store, sequential inserts past the last key) is merged and
+    /// written piece by piece, so a checkpoint never holds a whole memtable as entries.
+    static let mergePieceChanges = 4_096
+
+    /// Merges `old` (a leaf's entries) with `changes` and writes the result as leaves (see
+    /// `writeLeaves`); a run of more than `mergePieceChanges` changes is merged piece by
+    /// piece into the same sequence of leaves, each filled to `splitFill` of the page (what
+    /// an even spread of that many entries comes to) or to the brim with `packFull`.
+    private mutating func writeMerged(_ old: [LeafEntry], _ changes: ArraySlice<MemtableNode>, lower: [UInt8],
+                                      packFull: Bool) throws -> [BranchEntry] {
+        guard changes.count > Self.mergePieceChanges else {
+            return try writeLeaves(merge(old, changes), lower: lower, packFull: packFull)
+        }
+        var run = LeafRun(target: packFull ? capacity : capacity * Self.splitFill.numerator / Self.splitFill.denominator,
+                          lower: lower)
+        var rest = old[...]
+        var start = changes.startIndex
+        while start < changes.endIndex {
+            let end = min(start + Self.mergePieceChanges, changes.endIndex)
+            // The old entries below the next piece's first key merge with this piece.
+            let split = end == changes.endIndex ? rest.endIndex : changes[end].key.withUnsafeBytes { bound in
+                rest.firstIndex { $0.key.withUnsafeBytes { compareBytes($0, bound) } >= 0 } ?? rest.endIndex
+            }
+            for entry in try merge(Array(rest[..<split]), changes[start..<end]) { try add(entry, to: &run) }
+            rest = rest[split...]
+            start = end
+        }
+        try flush(&run)
+        return run.written
+    }
+
     /// Writes entries as leaves and returns one branch entry per leaf. Entries that fit one
     /// page take one. Otherwise, with `packFull`, each leaf is filled to the page; without,
     /// the entries are spread evenly over as many leaves as filling each to `splitFill` of
@@ -228,7 +260,6 @@ struct TreeWriter {
     /// filled to the brim splits at the next checkpoint that adds one key to it, leaving a
     /// nearly empty page beside it).
     private mutating func writeLeaves(_ entries: [LeafEntry], lower: [UInt8], packFull: Bool) throws -> [BranchEntry] {
-        var result: [BranchEntry] = []
         let total = entries.reduce(0) { $0 + $1.cellBytes }
         var target = capacity
         if !packFull && total > capacity {
@@ -236,23 +267,46 @@ struct TreeWriter {
             let pages = (total + fill - 1) / fill
             target = (total + pages - 1) / pages
         }
-        var start = 0
-        while start < entries.count {
-            var used = 0
-            var end = start
-            while end < entries.count && used < target && used + entries[end].cellBytes <= capacity {
-                used += entries[end].cellBytes
-                end += 1
-            }
-            // Progress: every leaf takes at least one entry. A cell no page can hold (a key
-            // over the limit that got past every check) is refused before anything is written.
-            guard end > start else { throw EngineError.keyTooLarge(byteCount: entries[start].key.count, limit: Limits.maxKeyBytes) }
-            let id = try allocator.allocate()
-            try file.write(PageCodec.encodeLeaf(entries[start..<end], id: id, generation: generation, pageBytes: pageBytes), at: id)
-            result.append(BranchEntry(key: result.isEmpty ? lower : entries[start].key, child: id))
-            start = end
+        var run = LeafRun(target: target, lower: lower)
+        for entry in entries { try add(entry, to: &run) }
+        try flush(&run)
+        return run.written
+    }
+
+    /// Leaves being filled in key order: the entries of the one not yet written, and a
+    /// branch entry for each written one.
+    private struct LeafRun {
+        /// A leaf is written once its cells reach this many bytes (or the next would not fit).
+        let target: Int
+        let lower: [UInt8]
+        var pending: [LeafEntry] = []
+        var used = 0
+        var written: [BranchEntry] = []
+
+        init(target: Int, lower: [UInt8]) {
+            self.target = target
+            self.lower = lower
         }
-        return result
+    }
+
+    /// Adds the next entry, writing the pending leaf first when it is full.
+    private mutating func add(_ entry: LeafEntry, to run: inout LeafRun) throws {
+        if !run.pending.isEmpty && (run.used >= run.target || run.used + entry.cellBytes > capacity) { try flush(&run) }
+        run.pending.append(entry)
+        run.used += entry.cellBytes
+    }
+
+    /// Writes the pending entries as one leaf. Every leaf holds at least one entry; a cell no
+    /// page can hold (a key over the limit that got past every check) is refused before
+    /// anything is written.
+    private mutating func flush(_ run: inout LeafRun) throws {
+        guard !run.pending.isEmpty else { return }
+        guard run.used <= capacity else { throw EngineError.keyTooLarge(byteCount: run.pending[0].key.count, limit: Limits.maxKeyBytes) }
+        let id = try allocator.allocate()
+        try file.write(PageCodec.encodeLeaf(run.pending[...], id: id, generation: generation, pageBytes: pageBytes), at: id)
+        run.written.append(BranchEntry(key: run.written.isEmpty ? run.lower : run.pending[0].key, child: id))
+        run.pending.removeAll(keepingCapacity: true)
+        run.used = 0
     }
 
     /// Writes entries as full branches; returns one entry per branch for the level above.

@@ -9,6 +9,24 @@ import StrataWAL
 private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 
 @Suite struct EngineBehaviourTests {
+    /// An empty batch is a commit of nothing: it takes a version and survives a reopen
+    /// (before, publishing it indexed its first key and trapped).
+    @Test func anEmptyBatchCommitsNothing() throws {
+        let fileSystem = SimulatedFileSystem()
+        var engine = try StorageEngine.open(path: "/db", fileSystem: fileSystem).engine
+        try engine.commit(WALBatch([.put(key: bytes("a"), value: bytes("1"))]))
+        let result = try engine.commit(WALBatch())
+        try engine.commit(WALBatch(), readAt: engine.snapshot())
+        #expect(result.version == 2 && engine.version == 3)
+        #expect(try engine.snapshot().scan().map(\.key) == [bytes("a")])
+        let ended = fileSystem.clone()
+        ended.crash(.keepAll)
+        engine = try StorageEngine.open(path: "/db", fileSystem: ended).engine
+        #expect(engine.version == 3)
+        #expect(try engine.snapshot().scan().map(\.key) == [bytes("a")])
+        try engine.close()
+    }
+
     @Test func aWriteWriteConflictNamesTheKeysEvenAfterACheckpoint() throws {
         let engine = try StorageEngine.inMemory()
         try engine.commit(WALBatch([.put(key: bytes("a"), value: bytes("1")), .put(key: bytes("b"), value: bytes("1"))]))
