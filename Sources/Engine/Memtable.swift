@@ -42,18 +42,19 @@ struct MemtableEntry: Sendable, Equatable {
 
 /// The committed changes not yet in the tree.
 final class Memtable: @unchecked Sendable {
-    // @unchecked: the writer-only state (`arena`, `random`, `finger`) is touched only by
-    // the single writer (see the header); shared state is atomic or immutable once linked.
+    // @unchecked: the writer-only state (`writerOnly`, `finger`) is touched only by the
+    // single writer (see the header); shared state is atomic or immutable once linked.
     static let maxHeight = 12
     /// Bytes of a node before its links: version, value length, key length, height.
     static let nodeHeaderBytes = 16
 
     private let head: MemtableNode
-    private var arena = MemtableArena()
-    private var random: UInt64 = 0x2545_F491_4F6C_DD1D
+    /// The arena and the height generator's state. Behind a pointer: each access to a
+    /// class's stored `var` costs a dynamic exclusivity check, measurable per inserted key.
+    private let writerOnly: UnsafeMutablePointer<(arena: MemtableArena, random: UInt64)>
     /// Predecessors of the last inserted key at each level (a sorted run continues from them).
     private let finger: UnsafeMutablePointer<MemtableNode>
-    private var index: MemtableIndex
+    private let index: MemtableIndex
     private let filter: MemtableFilter
     private let levels = ManagedAtomic(1)
     private let nodeCount = ManagedAtomic(0)
@@ -64,7 +65,9 @@ final class Memtable: @unchecked Sendable {
         index = MemtableIndex(budgetBytes: budgetBytes)
         filter = MemtableFilter(words: index.slotCount / 8)
         let size = Self.nodeHeaderBytes + 8 * Self.maxHeight
-        head = MemtableNode.make(at: arena.allocate(size), height: Self.maxHeight, version: 0, key: UnsafeRawBufferPointer(start: nil, count: 0),
+        writerOnly = .allocate(capacity: 1)
+        writerOnly.initialize(to: (MemtableArena(), 0x2545_F491_4F6C_DD1D))
+        head = MemtableNode.make(at: writerOnly.pointee.arena.allocate(size), height: Self.maxHeight, version: 0, key: UnsafeRawBufferPointer(start: nil, count: 0),
                                  value: nil)
         finger = .allocate(capacity: Self.maxHeight)
         finger.initialize(repeating: head, count: Self.maxHeight)
@@ -74,7 +77,9 @@ final class Memtable: @unchecked Sendable {
         index.deallocate()
         filter.deallocate()
         finger.deallocate()
-        arena.deallocateAll()
+        writerOnly.pointee.arena.deallocateAll()
+        writerOnly.deinitialize(count: 1)
+        writerOnly.deallocate()
     }
 
     /// Changes held (every version of a key counts).
@@ -166,18 +171,32 @@ final class Memtable: @unchecked Sendable {
         }
     }
 
-    /// Adds `entries`, sorted by key with no key twice, each at its own version (recovery's
-    /// replay). Writer only. Such a memtable gets no hash index: building it costs as much
-    /// as the replay itself (a random slot per key), so lookups search the skip list until
-    /// the next checkpoint starts a fresh memtable.
+    /// Adds `entries`, sorted by key with no key twice, each at its own version. Writer only.
     func insert(sortedUnique entries: [(key: [UInt8], entry: MemtableEntry)]) {
-        if !entries.isEmpty { index.abandon() }
-        for (index, change) in entries.enumerated() {
+        for (position, change) in entries.enumerated() {
             change.key.withUnsafeBytes { key in
                 change.entry.value.withUnsafeBytesIfPresent { value in
-                    insert(key, version: change.entry.version, value: value, continuingRun: index > 0)
+                    insert(sortedUniqueCount: 1, continuing: position > 0) { _ in (key, change.entry.version, value) }
                 }
             }
+        }
+    }
+
+    /// Adds `count` changes, sorted by key with no key twice, each at its own version,
+    /// change `i` being `change(i)` (recovery's replay). Writer only. Such a memtable gets
+    /// no hash index: building it costs as much as the replay itself (a random slot per
+    /// key), so lookups search the skip list until the next checkpoint starts a fresh
+    /// memtable. With `continuing`, the first key follows the last one this call's caller
+    /// inserted before.
+    func insert(sortedUniqueCount count: Int, continuing: Bool = false,
+                _ change: (Int) -> (key: UnsafeRawBufferPointer, version: UInt64, value: UnsafeRawBufferPointer?)) {
+        guard count > 0 else { return }
+        index.abandon()
+        for position in 0..<count {
+            // The filter's words are random accesses: start loading one a few keys ahead.
+            if position + Self.prefetchDistance < count { prefetch(change(position + Self.prefetchDistance).key) }
+            let (key, version, value) = change(position)
+            insert(key, version: version, value: value, continuingRun: continuing || position > 0)
         }
     }
 
@@ -279,6 +298,8 @@ final class Memtable: @unchecked Sendable {
         while start < keys.count {
             let end = min(keys.count, start + Self.roundKeys)
             let top = levels.load(ordering: .relaxed) - 1
+            // The round's filter words and index slots load while the search runs.
+            for index in start..<end { prefetch(keys[index]) }
             search(keys[start..<end], top: top, into: predecessors)
             // Link in key order. `finger[level]` is the node this round last linked at `level`
             // (or a found predecessor before it): the later of it and the found predecessor
@@ -383,7 +404,7 @@ final class Memtable: @unchecked Sendable {
         // and replayed batches alike); the node's length fields hold those limits.
         precondition(key.count <= Int(UInt16.max) && (value?.count ?? 0) <= Int(Int32.max), "a change beyond the engine's limits")
         let size = Self.nodeHeaderBytes + 8 * height + key.count + (value?.count ?? 0)
-        let inserted = MemtableNode.make(at: arena.allocate(size), height: height, version: version, key: key, value: value)
+        let inserted = MemtableNode.make(at: writerOnly.pointee.arena.allocate(size), height: height, version: version, key: key, value: value)
         for level in 0..<height {
             inserted.link(level).store(finger[level].link(level).load(ordering: .relaxed), ordering: .relaxed)
         }
@@ -398,12 +419,24 @@ final class Memtable: @unchecked Sendable {
         nodeBytes.wrappingIncrement(by: size, ordering: .relaxed)
     }
 
+    /// How many keys ahead a run of inserts prefetches the filter and index lines.
+    static let prefetchDistance = 16
+
+    /// Starts loading the filter word and the index slot `key` will touch when linked.
+    @inline(__always)
+    private func prefetch(_ key: UnsafeRawBufferPointer) {
+        let hash = hashKey(key)
+        filter.prefetch(hash)
+        index.prefetch(hash)
+    }
+
     /// 1 with probability 3/4, 2 with 3/16, … (branching factor 4), at most `maxHeight`.
     private func randomHeight() -> Int {
-        random ^= random << 13
-        random ^= random >> 7
-        random ^= random << 17
-        var bits = random
+        var bits = writerOnly.pointee.random
+        bits ^= bits << 13
+        bits ^= bits >> 7
+        bits ^= bits << 17
+        writerOnly.pointee.random = bits
         var height = 1
         while height < Self.maxHeight && bits & 3 == 0 {
             height += 1

@@ -17,6 +17,7 @@
 // (a node's bytes are visible before its slot), `isComplete` relaxed (publication of a
 // version through the engine's state lock orders it before the reads of that version).
 import Atomics
+import CStrataPlatform
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -29,7 +30,9 @@ struct MemtableIndex {
     private let slots: UnsafeMutablePointer<UnsafeAtomic<Int>.Storage>
     private let mask: Int
     private let limit: Int
-    private var used = 0
+    /// Slots taken (writer only), behind a pointer so that `record` need not be mutating:
+    /// the memtable keeps its index in a `let`, read by every lookup without an access check.
+    private let used: UnsafeMutablePointer<Int>
     private let complete = ManagedAtomic(true)
 
     static let smallestSlots = 64
@@ -46,9 +49,14 @@ struct MemtableIndex {
         slots = calloc(count, MemoryLayout<Int>.stride)!.bindMemory(to: UnsafeAtomic<Int>.Storage.self, capacity: count)
         mask = count - 1
         limit = count / 4 * 3
+        used = .allocate(capacity: 1)
+        used.initialize(to: 0)
     }
 
-    func deallocate() { free(slots) }
+    func deallocate() {
+        free(slots)
+        used.deallocate()
+    }
 
     /// The number of slots (the filter beside it takes one word per eight).
     var slotCount: Int { mask + 1 }
@@ -74,8 +82,14 @@ struct MemtableIndex {
     /// Stops taking keys: from now on lookups go through the skip list (writer only).
     func abandon() { complete.store(false, ordering: .relaxed) }
 
+    /// Starts loading the slot where a key with this hash is probed first (a hint).
+    @inline(__always)
+    func prefetch(_ hash: UInt64) {
+        if isComplete { cplatform_prefetch(slots + (Int(truncatingIfNeeded: hash) & mask)) }
+    }
+
     /// Makes `node` the newest of its key (writer only, after linking it: X2).
-    mutating func record(_ node: MemtableNode, hash: UInt64) {
+    func record(_ node: MemtableNode, hash: UInt64) {
         guard isComplete else { return }
         let key = node.key
         let tag = Int(truncatingIfNeeded: hash >> 48)
@@ -89,11 +103,11 @@ struct MemtableIndex {
             let atomic = UnsafeAtomic<Int>(at: slots + index)
             let slot = atomic.load(ordering: .relaxed)
             if slot == 0 {
-                guard used < limit else {
+                guard used.pointee < limit else {
                     complete.store(false, ordering: .relaxed)
                     return
                 }
-                used += 1
+                used.pointee += 1
                 atomic.store(tagged, ordering: .releasing)
                 return
             }
@@ -145,6 +159,10 @@ struct MemtableFilter {
         let (word, bits) = bits(hash)
         return word.load(ordering: .relaxed) & bits == bits
     }
+
+    /// Starts loading the word a key with this hash sets (a hint, before `add`).
+    @inline(__always)
+    func prefetch(_ hash: UInt64) { cplatform_prefetch(words + (Int(truncatingIfNeeded: hash >> 24) & mask)) }
 
     /// Records a key's hash (writer only).
     func add(_ hash: UInt64) {

@@ -79,16 +79,17 @@ extension StorageEngine {
             logOptions.requiredFirstLSN = LSN(meta.checkpointVersion + 1)
             logOptions.replayFrom = LSN(meta.checkpointVersion + 1)
             // Replayed changes are gathered, sorted once and inserted as one sorted run
-            // (O(1) per key), keeping the last change of each key only.
-            var changes: [(key: [UInt8], entry: MemtableEntry)] = []
+            // (O(1) per key), keeping the last change of each key only (ReplayedChanges.swift).
+            var changes = ReplayedChanges()
             var replayed = 0
             let replay = { (record: WALRecord) throws in
-                try checkReplayed(record)
-                guard record.lsn.rawValue > meta.checkpointVersion else { return }
+                let applies = record.lsn.rawValue > meta.checkpointVersion
                 for operation in record.batch.operations {
-                    changes.append((operation.key, MemtableEntry(version: record.lsn.rawValue, value: operation.value)))
+                    let (key, value) = operation.keyAndValue
+                    try checkReplayed(key, value, in: record)
+                    if applies { changes.append(key: key, value: value, version: record.lsn.rawValue) }
                 }
-                replayed += 1
+                if applies { replayed += 1 }
             }
             let logDirectory = joinPath(path, logDirectoryName)
             let logAccess: LogAccess
@@ -106,7 +107,7 @@ extension StorageEngine {
                 logAccess = .reader(extent)
             }
             let active = Memtable(budgetBytes: options.checkpointMemtableBytes)
-            active.insert(sortedUnique: latestPerKey(changes))
+            changes.insertLatest(into: active)
             let version = max(meta.checkpointVersion, logReport.lastLSN.rawValue)
             let state = EngineState(version: version, tree: BTree(root: meta.root, height: Int(meta.height)),
                                     treeGeneration: meta.generation, frozen: nil, active: active)
@@ -227,35 +228,13 @@ extension StorageEngine {
     /// `Limits.maxKeyBytes` bytes, a value of at most `Limits.maxValueBytes`): a checksummed
     /// frame that breaks them was not written by Strata, and applying it could make a
     /// checkpoint write pages no reader accepts. Throws `.corruptBatch` naming file and offset.
-    static func checkReplayed(_ record: WALRecord) throws {
-        for operation in record.batch.operations {
-            let key = operation.key
-            var reason: String?
-            if key.isEmpty || key.count > Limits.maxKeyBytes {
-                reason = "a key of \(key.count) bytes is outside the limit of 1 to \(Limits.maxKeyBytes) bytes"
-            } else if let value = operation.value, value.count > Limits.maxValueBytes {
-                reason = "a value of \(value.count) bytes is over the limit of \(Limits.maxValueBytes) bytes"
-            }
-            if let reason {
-                throw WALError.corruptBatch(path: record.path, offset: record.offset, lsn: record.lsn, reason: reason)
-            }
-        }
-    }
-
-    /// The last change of each key, sorted by key (`changes` is in commit order).
-    static func latestPerKey(_ changes: [(key: [UInt8], entry: MemtableEntry)]) -> [(key: [UInt8], entry: MemtableEntry)] {
-        // Sort positions by key, then by position, so the last change of a key ends its run.
-        let order = changes.indices.sorted { left, right in
-            let byKey = compareKeys(changes[left].key, changes[right].key)
-            return byKey != 0 ? byKey < 0 : left < right
-        }
-        var result: [(key: [UInt8], entry: MemtableEntry)] = []
-        result.reserveCapacity(order.count)
-        for (position, index) in order.enumerated() {
-            let isLastOfKey = position + 1 == order.count || compareKeys(changes[index].key, changes[order[position + 1]].key) != 0
-            if isLastOfKey { result.append(changes[index]) }
-        }
-        return result
+    @inline(__always)
+    static func checkReplayed(_ key: [UInt8], _ value: [UInt8]?, in record: WALRecord) throws {
+        guard key.isEmpty || key.count > Limits.maxKeyBytes || (value?.count ?? 0) > Limits.maxValueBytes else { return }
+        let reason = key.isEmpty || key.count > Limits.maxKeyBytes
+            ? "a key of \(key.count) bytes is outside the limit of 1 to \(Limits.maxKeyBytes) bytes"
+            : "a value of \(value?.count ?? 0) bytes is over the limit of \(Limits.maxValueBytes) bytes"
+        throw WALError.corruptBatch(path: record.path, offset: record.offset, lsn: record.lsn, reason: reason)
     }
 
     /// Writes a new data file whole under a temporary name, then renames it into place,

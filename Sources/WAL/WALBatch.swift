@@ -25,6 +25,15 @@ public struct WALBatch: Sendable, Equatable {
             }
         }
 
+        /// The key and the value (nil for a delete), read with one switch.
+        @inlinable
+        public var keyAndValue: (key: [UInt8], value: [UInt8]?) {
+            switch self {
+            case let .put(key, value), let .insert(key, value): (key, value)
+            case let .delete(key): (key, nil)
+            }
+        }
+
         /// The value a put or insert stores, or nil for a delete.
         public var value: [UInt8]? {
             switch self {
