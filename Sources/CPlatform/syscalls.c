@@ -13,3 +13,12 @@ int cplatform_fallocate(int fd, off_t offset, off_t length) {
     return 0;
 #endif
 }
+
+int cplatform_start_writeback(int fd) {
+#ifdef __linux__
+    return sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+#else
+    (void)fd;
+    return 0;
+#endif
+}

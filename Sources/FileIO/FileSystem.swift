@@ -84,6 +84,11 @@ public protocol OpenFile: AnyObject, Sendable {
     func allocate(offset: Int64, length: Int64) throws
     /// Closes the handle; later calls throw `FileIOError.closed`.
     func close() throws
+    /// Asks the system to start writing the file's dirty pages to the device and returns
+    /// without waiting (a hint: it makes nothing durable, `syncData` does). Spreading a
+    /// large write's device traffic this way keeps its final sync short, and so the syncs
+    /// of other files queued behind it. Does nothing where the system has no such call.
+    func startWriteback()
     /// Maps the first `length` bytes of the file read-only and shared, so reads of pages
     /// written later through this handle see the new bytes; nil when this file system maps
     /// nothing (the simulated one). `length` may exceed the file's size, but no byte at or
@@ -94,6 +99,7 @@ public protocol OpenFile: AnyObject, Sendable {
 
 extension OpenFile {
     public func mapReadOnly(length: Int) throws -> FileMapping? { nil }
+    public func startWriteback() {}
 }
 
 /// A read-only shared mapping of a file (see `OpenFile.mapReadOnly`), unmapped when the

@@ -192,6 +192,12 @@ final class POSIXOpenFile: OpenFile {
         try retryingInterrupts(.allocate, path) { cplatform_fallocate(fd, off_t(offset), off_t(length)) }
     }
 
+    /// An error here is not lost: a failed writeback is reported by the next `syncData`.
+    func startWriteback() {
+        guard (try? checkOpen(.syncData)) != nil else { return }
+        _ = cplatform_start_writeback(fd)
+    }
+
     func mapReadOnly(length: Int) throws -> FileMapping? {
         try checkOpen(.read)
         guard let base = mmap(nil, length, PROT_READ, MAP_SHARED, fd, 0), base != MAP_FAILED else {

@@ -3,7 +3,7 @@
 // Strata's C shims: the pieces Swift cannot reach portably.
 //  - CRC-32C (Castagnoli), hardware accelerated (SSE4.2 / ARMv8 CRC) with a run-time
 //    choice and a portable slice-by-8 fallback. Every checksum on disk uses it (FORMAT.md).
-//  - fallocate(2), which Glibc declares only under _GNU_SOURCE.
+//  - fallocate(2) and sync_file_range(2), which Glibc declares only under _GNU_SOURCE.
 //  - a prefetch hint, which Swift has no spelling for.
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +19,11 @@ int cplatform_crc32c_hardware_available(void);
 /// fallocate(2) with mode 0 (allocate and extend the size); posix_fallocate elsewhere.
 /// Returns 0, or -1 with errno set.
 int cplatform_fallocate(int fd, off_t offset, off_t length);
+
+/// Starts writing the file's dirty pages to the device without waiting for them
+/// (sync_file_range(2) with SYNC_FILE_RANGE_WRITE over the whole file); does nothing
+/// where that call does not exist. Returns 0, or -1 with errno set.
+int cplatform_start_writeback(int fd);
 
 /// Asks the CPU to start loading the cache line at `address` for reading (a hint: never
 /// faults, does nothing for a null or unmapped address).
