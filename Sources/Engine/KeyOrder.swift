@@ -76,3 +76,36 @@ public struct KeyRange: Sendable, Equatable {
         (lower.map { compareKeys(key, $0) >= 0 } ?? true) && (upper.map { compareKeys(key, $0) < 0 } ?? true)
     }
 }
+
+/// The positions `0..<count` ordered by `key(position)` in key order, equal keys by
+/// position (so the last change of a key ends its run). Each position is sorted by the
+/// eight bytes after the keys' common prefix, as a big-endian integer (zero-padded): one
+/// integer comparison settles most pairs, and a tie falls back to the whole key. Sorting
+/// a commit's keys by a closure over the keys alone cost 1,479 instructions per key
+/// (callgrind, fillrandom, batches of 1,000), a fifth of the commit.
+func positionsInKeyOrder(count: Int, _ key: (Int) -> UnsafeRawBufferPointer) -> [Int] {
+    guard count > 1 else { return Array(0..<count) }
+    let first = key(0)
+    var common = first.count
+    for position in 1..<count where common > 0 {
+        let other = key(position)
+        var length = 0
+        let limit = min(common, other.count)
+        while length < limit && first[length] == other[length] { length += 1 }
+        common = length
+    }
+    var order: [(word: UInt64, position: Int)] = []
+    order.reserveCapacity(count)
+    for position in 0..<count {
+        let bytes = key(position)
+        var word: UInt64 = 0
+        for index in common..<(common + 8) { word = word << 8 | UInt64(index < bytes.count ? bytes[index] : 0) }
+        order.append((word, position))
+    }
+    order.sort { left, right in
+        if left.word != right.word { return left.word < right.word }
+        let byKey = compareBytes(key(left.position), key(right.position))
+        return byKey != 0 ? byKey < 0 : left.position < right.position
+    }
+    return order.map(\.position)
+}

@@ -146,11 +146,7 @@ final class Memtable: @unchecked Sendable {
                 func key(_ index: Int) -> UnsafeRawBufferPointer {
                     UnsafeRawBufferPointer(rebasing: keys[offsets[index]..<offsets[index + 1]])
                 }
-                var order = Array(operations.indices)
-                order.sort { left, right in
-                    let byKey = compareBytes(key(left), key(right))
-                    return byKey != 0 ? byKey < 0 : left < right
-                }
+                let order = positionsInKeyOrder(count: operations.count, key)
                 // The last operation of each key wins; earlier ones are skipped.
                 let winners = order.indices.filter { position in
                     position + 1 == order.count || compareBytes(key(order[position]), key(order[position + 1])) != 0

@@ -27,12 +27,7 @@ struct ReplayedChanges {
                 func key(_ index: Int) -> UnsafeRawBufferPointer {
                     UnsafeRawBufferPointer(rebasing: bytes[changes[index].keyStart..<(changes[index].keyStart + changes[index].keyCount)])
                 }
-                // Sort positions by key, then by position, so the last change of a key ends its run.
-                var order = Array(changes.indices)
-                order.sort { left, right in
-                    let byKey = compareBytes(key(left), key(right))
-                    return byKey != 0 ? byKey < 0 : left < right
-                }
+                let order = positionsInKeyOrder(count: changes.count, key)
                 var latest: [Int] = []
                 latest.reserveCapacity(order.count)
                 for (position, index) in order.enumerated()

@@ -1,0 +1,31 @@
+import StrataFileIO
+import Testing
+@testable import StrataEngine
+
+/// `positionsInKeyOrder` sorts by an integer of the eight bytes after the common prefix
+/// before comparing keys: it must give exactly the order of a plain sort by key, then by
+/// position, for keys of any length, with zero bytes, shared prefixes and duplicates.
+@Suite struct KeyOrderTests {
+    @Test(arguments: [UInt64(1), 2, 3, 4])
+    func ordersAsAPlainSortByKeyThenPosition(seed: UInt64) {
+        print("KeyOrderTests seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        for round in 0..<200 {
+            let prefix = (0..<Int(random.next() % 12)).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+            let alphabet: [UInt8] = [0, 1, 0x7F, 0x80, 0xFF]
+            var keys: [[UInt8]] = (0..<Int(random.next() % 60 + 1)).map { _ in
+                prefix + (0..<Int(random.next() % 14)).map { _ in alphabet[Int(random.next() % UInt64(alphabet.count))] }
+            }
+            if random.next() % 3 == 0, let some = keys.randomElement(using: &random) { keys.append(some) }
+            let expected = keys.indices.sorted { left, right in
+                let byKey = compareKeys(keys[left], keys[right])
+                return byKey != 0 ? byKey < 0 : left < right
+            }
+            let offsets = keys.reduce(into: [0]) { $0.append($0.last! + $1.count) }
+            let got = keys.joined().map { $0 }.withUnsafeBytes { bytes in
+                positionsInKeyOrder(count: keys.count) { UnsafeRawBufferPointer(rebasing: bytes[offsets[$0]..<offsets[$0 + 1]]) }
+            }
+            #expect(got == expected, "seed \(seed) round \(round): \(keys)")
+        }
+    }
+}
