@@ -20,6 +20,13 @@ public enum LZ4Block {
         return Int(LZ4_compressBound(Int32(count)))
     }
 
+    /// LZ4's acceleration (1 is its default): each step up skips more of the input when
+    /// looking for matches, trading some compression for speed. Decoding is unaffected.
+    /// At 4, a fillrandom commit (batches of 1,000 keys with 100-byte values) costs 10 %
+    /// fewer instructions and its log frames 5 % more bytes (61.0 MiB instead of 58.2 MiB
+    /// for 1M keys; callgrind and strata-bench, 2026-11-24).
+    static let acceleration: Int32 = 4
+
     /// Compresses `input` and appends the block to `output` when it is smaller than the
     /// input; returns the number of bytes appended, or `nil` (with `output` unchanged) when
     /// compression does not help. O(n).
@@ -33,10 +40,10 @@ public enum LZ4Block {
         output.append(contentsOf: repeatElement(0, count: bound))
         output.withUnsafeMutableBytes { destination in
             let target = UnsafeMutableRawBufferPointer(rebasing: destination[start...])
-            written = Int(LZ4_compress_default(
+            written = Int(LZ4_compress_fast(
                 input.baseAddress!.assumingMemoryBound(to: CChar.self),
                 target.baseAddress!.assumingMemoryBound(to: CChar.self),
-                Int32(input.count), Int32(target.count)))
+                Int32(input.count), Int32(target.count), Self.acceleration))
         }
         guard written > 0, written < input.count else {
             output.removeSubrange(start...)
