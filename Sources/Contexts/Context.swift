@@ -86,15 +86,27 @@ public final class Context {
     /// `prefix`, at most `limit`. Every level is merged and tombstones hide what is beneath.
     public func scan(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [],
                      reverse: Bool = false, limit: Int = .max) throws -> [(key: [UInt8], value: [UInt8])] {
-        try checkOpen()
         var results: [(key: [UInt8], value: [UInt8])] = []
-        guard limit > 0 else { return results }
-        var cursor = try ContextCursor(self, range: KeyRange(from: start, to: end, prefix: prefix), reverse: reverse)
-        while let pair = try cursor.next() {
-            results.append(pair)
-            if results.count == limit { break }
+        guard limit > 0 else {
+            try checkOpen()
+            return results
+        }
+        try forEach(from: start, to: end, prefix: prefix, reverse: reverse) { key, value in
+            results.append((key, value))
+            return results.count < limit
         }
         return results
+    }
+
+    /// Hands `body` the pairs `scan` would return, one at a time, until it returns false:
+    /// the record layer's way to stop early without gathering what it will not use.
+    func forEach(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [], reverse: Bool = false,
+                 _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool) throws {
+        try checkOpen()
+        var cursor = try ContextCursor(self, range: KeyRange(from: start, to: end, prefix: prefix), reverse: reverse)
+        while let pair = try cursor.next() {
+            guard try body(pair.key, pair.value) else { return }
+        }
     }
 
     // MARK: Writing

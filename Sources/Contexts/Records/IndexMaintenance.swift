@@ -7,15 +7,19 @@ import StrataEngine
 /// The index work of one repository.
 struct IndexMaintenance<R: Record> {
     let context: Context
+    private let declared: [RecordIndex<R>]
 
-    private var declared: [RecordIndex<R>] { RecordTypeCache.indexes(of: R.self) }
+    init(context: Context) {
+        self.context = context
+        declared = RecordTypeCache.indexes(of: R.self)
+    }
 
     /// Whether the entity declares no index.
     var isEmpty: Bool { declared.isEmpty }
 
     /// The key of `record`'s entry in `index`, and its value (the record's id bytes).
     static func entry(_ index: RecordIndex<R>, _ record: R) -> (key: [UInt8], value: [UInt8]) {
-        let prefix = RecordKeys.indexPrefix(entity: RecordTypeCache.entityName(of: R.self), index: index.name) + index.bytes(record)
+        let prefix = index.keyPrefix + index.bytes(record)
         let id = record.id.keyBytes
         return (index.isUnique ? prefix : prefix + id, id)
     }
@@ -49,7 +53,7 @@ struct IndexMaintenance<R: Record> {
     /// The names of the indexes built for this entity, from its manifest.
     private func built() throws -> Set<String> {
         guard let bytes = try context.get(RecordKeys.manifest(entity: RecordTypeCache.entityName(of: R.self))) else { return [] }
-        return Set(try RecordDecoder().decode([String].self, from: bytes))
+        return try RecordTypeCache.manifest(bytes) { Set(try RecordDecoder().decode([String].self, from: bytes)) }
     }
 
     /// Before a write: builds every declared index the manifest does not list yet (X1), in
@@ -82,8 +86,13 @@ struct IndexMaintenance<R: Record> {
     func usable() throws -> [RecordIndex<R>] {
         guard !declared.isEmpty else { return [] }
         let have = try built()
-        let listed = declared.filter { have.contains($0.name) }
-        guard listed.count < declared.count else { return listed }
+        // Loops, not `filter`: generic code over the app's record type is not
+        // specialized, and every array of it built costs thousands of instructions.
+        var allBuilt = true
+        for index in declared where !have.contains(index.name) { allBuilt = false }
+        if allBuilt { return declared }
+        var listed: [RecordIndex<R>] = []
+        for index in declared where have.contains(index.name) { listed.append(index) }
         let entity = RecordKeys.prefix(entity: RecordTypeCache.entityName(of: R.self))
         return try context.scan(prefix: entity, limit: 1).isEmpty ? declared : listed
     }

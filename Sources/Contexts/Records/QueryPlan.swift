@@ -14,12 +14,15 @@ struct QueryPlan<R: Record> {
         case range(lower: [UInt8]?, upper: [UInt8]?)
         /// Index entries in `lower..<upper` (full keys); their values are record ids.
         case index(RecordIndex<R>, lower: [UInt8], upper: [UInt8]?)
+        /// The one entry of a unique index under `key` (an equality term on it).
+        case indexEntry(RecordIndex<R>, key: [UInt8])
         case scan
     }
 
     private(set) var access = Access.scan
-    /// The terms the access uses, for `explain`.
-    private(set) var usedTerms: [String] = []
+    /// The terms the access uses, for `explain` (rendered only there: describing a
+    /// constant costs more than planning).
+    private var usedTerms: [(field: String, op: String, constant: Any)] = []
     private let predicate: Predicate<R>?
 
     private struct Term {
@@ -43,11 +46,11 @@ struct QueryPlan<R: Record> {
         for term in terms where Self.isID(term.keyPath) {
             guard let id = term.constant as? R.ID else { continue }
             let bytes = id.keyBytes
-            usedTerms.append("id \(term.op) \(id)")
+            usedTerms.append(("id", term.op, id))
             switch term.op {
             case "==":
                 access = .point(id)
-                usedTerms = ["id == \(id)"]
+                usedTerms = [("id", "==", id)]
                 return true
             case ">": lower = Self.larger(lower, bytes + [0])
             case ">=": lower = Self.larger(lower, bytes)
@@ -63,13 +66,21 @@ struct QueryPlan<R: Record> {
     /// Uses the terms on one index: an equality on a unique index first, then any
     /// equality, then a range.
     private mutating func planIndex(_ terms: [Term], indexes: [RecordIndex<R>]) {
-        let ranked = indexes.sorted { $0.isUnique && !$1.isUnique }
+        // Unique indexes first (a loop, not `filter`: generic code over the app's record
+        // type is not specialized, and each call costs thousands of instructions).
+        var ranked: [RecordIndex<R>] = []
+        ranked.reserveCapacity(indexes.count)
+        for unique in [true, false] {
+            for index in indexes where index.isUnique == unique { ranked.append(index) }
+        }
         for wantEquality in [true, false] {
             for index in ranked {
-                let prefix = RecordKeys.indexPrefix(entity: RecordTypeCache.entityName(of: R.self), index: index.name)
+                let prefix = index.keyPrefix
                 var lower = prefix
                 var upper = keyAfterPrefix(prefix)
-                var used: [String] = []
+                var used: [(field: String, op: String, constant: Any)] = []
+                var hasEquality = false
+                var equalityKey: [UInt8]?
                 for term in terms where term.keyPath == index.keyPath {
                     guard let bytes = index.constantBytes(term.constant) else { continue }
                     let start = prefix + bytes
@@ -78,16 +89,21 @@ struct QueryPlan<R: Record> {
                     case "==":
                         lower = Self.larger(lower, start)
                         upper = Self.smallerOptional(upper, after)
+                        hasEquality = true
+                        equalityKey = start
                     case ">": if let after { lower = Self.larger(lower, after) } else { upper = lower }
                     case ">=": lower = Self.larger(lower, start)
                     case "<": upper = Self.smallerOptional(upper, start)
                     default: upper = Self.smallerOptional(upper, after)
                     }
-                    used.append("\(index.name) \(term.op) \(term.constant)")
+                    used.append((index.name, term.op, term.constant))
                 }
-                let hasEquality = used.contains { $0.contains(" == ") }
                 guard !used.isEmpty, hasEquality == wantEquality || !wantEquality else { continue }
-                access = .index(index, lower: lower, upper: upper)
+                if index.isUnique, let equalityKey {
+                    access = .indexEntry(index, key: equalityKey)
+                } else {
+                    access = .index(index, lower: lower, upper: upper)
+                }
                 usedTerms = used
                 return
             }
@@ -97,13 +113,17 @@ struct QueryPlan<R: Record> {
     func description(entity: String) -> String {
         let read = switch access {
         case let .point(id): "point lookup of \(entity) id \(id)"
-        case .range: "key range of \(entity) ids where " + usedTerms.joined(separator: " and ")
-        case let .index(index, _, _):
-            "\(index.isUnique ? "unique " : "")index \(index.name) where " + usedTerms.joined(separator: " and ")
+        case .range: "key range of \(entity) ids where " + renderedTerms
+        case let .index(index, _, _), let .indexEntry(index, _):
+            "\(index.isUnique ? "unique " : "")index \(index.name) where " + renderedTerms
         case .scan: "scan of every \(entity)"
         }
         let residual = predicate.map { "evaluate on each candidate: \($0)" } ?? "no filter"
         return "read: \(read); \(residual)"
+    }
+
+    private var renderedTerms: String {
+        usedTerms.map { "\($0.field) \($0.op) \($0.constant)" }.joined(separator: " and ")
     }
 
     /// The terms anded at the top of an expression.

@@ -1,7 +1,16 @@
-// Decodes record bytes (RecordValue.swift) into a `Codable` value. A missing field reads
-// as nil for optionals (so types may gain optional fields), a wrong shape or a number out
-// of range is a `DecodingError` naming the coding path.
+// Decodes record bytes (RecordValue.swift, FORMAT.md "Record encoding") into a `Codable`
+// value, reading straight from the bytes: one pass checks the whole record (R1 of
+// RecordValue.swift), then containers find their fields by offset and primitives are read
+// where they lie, with no intermediate tree of values and no dictionary per struct.
+// A missing field reads as nil for optionals (so types may gain optional fields); a wrong
+// shape or a number out of range is a `DecodingError` naming the coding path.
+//
+// Invariants:
+//  D1. Nothing is decoded from bytes that `RecordBytes.validate` has not accepted, so
+//      every offset a container holds starts a well-formed value inside the buffer.
+//  D2. A field name that occurs twice (no encoder writes that) reads as its last value.
 import Foundation
+import StrataCodec
 
 /// Decodes record bytes into `Decodable` values.
 public struct RecordDecoder {
@@ -10,46 +19,146 @@ public struct RecordDecoder {
     /// The value of type `T` in `bytes`. Throws `RecordError.malformed` for bad bytes and
     /// `DecodingError` when they hold a different shape.
     public func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
-        try RecordDecoding(value: try RecordValue.decode(bytes), codingPath: []).decodeValue(type)
+        let root = try RecordBytes.validate(bytes)
+        return try RecordDecoding(bytes: bytes, offset: root, codingPath: []).decodeValue(type)
     }
 }
 
+/// Reading the record encoding in place: validation, skipping and primitives at an offset.
+enum RecordBytes {
+    enum Tag: UInt8 {
+        case null = 0, isFalse = 1, isTrue = 2, int = 3, uint = 4, double = 5, string = 6, bytes = 7, array = 8, keyed = 9
+    }
+
+    /// Checks `bytes` as `RecordValue.decode` does (version, structure, depth, lengths,
+    /// UTF-8, nothing after the value) without building anything; returns the offset of
+    /// the root value. Throws `RecordError.malformed` or `.unsupportedVersion`.
+    static func validate(_ bytes: [UInt8]) throws(RecordError) -> Int {
+        var reader = ByteReader(bytes)
+        do {
+            let version = try reader.readUInt8()
+            guard version == RecordValue.formatVersion else {
+                throw RecordError.unsupportedVersion(found: version, supported: RecordValue.formatVersion)
+            }
+            try walk(&reader, depth: 0, validating: true)
+            guard reader.isAtEnd else { throw RecordError.malformed(offset: reader.offset, reason: "bytes after the record") }
+            return 1
+        } catch let error as RecordError {
+            throw error
+        } catch {
+            throw .malformed(offset: reader.offset, reason: "\(error)")
+        }
+    }
+
+    /// The offset just past the value at `offset` (already validated: D1).
+    static func end(of offset: Int, in bytes: [UInt8]) throws -> Int {
+        var reader = ByteReader(bytes, start: offset)
+        try walk(&reader, depth: 0, validating: false)
+        return reader.offset
+    }
+
+    /// Reads past one value; with `validating`, checks what `RecordValue.decode` checks.
+    private static func walk(_ reader: inout ByteReader, depth: Int, validating: Bool) throws {
+        guard depth < RecordValue.maxDepth else {
+            throw RecordError.malformed(offset: reader.offset, reason: "nested deeper than \(RecordValue.maxDepth)")
+        }
+        let tagOffset = reader.offset
+        guard let tag = Tag(rawValue: try reader.readUInt8()) else {
+            throw RecordError.malformed(offset: tagOffset, reason: "unknown value tag")
+        }
+        switch tag {
+        case .null, .isFalse, .isTrue: return
+        case .int, .uint: _ = try reader.readVarint()
+        case .double: try reader.skip(8)
+        case .string:
+            let count = try reader.readLength(limit: reader.remaining)
+            if validating, !isUTF8(reader.bytes, reader.offset, count) {
+                throw RecordError.malformed(offset: tagOffset, reason: "a string that is not UTF-8")
+            }
+            try reader.skip(count)
+        case .bytes: try reader.skip(try reader.readLength(limit: reader.remaining))
+        case .array:
+            // Every element takes at least one byte: a larger count cannot be honest.
+            let count = try reader.readLength(limit: reader.remaining)
+            for _ in 0..<count { try walk(&reader, depth: depth + 1, validating: validating) }
+        case .keyed:
+            let count = try reader.readLength(limit: reader.remaining / 2)
+            for _ in 0..<count {
+                let keyOffset = reader.offset
+                let length = try reader.readLength(limit: reader.remaining)
+                if validating, !isUTF8(reader.bytes, reader.offset, length) {
+                    throw RecordError.malformed(offset: keyOffset, reason: "a field name that is not UTF-8")
+                }
+                try reader.skip(length)
+                try walk(&reader, depth: depth + 1, validating: validating)
+            }
+        }
+    }
+
+    /// Whether `bytes[start..<start + count]` is UTF-8 (ASCII checked without decoding).
+    private static func isUTF8(_ bytes: [UInt8], _ start: Int, _ count: Int) -> Bool {
+        guard count > 0, start >= 0, start + count <= bytes.count else { return count == 0 }
+        var index = start
+        while index < start + count, bytes[index] < 0x80 { index += 1 }
+        return index == start + count || String(validating: bytes[index..<(start + count)], as: UTF8.self) != nil
+    }
+
+    static func tag(_ bytes: [UInt8], _ offset: Int) -> Tag {
+        // Validated (D1): the tag is known.
+        Tag(rawValue: bytes[offset]) ?? .null
+    }
+
+    /// What kind of value starts at `offset`, for messages.
+    static func kind(_ bytes: [UInt8], _ offset: Int) -> String {
+        switch tag(bytes, offset) {
+        case .null: "nil"
+        case .isFalse, .isTrue: "a Boolean"
+        case .int, .uint: "an integer"
+        case .double: "a floating-point number"
+        case .string: "a string"
+        case .bytes: "bytes"
+        case .array: "an array"
+        case .keyed: "a keyed value"
+        }
+    }
+
+    /// The length-prefixed bytes (string, bytes) whose tag is at `offset`.
+    static func run(_ bytes: [UInt8], _ offset: Int) throws -> Range<Int> {
+        var reader = ByteReader(bytes, start: offset + 1)
+        let count = try reader.readLength(limit: reader.remaining)
+        return reader.offset..<(reader.offset + count)
+    }
+}
+
+/// One field of a keyed value: where its name and its value lie.
+struct RecordField {
+    var name: Range<Int>
+    var value: Int
+}
+
 struct RecordDecoding: Decoder {
-    let value: RecordValue
+    let bytes: [UInt8]
+    /// Where this value's tag lies.
+    let offset: Int
     let codingPath: [any CodingKey]
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
+    private var tag: RecordBytes.Tag { RecordBytes.tag(bytes, offset) }
+
     func decodeValue<T: Decodable>(_ type: T.Type) throws -> T {
         if type == Data.self {
-            guard case let .bytes(bytes) = value else { throw mismatch(type, "bytes") }
-            return Data(bytes) as! T
+            guard tag == .bytes else { throw mismatch(type, "bytes") }
+            return Data(bytes[try RecordBytes.run(bytes, offset)]) as! T
         }
         if let primitive = try decodePrimitive(type) { return primitive }
         return try T(from: self)
     }
 
-    /// `value` as a primitive type, or nil when `type` is not one.
+    /// The value as a primitive type, or nil when `type` is not one.
     private func decodePrimitive<T>(_ type: T.Type) throws -> T? {
-        func integer<I: FixedWidthInteger>(_ target: I.Type) throws -> I {
-            let converted: I? = switch value {
-            case let .int(number): I(exactly: number)
-            case let .uint(number): I(exactly: number)
-            default: throw mismatch(type, "an integer")
-            }
-            guard let converted else { throw mismatch(type, "an integer that fits") }
-            return converted
-        }
         let result: Any? = switch type {
-        case is Bool.Type:
-            try { () throws -> Bool in
-                guard case let .bool(flag) = value else { throw mismatch(type, "a Boolean") }
-                return flag
-            }()
-        case is String.Type:
-            try { () throws -> String in
-                guard case let .string(text) = value else { throw mismatch(type, "a string") }
-                return text
-            }()
+        case is Bool.Type: try bool()
+        case is String.Type: try string()
         case is Double.Type: try double()
         case is Float.Type: Float(try double())
         case is Int.Type: try integer(Int.self)
@@ -67,29 +176,77 @@ struct RecordDecoding: Decoder {
         return result.map { $0 as! T }
     }
 
-    private func double() throws -> Double {
-        switch value {
-        case let .double(number): return number
-        case let .int(number): return Double(number)
-        case let .uint(number): return Double(number)
+    func bool() throws -> Bool {
+        switch tag {
+        case .isTrue: true
+        case .isFalse: false
+        default: throw mismatch(Bool.self, "a Boolean")
+        }
+    }
+
+    func string() throws -> String {
+        guard tag == .string else { throw mismatch(String.self, "a string") }
+        // Validated as UTF-8 (D1).
+        return String(decoding: bytes[try RecordBytes.run(bytes, offset)], as: UTF8.self)
+    }
+
+    func integer<I: FixedWidthInteger>(_ target: I.Type) throws -> I {
+        var reader = ByteReader(bytes, start: offset + 1)
+        let converted: I?
+        switch tag {
+        case .int:
+            let zigzag = try reader.readVarint()
+            converted = I(exactly: Int64(bitPattern: zigzag >> 1) ^ -Int64(bitPattern: zigzag & 1))
+        case .uint: converted = I(exactly: try reader.readVarint())
+        default: throw mismatch(target, "an integer")
+        }
+        guard let converted else { throw mismatch(target, "an integer that fits") }
+        return converted
+    }
+
+    func double() throws -> Double {
+        var reader = ByteReader(bytes, start: offset + 1)
+        switch tag {
+        case .double: return Double(bitPattern: try reader.readUInt64())
+        case .int: return Double(try integer(Int64.self))
+        case .uint: return Double(try integer(UInt64.self))
         default: throw mismatch(Double.self, "a number")
         }
     }
 
+    var isNull: Bool { tag == .null }
+
     func mismatch(_ type: Any.Type, _ expected: String) -> DecodingError {
-        .typeMismatch(type, DecodingError.Context(codingPath: codingPath, debugDescription: "expected \(expected), found \(value.kind)"))
+        .typeMismatch(type, DecodingError.Context(codingPath: codingPath,
+                                                  debugDescription: "expected \(expected), found \(RecordBytes.kind(bytes, offset))"))
+    }
+
+    /// The value at `offset` one level down, at `key`.
+    func child(_ offset: Int, key: any CodingKey) -> RecordDecoding {
+        RecordDecoding(bytes: bytes, offset: offset, codingPath: codingPath + [key])
     }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
-        guard case let .keyed(fields) = value else { throw mismatch([String: Any].self, "a keyed value") }
-        var byKey: [String: RecordValue] = [:]
-        for (key, field) in fields { byKey[key] = field }
-        return KeyedDecodingContainer(KeyedRecordDecoding<Key>(fields: byKey, codingPath: codingPath))
+        guard tag == .keyed else { throw mismatch([String: Any].self, "a keyed value") }
+        var reader = ByteReader(bytes, start: offset + 1)
+        let count = try reader.readLength(limit: reader.remaining / 2)
+        var fields: [RecordField] = []
+        fields.reserveCapacity(count)
+        for _ in 0..<count {
+            let length = try reader.readLength(limit: reader.remaining)
+            let name = reader.offset..<(reader.offset + length)
+            try reader.skip(length)
+            fields.append(RecordField(name: name, value: reader.offset))
+            if fields.count < count { try reader.skip(try RecordBytes.end(of: reader.offset, in: bytes) - reader.offset) }
+        }
+        return KeyedDecodingContainer(KeyedRecordDecoding<Key>(decoder: self, fields: fields))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
-        guard case let .array(values) = value else { throw mismatch([Any].self, "an array") }
-        return UnkeyedRecordDecoding(values: values, codingPath: codingPath)
+        guard tag == .array else { throw mismatch([Any].self, "an array") }
+        var reader = ByteReader(bytes, start: offset + 1)
+        let count = try reader.readLength(limit: reader.remaining)
+        return UnkeyedRecordDecoding(decoder: self, count: count, position: reader.offset)
     }
 
     func singleValueContainer() throws -> any SingleValueDecodingContainer {
@@ -97,57 +254,90 @@ struct RecordDecoding: Decoder {
     }
 }
 
-extension RecordValue {
-    /// What kind of value this is, for messages.
-    var kind: String {
-        switch self {
-        case .null: "nil"
-        case .bool: "a Boolean"
-        case .int, .uint: "an integer"
-        case .double: "a floating-point number"
-        case .string: "a string"
-        case .bytes: "bytes"
-        case .array: "an array"
-        case .keyed: "a keyed value"
+struct KeyedRecordDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
+    let decoder: RecordDecoding
+    let fields: [RecordField]
+    /// Field positions by name, for values with many fields (a dictionary): a search of
+    /// the field list is faster for the few fields of a struct.
+    private let byName: [String: Int]?
+
+    init(decoder: RecordDecoding, fields: [RecordField]) {
+        self.decoder = decoder
+        self.fields = fields
+        if fields.count > 16 {
+            var byName: [String: Int] = [:]
+            for (index, field) in fields.enumerated() { byName[String(decoding: decoder.bytes[field.name], as: UTF8.self)] = index }
+            self.byName = byName
+        } else {
+            byName = nil
         }
     }
-}
 
-struct KeyedRecordDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
-    let fields: [String: RecordValue]
-    let codingPath: [any CodingKey]
+    var codingPath: [any CodingKey] { decoder.codingPath }
 
-    var allKeys: [Key] { fields.keys.compactMap { Key(stringValue: $0) } }
+    private func name(_ field: RecordField) -> String { String(decoding: decoder.bytes[field.name], as: UTF8.self) }
 
-    func contains(_ key: Key) -> Bool { fields[key.stringValue] != nil }
+    var allKeys: [Key] { fields.compactMap { Key(stringValue: name($0)) } }
 
-    private func field(_ key: Key) throws -> RecordValue {
-        guard let value = fields[key.stringValue] else {
+    /// Where the value of `key` lies (the last field of that name: D2), or nil.
+    private func offset(_ key: Key) -> Int? {
+        let wanted = key.stringValue
+        if let byName { return byName[wanted].map { fields[$0].value } }
+        let utf8 = wanted.utf8
+        for field in fields.reversed() where field.name.count == utf8.count {
+            if decoder.bytes[field.name].elementsEqual(utf8) { return field.value }
+        }
+        return nil
+    }
+
+    func contains(_ key: Key) -> Bool { offset(key) != nil }
+
+    private func field(_ key: Key) throws -> RecordDecoding {
+        guard let offset = offset(key) else {
             throw DecodingError.keyNotFound(key, DecodingError.Context(codingPath: codingPath, debugDescription: "no field \"\(key.stringValue)\""))
         }
-        return value
+        return decoder.child(offset, key: key)
     }
 
-    func decodeNil(forKey key: Key) throws -> Bool { (fields[key.stringValue] ?? .null) == .null }
-
-    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
-        try RecordDecoding(value: try field(key), codingPath: codingPath + [key]).decodeValue(type)
+    func decodeNil(forKey key: Key) throws -> Bool {
+        guard let offset = offset(key) else { return true }
+        return RecordBytes.tag(decoder.bytes, offset) == .null
     }
+
+    // The common primitives, read in place without the generic path's type tests.
+    func decode(_ type: String.Type, forKey key: Key) throws -> String { try field(key).string() }
+    func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try field(key).bool() }
+    func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try field(key).integer(Int.self) }
+    func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 { try field(key).integer(Int64.self) }
+    func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 { try field(key).integer(UInt64.self) }
+    func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try field(key).double() }
+
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T { try field(key).decodeValue(type) }
 
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
-        try RecordDecoding(value: try field(key), codingPath: codingPath + [key]).container(keyedBy: type)
+        try field(key).container(keyedBy: type)
     }
 
     func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
-        try RecordDecoding(value: try field(key), codingPath: codingPath + [key]).unkeyedContainer()
+        try field(key).unkeyedContainer()
     }
 
     func superDecoder() throws -> any Decoder {
-        RecordDecoding(value: fields["super"] ?? .keyed([]), codingPath: codingPath)
+        try lenientDecoder(named: "super", key: nil)
     }
 
     func superDecoder(forKey key: Key) throws -> any Decoder {
-        RecordDecoding(value: fields[key.stringValue] ?? .keyed([]), codingPath: codingPath + [key])
+        try lenientDecoder(named: key.stringValue, key: key)
+    }
+
+    /// The value of the field `name`, or an empty keyed value when there is none.
+    private func lenientDecoder(named name: String, key: Key?) throws -> any Decoder {
+        let path = key.map { codingPath + [$0] } ?? codingPath
+        let utf8 = name.utf8
+        if let field = fields.last(where: { decoder.bytes[$0.name].elementsEqual(utf8) }) {
+            return RecordDecoding(bytes: decoder.bytes, offset: field.value, codingPath: path)
+        }
+        return RecordDecoding(bytes: RecordValue.keyed([]).encoded(), offset: 1, codingPath: path)
     }
 }
 
@@ -159,28 +349,36 @@ struct IndexKey: CodingKey {
 }
 
 struct UnkeyedRecordDecoding: UnkeyedDecodingContainer {
-    let values: [RecordValue]
-    let codingPath: [any CodingKey]
+    let decoder: RecordDecoding
+    let elementCount: Int
+    /// Where the next element's tag lies.
+    private var position: Int
     var currentIndex = 0
 
-    init(values: [RecordValue], codingPath: [any CodingKey]) {
-        self.values = values
-        self.codingPath = codingPath
+    init(decoder: RecordDecoding, count: Int, position: Int) {
+        self.decoder = decoder
+        self.elementCount = count
+        self.position = position
     }
 
-    var count: Int? { values.count }
-    var isAtEnd: Bool { currentIndex >= values.count }
+    var codingPath: [any CodingKey] { decoder.codingPath }
+    var count: Int? { elementCount }
+    var isAtEnd: Bool { currentIndex >= elementCount }
 
+    /// The next element, and moves past it.
     private mutating func next() throws -> RecordDecoding {
         guard !isAtEnd else {
             throw DecodingError.valueNotFound(Any.self, DecodingError.Context(codingPath: codingPath, debugDescription: "the array has ended"))
         }
-        defer { currentIndex += 1 }
-        return RecordDecoding(value: values[currentIndex], codingPath: codingPath + [IndexKey(intValue: currentIndex)])
+        let element = decoder.child(position, key: IndexKey(intValue: currentIndex))
+        position = try RecordBytes.end(of: position, in: decoder.bytes)
+        currentIndex += 1
+        return element
     }
 
     mutating func decodeNil() throws -> Bool {
-        guard !isAtEnd, values[currentIndex] == .null else { return false }
+        guard !isAtEnd, RecordBytes.tag(decoder.bytes, position) == .null else { return false }
+        position += 1
         currentIndex += 1
         return true
     }
@@ -200,7 +398,7 @@ struct SingleRecordDecoding: SingleValueDecodingContainer {
     let decoder: RecordDecoding
     var codingPath: [any CodingKey] { decoder.codingPath }
 
-    func decodeNil() -> Bool { decoder.value == .null }
+    func decodeNil() -> Bool { decoder.isNull }
 
     func decode<T: Decodable>(_ type: T.Type) throws -> T { try decoder.decodeValue(type) }
 }

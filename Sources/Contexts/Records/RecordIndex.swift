@@ -19,8 +19,14 @@ extension String: IndexableValue {
     /// UTF-8 with each zero byte escaped as `00 FF`, ended by `00 00`.
     public var indexBytes: [UInt8] {
         var bytes: [UInt8] = []
-        for byte in utf8 { bytes += byte == 0 ? [0, 0xFF] : [byte] }
-        return bytes + [0, 0]
+        bytes.reserveCapacity(utf8.count + 2)
+        for byte in utf8 {
+            bytes.append(byte)
+            if byte == 0 { bytes.append(0xFF) }
+        }
+        bytes.append(0)
+        bytes.append(0)
+        return bytes
     }
 }
 
@@ -65,6 +71,8 @@ public struct RecordIndex<R: Record>: Sendable {
     public let isUnique: Bool
     /// The indexed key path, as the predicate planner sees it.
     let keyPath: AnyKeyPath & Sendable
+    /// Where this index's entries start: `RecordKeys.indexPrefix` of the entity and `name`.
+    let keyPrefix: [UInt8]
     let bytes: @Sendable (R) -> [UInt8]
     let constantBytes: @Sendable (Any) -> [UInt8]?
     let render: @Sendable (R) -> String
@@ -74,7 +82,9 @@ public struct RecordIndex<R: Record>: Sendable {
                                                 unique: Bool = false) -> RecordIndex<R> {
         let text = "\(keyPath)"
         let fallback = String(text.split(separator: ".").last ?? Substring(text))
-        return RecordIndex(name: name ?? fallback, isUnique: unique, keyPath: keyPath,
+        let name = name ?? fallback
+        return RecordIndex(name: name, isUnique: unique, keyPath: keyPath,
+                           keyPrefix: RecordKeys.indexPrefix(entity: RecordTypeCache.entityName(of: R.self), index: name),
                            bytes: { $0[keyPath: keyPath].indexBytes },
                            constantBytes: { ($0 as? V)?.indexBytes },
                            render: { "\($0[keyPath: keyPath])" })

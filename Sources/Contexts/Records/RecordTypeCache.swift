@@ -13,6 +13,8 @@ enum RecordTypeCache {
         var derivers: [[UInt8]: IndexDeriver] = [:]
         var entityNames: [ObjectIdentifier: String] = [:]
         var isID: [AnyKeyPath: Bool] = [:]
+        /// Decoded index manifests by their bytes (few: one per entity and index list).
+        var manifests: [[UInt8]: Set<String>] = [:]
     }
 
     private static let entries = Locked(Entries())
@@ -50,6 +52,18 @@ enum RecordTypeCache {
         let name = R.entityName
         entries.withLock { $0.entityNames[ObjectIdentifier(type)] = name }
         return name
+    }
+
+    /// The index names a manifest's `bytes` list, decoded by `decode` the first time these
+    /// bytes are seen. At most 256 are kept; past that the cache starts over.
+    static func manifest(_ bytes: [UInt8], decode: () throws -> Set<String>) throws -> Set<String> {
+        if let cached = entries.withLock({ $0.manifests[bytes] }) { return cached }
+        let names = try decode()
+        entries.withLock { entries in
+            if entries.manifests.count >= 256 { entries.manifests.removeAll() }
+            entries.manifests[bytes] = names
+        }
+        return names
     }
 
     /// Whether `keyPath` is `R`'s `id`, decided once per key path by `decide`.

@@ -5,15 +5,16 @@
 //
 // Invariants:
 //  R1. Decoding is total: any bytes give a value or `RecordError.malformed` with the
-//      offset; nesting is at most `maxDepth` deep and no count is trusted beyond the bytes
-//      that remain, so hostile input cannot trap, hang or allocate much.
+//      offset (`RecordBytes.validate` in RecordDecoder.swift checks a record before any
+//      of it is read); nesting is at most `maxDepth` deep and no count is trusted beyond
+//      the bytes that remain, so hostile input cannot trap, hang or allocate much.
 //  R2. A value tree has exactly one encoding (minimal varints, fields in the order they
 //      were encoded), so `decode(encode(v)) == v`, and a decoded record re-encodes to the
 //      same bytes unless its type encodes in an unstable order (a `Dictionary` field).
 // Thread-safety: values are immutable.
 import StrataCodec
 
-/// A decoded record before it becomes a Swift value.
+/// A record's value tree, as the encoder builds it before writing its bytes.
 indirect enum RecordValue: Equatable, Sendable {
     case null
     case bool(Bool)
@@ -45,9 +46,7 @@ indirect enum RecordValue: Equatable, Sendable {
     /// The deepest nesting a record may have.
     static let maxDepth = 64
 
-    private enum Tag: UInt8 {
-        case null = 0, isFalse = 1, isTrue = 2, int = 3, uint = 4, double = 5, string = 6, bytes = 7, array = 8, keyed = 9
-    }
+    private typealias Tag = RecordBytes.Tag
 
     /// The bytes of this value, version byte first.
     func encoded() -> [UInt8] {
@@ -92,69 +91,6 @@ indirect enum RecordValue: Equatable, Sendable {
                 writer.write(contentsOf: utf8)
                 value.write(into: &writer)
             }
-        }
-    }
-
-    /// Decodes exactly `bytes` (R1). Throws `RecordError.malformed` or `.unsupportedVersion`.
-    static func decode(_ bytes: [UInt8]) throws(RecordError) -> RecordValue {
-        var reader = ByteReader(bytes)
-        do {
-            let version = try reader.readUInt8()
-            guard version == formatVersion else { throw RecordError.unsupportedVersion(found: version, supported: formatVersion) }
-            let value = try read(&reader, depth: 0)
-            guard reader.isAtEnd else { throw RecordError.malformed(offset: reader.offset, reason: "bytes after the record") }
-            return value
-        } catch let error as RecordError {
-            throw error
-        } catch let error as CodecError {
-            throw .malformed(offset: reader.offset, reason: "\(error)")
-        } catch {
-            throw .malformed(offset: reader.offset, reason: "\(error)")
-        }
-    }
-
-    private static func read(_ reader: inout ByteReader, depth: Int) throws -> RecordValue {
-        guard depth < maxDepth else { throw RecordError.malformed(offset: reader.offset, reason: "nested deeper than \(maxDepth)") }
-        let tagOffset = reader.offset
-        guard let tag = Tag(rawValue: try reader.readUInt8()) else {
-            throw RecordError.malformed(offset: tagOffset, reason: "unknown value tag")
-        }
-        switch tag {
-        case .null: return .null
-        case .isFalse: return .bool(false)
-        case .isTrue: return .bool(true)
-        case .int:
-            let zigzag = try reader.readVarint()
-            return .int(Int64(bitPattern: zigzag >> 1) ^ -Int64(bitPattern: zigzag & 1))
-        case .uint: return .uint(try reader.readVarint())
-        case .double: return .double(Double(bitPattern: try reader.readUInt64()))
-        case .string:
-            let utf8 = try reader.readBytes(count: try reader.readLength(limit: reader.remaining))
-            guard let text = String(validating: utf8, as: UTF8.self) else {
-                throw RecordError.malformed(offset: tagOffset, reason: "a string that is not UTF-8")
-            }
-            return .string(text)
-        case .bytes: return .bytes(try reader.readBytes(count: try reader.readLength(limit: reader.remaining)))
-        case .array:
-            // Every element takes at least one byte: a larger count cannot be honest.
-            let count = try reader.readLength(limit: reader.remaining)
-            var values: [RecordValue] = []
-            values.reserveCapacity(count)
-            for _ in 0..<count { values.append(try read(&reader, depth: depth + 1)) }
-            return .array(values)
-        case .keyed:
-            let count = try reader.readLength(limit: reader.remaining / 2)
-            var fields: [(key: String, value: RecordValue)] = []
-            fields.reserveCapacity(count)
-            for _ in 0..<count {
-                let keyOffset = reader.offset
-                let utf8 = try reader.readBytes(count: try reader.readLength(limit: reader.remaining))
-                guard let key = String(validating: utf8, as: UTF8.self) else {
-                    throw RecordError.malformed(offset: keyOffset, reason: "a field name that is not UTF-8")
-                }
-                fields.append((key, try read(&reader, depth: depth + 1)))
-            }
-            return .keyed(fields)
         }
     }
 }

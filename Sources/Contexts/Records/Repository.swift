@@ -75,7 +75,8 @@ public struct Repository<R: Record> {
 
     /// The record with `id`, or nil.
     public func get(_ id: R.ID) throws -> R? {
-        try context.get(key(id)).map { try decode($0, key: key(id)) }
+        let key = key(id)
+        return try context.get(key).map { try decode($0, key: key) }
     }
 
     /// Every record, in id order.
@@ -97,18 +98,25 @@ public struct Repository<R: Record> {
         // in id order first.
         let inIndexOrder = if case .index = plan.access { true } else { false }
         let stopAfter = sortBy.isEmpty && !inIndexOrder ? limit.map { offset + $0 } : nil
-        var matches: [(key: [UInt8], record: R)] = []
-        for (key, bytes) in try candidates(plan) {
+        if stopAfter == 0 { return [] }
+        var records: [R] = []
+        // Index order is put back in id order (only needed with more than one match).
+        var keys: [[UInt8]] = []
+        try forEachCandidate(plan) { key, bytes in
             let record = try decode(bytes, key: key)
-            if let predicate, try !predicate.evaluate(record) { continue }
-            matches.append((key, record))
-            if let stopAfter, matches.count >= stopAfter { break }
+            if let predicate, try !predicate.evaluate(record) { return true }
+            records.append(record)
+            if inIndexOrder && sortBy.isEmpty { keys.append(key) }
+            return stopAfter.map { records.count < $0 } ?? true
         }
-        if sortBy.isEmpty && inIndexOrder { matches.sort { $0.key.lexicographicallyPrecedes($1.key) } }
-        var records = matches.map(\.record)
+        if keys.count > 1 {
+            let order = keys.indices.sorted { keys[$0].lexicographicallyPrecedes(keys[$1]) }
+            let unordered = records
+            for (position, index) in order.enumerated() { records[position] = unordered[index] }
+        }
         if !sortBy.isEmpty { records.sort(using: sortBy) }
-        let skipped = records.dropFirst(offset)
-        return Array(limit.map { skipped.prefix($0) } ?? skipped)
+        if offset == 0 && records.count <= limit ?? .max { return records }
+        return Array(records.dropFirst(offset).prefix(limit ?? .max))
     }
 
     /// How many records `predicate` holds for (all when nil).
@@ -141,23 +149,28 @@ public struct Repository<R: Record> {
 
     // MARK: Internals
 
-    private func candidates(_ plan: QueryPlan<R>) throws -> [(key: [UInt8], value: [UInt8])] {
+    /// Hands `body` each candidate record's key and bytes that `plan` reads, in the plan's
+    /// order, until it returns false.
+    private func forEachCandidate(_ plan: QueryPlan<R>, _ body: (_ key: [UInt8], _ bytes: [UInt8]) throws -> Bool) throws {
         switch plan.access {
         case let .point(id):
             let key = key(id)
-            return try context.get(key).map { [(key, $0)] } ?? []
+            if let bytes = try context.get(key) { _ = try body(key, bytes) }
         case let .range(lower, upper):
-            let start = lower.map { prefix + $0 }
-            let end = upper.map { prefix + $0 }
-            return try context.scan(from: start, to: end, prefix: prefix)
+            try context.forEach(from: lower.map { prefix + $0 }, to: upper.map { prefix + $0 }, prefix: prefix, body)
         case let .index(_, lower, upper):
             // Each entry's value is a record id; the records are read in index order.
-            return try context.scan(from: lower, to: upper).compactMap { entry in
-                let key = prefix + entry.value
-                return try context.get(key).map { (key, $0) }
+            try context.forEach(from: lower, to: upper) { _, id in
+                let key = prefix + id
+                guard let bytes = try context.get(key) else { return true }
+                return try body(key, bytes)
             }
+        case let .indexEntry(_, entry):
+            guard let id = try context.get(entry) else { return }
+            let key = prefix + id
+            if let bytes = try context.get(key) { _ = try body(key, bytes) }
         case .scan:
-            return try context.scan(prefix: prefix)
+            try context.forEach(prefix: prefix, body)
         }
     }
 
