@@ -31,12 +31,53 @@ struct QueryPlan<R: Record> {
         var constant: Any
     }
 
+    /// Whether what the access reads is exactly what the predicate holds for: every term
+    /// is one the access uses, on an id or index whose bytes order and compare as the
+    /// values do (`RecordIndex.isExact`). Counting such a plan needs no record decoded;
+    /// any other plan's candidates are evaluated one by one.
+    private(set) var isExact = false
+    /// The index whose order the read follows for a pushed-down sort, and its direction.
+    private(set) var sortedBy: (index: RecordIndex<R>, reverse: Bool)?
+
     init(_ predicate: Predicate<R>?, indexes: [RecordIndex<R>] = []) {
         self.predicate = predicate
-        guard let predicate else { return }
-        let terms = Self.conjuncts(predicate.expression).compactMap(Self.term)
-        if planID(terms) { return }
+        guard let predicate else {
+            isExact = true
+            return
+        }
+        let conjuncts = Self.conjuncts(predicate.expression)
+        let terms = conjuncts.compactMap(Self.term)
+        let everyTermPlanned = terms.count == conjuncts.count
+        if planID(terms) {
+            // Integer ids only: a String id's key bytes are its UTF-8 as given, while
+            // `==` on strings is canonical equivalence.
+            let exactIDs = R.ID.self == Int.self || R.ID.self == Int64.self || R.ID.self == UInt64.self
+            isExact = everyTermPlanned && exactIDs && usedTerms.count == terms.count
+            return
+        }
         planIndex(terms, indexes: indexes)
+        if case let .index(index, _, _) = access {
+            isExact = everyTermPlanned && index.isExact && usedTerms.count == terms.count
+        } else if case let .indexEntry(index, _) = access {
+            isExact = everyTermPlanned && index.isExact && usedTerms.count == 1 && terms.count == 1
+        }
+    }
+
+    /// Reads the records in `sort`'s order through an index when one allows it (a single
+    /// sort on an indexed key path whose index order is its value order, and a plan that
+    /// reads no other index or id range); false when the sort stays in memory.
+    mutating func pushDown(_ sort: [SortDescriptor<R>], indexes: [RecordIndex<R>]) -> Bool {
+        guard sort.count == 1, let keyPath = sort[0].keyPath else { return false }
+        var chosen: RecordIndex<R>?
+        for index in indexes where index.sortsExactly && (index.keyPath as AnyKeyPath) == (keyPath as AnyKeyPath) { chosen = index }
+        guard let index = chosen else { return false }
+        switch access {
+        case .scan: access = .index(index, lower: index.keyPrefix, upper: keyAfterPrefix(index.keyPrefix))
+        case let .index(used, _, _) where used.name == index.name: break
+        default: return false
+        }
+        sortedBy = (index, sort[0].order == .reverse)
+        return true
     }
 
     /// Uses the id terms; true when there were any.
@@ -115,11 +156,19 @@ struct QueryPlan<R: Record> {
         case let .point(id): "point lookup of \(entity) id \(id)"
         case .range: "key range of \(entity) ids where " + renderedTerms
         case let .index(index, _, _), let .indexEntry(index, _):
-            "\(index.isUnique ? "unique " : "")index \(index.name) where " + renderedTerms
+            "\(index.isUnique ? "unique " : "")index \(index.name) " + (usedTerms.isEmpty ? "(every entry)" : "where " + renderedTerms)
         case .scan: "scan of every \(entity)"
         }
-        let residual = predicate.map { "evaluate on each candidate: \($0)" } ?? "no filter"
-        return "read: \(read); \(residual)"
+        let residual = if let predicate {
+            isExact ? "no filter: the read is exact" : "evaluate on each candidate: \(predicate)"
+        } else {
+            "no filter"
+        }
+        var text = "read: \(read); \(residual)"
+        if let sortedBy {
+            text += "; sorted by reading index \(sortedBy.index.name) \(sortedBy.reverse ? "backwards" : "forwards")"
+        }
+        return text
     }
 
     private var renderedTerms: String {

@@ -16,11 +16,14 @@ public protocol IndexableValue: Sendable {
 }
 
 extension String: IndexableValue {
-    /// UTF-8 with each zero byte escaped as `00 FF`, ended by `00 00`.
+    /// The UTF-8 of its canonical composition (NFC) with each zero byte escaped as
+    /// `00 FF`, ended by `00 00`. Strings equal under `==` (canonically equivalent) get
+    /// the same bytes, and the bytes sort as `<` orders strings.
     public var indexBytes: [UInt8] {
+        let composed = utf8.allSatisfy { $0 < 0x80 } ? self : precomposedStringWithCanonicalMapping
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(utf8.count + 2)
-        for byte in utf8 {
+        bytes.reserveCapacity(composed.utf8.count + 2)
+        for byte in composed.utf8 {
             bytes.append(byte)
             if byte == 0 { bytes.append(0xFF) }
         }
@@ -47,9 +50,10 @@ extension Bool: IndexableValue {
 }
 
 extension Double: IndexableValue {
-    /// IEEE 754 bits, sign bit flipped for positives and every bit for negatives.
+    /// IEEE 754 bits, sign bit flipped for positives and every bit for negatives; -0.0
+    /// is written as 0.0, which it equals.
     public var indexBytes: [UInt8] {
-        let bits = bitPattern
+        let bits = self == 0 ? 0 : bitPattern
         return UInt64(bits & (1 << 63) == 0 ? bits | (1 << 63) : ~bits).keyBytes
     }
 }
@@ -63,6 +67,15 @@ extension Optional: IndexableValue where Wrapped: IndexableValue {
     public var indexBytes: [UInt8] { map { [1] + $0.indexBytes } ?? [0] }
 }
 
+/// Values whose `==` and `<` agree with the order and equality of their index bytes.
+protocol ExactIndexOrder {}
+extension Int: ExactIndexOrder {}
+extension Int64: ExactIndexOrder {}
+extension UInt64: ExactIndexOrder {}
+extension Bool: ExactIndexOrder {}
+extension String: ExactIndexOrder {}
+extension Optional: ExactIndexOrder where Wrapped: ExactIndexOrder {}
+
 /// A secondary index of `R`, declared in `R.indexes`.
 public struct RecordIndex<R: Record>: Sendable {
     /// The index's name: part of its keys, so keep it stable.
@@ -73,6 +86,13 @@ public struct RecordIndex<R: Record>: Sendable {
     let keyPath: AnyKeyPath & Sendable
     /// Where this index's entries start: `RecordKeys.indexPrefix` of the entity and `name`.
     let keyPrefix: [UInt8]
+    /// Whether the value type's `==` and `<` agree exactly with its index bytes (integers,
+    /// `Bool`, `String`, optionals of them; not `Double`, whose NaNs and signed zeros do
+    /// not), so a range of entries is exactly the records a comparison holds for.
+    let isExact: Bool
+    /// Whether a `SortDescriptor` on the key path orders as the index does: exact, and not
+    /// a string (a string sort compares in a locale's order by default) or an optional.
+    let sortsExactly: Bool
     let bytes: @Sendable (R) -> [UInt8]
     let constantBytes: @Sendable (Any) -> [UInt8]?
     let render: @Sendable (R) -> String
@@ -85,6 +105,8 @@ public struct RecordIndex<R: Record>: Sendable {
         let name = name ?? fallback
         return RecordIndex(name: name, isUnique: unique, keyPath: keyPath,
                            keyPrefix: RecordKeys.indexPrefix(entity: RecordTypeCache.entityName(of: R.self), index: name),
+                           isExact: V.self is any ExactIndexOrder.Type,
+                           sortsExactly: V.self is any ExactIndexOrder.Type && V.self is any FixedWidthInteger.Type,
                            bytes: { $0[keyPath: keyPath].indexBytes },
                            constantBytes: { ($0 as? V)?.indexBytes },
                            render: { "\($0[keyPath: keyPath])" })

@@ -84,29 +84,35 @@ public struct Repository<R: Record> {
 
     /// The records for which `predicate` holds (all when nil), sorted by `sortBy` (id
     /// order when empty), skipping `offset`, at most `limit` (a negative one of either is
-    /// `RecordError.invalidQuery`). An `id == constant` term
-    /// anded at the top of the predicate becomes a point lookup and id range terms a key
-    /// range; the rest is evaluated on each record (`explain` shows which is which).
+    /// `RecordError.invalidQuery`). An `id == constant` term anded at the top of the
+    /// predicate becomes a point lookup, id range terms a key range and terms on an
+    /// indexed key path an index range; the rest is evaluated on each record. A sort on
+    /// one indexed integer key path reads that index in order (backwards for `.reverse`),
+    /// so `limit` stops the read early. `explain` shows which is which.
     public func fetch(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = [],
                       limit: Int? = nil, offset: Int = 0) throws -> [R] {
         guard offset >= 0, (limit ?? 0) >= 0 else {
             throw RecordError.invalidQuery("offset \(offset) and limit \(limit.map(String.init) ?? "none") must not be negative")
         }
-        let plan = QueryPlan<R>(predicate, indexes: try indexes.usable())
+        let plan = try plan(predicate, sortBy: sortBy)
         // Without a sort the result is in id order. Key-range plans read in id order, so a
         // limit can stop them early; an index plan reads in index order and is put back
-        // in id order first.
+        // in id order first. A pushed-down sort reads in the sort's order.
         let inIndexOrder = if case .index = plan.access { true } else { false }
-        let stopAfter = sortBy.isEmpty && !inIndexOrder ? limit.map { offset + $0 } : nil
+        let sortedByRead = plan.sortedBy != nil
+        let orderedByRead = sortedByRead || (sortBy.isEmpty && !inIndexOrder)
+        let stopAfter = orderedByRead ? limit.map { offset + $0 } : nil
         if stopAfter == 0 { return [] }
         var records: [R] = []
-        // Index order is put back in id order (only needed with more than one match).
+        // Index order is put back in id order (only needed with more than one match),
+        // before any in-memory sort too: ties keep id order, as the sort is stable.
         var keys: [[UInt8]] = []
+        let keepKeys = inIndexOrder && !sortedByRead
         try forEachCandidate(plan) { key, bytes in
             let record = try decode(bytes, key: key)
-            if let predicate, try !predicate.evaluate(record) { return true }
+            if !plan.isExact, let predicate, try !predicate.evaluate(record) { return true }
             records.append(record)
-            if inIndexOrder && sortBy.isEmpty { keys.append(key) }
+            if keepKeys { keys.append(key) }
             return stopAfter.map { records.count < $0 } ?? true
         }
         if keys.count > 1 {
@@ -114,23 +120,36 @@ public struct Repository<R: Record> {
             let unordered = records
             for (position, index) in order.enumerated() { records[position] = unordered[index] }
         }
-        if !sortBy.isEmpty { records.sort(using: sortBy) }
+        if !sortBy.isEmpty && !sortedByRead { records.sort(using: sortBy) }
         if offset == 0 && records.count <= limit ?? .max { return records }
         return Array(records.dropFirst(offset).prefix(limit ?? .max))
     }
 
-    /// How many records `predicate` holds for (all when nil).
-    public func count(_ predicate: Predicate<R>? = nil) throws -> Int { try fetch(predicate).count }
+    /// How many records `predicate` holds for (all when nil). When the plan is exact
+    /// (`explain` says so) only keys or index entries are counted, no record is read.
+    public func count(_ predicate: Predicate<R>? = nil) throws -> Int {
+        try countMatches(predicate, upTo: .max)
+    }
+
+    /// Whether any record holds `predicate` (any record at all when nil); stops at the
+    /// first, and reads no record when the plan is exact.
+    public func exists(_ predicate: Predicate<R>? = nil) throws -> Bool {
+        try countMatches(predicate, upTo: 1) > 0
+    }
 
     /// The first record `predicate` holds for, in `sortBy` order (id order when empty).
     public func first(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = []) throws -> R? {
         try fetch(predicate, sortBy: sortBy, limit: 1).first
     }
 
-    /// How `fetch` would run `predicate`: the key range or index it reads and what it
-    /// evaluates on each candidate.
-    public func explain(_ predicate: Predicate<R>? = nil) throws -> String {
-        QueryPlan<R>(predicate, indexes: try indexes.usable()).description(entity: RecordTypeCache.entityName(of: R.self))
+    /// How `fetch` would run `predicate` with `sortBy`: the key range or index it reads,
+    /// whether the sort is done by reading an index in order, and what it evaluates on
+    /// each candidate.
+    public func explain(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = []) throws -> String {
+        let plan = try plan(predicate, sortBy: sortBy)
+        var text = plan.description(entity: RecordTypeCache.entityName(of: R.self))
+        if !sortBy.isEmpty && plan.sortedBy == nil { text += "; sorted in memory" }
+        return text
     }
 
     /// Rewrites every record stored as `Old` (its entity, in id order) as `R` with
@@ -149,6 +168,47 @@ public struct Repository<R: Record> {
 
     // MARK: Internals
 
+    private func plan(_ predicate: Predicate<R>?, sortBy: [SortDescriptor<R>]) throws -> QueryPlan<R> {
+        let usable = try indexes.usable()
+        var plan = QueryPlan<R>(predicate, indexes: usable)
+        if !sortBy.isEmpty { _ = plan.pushDown(sortBy, indexes: usable) }
+        return plan
+    }
+
+    /// How many records hold `predicate`, counting no further than `limit`.
+    private func countMatches(_ predicate: Predicate<R>?, upTo limit: Int) throws -> Int {
+        let plan = QueryPlan<R>(predicate, indexes: try indexes.usable())
+        var count = 0
+        guard let predicate, !plan.isExact else {
+            // Every key or entry the plan reads is a match: count them, read no record.
+            switch plan.access {
+            case let .point(id): return try context.contains(key(id)) ? 1 : 0
+            case let .indexEntry(_, entry): return try context.contains(entry) ? 1 : 0
+            case let .range(lower, upper):
+                try context.forEach(from: lower.map { prefix + $0 }, to: upper.map { prefix + $0 }, prefix: prefix) { _, _ in
+                    count += 1
+                    return count < limit
+                }
+            case let .index(_, lower, upper):
+                try context.forEach(from: lower, to: upper) { _, _ in
+                    count += 1
+                    return count < limit
+                }
+            case .scan:
+                try context.forEach(prefix: prefix) { _, _ in
+                    count += 1
+                    return count < limit
+                }
+            }
+            return count
+        }
+        try forEachCandidate(plan) { key, bytes in
+            if try predicate.evaluate(try decode(bytes, key: key)) { count += 1 }
+            return count < limit
+        }
+        return count
+    }
+
     /// Hands `body` each candidate record's key and bytes that `plan` reads, in the plan's
     /// order, until it returns false.
     private func forEachCandidate(_ plan: QueryPlan<R>, _ body: (_ key: [UInt8], _ bytes: [UInt8]) throws -> Bool) throws {
@@ -158,13 +218,36 @@ public struct Repository<R: Record> {
             if let bytes = try context.get(key) { _ = try body(key, bytes) }
         case let .range(lower, upper):
             try context.forEach(from: lower.map { prefix + $0 }, to: upper.map { prefix + $0 }, prefix: prefix, body)
-        case let .index(_, lower, upper):
+        case let .index(index, lower, upper):
             // Each entry's value is a record id; the records are read in index order.
-            try context.forEach(from: lower, to: upper) { _, id in
+            func read(_ id: [UInt8]) throws -> Bool {
                 let key = prefix + id
                 guard let bytes = try context.get(key) else { return true }
                 return try body(key, bytes)
             }
+            guard let sorted = plan.sortedBy, sorted.reverse, !index.isUnique else {
+                return try context.forEach(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in try read(id) }
+            }
+            // Backwards, records with equal values still come in id order, as a stable
+            // sort of the id-ordered records would leave them: entries are gathered per
+            // value (the key without its id) and each group is read forwards.
+            var group: [[UInt8]] = []
+            var groupValue: ArraySlice<UInt8> = []
+            var going = true
+            func flush() throws {
+                for id in group.reversed() where going { going = try read(id) }
+                group.removeAll(keepingCapacity: true)
+            }
+            try context.forEach(from: lower, to: upper, reverse: true) { key, id in
+                let value = key[..<(key.count - id.count)]
+                if value != groupValue {
+                    try flush()
+                    groupValue = value
+                }
+                group.append(id)
+                return going
+            }
+            if going { try flush() }
         case let .indexEntry(_, entry):
             guard let id = try context.get(entry) else { return }
             let key = prefix + id
