@@ -1,28 +1,45 @@
-// The record workloads: typed records with two secondary indexes (a unique email, a
-// city shared by many) on Strata's repositories, next to SQLite doing the same with an
-// indexed table (`people(id INTEGER PRIMARY KEY, email TEXT UNIQUE, city TEXT, age
-// INTEGER)` plus an index on city, prepared statements, one transaction per batch).
+// The record workloads: typed records with three secondary indexes (a unique email, a
+// city shared by a hundred, an age shared by ~1,400) on Strata's repositories, next to
+// SQLite doing the same with an indexed table (`people(id INTEGER PRIMARY KEY, email TEXT
+// UNIQUE, city TEXT, age INTEGER)` plus indexes on city and age, prepared statements, one
+// transaction per batch). Every workload but records-insert runs after an untimed insert.
 //  - records-insert: insert N records, B per transaction (each also writes its index entries);
-//  - records-fetch: after an untimed insert, N fetches of one record by its email.
-// Expectation: both are CPU-bound (encoding, index maintenance, predicate evaluation).
+//  - records-fetch: N fetches of one record by its email;
+//  - records-range: N / 100 queries of the 100 youngest in a five-year age band, sorted by
+//    age (`age >= a && age < a + 5`, limit 100);
+//  - records-count: the number of people in each of the 1,000 cities, N / 100 times over
+//    the cities (`count(city == c)`; SQLite `SELECT count(*)`);
+//  - records-update: N updates of a record's age and city by id, B per transaction.
+// Every answer is checked. Expectation: CPU-bound (encoding, index maintenance, predicate
+// evaluation, the records read).
 import Strata
 import StrataTesting
 import CSQLite
 import Foundation
 
-struct Person: Record {
+struct Person: Record, Equatable {
     var id: Int
     var email: String
     var city: String
     var age: Int
 
-    static var indexes: [RecordIndex<Person>] { [.index(\Person.email, unique: true), .index(\Person.city)] }
+    static var indexes: [RecordIndex<Person>] {
+        [.index(\Person.email, unique: true), .index(\Person.city), .index(\Person.age)]
+    }
 
     init(_ number: Int) {
         id = number
         email = "person\(number)@example.org"
         city = "city\(number % 1_000)"
         age = 18 + number % 70
+    }
+
+    /// The same person after an update: another city and age (both indexed).
+    func moved() -> Person {
+        var person = self
+        person.city = "city\((id + 7) % 1_000)"
+        person.age = 18 + (id + 3) % 70
+        return person
     }
 }
 
@@ -31,6 +48,9 @@ struct RecordWorkloads {
     let workload: String
     let options: StrataBench
 
+    /// The age bands of records-range: five years starting at 18 ... 82, in a fixed order.
+    static func band(_ query: Int) -> Int { 18 + (query * 37) % 65 }
+
     func run() throws -> Result {
         let count = options.num ?? 100_000
         let directory = (options.dir as NSString).appendingPathComponent("strata-bench-\(UUID().uuidString)")
@@ -38,18 +58,33 @@ struct RecordWorkloads {
         var order = Array(0..<count)
         var shuffler = SplitMix64(seed: options.seed)
         order.shuffle(using: &shuffler)
+        let queries = workload == "records-range" || workload == "records-count" ? max(1, count / 100) : count
+        let perCity = count / 1_000   // when count is a multiple of 1,000
         let seconds: Double
         if engine == "sqlite" {
             let table = try PeopleTable(directory: directory)
             defer { table.close() }
-            if workload == "records-fetch" { try table.insert(order, batch: options.batch) }
+            if workload != "records-insert" { try table.insert(order, batch: options.batch) }
             seconds = try timed {
-                if workload == "records-insert" { try table.insert(order, batch: options.batch) } else {
+                switch workload {
+                case "records-insert": try table.insert(order, batch: options.batch)
+                case "records-fetch":
                     for number in order {
                         guard try table.idForEmail(Person(number).email) == number else {
                             throw BenchError(description: "sqlite did not find person \(number)")
                         }
                     }
+                case "records-range":
+                    for query in 0..<queries {
+                        let ages = try table.youngest(from: Self.band(query), limit: 100)
+                        try Self.checkBand(ages, from: Self.band(query), engine: engine)
+                    }
+                case "records-count":
+                    for query in 0..<queries {
+                        let found = try table.count(city: "city\(query % 1_000)")
+                        guard count % 1_000 != 0 || found == perCity else { throw BenchError(description: "sqlite counted \(found)") }
+                    }
+                default: try table.update(order, batch: options.batch)
                 }
             }
         } else {
@@ -63,9 +98,11 @@ struct RecordWorkloads {
                     }
                 }
             }
-            if workload == "records-fetch" { try insert() }
+            if workload != "records-insert" { try insert() }
             seconds = try timed {
-                if workload == "records-insert" { try insert() } else {
+                switch workload {
+                case "records-insert": try insert()
+                case "records-fetch":
                     try store.read { context in
                         let people = context.repository(Person.self)
                         for number in order {
@@ -75,11 +112,59 @@ struct RecordWorkloads {
                             }
                         }
                     }
+                case "records-range":
+                    try store.read { context in
+                        let people = context.repository(Person.self)
+                        for query in 0..<queries {
+                            let from = Self.band(query), to = from + 5
+                            let found = try people.fetch(#Predicate<Person> { $0.age >= from && $0.age < to },
+                                                         sortBy: [SortDescriptor(\Person.age)], limit: 100)
+                            try Self.checkBand(found.map(\.age), from: from, engine: engine)
+                        }
+                    }
+                case "records-count":
+                    try store.read { context in
+                        let people = context.repository(Person.self)
+                        for query in 0..<queries {
+                            let city = "city\(query % 1_000)"
+                            let found = try people.count(#Predicate<Person> { $0.city == city })
+                            guard count % 1_000 != 0 || found == perCity else { throw BenchError(description: "strata counted \(found)") }
+                        }
+                    }
+                default:
+                    for start in stride(from: 0, to: count, by: options.batch) {
+                        try store.write { unit in
+                            let people = unit.repository(Person.self)
+                            for number in order[start..<min(count, start + options.batch)] { try people.update(Person(number).moved()) }
+                        }
+                    }
+                }
+            }
+            if workload == "records-update" {
+                // Verified after the clock: every record moved, and the city index followed.
+                try store.read { context in
+                    let people = context.repository(Person.self)
+                    guard try people.get(order[0]) == Person(order[0]).moved(),
+                          try people.count(#Predicate<Person> { $0.city == "city7" }) == Self.expectedIn(city: 7, count: count)
+                    else { throw BenchError(description: "strata lost an update") }
                 }
             }
         }
-        return Result(engine: engine, bench: workload, num: count, batch: workload == "records-insert" ? options.batch : 1,
+        let batched = workload == "records-insert" || workload == "records-update"
+        return Result(engine: engine, bench: workload, num: queries, batch: batched ? options.batch : 1,
                       valueSize: 0, seconds: seconds, bytesOnDisk: 0, fdatasyncs: nil)
+    }
+
+    /// How many of `count` people live in `city` after every one of them moved.
+    static func expectedIn(city: Int, count: Int) -> Int {
+        (0..<count).count { Person($0).moved().city == "city\(city)" }
+    }
+
+    /// A records-range answer: 100 ages in the band, ascending.
+    static func checkBand(_ ages: [Int], from: Int, engine: String) throws {
+        guard ages.count == 100, ages.allSatisfy({ $0 >= from && $0 < from + 5 }), ages == ages.sorted() else {
+            throw BenchError(description: "\(engine) answered \(ages.count) ages for the band from \(from)")
+        }
     }
 
     private func timed(_ body: () throws -> Void) throws -> Double {
@@ -93,6 +178,9 @@ final class PeopleTable {
     private var db: OpaquePointer?
     private var insert: OpaquePointer?
     private var byEmail: OpaquePointer?
+    private var byAge: OpaquePointer?
+    private var countByCity: OpaquePointer?
+    private var update: OpaquePointer?
     private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
     init(directory: String) throws {
@@ -100,11 +188,14 @@ final class PeopleTable {
         guard sqlite3_open(directory + "/people.db", &db) == SQLITE_OK else { throw BenchError(description: "sqlite3_open failed") }
         for sql in ["PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
                     "CREATE TABLE people (id INTEGER PRIMARY KEY, email TEXT UNIQUE, city TEXT, age INTEGER)",
-                    "CREATE INDEX people_city ON people (city)"] {
+                    "CREATE INDEX people_city ON people (city)", "CREATE INDEX people_age ON people (age)"] {
             try exec(sql)
         }
         insert = try prepare("INSERT INTO people (id, email, city, age) VALUES (?, ?, ?, ?)")
         byEmail = try prepare("SELECT id, email, city, age FROM people WHERE email = ?")
+        byAge = try prepare("SELECT id, email, city, age FROM people WHERE age >= ? AND age < ? ORDER BY age LIMIT ?")
+        countByCity = try prepare("SELECT count(*) FROM people WHERE city = ?")
+        update = try prepare("UPDATE people SET city = ?, age = ? WHERE id = ?")
     }
 
     private func exec(_ sql: String) throws {
@@ -146,9 +237,54 @@ final class PeopleTable {
         return Int(sqlite3_column_int64(byEmail, 0))
     }
 
+    /// The ages of the first `limit` people aged `from ..< from + 5`, youngest first (every
+    /// column read, as a record fetch decodes whole records).
+    func youngest(from: Int, limit: Int) throws -> [Int] {
+        sqlite3_reset(byAge)
+        sqlite3_bind_int64(byAge, 1, Int64(from))
+        sqlite3_bind_int64(byAge, 2, Int64(from + 5))
+        sqlite3_bind_int64(byAge, 3, Int64(limit))
+        var ages: [Int] = []
+        while sqlite3_step(byAge) == SQLITE_ROW {
+            _ = sqlite3_column_int64(byAge, 0)
+            _ = sqlite3_column_text(byAge, 1)
+            _ = sqlite3_column_text(byAge, 2)
+            ages.append(Int(sqlite3_column_int64(byAge, 3)))
+        }
+        return ages
+    }
+
+    func count(city: String) throws -> Int {
+        sqlite3_reset(countByCity)
+        sqlite3_bind_text(countByCity, 1, city, -1, transient)
+        guard sqlite3_step(countByCity) == SQLITE_ROW else { throw BenchError(description: "sqlite count failed") }
+        return Int(sqlite3_column_int64(countByCity, 0))
+    }
+
+    /// Moves each person (`Person.moved`), `batch` per transaction.
+    func update(_ numbers: [Int], batch: Int) throws {
+        for start in stride(from: 0, to: numbers.count, by: batch) {
+            try exec("BEGIN")
+            for number in numbers[start..<min(numbers.count, start + batch)] {
+                let person = Person(number).moved()
+                sqlite3_reset(update)
+                sqlite3_bind_text(update, 1, person.city, -1, transient)
+                sqlite3_bind_int64(update, 2, Int64(person.age))
+                sqlite3_bind_int64(update, 3, Int64(person.id))
+                guard sqlite3_step(update) == SQLITE_DONE, sqlite3_changes(db) == 1 else {
+                    throw BenchError(description: "sqlite update failed")
+                }
+            }
+            try exec("COMMIT")
+        }
+    }
+
     func close() {
         sqlite3_finalize(insert)
         sqlite3_finalize(byEmail)
+        sqlite3_finalize(byAge)
+        sqlite3_finalize(countByCity)
+        sqlite3_finalize(update)
         sqlite3_close(db)
     }
 }

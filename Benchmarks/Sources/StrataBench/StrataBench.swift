@@ -19,7 +19,8 @@ struct StrataBench: ParsableCommand {
 
     static let allEngines = ["strata", "strata-relaxed", "sqlite", "lmdb", "leveldb", "rocksdb", "fdatasync"]
     static let allWorkloads = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readrandom",
-                               "readseq", "deleterandom", "nested", "recover", "reopen", "records-insert", "records-fetch"]
+                               "readseq", "deleterandom", "nested", "recover", "reopen", "records-insert", "records-fetch",
+                               "records-range", "records-count", "records-update"]
 
     @Option(help: "Comma-separated engines: \(allEngines.joined(separator: ", ")).")
     var engines = allEngines.joined(separator: ",")

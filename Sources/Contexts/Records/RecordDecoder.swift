@@ -20,7 +20,7 @@ public struct RecordDecoder {
     /// `DecodingError` when they hold a different shape.
     public func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
         let root = try RecordBytes.validate(bytes)
-        return try RecordDecoding(bytes: bytes, offset: root, codingPath: []).decodeValue(type)
+        return try RecordDecoding(bytes: bytes, offset: root).decodeValue(type)
     }
 }
 
@@ -140,8 +140,21 @@ struct RecordDecoding: Decoder {
     let bytes: [UInt8]
     /// Where this value's tag lies.
     let offset: Int
-    let codingPath: [any CodingKey]
+    /// The coding path of the value holding this one, and this value's key in it: the
+    /// path is only put together when asked for (an error, a nested container), so reading
+    /// a primitive field allocates nothing.
+    let parentPath: [any CodingKey]
+    let key: (any CodingKey)?
     var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    init(bytes: [UInt8], offset: Int, parentPath: [any CodingKey] = [], key: (any CodingKey)? = nil) {
+        self.bytes = bytes
+        self.offset = offset
+        self.parentPath = parentPath
+        self.key = key
+    }
+
+    var codingPath: [any CodingKey] { key.map { parentPath + [$0] } ?? parentPath }
 
     private var tag: RecordBytes.Tag { RecordBytes.tag(bytes, offset) }
 
@@ -223,7 +236,7 @@ struct RecordDecoding: Decoder {
 
     /// The value at `offset` one level down, at `key`.
     func child(_ offset: Int, key: any CodingKey) -> RecordDecoding {
-        RecordDecoding(bytes: bytes, offset: offset, codingPath: codingPath + [key])
+        RecordDecoding(bytes: bytes, offset: offset, parentPath: codingPath, key: key)
     }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
@@ -284,6 +297,17 @@ struct KeyedRecordDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
         let wanted = key.stringValue
         if let byName { return byName[wanted].map { fields[$0].value } }
         let utf8 = wanted.utf8
+        let compared: Int?? = utf8.withContiguousStorageIfAvailable { name in
+            decoder.bytes.withUnsafeBufferPointer { all in
+                for field in fields.reversed() where field.name.count == name.count {
+                    if name.isEmpty || memcmp(all.baseAddress! + field.name.lowerBound, name.baseAddress!, name.count) == 0 {
+                        return field.value
+                    }
+                }
+                return nil
+            }
+        }
+        if let compared { return compared }
         for field in fields.reversed() where field.name.count == utf8.count {
             if decoder.bytes[field.name].elementsEqual(utf8) { return field.value }
         }
@@ -332,12 +356,11 @@ struct KeyedRecordDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
 
     /// The value of the field `name`, or an empty keyed value when there is none.
     private func lenientDecoder(named name: String, key: Key?) throws -> any Decoder {
-        let path = key.map { codingPath + [$0] } ?? codingPath
         let utf8 = name.utf8
         if let field = fields.last(where: { decoder.bytes[$0.name].elementsEqual(utf8) }) {
-            return RecordDecoding(bytes: decoder.bytes, offset: field.value, codingPath: path)
+            return RecordDecoding(bytes: decoder.bytes, offset: field.value, parentPath: codingPath, key: key)
         }
-        return RecordDecoding(bytes: RecordValue.keyed([]).encoded(), offset: 1, codingPath: path)
+        return RecordDecoding(bytes: RecordValue.keyed([]).encoded(), offset: 1, parentPath: codingPath, key: key)
     }
 }
 
