@@ -103,10 +103,51 @@ public final class Context {
     func forEach(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [], reverse: Bool = false,
                  _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool) throws {
         try checkOpen()
-        var cursor = try ContextCursor(self, range: KeyRange(from: start, to: end, prefix: prefix), reverse: reverse)
+        let range = KeyRange(from: start, to: end, prefix: prefix)
+        if stagesNothing {
+            // Nothing to merge: the snapshot's own walk, copying each pair once.
+            return try snapshot.forEach(range, reverse: reverse) { key, value in
+                try body(key.withUnsafeBytes { Array($0) }, value.withUnsafeBytes { Array($0) })
+            }
+        }
+        var cursor = try ContextCursor(self, range: range, reverse: reverse)
         while let pair = try cursor.next() {
             guard try body(pair.key, pair.value) else { return }
         }
+    }
+
+    /// How many keys `scan` would return, counting no further than `limit`; with nothing
+    /// staged at any level, no key or value is copied.
+    func countKeys(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [], limit: Int = .max) throws -> Int {
+        try checkOpen()
+        var count = 0
+        guard limit > 0 else { return 0 }
+        let range = KeyRange(from: start, to: end, prefix: prefix)
+        if stagesNothing {
+            try snapshot.forEach(range) { _, _ in
+                count += 1
+                return count < limit
+            }
+            return count
+        }
+        var cursor = try ContextCursor(self, range: range, reverse: false)
+        while try cursor.next() != nil {
+            count += 1
+            if count == limit { break }
+        }
+        return count
+    }
+
+    /// Whether neither this context nor any ancestor (as of the fork) staged anything, so
+    /// reads are the snapshot's.
+    private var stagesNothing: Bool {
+        guard overlay.isEmpty else { return false }
+        var layer = base
+        while let current = layer {
+            guard current.overlay.isEmpty else { return false }
+            layer = current.next
+        }
+        return true
     }
 
     // MARK: Writing

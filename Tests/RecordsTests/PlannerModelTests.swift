@@ -29,7 +29,8 @@ struct Specimen: Record, Equatable {
 
 /// The planner never changes a result: every fetch, count and exists through ids, index
 /// ranges, unique entries, pushed-down sorts and limits equals what a scan of every record,
-/// `Predicate.evaluate`, an in-memory stable sort, `offset` and `limit` give.
+/// `Predicate.evaluate`, an in-memory stable sort, `offset` and `limit` give, in contexts
+/// that staged nothing, staged changes, or sit under a parent that did.
 @Suite struct PlannerModelTests {
     static let names = ["", "a", "B", "b", "ab", "a\u{0}b", "\u{E9}", "e\u{301}", "f", "\u{FC}", "u\u{308}", "z", "😀"]
     static let weights: [Double] = [-.infinity, -1.5, -0.0, 0.0, 0.5, 2, .infinity, .nan]
@@ -57,6 +58,8 @@ struct Specimen: Record, Equatable {
                     if try repository.get(id) != nil, int(0..<3) == 0 { try repository.delete(id) } else { try repository.upsert(specimen(id)) }
                 }
             }
+            // A context that staged nothing reads the snapshot directly.
+            let fresh = try store.makeContext()
             let root = try store.makeContext()
             let child = try root.makeChild()
             for (context, changes) in [(root, 15), (child, 15)] {
@@ -66,7 +69,7 @@ struct Specimen: Record, Equatable {
                     if try repository.get(id) != nil, int(0..<3) == 0 { try repository.delete(id) } else { try repository.upsert(specimen(id)) }
                 }
             }
-            for context in [root, child] {
+            for context in [fresh, root, child] {
                 let repository = context.repository(Specimen.self)
                 let everything = try repository.all()
                 #expect(everything.map(\.id) == everything.map(\.id).sorted(), "seed \(seed): all() is in id order")
@@ -98,6 +101,7 @@ struct Specimen: Record, Equatable {
             }
             child.discard()
             root.discard()
+            fresh.discard()
         }
         print("PlannerModelTests seed \(seed): \(queries) queries, plans \(planned.sorted { $0.key < $1.key })")
         // The property is only as good as the plans it reached.

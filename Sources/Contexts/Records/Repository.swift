@@ -185,22 +185,10 @@ public struct Repository<R: Record> {
             case let .point(id): return try context.contains(key(id)) ? 1 : 0
             case let .indexEntry(_, entry): return try context.contains(entry) ? 1 : 0
             case let .range(lower, upper):
-                try context.forEach(from: lower.map { prefix + $0 }, to: upper.map { prefix + $0 }, prefix: prefix) { _, _ in
-                    count += 1
-                    return count < limit
-                }
-            case let .index(_, lower, upper):
-                try context.forEach(from: lower, to: upper) { _, _ in
-                    count += 1
-                    return count < limit
-                }
-            case .scan:
-                try context.forEach(prefix: prefix) { _, _ in
-                    count += 1
-                    return count < limit
-                }
+                return try context.countKeys(from: lower.map { prefix + $0 }, to: upper.map { prefix + $0 }, prefix: prefix, limit: limit)
+            case let .index(_, lower, upper): return try context.countKeys(from: lower, to: upper, limit: limit)
+            case .scan: return try context.countKeys(prefix: prefix, limit: limit)
             }
-            return count
         }
         try forEachCandidate(plan) { key, bytes in
             if try predicate.evaluate(try decode(bytes, key: key)) { count += 1 }
