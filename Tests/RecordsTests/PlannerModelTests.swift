@@ -91,6 +91,11 @@ struct Specimen: Record, Equatable {
                     let fetched = try repository.fetch(predicate, sortBy: sort, limit: limit, offset: offset)
                     #expect(fetched == expected, "\(context)\nfetched \(fetched.map(\.id))\nexpected \(expected.map(\.id))")
                     #expect(try repository.count(predicate) == count, "\(context)")
+                    // The lazy cursor yields what fetch does, page by page.
+                    var cursor = try repository.cursor(predicate, sortBy: sort)
+                    var drained: [Specimen] = []
+                    while case let page = try cursor.next(3), !page.isEmpty { drained += page }
+                    #expect(drained == (try repository.fetch(predicate, sortBy: sort)), "\(context)")
                     #expect(try repository.exists(predicate) == (count > 0), "\(context)")
                     queries += 1
                     let plan = try repository.explain(predicate, sortBy: sort)
@@ -170,6 +175,23 @@ struct Specimen: Record, Equatable {
             #expect(throws: RecordError.self) { try readings.fetch(#Predicate { $0.level == 3 }) }
             // Not exact (a term the index cannot answer): records are read, and fail.
             #expect(throws: RecordError.self) { try readings.count(#Predicate { $0.level == 3 && $0.id != 7 }) }
+        }
+    }
+
+    @Test func aCursorReadsOnlyWhatItIsAskedFor() throws {
+        let store = try Store.inMemory()
+        try store.write { unit in
+            for id in 0..<5 { try unit.repository(GaugeReading.self).insert(GaugeReading(id: id, level: id * 2, unit: "bar")) }
+            for id in 5..<10 { try unit.repository(Gauge.self).insert(Gauge(id: id, level: id * 2)) }
+        }
+        let readings = try store.makeContext().repository(GaugeReading.self)
+        #expect(throws: RecordError.self) { try readings.fetch() }
+        // In id order and sorted through the level index, the first five decode; the cursor
+        // has not touched the rest.
+        for sort in [[], [SortDescriptor(\GaugeReading.level)]] {
+            var cursor = try readings.cursor(sortBy: sort)
+            #expect(try cursor.next(5).map(\.id) == [0, 1, 2, 3, 4])
+            #expect(throws: RecordError.self) { try cursor.next() }
         }
     }
 

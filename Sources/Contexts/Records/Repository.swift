@@ -94,7 +94,7 @@ public struct Repository<R: Record> {
         guard offset >= 0, (limit ?? 0) >= 0 else {
             throw RecordError.invalidQuery("offset \(offset) and limit \(limit.map(String.init) ?? "none") must not be negative")
         }
-        let plan = try plan(predicate, sortBy: sortBy)
+        let plan = try queryPlan(predicate, sortBy: sortBy)
         // Without a sort the result is in id order. Key-range plans read in id order, so a
         // limit can stop them early; an index plan reads in index order and is put back
         // in id order first. A pushed-down sort reads in the sort's order.
@@ -146,7 +146,7 @@ public struct Repository<R: Record> {
     /// whether the sort is done by reading an index in order, and what it evaluates on
     /// each candidate.
     public func explain(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = []) throws -> String {
-        let plan = try plan(predicate, sortBy: sortBy)
+        let plan = try queryPlan(predicate, sortBy: sortBy)
         var text = plan.description(entity: RecordTypeCache.entityName(of: R.self))
         if !sortBy.isEmpty && plan.sortedBy == nil { text += "; sorted in memory" }
         return text
@@ -168,7 +168,7 @@ public struct Repository<R: Record> {
 
     // MARK: Internals
 
-    private func plan(_ predicate: Predicate<R>?, sortBy: [SortDescriptor<R>]) throws -> QueryPlan<R> {
+    func queryPlan(_ predicate: Predicate<R>?, sortBy: [SortDescriptor<R>]) throws -> QueryPlan<R> {
         let usable = try indexes.usable()
         var plan = QueryPlan<R>(predicate, indexes: usable)
         if !sortBy.isEmpty { _ = plan.pushDown(sortBy, indexes: usable) }
@@ -244,6 +244,19 @@ public struct Repository<R: Record> {
             try context.forEach(prefix: prefix, body)
         }
     }
+
+    /// The record-key prefix of `R`'s entity.
+    var recordPrefix: [UInt8] { prefix }
+
+    /// A walked key and value as a candidate record's key and bytes: itself, or for an
+    /// index entry (`throughIndex`) the record its value names; nil when there is none.
+    func candidate(key: [UInt8], value: [UInt8], throughIndex: Bool) throws -> (key: [UInt8], bytes: [UInt8])? {
+        guard throughIndex else { return (key, value) }
+        let recordKey = prefix + value
+        return try context.get(recordKey).map { (recordKey, $0) }
+    }
+
+    func decodeRecord(_ bytes: [UInt8], key: [UInt8]) throws -> R { try decode(bytes, key: key) }
 
     private func decode(_ bytes: [UInt8], key: [UInt8]) throws -> R {
         do {
