@@ -57,7 +57,8 @@ struct QueryPlan<R: Record> {
         }
         planIndex(terms, indexes: indexes)
         if case let .index(index, _, _) = access {
-            isExact = everyTermPlanned && index.isExact && usedTerms.count == terms.count
+            let onlyEquality = usedTerms.allSatisfy { $0.op == "==" }
+            isExact = everyTermPlanned && index.isExact && (onlyEquality || index.rangesExactly) && usedTerms.count == terms.count
         } else if case let .indexEntry(index, _) = access {
             isExact = everyTermPlanned && index.isExact && usedTerms.count == 1 && terms.count == 1
         }

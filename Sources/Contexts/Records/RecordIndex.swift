@@ -45,6 +45,27 @@ extension UInt64: IndexableValue {
     public var indexBytes: [UInt8] { keyBytes }
 }
 
+// Narrower and unsigned integers index as their 64-bit counterparts (8 bytes), so an
+// index keeps its bytes if a field's integer type is widened.
+extension Int8: IndexableValue { public var indexBytes: [UInt8] { Int64(self).keyBytes } }
+extension Int16: IndexableValue { public var indexBytes: [UInt8] { Int64(self).keyBytes } }
+extension Int32: IndexableValue { public var indexBytes: [UInt8] { Int64(self).keyBytes } }
+extension UInt8: IndexableValue { public var indexBytes: [UInt8] { UInt64(self).keyBytes } }
+extension UInt16: IndexableValue { public var indexBytes: [UInt8] { UInt64(self).keyBytes } }
+extension UInt32: IndexableValue { public var indexBytes: [UInt8] { UInt64(self).keyBytes } }
+extension UInt: IndexableValue { public var indexBytes: [UInt8] { UInt64(self).keyBytes } }
+
+extension Date: IndexableValue {
+    /// Its `timeIntervalSinceReferenceDate` as a `Double` index value.
+    public var indexBytes: [UInt8] { timeIntervalSinceReferenceDate.indexBytes }
+}
+
+extension IndexableValue where Self: RawRepresentable, RawValue: IndexableValue {
+    /// An enum with raw values indexes as its raw value: declare
+    /// `extension Status: IndexableValue {}` to index a `Status` field.
+    public var indexBytes: [UInt8] { rawValue.indexBytes }
+}
+
 extension Bool: IndexableValue {
     public var indexBytes: [UInt8] { [self ? 1 : 0] }
 }
@@ -72,6 +93,13 @@ protocol ExactIndexOrder {}
 extension Int: ExactIndexOrder {}
 extension Int64: ExactIndexOrder {}
 extension UInt64: ExactIndexOrder {}
+extension Int8: ExactIndexOrder {}
+extension Int16: ExactIndexOrder {}
+extension Int32: ExactIndexOrder {}
+extension UInt8: ExactIndexOrder {}
+extension UInt16: ExactIndexOrder {}
+extension UInt32: ExactIndexOrder {}
+extension UInt: ExactIndexOrder {}
 extension Bool: ExactIndexOrder {}
 extension String: ExactIndexOrder {}
 extension Optional: ExactIndexOrder where Wrapped: ExactIndexOrder {}
@@ -87,9 +115,14 @@ public struct RecordIndex<R: Record>: Sendable {
     /// Where this index's entries start: `RecordKeys.indexPrefix` of the entity and `name`.
     let keyPrefix: [UInt8]
     /// Whether the value type's `==` and `<` agree exactly with its index bytes (integers,
-    /// `Bool`, `String`, optionals of them; not `Double`, whose NaNs and signed zeros do
-    /// not), so a range of entries is exactly the records a comparison holds for.
+    /// `Bool`, `String`, optionals of them; not `Double` or `Date`, whose NaNs do not,
+    /// nor enums), so a range of entries is exactly the records a comparison holds for.
     let isExact: Bool
+    /// Whether ranges (`<`, `>=`, …) are exact too: not for strings, whose `<` in the
+    /// standard library does not always agree with canonical order when a string is not
+    /// in NFC (`"e\u{301}" < "\u{E9}x"` is false though `"e\u{301}" == "\u{E9}"`): a
+    /// string range is read from the index in canonical order and evaluated on each record.
+    let rangesExactly: Bool
     /// Whether a `SortDescriptor` on the key path orders as the index does: exact, and not
     /// a string (a string sort compares in a locale's order by default) or an optional.
     let sortsExactly: Bool
@@ -106,6 +139,7 @@ public struct RecordIndex<R: Record>: Sendable {
         return RecordIndex(name: name, isUnique: unique, keyPath: keyPath,
                            keyPrefix: RecordKeys.indexPrefix(entity: RecordTypeCache.entityName(of: R.self), index: name),
                            isExact: V.self is any ExactIndexOrder.Type,
+                           rangesExactly: V.self is any ExactIndexOrder.Type && V.self != String.self && V.self != String?.self,
                            sortsExactly: V.self is any ExactIndexOrder.Type && V.self is any FixedWidthInteger.Type,
                            bytes: { $0[keyPath: keyPath].indexBytes },
                            constantBytes: { ($0 as? V)?.indexBytes },
