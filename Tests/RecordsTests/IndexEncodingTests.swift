@@ -71,7 +71,9 @@ import Testing
         var status: Status
         var due: Date
         var priority: Int8
-        static var indexes: [RecordIndex<Task>] { [.index(\Task.status), .index(\Task.due), .index(\Task.priority)] }
+        static var indexes: [RecordIndex<Task>] {
+            [.index(\Task.status, \Task.priority), .index(\Task.status), .index(\Task.due), .index(\Task.priority)]
+        }
     }
 
     /// Enums with raw values, dates and narrow integers are indexed and planned, and their
@@ -99,5 +101,16 @@ import Testing
         let byPriority = try tasks.fetch(sortBy: [SortDescriptor(\Task.priority, order: .reverse)], limit: 10)
         #expect(try tasks.explain(sortBy: [SortDescriptor(\Task.priority, order: .reverse)]).contains("sorted by reading index priority"))
         #expect(byPriority.map(\.id) == Array(all.sorted(using: [SortDescriptor(\Task.priority, order: .reverse)]).prefix(10)).map(\.id))
+        // The compound index: an equality on the status, then the priority in order.
+        let urgentOpen = #Predicate<Task> { $0.status == open }
+        let sort = [SortDescriptor(\Task.priority, order: .reverse)]
+        let plan = try tasks.explain(urgentOpen, sortBy: sort)
+        #expect(plan.hasPrefix("read: index status+priority where status == open;") && plan.contains("sorted by reading index status+priority backwards"),
+                "\(plan)")
+        let expected = all.filter { $0.status == .open }.sorted(using: sort)
+        #expect(try tasks.fetch(urgentOpen, sortBy: sort, limit: 7).map(\.id) == Array(expected.prefix(7)).map(\.id))
+        let band = #Predicate<Task> { $0.status == open && $0.priority >= low }
+        #expect(try tasks.explain(band).hasPrefix("read: index status+priority where status == open and priority >= 0;"))
+        #expect(try tasks.fetch(band).map(\.id) == all.filter { $0.status == .open && $0.priority >= 0 }.map(\.id))
     }
 }

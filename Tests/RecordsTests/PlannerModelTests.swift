@@ -6,7 +6,8 @@ import Testing
 /// A record with an index of every kind the planner treats differently: a non-unique
 /// integer (sorts through the index), a unique integer, strings with composed and
 /// decomposed accents, zero bytes and emoji, doubles with signed zeros, infinities and
-/// NaN (an inexact index), a Boolean and an optional string.
+/// NaN (an inexact index), a Boolean, an optional string, a compound index (Boolean, then
+/// integer) and a unique compound one (string, then integer).
 struct Specimen: Record, Equatable {
     var id: Int
     var score: Int
@@ -18,7 +19,8 @@ struct Specimen: Record, Equatable {
 
     static var indexes: [RecordIndex<Specimen>] {
         [.index(\Specimen.score), .index(\Specimen.code, unique: true), .index(\Specimen.name),
-         .index(\Specimen.weight), .index(\Specimen.flag), .index(\Specimen.tag)]
+         .index(\Specimen.weight), .index(\Specimen.flag, \Specimen.score), .index(\Specimen.flag), .index(\Specimen.tag),
+         .index(\Specimen.name, \Specimen.code, unique: true)]
     }
 
     static func == (a: Specimen, b: Specimen) -> Bool {
@@ -113,7 +115,7 @@ struct Specimen: Record, Equatable {
         #expect(planned.keys.contains { $0.hasPrefix("exact") } && planned.keys.contains("scan") && planned.keys.contains { $0.contains("+sorted") })
     }
 
-    static let shapes = 18
+    static let shapes = 22
 
     /// A predicate of one of `shapes` shapes with the given constants, and its text.
     static func predicate(score: Int, other: Int, id: Int, code: Int, name: String, weight: Double, tag: String?,
@@ -136,6 +138,10 @@ struct Specimen: Record, Equatable {
         case 14: (#Predicate { $0.score == score || $0.name == name }, "score == \(score) || name == \(name.debugDescription)")
         case 15: (#Predicate { $0.score == score && $0.name >= name }, "score == \(score) && name >= \(name.debugDescription)")
         case 16: (#Predicate { $0.id > id && $0.code == code }, "id > \(id) && code == \(code)")
+        case 17: (#Predicate { $0.flag == (score % 2 == 0) }, "flag == \(score % 2 == 0)")
+        case 18: (#Predicate { $0.flag == false && $0.score >= score && $0.score <= other }, "!flag && score in [\(score), \(other)]")
+        case 19: (#Predicate { $0.name == name && $0.code == code }, "name == \(name.debugDescription) && code == \(code)")
+        case 20: (#Predicate { $0.flag == true && $0.name == name }, "flag && name == \(name.debugDescription)")
         default: (#Predicate { _ in true }, "true")
         }
     }

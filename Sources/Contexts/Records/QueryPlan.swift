@@ -38,6 +38,10 @@ struct QueryPlan<R: Record> {
     private(set) var isExact = false
     /// The index whose order the read follows for a pushed-down sort, and its direction.
     private(set) var sortedBy: (index: RecordIndex<R>, reverse: Bool)?
+    /// How many leading components of the index read have an equality term.
+    private var equalityComponents = 0
+    /// Whether the index answers every term it uses exactly.
+    private var exactTerms = false
 
     init(_ predicate: Predicate<R>?, indexes: [RecordIndex<R>] = []) {
         self.predicate = predicate
@@ -56,27 +60,28 @@ struct QueryPlan<R: Record> {
             return
         }
         planIndex(terms, indexes: indexes)
-        if case let .index(index, _, _) = access {
-            let onlyEquality = usedTerms.allSatisfy { $0.op == "==" }
-            isExact = everyTermPlanned && index.isExact && (onlyEquality || index.rangesExactly) && usedTerms.count == terms.count
-        } else if case let .indexEntry(index, _) = access {
-            isExact = everyTermPlanned && index.isExact && usedTerms.count == 1 && terms.count == 1
-        }
+        if case .scan = access { return }
+        isExact = everyTermPlanned && exactTerms && usedTerms.count == terms.count
     }
 
     /// Reads the records in `sort`'s order through an index when one allows it (a single
     /// sort on an indexed key path whose index order is its value order, and a plan that
     /// reads no other index or id range); false when the sort stays in memory.
     mutating func pushDown(_ sort: [SortDescriptor<R>], indexes: [RecordIndex<R>]) -> Bool {
+        // The sorted key path must be an index's last component (ties then come in id
+        // order, as a stable sort leaves them), with an equality on every one before it.
         guard sort.count == 1, let keyPath = sort[0].keyPath else { return false }
         var chosen: RecordIndex<R>?
-        for index in indexes where index.sortsExactly && (index.keyPath as AnyKeyPath) == (keyPath as AnyKeyPath) { chosen = index }
-        guard let index = chosen else { return false }
-        switch access {
-        case .scan: access = .index(index, lower: index.keyPrefix, upper: keyAfterPrefix(index.keyPrefix))
-        case let .index(used, _, _) where used.name == index.name: break
-        default: return false
+        for index in indexes {
+            guard let last = index.components.last, last.sortsExactly, (last.keyPath as AnyKeyPath) == (keyPath as AnyKeyPath) else { continue }
+            switch access {
+            case .scan where index.components.count == 1: chosen = index
+            case let .index(used, _, _) where used.name == index.name && equalityComponents == index.components.count - 1: chosen = index
+            default: continue
+            }
         }
+        guard let index = chosen else { return false }
+        if case .scan = access { access = .index(index, lower: index.keyPrefix, upper: keyAfterPrefix(index.keyPrefix)) }
         sortedBy = (index, sort[0].order == .reverse)
         return true
     }
@@ -106,7 +111,8 @@ struct QueryPlan<R: Record> {
     }
 
     /// Uses the terms on one index: an equality on a unique index first, then any
-    /// equality, then a range.
+    /// equality, then a range. On a compound index, equalities on leading components
+    /// narrow the entries to one value's, and the next component's terms a range of them.
     private mutating func planIndex(_ terms: [Term], indexes: [RecordIndex<R>]) {
         // Unique indexes first (a loop, not `filter`: generic code over the app's record
         // type is not specialized, and each call costs thousands of instructions).
@@ -117,39 +123,63 @@ struct QueryPlan<R: Record> {
         }
         for wantEquality in [true, false] {
             for index in ranked {
-                let prefix = index.keyPrefix
-                var lower = prefix
-                var upper = keyAfterPrefix(prefix)
-                var used: [(field: String, op: String, constant: Any)] = []
-                var hasEquality = false
-                var equalityKey: [UInt8]?
-                for term in terms where term.keyPath == index.keyPath {
-                    guard let bytes = index.constantBytes(term.constant) else { continue }
-                    let start = prefix + bytes
-                    let after = keyAfterPrefix(start)
-                    switch term.op {
-                    case "==":
-                        lower = Self.larger(lower, start)
-                        upper = Self.smallerOptional(upper, after)
-                        hasEquality = true
-                        equalityKey = start
-                    case ">": if let after { lower = Self.larger(lower, after) } else { upper = lower }
-                    case ">=": lower = Self.larger(lower, start)
-                    case "<": upper = Self.smallerOptional(upper, start)
-                    default: upper = Self.smallerOptional(upper, after)
-                    }
-                    used.append((index.name, term.op, term.constant))
-                }
-                guard !used.isEmpty, hasEquality == wantEquality || !wantEquality else { continue }
-                if index.isUnique, let equalityKey {
-                    access = .indexEntry(index, key: equalityKey)
+                guard let reading = Self.read(index, terms) else { continue }
+                guard reading.equalities > 0 || !wantEquality else { continue }
+                if index.isUnique && reading.equalities == index.components.count {
+                    access = .indexEntry(index, key: reading.lower)
                 } else {
-                    access = .index(index, lower: lower, upper: upper)
+                    access = .index(index, lower: reading.lower, upper: reading.upper)
                 }
-                usedTerms = used
+                equalityComponents = reading.equalities
+                usedTerms = reading.used
+                exactTerms = reading.exact
                 return
             }
         }
+    }
+
+    /// How `index` serves `terms`: the range of entries, the terms it answers, how many
+    /// leading components have an equality, and whether it answers them exactly; nil when
+    /// it answers none.
+    private static func read(_ index: RecordIndex<R>, _ terms: [Term])
+        -> (lower: [UInt8], upper: [UInt8]?, used: [(field: String, op: String, constant: Any)], equalities: Int, exact: Bool)? {
+        var base = index.keyPrefix
+        var lower = base
+        var upper = keyAfterPrefix(base)
+        var used: [(field: String, op: String, constant: Any)] = []
+        var equalities = 0
+        var exact = true
+        for component in index.components {
+            var applicable: [(term: Term, bytes: [UInt8])] = []
+            for term in terms where term.keyPath == component.keyPath {
+                if let bytes = component.constantBytes(term.constant) { applicable.append((term, bytes)) }
+            }
+            // An equality fixes this component's value: the next one is read in order
+            // under it. (Other terms on the component are left to the evaluation.)
+            if let equality = applicable.first(where: { $0.term.op == "==" }) {
+                base += equality.bytes
+                lower = larger(lower, base)
+                upper = smallerOptional(upper, keyAfterPrefix(base))
+                used.append((component.name, "==", equality.term.constant))
+                equalities += 1
+                exact = exact && component.isExact
+                continue
+            }
+            for (term, bytes) in applicable {
+                let start = base + bytes
+                let after = keyAfterPrefix(start)
+                switch term.op {
+                case ">": if let after { lower = larger(lower, after) } else { upper = lower }
+                case ">=": lower = larger(lower, start)
+                case "<": upper = smallerOptional(upper, start)
+                default: upper = smallerOptional(upper, after)
+                }
+                used.append((component.name, term.op, term.constant))
+                exact = exact && component.rangesExactly
+            }
+            break
+        }
+        return used.isEmpty ? nil : (lower, upper, used, equalities, exact)
     }
 
     func description(entity: String) -> String {

@@ -104,46 +104,88 @@ extension Bool: ExactIndexOrder {}
 extension String: ExactIndexOrder {}
 extension Optional: ExactIndexOrder where Wrapped: ExactIndexOrder {}
 
-/// A secondary index of `R`, declared in `R.indexes`.
+/// A secondary index of `R`, declared in `R.indexes`: on one key path, or compound on two
+/// (entries ordered by the first value, then the second).
 public struct RecordIndex<R: Record>: Sendable {
+    /// One indexed key path and what the planner knows of its value type.
+    struct Component: Sendable {
+        /// The indexed key path, as the predicate planner sees it.
+        let keyPath: AnyKeyPath & Sendable
+        /// The key path's last component ("title" for `\Todo.title`), for `explain`.
+        let name: String
+        /// A predicate constant's index bytes, or nil when it is not of the value type.
+        let constantBytes: @Sendable (Any) -> [UInt8]?
+        /// Whether the value type's `==` and `<` agree exactly with its index bytes
+        /// (integers, `Bool`, `String`, optionals of them; not `Double` or `Date`, whose
+        /// NaNs do not, nor enums), so the entries of a value are exactly the records
+        /// `==` holds for.
+        let isExact: Bool
+        /// Whether ranges (`<`, `>=`, …) are exact too: not for strings, whose `<` in the
+        /// standard library does not always agree with canonical order when a string is
+        /// not in NFC (`"e\u{301}" < "\u{E9}x"` is false though `"e\u{301}" == "\u{E9}"`):
+        /// a string range is read from the index in canonical order and evaluated.
+        let rangesExactly: Bool
+        /// Whether a `SortDescriptor` on the key path orders as the index does: an exact
+        /// integer (a string sort compares in a locale's order by default).
+        let sortsExactly: Bool
+
+        init<V: IndexableValue>(_ keyPath: KeyPath<R, V> & Sendable, _ type: V.Type) {
+            self.keyPath = keyPath
+            name = RecordIndex.lastName(keyPath)
+            constantBytes = { ($0 as? V)?.indexBytes }
+            isExact = V.self is any ExactIndexOrder.Type
+            rangesExactly = isExact && V.self != String.self && V.self != String?.self
+            sortsExactly = isExact && V.self is any FixedWidthInteger.Type
+        }
+    }
+
     /// The index's name: part of its keys, so keep it stable.
     public let name: String
     /// Whether two records may not share a value.
     public let isUnique: Bool
-    /// The indexed key path, as the predicate planner sees it.
-    let keyPath: AnyKeyPath & Sendable
+    /// The indexed key paths, in entry order.
+    let components: [Component]
     /// Where this index's entries start: `RecordKeys.indexPrefix` of the entity and `name`.
     let keyPrefix: [UInt8]
-    /// Whether the value type's `==` and `<` agree exactly with its index bytes (integers,
-    /// `Bool`, `String`, optionals of them; not `Double` or `Date`, whose NaNs do not,
-    /// nor enums), so a range of entries is exactly the records a comparison holds for.
-    let isExact: Bool
-    /// Whether ranges (`<`, `>=`, …) are exact too: not for strings, whose `<` in the
-    /// standard library does not always agree with canonical order when a string is not
-    /// in NFC (`"e\u{301}" < "\u{E9}x"` is false though `"e\u{301}" == "\u{E9}"`): a
-    /// string range is read from the index in canonical order and evaluated on each record.
-    let rangesExactly: Bool
-    /// Whether a `SortDescriptor` on the key path orders as the index does: exact, and not
-    /// a string (a string sort compares in a locale's order by default) or an optional.
-    let sortsExactly: Bool
+    /// A record's value bytes (each component's index bytes, in order).
     let bytes: @Sendable (R) -> [UInt8]
-    let constantBytes: @Sendable (Any) -> [UInt8]?
     let render: @Sendable (R) -> String
+
+    private init(name: String, isUnique: Bool, components: [Component], bytes: @escaping @Sendable (R) -> [UInt8],
+                 render: @escaping @Sendable (R) -> String) {
+        self.name = name
+        self.isUnique = isUnique
+        self.components = components
+        keyPrefix = RecordKeys.indexPrefix(entity: RecordTypeCache.entityName(of: R.self), index: name)
+        self.bytes = bytes
+        self.render = render
+    }
+
+    /// The last component of a key path's description: `\Todo.title` is "title".
+    static func lastName(_ keyPath: AnyKeyPath) -> String {
+        let text = "\(keyPath)"
+        return String(text.split(separator: ".").last ?? Substring(text))
+    }
 
     /// An index on `keyPath` (named after it unless `name` is given).
     public static func index<V: IndexableValue>(_ keyPath: KeyPath<R, V> & Sendable, name: String? = nil,
                                                 unique: Bool = false) -> RecordIndex<R> {
-        let text = "\(keyPath)"
-        let fallback = String(text.split(separator: ".").last ?? Substring(text))
-        let name = name ?? fallback
-        return RecordIndex(name: name, isUnique: unique, keyPath: keyPath,
-                           keyPrefix: RecordKeys.indexPrefix(entity: RecordTypeCache.entityName(of: R.self), index: name),
-                           isExact: V.self is any ExactIndexOrder.Type,
-                           rangesExactly: V.self is any ExactIndexOrder.Type && V.self != String.self && V.self != String?.self,
-                           sortsExactly: V.self is any ExactIndexOrder.Type && V.self is any FixedWidthInteger.Type,
-                           bytes: { $0[keyPath: keyPath].indexBytes },
-                           constantBytes: { ($0 as? V)?.indexBytes },
-                           render: { "\($0[keyPath: keyPath])" })
+        let component = Component(keyPath, V.self)
+        return RecordIndex(name: name ?? component.name, isUnique: unique, components: [component],
+                    bytes: { $0[keyPath: keyPath].indexBytes }, render: { "\($0[keyPath: keyPath])" })
+    }
+
+    /// A compound index on `first`, then `second` (named "first+second" unless `name` is
+    /// given). A query with `first == constant` reads only that value's entries, ordered by
+    /// `second`: a range on `second` and a sort on it (`SortDescriptor(\.second)`) are
+    /// read from the index, as is a range on `first` alone.
+    public static func index<A: IndexableValue, B: IndexableValue>(_ first: KeyPath<R, A> & Sendable,
+                                                                   _ second: KeyPath<R, B> & Sendable,
+                                                                   name: String? = nil, unique: Bool = false) -> RecordIndex<R> {
+        let components = [Component(first, A.self), Component(second, B.self)]
+        return RecordIndex(name: name ?? components[0].name + "+" + components[1].name, isUnique: unique, components: components,
+                    bytes: { $0[keyPath: first].indexBytes + $0[keyPath: second].indexBytes },
+                    render: { "(\($0[keyPath: first]), \($0[keyPath: second]))" })
     }
 }
 
