@@ -98,6 +98,14 @@ struct Specimen: Record, Equatable {
                     var drained: [Specimen] = []
                     while case let page = try cursor.next(3), !page.isEmpty { drained += page }
                     #expect(drained == (try repository.fetch(predicate, sortBy: sort)), "\(context)")
+                    // Keyset pages: each page starts after the last record of the one before.
+                    var paged: [Specimen] = []
+                    let pageSize = int(1..<6)
+                    while case let page = try repository.fetch(predicate, sortBy: sort, after: paged.last, limit: pageSize), !page.isEmpty {
+                        paged += page
+                        if paged.count > drained.count { break }
+                    }
+                    #expect(paged == drained, "\(context) pages of \(pageSize)")
                     #expect(try repository.exists(predicate) == (count > 0), "\(context)")
                     queries += 1
                     let plan = try repository.explain(predicate, sortBy: sort)

@@ -182,6 +182,22 @@ struct QueryPlan<R: Record> {
         return used.isEmpty ? nil : (lower, upper, used, equalities, exact)
     }
 
+    /// Narrows the read to what comes after a record (keyset pagination) where the read's
+    /// order allows: id order, or a sort read forwards from an index (the record's entry:
+    /// `entryBytes` gives its value bytes in an index). Elsewhere the caller filters.
+    mutating func startAfter(idBytes: [UInt8], inIDOrder: Bool, entryBytes: (RecordIndex<R>) -> [UInt8]) {
+        switch access {
+        case let .range(lower, upper) where inIDOrder:
+            access = .range(lower: Self.larger(lower, idBytes + [0]), upper: upper)
+        case .scan where inIDOrder:
+            access = .range(lower: idBytes + [0], upper: nil)
+        case let .index(index, lower, upper) where sortedBy.map { !$0.reverse } ?? false:
+            let entry = index.keyPrefix + entryBytes(index) + (index.isUnique ? [] : idBytes)
+            access = .index(index, lower: Self.larger(lower, entry + [0]), upper: upper)
+        default: break
+        }
+    }
+
     func description(entity: String) -> String {
         let read = switch access {
         case let .point(id): "point lookup of \(entity) id \(id)"

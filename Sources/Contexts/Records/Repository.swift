@@ -89,12 +89,18 @@ public struct Repository<R: Record> {
     /// indexed key path an index range; the rest is evaluated on each record. A sort on
     /// one indexed integer key path reads that index in order (backwards for `.reverse`),
     /// so `limit` stops the read early. `explain` shows which is which.
+    ///
+    /// `after` pages by key (keyset pagination): only records that come after it in this
+    /// order (ties in id order) are returned, so the last record of one page fetches the
+    /// next page without counting through the earlier ones. In id order and with a sort
+    /// read forwards from an index, the read starts right after it.
     public func fetch(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = [],
-                      limit: Int? = nil, offset: Int = 0) throws -> [R] {
+                      after anchor: R? = nil, limit: Int? = nil, offset: Int = 0) throws -> [R] {
         guard offset >= 0, (limit ?? 0) >= 0 else {
             throw RecordError.invalidQuery("offset \(offset) and limit \(limit.map(String.init) ?? "none") must not be negative")
         }
-        let plan = try queryPlan(predicate, sortBy: sortBy)
+        var plan = try queryPlan(predicate, sortBy: sortBy)
+        if let anchor { plan.startAfter(idBytes: anchor.id.keyBytes, inIDOrder: sortBy.isEmpty, entryBytes: { $0.bytes(anchor) }) }
         // Without a sort the result is in id order. Key-range plans read in id order, so a
         // limit can stop them early; an index plan reads in index order and is put back
         // in id order first. A pushed-down sort reads in the sort's order.
@@ -111,6 +117,7 @@ public struct Repository<R: Record> {
         try forEachCandidate(plan) { key, bytes in
             let record = try decode(bytes, key: key)
             if !plan.isExact, let predicate, try !predicate.evaluate(record) { return true }
+            if let anchor, !Self.follows(record, anchor, sortBy) { return true }
             records.append(record)
             if keepKeys { keys.append(key) }
             return stopAfter.map { records.count < $0 } ?? true
@@ -123,6 +130,19 @@ public struct Repository<R: Record> {
         if !sortBy.isEmpty && !sortedByRead { records.sort(using: sortBy) }
         if offset == 0 && records.count <= limit ?? .max { return records }
         return Array(records.dropFirst(offset).prefix(limit ?? .max))
+    }
+
+    /// Whether `record` comes after `anchor` in `sortBy` order, ties in id order.
+    private static func follows(_ record: R, _ anchor: R, _ sortBy: [SortDescriptor<R>]) -> Bool {
+        for descriptor in sortBy {
+            switch descriptor.compare(record, anchor) {
+            case .orderedAscending: return false
+            case .orderedDescending: return true
+            case .orderedSame: continue
+            }
+        }
+        let (mine, theirs) = (record.id.keyBytes, anchor.id.keyBytes)
+        return mine != theirs && !mine.lexicographicallyPrecedes(theirs)
     }
 
     /// How many records `predicate` holds for (all when nil). When the plan is exact
@@ -139,7 +159,7 @@ public struct Repository<R: Record> {
 
     /// The first record `predicate` holds for, in `sortBy` order (id order when empty).
     public func first(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = []) throws -> R? {
-        try fetch(predicate, sortBy: sortBy, limit: 1).first
+        try fetch(predicate, sortBy: sortBy, after: nil, limit: 1).first
     }
 
     /// How `fetch` would run `predicate` with `sortBy`: the key range or index it reads,
