@@ -75,7 +75,7 @@ struct Specimen: Record, Equatable {
                 let repository = context.repository(Specimen.self)
                 let everything = try repository.all()
                 #expect(everything.map(\.id) == everything.map(\.id).sorted(), "seed \(seed): all() is in id order")
-                for _ in 0..<120 {
+                for _ in 0..<80 {
                     let (predicate, text) = Self.predicate(score: int(-1..<13), other: int(-1..<13), id: int(-5..<135),
                                                            code: int(-3..<400), name: pick(Self.names), weight: pick(Self.weights),
                                                            tag: int(0..<4) == 0 ? nil : pick(Self.names), shape: int(0..<Self.shapes))
