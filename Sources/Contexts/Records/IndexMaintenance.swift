@@ -8,10 +8,13 @@ import StrataEngine
 struct IndexMaintenance<R: Record> {
     let context: Context
     private let declared: [RecordIndex<R>]
+    /// Where the entity's manifest lies (empty when it declares no index).
+    private let manifestKey: [UInt8]
 
     init(context: Context) {
         self.context = context
         declared = RecordTypeCache.indexes(of: R.self)
+        manifestKey = declared.isEmpty ? [] : RecordKeys.manifest(entity: RecordTypeCache.entityName(of: R.self))
     }
 
     /// Whether the entity declares no index.
@@ -52,7 +55,7 @@ struct IndexMaintenance<R: Record> {
 
     /// The names of the indexes built for this entity, from its manifest.
     private func built() throws -> Set<String> {
-        guard let bytes = try context.get(RecordKeys.manifest(entity: RecordTypeCache.entityName(of: R.self))) else { return [] }
+        guard let bytes = try context.get(manifestKey) else { return [] }
         return try RecordTypeCache.manifest(bytes) { Set(try RecordDecoder().decode([String].self, from: bytes)) }
     }
 
@@ -77,7 +80,7 @@ struct IndexMaintenance<R: Record> {
             }
         }
         let names = (have.union(missing.map(\.name))).sorted()
-        try context.stage(RecordKeys.manifest(entity: RecordTypeCache.entityName(of: R.self)), try RecordEncoder().encode(names),
+        try context.stage(manifestKey, try RecordEncoder().encode(names),
                           isChecked: false)
     }
 

@@ -25,11 +25,7 @@ struct QueryPlan<R: Record> {
     private var usedTerms: [(field: String, op: String, constant: Any)] = []
     private let predicate: Predicate<R>?
 
-    private struct Term {
-        var keyPath: AnyKeyPath
-        var op: String
-        var constant: Any
-    }
+    private typealias Term = PlanTerm
 
     /// Whether what the access reads is exactly what the predicate holds for: every term
     /// is one the access uses, on an id or index whose bytes order and compare as the
@@ -50,7 +46,11 @@ struct QueryPlan<R: Record> {
             return
         }
         let conjuncts = Self.conjuncts(predicate.expression)
-        let terms = conjuncts.compactMap(Self.term)
+        // Loops rather than `compactMap` and `first(where:)` here: generic library code is
+        // not specialized for the app's record type, and each call costs thousands of
+        // instructions.
+        var terms: [Term] = []
+        for node in conjuncts { if let term = Self.term(node) { terms.append(term) } }
         let everyTermPlanned = terms.count == conjuncts.count
         if planID(terms) {
             // Integer ids only: a String id's key bytes are its UTF-8 as given, while
@@ -156,7 +156,12 @@ struct QueryPlan<R: Record> {
             }
             // An equality fixes this component's value: the next one is read in order
             // under it. (Other terms on the component are left to the evaluation.)
-            if let equality = applicable.first(where: { $0.term.op == "==" }) {
+            var found: (term: Term, bytes: [UInt8])?
+            for candidate in applicable where candidate.term.op == "==" {
+                found = candidate
+                break
+            }
+            if let equality = found {
                 base += equality.bytes
                 lower = larger(lower, base)
                 upper = smallerOptional(upper, keyAfterPrefix(base))
@@ -301,3 +306,10 @@ protocol ValueNode { var constant: Any { get } }
 extension PredicateExpressions.Value: ValueNode { var constant: Any { value } }
 protocol VariableNode {}
 extension PredicateExpressions.Variable: VariableNode {}
+
+/// A comparison of the predicate input's key path with a constant, key path first.
+struct PlanTerm {
+    var keyPath: AnyKeyPath
+    var op: String
+    var constant: Any
+}
