@@ -1,5 +1,7 @@
 // Encodes a `Codable` value into the record encoding (RecordValue.swift). `Data` becomes
-// bytes; every other type encodes itself through the usual containers.
+// bytes; every other type encodes itself through the usual containers. Values are written
+// straight into bytes (RecordStreamEncoder.swift); the node tree here is for values that
+// encode themselves out of order.
 import Foundation
 
 /// Encodes `Encodable` values to record bytes.
@@ -8,6 +10,20 @@ public struct RecordEncoder {
 
     /// The record bytes of `value`. Throws `EncodingError` when the value refuses.
     public func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
+        // Straight into bytes (RecordStreamEncoder.swift); through the node tree when the
+        // value encodes itself out of order (S1).
+        let state = StreamState()
+        state.writer.write(RecordValue.formatVersion)
+        do {
+            try state.write(value, codingPath: [])
+            state.close(above: 0)
+            if !state.fellBack { return state.writer.bytes }
+        } catch is StreamFallback {}
+        return try encodeThroughTree(value)
+    }
+
+    /// The record bytes of `value`, built as a tree of nodes first.
+    func encodeThroughTree<T: Encodable>(_ value: T) throws -> [UInt8] {
         let node = EncodingNode()
         try node.store(value, codingPath: [])
         return node.value.encoded()
@@ -80,6 +96,14 @@ struct RecordEncoding: Encoder {
     func singleValueContainer() -> any SingleValueEncodingContainer {
         SingleRecordEncoding(node: node, codingPath: codingPath)
     }
+}
+
+/// Whether `type` is one `primitive(_:)` stores as it is: metatype comparisons, far
+/// cheaper than the casts that fail for every other type.
+func isPrimitive<T>(_ type: T.Type) -> Bool {
+    type == Bool.self || type == String.self || type == Double.self || type == Float.self || type == Int.self
+        || type == Int8.self || type == Int16.self || type == Int32.self || type == Int64.self || type == UInt.self
+        || type == UInt8.self || type == UInt16.self || type == UInt32.self || type == UInt64.self
 }
 
 /// The primitive values the format stores as they are.
