@@ -109,6 +109,18 @@ import Testing
                 "\(plan)")
         let expected = all.filter { $0.status == .open }.sorted(using: sort)
         #expect(try tasks.fetch(urgentOpen, sortBy: sort, limit: 7).map(\.id) == Array(expected.prefix(7)).map(\.id))
+        // Keyset pages through the compound index, from a record of the page before and
+        // from one the predicate does not hold for (the read cannot start at its entry).
+        let forward = [SortDescriptor(\Task.priority)]
+        for status in [Status.open, .closed] {
+            let ordered = all.filter { $0.status == status }.sorted(using: forward)
+            let other = all.first { $0.status != status && $0.priority == 0 }!
+            for anchor in [ordered[5], other] {
+                let after = ordered.filter { $0.priority > anchor.priority || ($0.priority == anchor.priority && $0.id > anchor.id) }
+                let page = try tasks.fetch(#Predicate<Task> { $0.status == status }, sortBy: forward, after: anchor, limit: 100)
+                #expect(page.map(\.id) == after.map(\.id), "\(status) after \(anchor.id)")
+            }
+        }
         let band = #Predicate<Task> { $0.status == open && $0.priority >= low }
         #expect(try tasks.explain(band).hasPrefix("read: index status+priority where status == open and priority >= 0;"))
         #expect(try tasks.fetch(band).map(\.id) == all.filter { $0.status == .open && $0.priority >= 0 }.map(\.id))

@@ -197,8 +197,12 @@ struct QueryPlan<R: Record> {
         case .scan where inIDOrder:
             access = .range(lower: idBytes + [0], upper: nil)
         case let .index(index, lower, upper) where sortedBy.map { !$0.reverse } ?? false:
+            // Only from inside the range: on a compound index the read is ordered by the
+            // second value under one first value, and an entry elsewhere says nothing of
+            // where that order starts.
             let entry = index.keyPrefix + entryBytes(index) + (index.isUnique ? [] : idBytes)
-            access = .index(index, lower: Self.larger(lower, entry + [0]), upper: upper)
+            guard compareKeys(entry, lower) >= 0, upper.map({ compareKeys(entry, $0) < 0 }) ?? true else { return }
+            access = .index(index, lower: entry + [0], upper: upper)
         default: break
         }
     }

@@ -47,13 +47,20 @@ final class StreamState {
         // Almost always the innermost container.
         var position = open.count - 1
         while position >= 0 && open[position].id != id { position -= 1 }
-        guard position >= 0 else { throw StreamFallback() }
+        guard position >= 0 else { throw fallBack() }
         close(above: position + 1)
         open[position].count += 1
         if let name {
-            if names[position].contains(name) { throw StreamFallback() }
+            if names[position].contains(name) { throw fallBack() }
             names[position].append(name)
         }
+    }
+
+    /// Gives up on streaming: marked here too, so that a value which swallows the error
+    /// (`try?` in its `encode(to:)`) still ends in the tree encoder.
+    func fallBack() -> StreamFallback {
+        fellBack = true
+        return StreamFallback()
     }
 
     /// How many containers are open.
@@ -91,7 +98,7 @@ final class StreamState {
         let depth = open.count
         let slot = StreamSlot()
         try value.encode(to: StreamEncoding(state: self, slot: slot, codingPath: codingPath))
-        guard !fellBack else { throw StreamFallback() }
+        guard !fellBack else { throw fallBack() }
         close(above: depth)
         if writer.bytes.count == start {
             writer.write(RecordBytes.Tag.keyed.rawValue)
@@ -199,7 +206,7 @@ struct KeyedStreamEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol {
     let codingPath: [any CodingKey]
 
     private func enter(_ key: Key) throws {
-        guard !state.fellBack else { throw StreamFallback() }
+        guard !state.fellBack else { throw state.fallBack() }
         let name = key.stringValue
         try state.enter(id, name: name)
         state.writeName(name)
@@ -288,7 +295,7 @@ struct UnkeyedStreamEncoding: UnkeyedEncodingContainer {
     }
 
     private mutating func enter() throws {
-        guard !state.fellBack else { throw StreamFallback() }
+        guard !state.fellBack else { throw state.fallBack() }
         try state.enter(id)
         count += 1
     }
@@ -330,7 +337,7 @@ struct SingleStreamEncoding: SingleValueEncodingContainer {
     let codingPath: [any CodingKey]
 
     private func enter() throws {
-        guard !state.fellBack, case .none = slot.use else { throw StreamFallback() }
+        guard !state.fellBack, case .none = slot.use else { throw state.fallBack() }
         slot.use = .single
     }
 
