@@ -70,6 +70,21 @@ import Testing
         }
     }
 
+    /// A subclass that encodes its superclass through a super encoder.
+    class Base: Encodable {
+        var a = 1
+    }
+
+    final class Derived: Base {
+        var b = "two"
+        enum CodingKeys: String, CodingKey { case b }
+        override func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(b, forKey: .b)
+            try super.encode(to: container.superEncoder())
+        }
+    }
+
     @Test(arguments: [UInt64(5), 6, 7])
     func streamedBytesEqualTheTreesBytes(seed: UInt64) throws {
         print("RecordStreamEncoderTests seed \(seed)")
@@ -101,6 +116,7 @@ import Testing
         }
         #expect(try RecordEncoder().encode(Twice()) == (try RecordEncoder().encodeThroughTree(Twice())))
         #expect(try RecordEncoder().encode(Swallowing()) == (try RecordEncoder().encodeThroughTree(Swallowing())))
+        #expect(try RecordEncoder().encode(Derived()) == (try RecordEncoder().encodeThroughTree(Derived())))
         for primitive in [try RecordEncoder().encode(42), try RecordEncoder().encode("hi"), try RecordEncoder().encode([Int]())] {
             #expect(primitive.first == RecordValue.formatVersion)
         }

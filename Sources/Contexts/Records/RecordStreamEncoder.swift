@@ -56,6 +56,20 @@ final class StreamState {
         }
     }
 
+    /// The id of a container that could not be started in order: none (writes to it fall
+    /// back).
+    func failedID() -> Int {
+        fellBack = true
+        return -1
+    }
+
+    /// A super encoder: where it writes is the tree encoder's business, so streaming
+    /// gives up (what this one writes is thrown away).
+    func superEncoder(_ codingPath: [any CodingKey]) -> any Encoder {
+        fellBack = true
+        return StreamEncoding(state: self, slot: StreamSlot(), codingPath: codingPath)
+    }
+
     /// Gives up on streaming: marked here too, so that a value which swallows the error
     /// (`try?` in its `encode(to:)`) still ends in the tree encoder.
     func fallBack() -> StreamFallback {
@@ -167,31 +181,25 @@ struct StreamEncoding: Encoder {
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
-        let id: Int
-        switch slot.use {
-        case .none:
-            id = state.startContainer(keyed: true)
-            slot.use = .keyed(id)
-        case let .keyed(existing): id = existing
-        default:
-            state.fellBack = true
-            id = -1
-        }
-        return KeyedEncodingContainer(KeyedStreamEncoding<Key>(state: state, id: id, codingPath: codingPath))
+        KeyedEncodingContainer(KeyedStreamEncoding<Key>(state: state, id: containerID(keyed: true), codingPath: codingPath))
     }
 
     func unkeyedContainer() -> any UnkeyedEncodingContainer {
-        let id: Int
+        UnkeyedStreamEncoding(state: state, id: containerID(keyed: false), codingPath: codingPath)
+    }
+
+    /// The id of this value's container of that kind, started on first use; a fallback
+    /// when the value already started something else.
+    private func containerID(keyed: Bool) -> Int {
         switch slot.use {
         case .none:
-            id = state.startContainer(keyed: false)
-            slot.use = .unkeyed(id)
-        case let .unkeyed(existing): id = existing
-        default:
-            state.fellBack = true
-            id = -1
+            let id = state.startContainer(keyed: keyed)
+            slot.use = keyed ? .keyed(id) : .unkeyed(id)
+            return id
+        case let .keyed(id) where keyed: return id
+        case let .unkeyed(id) where !keyed: return id
+        default: return state.failedID()
         }
-        return UnkeyedStreamEncoding(state: state, id: id, codingPath: codingPath)
     }
 
     func singleValueContainer() -> any SingleValueEncodingContainer {
@@ -257,29 +265,18 @@ struct KeyedStreamEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol {
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type,
                                                         forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
-        let nested = (try? enter(key)) != nil ? state.startContainer(keyed: true) : fail()
+        let nested = (try? enter(key)) != nil ? state.startContainer(keyed: true) : state.failedID()
         return KeyedEncodingContainer(KeyedStreamEncoding<NestedKey>(state: state, id: nested, codingPath: codingPath + [key]))
     }
 
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
-        let nested = (try? enter(key)) != nil ? state.startContainer(keyed: false) : fail()
+        let nested = (try? enter(key)) != nil ? state.startContainer(keyed: false) : state.failedID()
         return UnkeyedStreamEncoding(state: state, id: nested, codingPath: codingPath + [key])
     }
 
-    mutating func superEncoder() -> any Encoder { fallBackEncoder() }
+    mutating func superEncoder() -> any Encoder { state.superEncoder(codingPath) }
 
-    mutating func superEncoder(forKey key: Key) -> any Encoder { fallBackEncoder() }
-
-    private func fail() -> Int {
-        state.fellBack = true
-        return -1
-    }
-
-    /// Super encoders write where the tree encoder does: the tree handles them.
-    private func fallBackEncoder() -> any Encoder {
-        state.fellBack = true
-        return StreamEncoding(state: state, slot: StreamSlot(), codingPath: codingPath)
-    }
+    mutating func superEncoder(forKey key: Key) -> any Encoder { state.superEncoder(codingPath) }
 }
 
 struct UnkeyedStreamEncoding: UnkeyedEncodingContainer {
@@ -311,24 +308,16 @@ struct UnkeyedStreamEncoding: UnkeyedEncodingContainer {
     }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
-        let nested = (try? enter()) != nil ? state.startContainer(keyed: true) : fail()
+        let nested = (try? enter()) != nil ? state.startContainer(keyed: true) : state.failedID()
         return KeyedEncodingContainer(KeyedStreamEncoding<NestedKey>(state: state, id: nested, codingPath: codingPath))
     }
 
     mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
-        let nested = (try? enter()) != nil ? state.startContainer(keyed: false) : fail()
+        let nested = (try? enter()) != nil ? state.startContainer(keyed: false) : state.failedID()
         return UnkeyedStreamEncoding(state: state, id: nested, codingPath: codingPath)
     }
 
-    mutating func superEncoder() -> any Encoder {
-        state.fellBack = true
-        return StreamEncoding(state: state, slot: StreamSlot(), codingPath: codingPath)
-    }
-
-    private func fail() -> Int {
-        state.fellBack = true
-        return -1
-    }
+    mutating func superEncoder() -> any Encoder { state.superEncoder(codingPath) }
 }
 
 struct SingleStreamEncoding: SingleValueEncodingContainer {
