@@ -87,7 +87,7 @@ import Testing
                                                            due: start.addingTimeInterval(Double(id % 7) * 3_600), priority: Int8(id % 5) - 2))
             }
         }
-        let tasks = try store.makeContext().repository(Task.self)
+        let tasks = store.makeContext().repository(Task.self)
         let all = try tasks.all()
         let open = Status.open
         let soon = start.addingTimeInterval(7_200)

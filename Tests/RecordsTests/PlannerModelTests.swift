@@ -61,8 +61,8 @@ struct Specimen: Record, Equatable {
                 }
             }
             // A context that staged nothing reads the snapshot directly.
-            let fresh = try store.makeContext()
-            let root = try store.makeContext()
+            let fresh = store.makeContext()
+            let root = store.makeContext()
             let child = try root.makeChild()
             for (context, changes) in [(root, 15), (child, 15)] {
                 let repository = context.repository(Specimen.self)
@@ -180,7 +180,7 @@ struct Specimen: Record, Equatable {
             for id in 0..<50 { try unit.repository(Gauge.self).insert(Gauge(id: id, level: id % 5)) }
         }
         do {
-            let readings = try store.makeContext().repository(GaugeReading.self)
+            let readings = store.makeContext().repository(GaugeReading.self)
             #expect(try readings.count(#Predicate { $0.level == 3 }) == 10)
             #expect(try readings.count(#Predicate { $0.level >= 1 && $0.level < 3 }) == 20)
             #expect(try readings.count() == 50)
@@ -198,7 +198,7 @@ struct Specimen: Record, Equatable {
             for id in 0..<5 { try unit.repository(GaugeReading.self).insert(GaugeReading(id: id, level: id * 2, unit: "bar")) }
             for id in 5..<10 { try unit.repository(Gauge.self).insert(Gauge(id: id, level: id * 2)) }
         }
-        let readings = try store.makeContext().repository(GaugeReading.self)
+        let readings = store.makeContext().repository(GaugeReading.self)
         #expect(throws: RecordError.self) { try readings.fetch() }
         // In id order and sorted through the level index, the first five decode; the cursor
         // has not touched the rest.
@@ -214,7 +214,7 @@ struct Specimen: Record, Equatable {
         try store.write { unit in
             for id in 0..<20 { try unit.repository(Gauge.self).insert(Gauge(id: id, level: id % 4)) }
         }
-        let gauges = try store.makeContext().repository(Gauge.self)
+        let gauges = store.makeContext().repository(Gauge.self)
         let exact = try gauges.explain(#Predicate { $0.level < 2 })
         #expect(exact == "read: index level where level < 2; no filter: the read is exact", "\(exact)")
         let sorted = try gauges.explain(sortBy: [SortDescriptor(\Gauge.level, order: .reverse)])

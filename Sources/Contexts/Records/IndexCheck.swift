@@ -11,7 +11,7 @@ extension Repository {
     /// yet and not checked. Stages nothing.
     public func checkIndexes() throws -> [String] {
         let entity = RecordTypeCache.entityName(of: R.self)
-        let built = try IndexMaintenance<R>(context: context).usable()
+        let built = try IndexMaintenance<R>(context: context, shape: shape).usableIndexes()
         guard !built.isEmpty else { return [] }
         var problems: [String] = []
         var implied = Set<[UInt8]>()

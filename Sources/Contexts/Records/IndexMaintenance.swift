@@ -7,14 +7,16 @@ import StrataEngine
 /// The index work of one repository.
 struct IndexMaintenance<R: Record> {
     let context: Context
-    private let declared: [RecordIndex<R>]
+    /// `R.indexes`.
+    let declared: [RecordIndex<R>]
+    private let shape: RecordShape
     /// Where the entity's manifest lies (empty when it declares no index).
-    private let manifestKey: [UInt8]
+    private var manifestKey: [UInt8] { shape.manifestKey }
 
-    init(context: Context) {
+    init(context: Context, shape: RecordShape) {
         self.context = context
+        self.shape = shape
         declared = RecordTypeCache.indexes(of: R.self)
-        manifestKey = declared.isEmpty ? [] : RecordKeys.manifest(entity: RecordTypeCache.entityName(of: R.self))
     }
 
     /// Whether the entity declares no index.
@@ -56,7 +58,11 @@ struct IndexMaintenance<R: Record> {
     /// The names of the indexes built for this entity, from its manifest.
     private func built() throws -> Set<String> {
         guard let bytes = try context.get(manifestKey) else { return [] }
-        return try RecordTypeCache.manifest(bytes) { Set(try RecordDecoder().decode([String].self, from: bytes)) }
+        return try names(manifest: bytes)
+    }
+
+    private func names(manifest bytes: [UInt8]) throws -> Set<String> {
+        try RecordTypeCache.manifest(bytes) { Set(try RecordDecoder().decode([String].self, from: bytes)) }
     }
 
     /// Before a write: builds every declared index the manifest does not list yet (X1), in
@@ -86,17 +92,20 @@ struct IndexMaintenance<R: Record> {
 
     /// The indexes a fetch may use: those the manifest lists as built, or all of them
     /// while the entity has no record (nothing can be missing from them). Stages nothing.
-    func usable() throws -> [RecordIndex<R>] {
-        guard !declared.isEmpty else { return [] }
-        let have = try built()
-        // Loops, not `filter`: generic code over the app's record type is not
-        // specialized, and every array of it built costs thousands of instructions.
-        var allBuilt = true
-        for index in declared where !have.contains(index.name) { allBuilt = false }
-        if allBuilt { return declared }
-        var listed: [RecordIndex<R>] = []
-        for index in declared where have.contains(index.name) { listed.append(index) }
-        let entity = RecordKeys.prefix(entity: RecordTypeCache.entityName(of: R.self))
-        return try context.scan(prefix: entity, limit: 1).isEmpty ? declared : listed
+    func usable() throws -> [PlannedIndex] {
+        guard !shape.indexes.isEmpty else { return [] }
+        let manifest = try context.get(manifestKey)
+        if let manifest, let all = try shape.allUsable(manifest: manifest, names: { try names(manifest: manifest) }) { return all }
+        let have = try manifest.map { try names(manifest: $0) } ?? []
+        let entity = shape.recordPrefix
+        if try context.scan(prefix: entity, limit: 1).isEmpty { return shape.indexes }
+        var listed: [PlannedIndex] = []
+        for index in shape.indexes where have.contains(index.name) { listed.append(index) }
+        return listed
+    }
+
+    /// `usable()` as the declared indexes themselves.
+    func usableIndexes() throws -> [RecordIndex<R>] {
+        try usable().map { declared[$0.position] }
     }
 }

@@ -21,7 +21,7 @@ public struct RecordCursor<R: Record> {
     private let isExact: Bool
     private var source: Source
 
-    init(repository: Repository<R>, predicate: Predicate<R>?, plan: QueryPlan<R>, walk: ContextCursor?, throughIndex: Bool,
+    init(repository: Repository<R>, predicate: Predicate<R>?, plan: QueryPlan, walk: ContextCursor?, throughIndex: Bool,
          gathered: [R]) {
         self.repository = repository
         self.predicate = predicate

@@ -122,6 +122,27 @@ enum RecordBytes {
         }
     }
 
+    /// The string at `offset`, or nil when the value there is not one (validated: D1).
+    static func string(_ bytes: [UInt8], _ offset: Int) -> String? {
+        guard tag(bytes, offset) == .string, let run = try? run(bytes, offset) else { return nil }
+        return String(decoding: bytes[run], as: UTF8.self)
+    }
+
+    /// The integer at `offset` as an `Int64`, or nil when the value there is not a signed
+    /// one; `uint` the same for unsigned ones.
+    static func int(_ bytes: [UInt8], _ offset: Int) -> Int64? {
+        guard tag(bytes, offset) == .int else { return nil }
+        var reader = ByteReader(bytes, start: offset + 1)
+        guard let zigzag = try? reader.readVarint() else { return nil }
+        return Int64(bitPattern: zigzag >> 1) ^ -Int64(bitPattern: zigzag & 1)
+    }
+
+    static func uint(_ bytes: [UInt8], _ offset: Int) -> UInt64? {
+        guard tag(bytes, offset) == .uint else { return nil }
+        var reader = ByteReader(bytes, start: offset + 1)
+        return try? reader.readVarint()
+    }
+
     /// The length-prefixed bytes (string, bytes) whose tag is at `offset`.
     static func run(_ bytes: [UInt8], _ offset: Int) throws -> Range<Int> {
         var reader = ByteReader(bytes, start: offset + 1)
@@ -140,25 +161,26 @@ struct RecordDecoding: Decoder {
     let bytes: [UInt8]
     /// Where this value's tag lies.
     let offset: Int
-    /// The coding path of the value holding this one, and this value's key in it: the
-    /// path is only put together when asked for (an error, a nested container), so reading
-    /// a primitive field allocates nothing.
-    let parentPath: [any CodingKey]
-    let key: (any CodingKey)?
+    /// Where this value lies in the coding path (nil at the root): a chain put together
+    /// into a path only when asked for (an error), and three words in all, so a decoder
+    /// fits an existential's inline buffer when it is handed to `init(from:)`.
+    let link: CodingPathLink?
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
-    init(bytes: [UInt8], offset: Int, parentPath: [any CodingKey] = [], key: (any CodingKey)? = nil) {
+    init(bytes: [UInt8], offset: Int, link: CodingPathLink? = nil) {
         self.bytes = bytes
         self.offset = offset
-        self.parentPath = parentPath
-        self.key = key
+        self.link = link
     }
 
-    var codingPath: [any CodingKey] { key.map { parentPath + [$0] } ?? parentPath }
+    var codingPath: [any CodingKey] { link?.path ?? [] }
 
     private var tag: RecordBytes.Tag { RecordBytes.tag(bytes, offset) }
 
     func decodeValue<T: Decodable>(_ type: T.Type) throws -> T {
+        // Most values decoded here are structs: one test against the primitive types' own
+        // identities spares them the dozen dynamic type tests of `decodePrimitive`.
+        guard Self.primitiveTypes.contains(ObjectIdentifier(type)) else { return try T(from: self) }
         if type == Data.self {
             guard tag == .bytes else { throw mismatch(type, "bytes") }
             return Data(bytes[try RecordBytes.run(bytes, offset)]) as! T
@@ -166,6 +188,12 @@ struct RecordDecoding: Decoder {
         if let primitive = try decodePrimitive(type) { return primitive }
         return try T(from: self)
     }
+
+    /// The types `decodeValue` reads itself rather than through `init(from:)`.
+    private static let primitiveTypes: Set<ObjectIdentifier> = Set([
+        Data.self, Bool.self, String.self, Double.self, Float.self, Int.self, Int8.self, Int16.self, Int32.self, Int64.self,
+        UInt.self, UInt8.self, UInt16.self, UInt32.self, UInt64.self,
+    ].map { ObjectIdentifier($0 as Any.Type) })
 
     /// The value as a primitive type, or nil when `type` is not one.
     private func decodePrimitive<T>(_ type: T.Type) throws -> T? {
@@ -236,7 +264,7 @@ struct RecordDecoding: Decoder {
 
     /// The value at `offset` one level down, at `key`.
     func child(_ offset: Int, key: any CodingKey) -> RecordDecoding {
-        RecordDecoding(bytes: bytes, offset: offset, parentPath: codingPath, key: key)
+        RecordDecoding(bytes: bytes, offset: offset, link: CodingPathLink(parent: link, key: key))
     }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
@@ -317,10 +345,7 @@ struct KeyedRecordDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
     func contains(_ key: Key) -> Bool { offset(key) != nil }
 
     private func field(_ key: Key) throws -> RecordDecoding {
-        guard let offset = offset(key) else {
-            throw DecodingError.keyNotFound(key, DecodingError.Context(codingPath: codingPath, debugDescription: "no field \"\(key.stringValue)\""))
-        }
-        return decoder.child(offset, key: key)
+        decoder.child(try valueOffset(key), key: key)
     }
 
     func decodeNil(forKey key: Key) throws -> Bool {
@@ -328,12 +353,39 @@ struct KeyedRecordDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
         return RecordBytes.tag(decoder.bytes, offset) == .null
     }
 
-    // The common primitives, read in place without the generic path's type tests.
-    func decode(_ type: String.Type, forKey key: Key) throws -> String { try field(key).string() }
+    /// Where the value of `key` lies; throws `keyNotFound` when there is none.
+    private func valueOffset(_ key: Key) throws -> Int {
+        guard let offset = offset(key) else {
+            throw DecodingError.keyNotFound(key, DecodingError.Context(codingPath: codingPath, debugDescription: "no field \"\(key.stringValue)\""))
+        }
+        return offset
+    }
+
+    // The common primitives, read in place without the generic path's type tests and
+    // without a decoder for the field; a value of another kind goes the decoder's way,
+    // which throws the precise error.
+    func decode(_ type: String.Type, forKey key: Key) throws -> String {
+        let at = try valueOffset(key)
+        if let value = RecordBytes.string(decoder.bytes, at) { return value }
+        return try decoder.child(at, key: key).string()
+    }
     func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try field(key).bool() }
-    func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try field(key).integer(Int.self) }
-    func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 { try field(key).integer(Int64.self) }
-    func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 { try field(key).integer(UInt64.self) }
+    func decode(_ type: Int.Type, forKey key: Key) throws -> Int {
+        let at = try valueOffset(key)
+        if let value = RecordBytes.int(decoder.bytes, at) ?? RecordBytes.uint(decoder.bytes, at).flatMap(Int64.init(exactly:)),
+           let exact = Int(exactly: value) { return exact }
+        return try decoder.child(at, key: key).integer(Int.self)
+    }
+    func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 {
+        let at = try valueOffset(key)
+        if let value = RecordBytes.int(decoder.bytes, at) { return value }
+        return try decoder.child(at, key: key).integer(Int64.self)
+    }
+    func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 {
+        let at = try valueOffset(key)
+        if let value = RecordBytes.uint(decoder.bytes, at) { return value }
+        return try decoder.child(at, key: key).integer(UInt64.self)
+    }
     func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try field(key).double() }
 
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T { try field(key).decodeValue(type) }
@@ -357,10 +409,33 @@ struct KeyedRecordDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
     /// The value of the field `name`, or an empty keyed value when there is none.
     private func lenientDecoder(named name: String, key: Key?) throws -> any Decoder {
         let utf8 = name.utf8
+        let link = key.map { CodingPathLink(parent: decoder.link, key: $0) } ?? decoder.link
         if let field = fields.last(where: { decoder.bytes[$0.name].elementsEqual(utf8) }) {
-            return RecordDecoding(bytes: decoder.bytes, offset: field.value, parentPath: codingPath, key: key)
+            return RecordDecoding(bytes: decoder.bytes, offset: field.value, link: link)
         }
-        return RecordDecoding(bytes: RecordValue.keyed([]).encoded(), offset: 1, parentPath: codingPath, key: key)
+        return RecordDecoding(bytes: RecordValue.keyed([]).encoded(), offset: 1, link: link)
+    }
+}
+
+/// One step of a coding path: a key and the step above it.
+final class CodingPathLink {
+    let parent: CodingPathLink?
+    let key: any CodingKey
+
+    init(parent: CodingPathLink?, key: any CodingKey) {
+        self.parent = parent
+        self.key = key
+    }
+
+    /// The keys from the root down to this one.
+    var path: [any CodingKey] {
+        var keys: [any CodingKey] = []
+        var link: CodingPathLink? = self
+        while let step = link {
+            keys.append(step.key)
+            link = step.parent
+        }
+        return keys.reversed()
     }
 }
 
@@ -394,9 +469,37 @@ struct UnkeyedRecordDecoding: UnkeyedDecodingContainer {
             throw DecodingError.valueNotFound(Any.self, DecodingError.Context(codingPath: codingPath, debugDescription: "the array has ended"))
         }
         let element = decoder.child(position, key: IndexKey(intValue: currentIndex))
+        try skip()
+        return element
+    }
+
+    /// Moves past the next element.
+    private mutating func skip() throws {
         position = try RecordBytes.end(of: position, in: decoder.bytes)
         currentIndex += 1
-        return element
+    }
+
+    // Strings and integers read in place, without a decoder (and a coding path step) for
+    // each element; anything else goes the decoder's way, which throws the precise error.
+    mutating func decode(_ type: String.Type) throws -> String {
+        guard !isAtEnd, let value = RecordBytes.string(decoder.bytes, position) else { return try next().string() }
+        try skip()
+        return value
+    }
+
+    mutating func decode(_ type: Int.Type) throws -> Int {
+        guard !isAtEnd, let value = RecordBytes.int(decoder.bytes, position) ?? RecordBytes.uint(decoder.bytes, position).flatMap(Int64.init(exactly:)),
+              let exact = Int(exactly: value) else { return try next().integer(Int.self) }
+        try skip()
+        return exact
+    }
+
+    mutating func decode(_ type: UInt8.Type) throws -> UInt8 {
+        guard !isAtEnd, let value = RecordBytes.uint(decoder.bytes, position).flatMap(UInt8.init(exactly:)) else {
+            return try next().integer(UInt8.self)
+        }
+        try skip()
+        return value
     }
 
     mutating func decodeNil() throws -> Bool {

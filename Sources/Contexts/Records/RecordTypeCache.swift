@@ -8,11 +8,11 @@ import StrataLocks
 enum RecordTypeCache {
     private struct Entries {
         var indexes: [ObjectIdentifier: Any] = [:]
+        var shapes: [ObjectIdentifier: RecordShape] = [:]
         /// What a stored record implies for its entity's indexes, by the entity's record-key
         /// prefix: for merges and refreshes, which see keys, not types.
         var derivers: [[UInt8]: IndexDeriver] = [:]
         var entityNames: [ObjectIdentifier: String] = [:]
-        var isID: [AnyKeyPath: Bool] = [:]
         /// Decoded index manifests by their bytes (few: one per entity and index list).
         var manifests: [[UInt8]: Set<String>] = [:]
     }
@@ -36,6 +36,14 @@ enum RecordTypeCache {
             if !indexes.isEmpty { entries.derivers[prefix] = deriver }
         }
         return indexes
+    }
+
+    /// What the planner knows of `R`, learned once.
+    static func shape<R: Record>(of type: R.Type) -> RecordShape {
+        if let cached = entries.withLock({ $0.shapes[ObjectIdentifier(type)] }) { return cached }
+        let shape = RecordShape(type, indexes: indexes(of: type))
+        entries.withLock { $0.shapes[ObjectIdentifier(type)] = shape }
+        return shape
     }
 
     /// The entity and index deriver of a record key, when a type with indexes was used
@@ -64,14 +72,6 @@ enum RecordTypeCache {
             entries.manifests[bytes] = names
         }
         return names
-    }
-
-    /// Whether `keyPath` is `R`'s `id`, decided once per key path by `decide`.
-    static func isID(_ keyPath: AnyKeyPath, decide: () -> Bool) -> Bool {
-        if let cached = entries.withLock({ $0.isID[keyPath] }) { return cached }
-        let answer = decide()
-        entries.withLock { $0.isID[keyPath] = answer }
-        return answer
     }
 }
 

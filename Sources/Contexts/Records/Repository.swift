@@ -8,13 +8,15 @@ import Foundation
 public struct Repository<R: Record> {
     /// The context the repository reads and writes through.
     public let context: Context
-    private let prefix: [UInt8]
+    /// What the planner knows of `R`.
+    let shape: RecordShape
     private let indexes: IndexMaintenance<R>
+    private var prefix: [UInt8] { shape.recordPrefix }
 
     init(context: Context) {
         self.context = context
-        prefix = RecordKeys.prefix(entity: RecordTypeCache.entityName(of: R.self))
-        indexes = IndexMaintenance(context: context)
+        shape = RecordTypeCache.shape(of: R.self)
+        indexes = IndexMaintenance(context: context, shape: shape)
     }
 
     private func key(_ id: R.ID) -> [UInt8] { prefix + id.keyBytes }
@@ -100,7 +102,9 @@ public struct Repository<R: Record> {
             throw RecordError.invalidQuery("offset \(offset) and limit \(limit.map(String.init) ?? "none") must not be negative")
         }
         var plan = try queryPlan(predicate, sortBy: sortBy)
-        if let anchor { plan.startAfter(idBytes: anchor.id.keyBytes, inIDOrder: sortBy.isEmpty, entryBytes: { $0.bytes(anchor) }) }
+        if let anchor {
+            plan.startAfter(idBytes: anchor.id.keyBytes, inIDOrder: sortBy.isEmpty, entryBytes: { indexes.declared[$0.position].bytes(anchor) })
+        }
         // Without a sort the result is in id order. Key-range plans read in id order, so a
         // limit can stop them early; an index plan reads in index order and is put back
         // in id order first. A pushed-down sort reads in the sort's order.
@@ -167,7 +171,7 @@ public struct Repository<R: Record> {
     /// each candidate.
     public func explain(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = []) throws -> String {
         let plan = try queryPlan(predicate, sortBy: sortBy)
-        var text = plan.description(entity: RecordTypeCache.entityName(of: R.self))
+        var text = plan.description(entity: shape.entityName, predicate: predicate.map { "\($0)" })
         if !sortBy.isEmpty && plan.sortedBy == nil { text += "; sorted in memory" }
         return text
     }
@@ -188,21 +192,25 @@ public struct Repository<R: Record> {
 
     // MARK: Internals
 
-    func queryPlan(_ predicate: Predicate<R>?, sortBy: [SortDescriptor<R>]) throws -> QueryPlan<R> {
+    func queryPlan(_ predicate: Predicate<R>?, sortBy: [SortDescriptor<R>]) throws -> QueryPlan {
         let usable = try indexes.usable()
-        var plan = QueryPlan<R>(predicate, indexes: usable)
-        if !sortBy.isEmpty { _ = plan.pushDown(sortBy, indexes: usable) }
+        var terms: PredicateTerms?
+        if let predicate { terms = PredicateShapes.terms(of: predicate) }
+        var plan = QueryPlan(terms, shape: shape, indexes: usable)
+        if sortBy.count == 1, let keyPath = sortBy[0].keyPath {
+            _ = plan.pushDown(keyPath, reverse: sortBy[0].order == .reverse, shape: shape, indexes: usable)
+        }
         return plan
     }
 
     /// How many records hold `predicate`, counting no further than `limit`.
     private func countMatches(_ predicate: Predicate<R>?, upTo limit: Int) throws -> Int {
-        let plan = QueryPlan<R>(predicate, indexes: try indexes.usable())
+        let plan = try queryPlan(predicate, sortBy: [])
         var count = 0
         guard let predicate, !plan.isExact else {
             // Every key or entry the plan reads is a match: count them, read no record.
             switch plan.access {
-            case let .point(id): return try context.contains(key(id)) ? 1 : 0
+            case let .point(id): return try context.contains(prefix + id) ? 1 : 0
             case let .indexEntry(_, entry): return try context.contains(entry) ? 1 : 0
             case let .range(lower, upper):
                 return try context.countKeys(from: lower.map { prefix + $0 }, to: upper.map { prefix + $0 }, prefix: prefix, limit: limit)
@@ -219,10 +227,10 @@ public struct Repository<R: Record> {
 
     /// Hands `body` each candidate record's key and bytes that `plan` reads, in the plan's
     /// order, until it returns false.
-    private func forEachCandidate(_ plan: QueryPlan<R>, _ body: (_ key: [UInt8], _ bytes: [UInt8]) throws -> Bool) throws {
+    private func forEachCandidate(_ plan: QueryPlan, _ body: (_ key: [UInt8], _ bytes: [UInt8]) throws -> Bool) throws {
         switch plan.access {
         case let .point(id):
-            let key = key(id)
+            let key = prefix + id
             if let bytes = try context.get(key) { _ = try body(key, bytes) }
         case let .range(lower, upper):
             try context.forEach(from: lower.map { prefix + $0 }, to: upper.map { prefix + $0 }, prefix: prefix, body)
