@@ -129,12 +129,14 @@ protocol ShapedNode {
     static var shape: NodeShape { get }
 }
 
-/// The offset of a stored field, which every expression node's `let` fields have.
-private func offset<T>(_ field: PartialKeyPath<T>) -> Int? { MemoryLayout<T>.offset(of: field) }
+/// The offset of a stored field, which every expression node's `let` fields have. The key
+/// path's value type is spelled out at each use, so a field whose type changes in
+/// Foundation stops the build instead of being read as something else.
+private func offset<T, V>(_ field: KeyPath<T, V>) -> Int? { MemoryLayout<T>.offset(of: field) }
 
 extension PredicateExpressions.Conjunction: ShapedNode {
     static var shape: NodeShape {
-        guard let lhsAt = offset(\Self.lhs), let rhsAt = offset(\Self.rhs) else { return .other }
+        guard let lhsAt = offset(\Self.lhs as KeyPath<Self, LHS>), let rhsAt = offset(\Self.rhs as KeyPath<Self, RHS>) else { return .other }
         let left = PredicateShapes.reader(for: LHS.self), right = PredicateShapes.reader(for: RHS.self)
         return .conjunct { node, into in
             left(node + lhsAt, &into)
@@ -145,14 +147,15 @@ extension PredicateExpressions.Conjunction: ShapedNode {
 
 extension PredicateExpressions.Equal: ShapedNode {
     static var shape: NodeShape {
-        guard let lhsAt = offset(\Self.lhs), let rhsAt = offset(\Self.rhs) else { return .other }
+        guard let lhsAt = offset(\Self.lhs as KeyPath<Self, LHS>), let rhsAt = offset(\Self.rhs as KeyPath<Self, RHS>) else { return .other }
         return PredicateShapes.comparison(lhs: (LHS.self, lhsAt), rhs: (RHS.self, rhsAt)) { _ in .equal }
     }
 }
 
 extension PredicateExpressions.Comparison: ShapedNode {
     static var shape: NodeShape {
-        guard let lhsAt = offset(\Self.lhs), let rhsAt = offset(\Self.rhs), let opAt = offset(\Self.op) else { return .other }
+        guard let lhsAt = offset(\Self.lhs as KeyPath<Self, LHS>), let rhsAt = offset(\Self.rhs as KeyPath<Self, RHS>),
+              let opAt = offset(\Self.op as KeyPath<Self, PredicateExpressions.ComparisonOperator>) else { return .other }
         return PredicateShapes.comparison(lhs: (LHS.self, lhsAt), rhs: (RHS.self, rhsAt)) { node in
             PlanOperator((node + opAt).load(as: PredicateExpressions.ComparisonOperator.self))
         }
@@ -162,14 +165,14 @@ extension PredicateExpressions.Comparison: ShapedNode {
 extension PredicateExpressions.KeyPath: ShapedNode {
     static var shape: NodeShape {
         // The field is a `KeyPath & Sendable`: a class reference, read as `AnyKeyPath`.
-        guard let at = offset(\Self.keyPath) else { return .other }
+        guard let at = offset(\Self.keyPath as KeyPath<Self, Swift.KeyPath<Root.Output, Output> & Sendable>) else { return .other }
         return .keyPath(offset: at, rootIsInput: Root.self is any InputNode.Type)
     }
 }
 
 extension PredicateExpressions.Value: ShapedNode {
     static var shape: NodeShape {
-        guard let at = offset(\Self.value) else { return .other }
+        guard let at = offset(\Self.value as KeyPath<Self, Output>) else { return .other }
         return .constant { node in (node + at).assumingMemoryBound(to: Output.self).pointee }
     }
 }

@@ -101,16 +101,19 @@ public struct Repository<R: Record> {
         guard offset >= 0, (limit ?? 0) >= 0 else {
             throw RecordError.invalidQuery("offset \(offset) and limit \(limit.map(String.init) ?? "none") must not be negative")
         }
+        // (Generic code over the app's types is not specialized: each use of `sortBy` or
+        // `predicate` costs a metadata lookup, so each is asked about once.)
+        let unsorted = sortBy.isEmpty
         var plan = try queryPlan(predicate, sortBy: sortBy)
         if let anchor {
-            plan.startAfter(idBytes: anchor.id.keyBytes, inIDOrder: sortBy.isEmpty, entryBytes: { indexes.declared[$0.position].bytes(anchor) })
+            plan.startAfter(idBytes: anchor.id.keyBytes, inIDOrder: unsorted, entryBytes: { indexes.declared[$0.position].bytes(anchor) })
         }
         // Without a sort the result is in id order. Key-range plans read in id order, so a
         // limit can stop them early; an index plan reads in index order and is put back
         // in id order first. A pushed-down sort reads in the sort's order.
         let inIndexOrder = if case .index = plan.access { true } else { false }
         let sortedByRead = plan.sortedBy != nil
-        let orderedByRead = sortedByRead || (sortBy.isEmpty && !inIndexOrder)
+        let orderedByRead = sortedByRead || (unsorted && !inIndexOrder)
         let stopAfter = orderedByRead ? limit.map { offset + $0 } : nil
         if stopAfter == 0 { return [] }
         var records: [R] = []
@@ -118,9 +121,10 @@ public struct Repository<R: Record> {
         // before any in-memory sort too: ties keep id order, as the sort is stable.
         var keys: [[UInt8]] = []
         let keepKeys = inIndexOrder && !sortedByRead
+        let filter = plan.isExact ? nil : predicate
         try forEachCandidate(plan) { key, bytes in
             let record = try decode(bytes, key: key)
-            if !plan.isExact, let predicate, try !predicate.evaluate(record) { return true }
+            if let filter, try !filter.evaluate(record) { return true }
             if let anchor, !Self.follows(record, anchor, sortBy) { return true }
             records.append(record)
             if keepKeys { keys.append(key) }
@@ -131,7 +135,7 @@ public struct Repository<R: Record> {
             let unordered = records
             for (position, index) in order.enumerated() { records[position] = unordered[index] }
         }
-        if !sortBy.isEmpty && !sortedByRead { records.sort(using: sortBy) }
+        if !unsorted && !sortedByRead { records.sort(using: sortBy) }
         if offset == 0 && records.count <= limit ?? .max { return records }
         return Array(records.dropFirst(offset).prefix(limit ?? .max))
     }
