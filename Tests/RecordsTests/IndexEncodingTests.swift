@@ -125,4 +125,16 @@ import Testing
         #expect(try tasks.explain(band).hasPrefix("read: index status+priority where status == open and priority >= 0;"))
         #expect(try tasks.fetch(band).map(\.id) == all.filter { $0.status == .open && $0.priority >= 0 }.map(\.id))
     }
+
+    /// FORMAT.md's string bytes, for the ASCII fast path and the general one alike: UTF-8 of
+    /// the NFC composition, each zero byte followed by FF, then 00 00.
+    @Test func stringBytesAreTheDocumentedOnes() {
+        #expect("person1@example.org".indexBytes == Array("person1@example.org".utf8) + [0, 0])
+        #expect("".indexBytes == [0, 0])
+        #expect("a\u{0}b".indexBytes == [0x61, 0, 0xFF, 0x62, 0, 0])
+        #expect("e\u{301}".indexBytes == [0xC3, 0xA9, 0, 0])
+        #expect("\u{E9}\u{0}".indexBytes == [0xC3, 0xA9, 0, 0xFF, 0, 0])
+        let bridged = NSString(string: "city42") as String   // maybe not contiguous UTF-8
+        #expect(bridged.indexBytes == Array("city42".utf8) + [0, 0])
+    }
 }
