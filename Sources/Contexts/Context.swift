@@ -118,6 +118,7 @@ public final class Context {
 
     /// How many keys `scan` would return, counting no further than `limit`; with nothing
     /// staged at any level, no key or value is copied.
+    @usableFromInline
     func countKeys(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [], limit: Int = .max) throws -> Int {
         try checkOpen()
         var count = 0

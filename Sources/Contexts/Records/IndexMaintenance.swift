@@ -5,10 +5,11 @@
 import StrataEngine
 
 /// The index work of one repository.
+@usableFromInline
 struct IndexMaintenance<R: Record> {
     let context: Context
     /// `R.indexes`.
-    let declared: [RecordIndex<R>]
+    @usableFromInline let declared: [RecordIndex<R>]
     private let shape: RecordShape
     /// Where the entity's manifest lies (empty when it declares no index).
     private var manifestKey: [UInt8] { shape.manifestKey }

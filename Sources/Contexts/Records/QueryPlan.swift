@@ -9,7 +9,9 @@ import Foundation
 
 /// How a fetch reads its candidates. Not generic over the record type (`RecordShape`
 /// says what planning needs of it), so that it runs specialized.
+@usableFromInline
 struct QueryPlan {
+    @usableFromInline
     enum Access {
         /// The record whose id key bytes these are (an `id == constant` term).
         case point(id: [UInt8])
@@ -21,7 +23,7 @@ struct QueryPlan {
         case scan
     }
 
-    private(set) var access = Access.scan
+    @usableFromInline private(set) var access = Access.scan
     /// The terms the access uses, for `explain` (rendered only there: describing a
     /// constant costs more than planning).
     private var usedTerms: [UsedTerm] = []
@@ -38,9 +40,9 @@ struct QueryPlan {
     /// is one the access uses, on an id or index whose bytes order and compare as the
     /// values do (`RecordIndex.isExact`). Counting such a plan needs no record decoded;
     /// any other plan's candidates are evaluated one by one.
-    private(set) var isExact = false
+    @usableFromInline private(set) var isExact = false
     /// The index whose order the read follows for a pushed-down sort, and its direction.
-    private(set) var sortedBy: (index: PlannedIndex, reverse: Bool)?
+    @usableFromInline private(set) var sortedBy: (index: PlannedIndex, reverse: Bool)?
     /// How many leading components of the index read have an equality term.
     private var equalityComponents = 0
     /// Whether the index answers every term it uses exactly.
@@ -189,6 +191,7 @@ struct QueryPlan {
     /// Narrows the read to what comes after a record (keyset pagination) where the read's
     /// order allows: id order, or a sort read forwards from an index (the record's entry:
     /// `entryBytes` gives its value bytes in an index). Elsewhere the caller filters.
+    @usableFromInline
     mutating func startAfter(idBytes: [UInt8], inIDOrder: Bool, entryBytes: (PlannedIndex) -> [UInt8]) {
         switch access {
         case let .range(lower, upper) where inIDOrder:

@@ -176,7 +176,7 @@ public struct RecordIndex<R: Record>: Sendable {
     /// Where this index's entries start: `RecordKeys.indexPrefix` of the entity and `name`.
     let keyPrefix: [UInt8]
     /// A record's value bytes (each component's index bytes, in order).
-    let bytes: @Sendable (R) -> [UInt8]
+    @usableFromInline let bytes: @Sendable (R) -> [UInt8]
     let render: @Sendable (R) -> String
 
     private init(name: String, isUnique: Bool, components: [Component], bytes: @escaping @Sendable (R) -> [UInt8],

@@ -10,10 +10,11 @@ import Foundation
 import Synchronization
 
 /// A record type as the planner sees it.
+@usableFromInline
 final class RecordShape: Sendable {
     let entityName: String
     /// Where the entity's records lie (`RecordKeys.prefix`).
-    let recordPrefix: [UInt8]
+    @usableFromInline let recordPrefix: [UInt8]
     /// Where the names of its built indexes are kept (empty when it declares none).
     let manifestKey: [UInt8]
     /// Its declared indexes, in `R.indexes` order.
@@ -103,9 +104,10 @@ struct HeldKeyPath: @unchecked Sendable {
 }
 
 /// A secondary index as the planner sees it: `RecordIndex` without its record type.
+@usableFromInline
 final class PlannedIndex: Sendable {
     /// Its position in `R.indexes`.
-    let position: Int
+    @usableFromInline let position: Int
     let name: String
     let isUnique: Bool
     let keyPrefix: [UInt8]

@@ -9,9 +9,9 @@ public struct Repository<R: Record> {
     /// The context the repository reads and writes through.
     public let context: Context
     /// What the planner knows of `R`.
-    let shape: RecordShape
-    private let indexes: IndexMaintenance<R>
-    private var prefix: [UInt8] { shape.recordPrefix }
+    @usableFromInline let shape: RecordShape
+    @usableFromInline let indexes: IndexMaintenance<R>
+    @usableFromInline var prefix: [UInt8] { shape.recordPrefix }
 
     init(context: Context) {
         self.context = context
@@ -84,6 +84,10 @@ public struct Repository<R: Record> {
     /// Every record, in id order.
     public func all() throws -> [R] { try fetch() }
 
+    // `fetch`, `first`, `count` and `exists` are inlinable, so that they are specialized
+    // for the app's record type where they are called: unspecialized, their arrays and
+    // optionals of records cost a runtime metadata lookup each time.
+
     /// The records for which `predicate` holds (all when nil), sorted by `sortBy` (id
     /// order when empty), skipping `offset`, at most `limit` (a negative one of either is
     /// `RecordError.invalidQuery`). An `id == constant` term anded at the top of the
@@ -96,13 +100,12 @@ public struct Repository<R: Record> {
     /// order (ties in id order) are returned, so the last record of one page fetches the
     /// next page without counting through the earlier ones. In id order and with a sort
     /// read forwards from an index, the read starts right after it.
+    @inlinable
     public func fetch(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = [],
                       after anchor: R? = nil, limit: Int? = nil, offset: Int = 0) throws -> [R] {
         guard offset >= 0, (limit ?? 0) >= 0 else {
             throw RecordError.invalidQuery("offset \(offset) and limit \(limit.map(String.init) ?? "none") must not be negative")
         }
-        // (Generic code over the app's types is not specialized: each use of `sortBy` or
-        // `predicate` costs a metadata lookup, so each is asked about once.)
         let unsorted = sortBy.isEmpty
         var plan = try queryPlan(predicate, sortBy: sortBy)
         if let anchor {
@@ -141,7 +144,8 @@ public struct Repository<R: Record> {
     }
 
     /// Whether `record` comes after `anchor` in `sortBy` order, ties in id order.
-    private static func follows(_ record: R, _ anchor: R, _ sortBy: [SortDescriptor<R>]) -> Bool {
+    @usableFromInline
+    static func follows(_ record: R, _ anchor: R, _ sortBy: [SortDescriptor<R>]) -> Bool {
         for descriptor in sortBy {
             switch descriptor.compare(record, anchor) {
             case .orderedAscending: return false
@@ -155,17 +159,20 @@ public struct Repository<R: Record> {
 
     /// How many records `predicate` holds for (all when nil). When the plan is exact
     /// (`explain` says so) only keys or index entries are counted, no record is read.
+    @inlinable
     public func count(_ predicate: Predicate<R>? = nil) throws -> Int {
         try countMatches(predicate, upTo: .max)
     }
 
     /// Whether any record holds `predicate` (any record at all when nil); stops at the
     /// first, and reads no record when the plan is exact.
+    @inlinable
     public func exists(_ predicate: Predicate<R>? = nil) throws -> Bool {
         try countMatches(predicate, upTo: 1) > 0
     }
 
     /// The first record `predicate` holds for, in `sortBy` order (id order when empty).
+    @inlinable
     public func first(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = []) throws -> R? {
         try fetch(predicate, sortBy: sortBy, after: nil, limit: 1).first
     }
@@ -196,6 +203,7 @@ public struct Repository<R: Record> {
 
     // MARK: Internals
 
+    @usableFromInline
     func queryPlan(_ predicate: Predicate<R>?, sortBy: [SortDescriptor<R>]) throws -> QueryPlan {
         let usable = try indexes.usable()
         var terms: PredicateTerms?
@@ -208,7 +216,8 @@ public struct Repository<R: Record> {
     }
 
     /// How many records hold `predicate`, counting no further than `limit`.
-    private func countMatches(_ predicate: Predicate<R>?, upTo limit: Int) throws -> Int {
+    @inlinable
+    func countMatches(_ predicate: Predicate<R>?, upTo limit: Int) throws -> Int {
         let plan = try queryPlan(predicate, sortBy: [])
         var count = 0
         guard let predicate, !plan.isExact else {
@@ -231,7 +240,8 @@ public struct Repository<R: Record> {
 
     /// Hands `body` each candidate record's key and bytes that `plan` reads, in the plan's
     /// order, until it returns false.
-    private func forEachCandidate(_ plan: QueryPlan, _ body: (_ key: [UInt8], _ bytes: [UInt8]) throws -> Bool) throws {
+    @usableFromInline
+    func forEachCandidate(_ plan: QueryPlan, _ body: (_ key: [UInt8], _ bytes: [UInt8]) throws -> Bool) throws {
         switch plan.access {
         case let .point(id):
             let key = prefix + id
@@ -290,7 +300,8 @@ public struct Repository<R: Record> {
 
     func decodeRecord(_ bytes: [UInt8], key: [UInt8]) throws -> R { try decode(bytes, key: key) }
 
-    private func decode(_ bytes: [UInt8], key: [UInt8]) throws -> R {
+    @usableFromInline
+    func decode(_ bytes: [UInt8], key: [UInt8]) throws -> R {
         do {
             return try RecordDecoder().decode(R.self, from: bytes)
         } catch let error as RecordError {
