@@ -72,4 +72,41 @@ import Testing
         #expect(terms.terms[1].keyPath == \Item.name as AnyKeyPath)
         #expect(terms.terms[1].constant as? String == "m")
     }
+
+    struct Tag: Record {
+        var id: Int
+        var label: String
+        static var indexes: [RecordIndex<Tag>] { [.index(\Tag.label)] }
+    }
+
+    /// A `#Predicate` in generic code: its key path objects are made anew on every call.
+    static func byID<T: Record>(_ repository: Repository<T>, _ id: Int) throws -> String where T.ID == Int {
+        try repository.explain(#Predicate<T> { $0.id == id })
+    }
+
+    static func fetchByID<T: Record>(_ repository: Repository<T>, _ id: Int) throws -> [T] where T.ID == Int {
+        try repository.fetch(#Predicate<T> { $0.id == id })
+    }
+
+    static func idPath<T: Record>(_ type: T.Type) -> AnyKeyPath { \T.id }
+
+    /// Key path objects made anew on every call (generic code) are known by their value,
+    /// and the id through the protocol requirement is still the id: a point lookup.
+    @Test func keyPathsMadeAtRunTimeAreKnownByValue() throws {
+        let shape = RecordTypeCache.shape(of: Tag.self)
+        let (first, second) = (Self.idPath(Tag.self), Self.idPath(Tag.self))
+        #expect(first !== second)
+        #expect(shape.facts(first).isID && shape.facts(second).isID)
+        #expect(shape.facts(\Tag.id).isID && !shape.facts(\Tag.label).isID)
+        #expect(shape.facts(\Tag.label).field != nil && shape.facts(first).field == nil)
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        try store.write { try $0.repository(Tag.self).insert(Tag(id: 2, label: "a")) }
+        let repository = store.makeContext().repository(Tag.self)
+        for id in [1, 2, 3] {
+            let text = try Self.byID(repository, id)
+            #expect(text.hasPrefix("read: point lookup of Tag id \(id)"), "\(text)")
+            #expect(try Self.fetchByID(repository, id).map(\.id) == (id == 2 ? [2] : []))
+        }
+    }
 }

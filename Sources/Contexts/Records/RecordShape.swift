@@ -29,8 +29,11 @@ final class RecordShape: Sendable {
     /// The indexed key paths, each once: a component's `field` is a position here.
     private let fields: [AnyKeyPath & Sendable]
     /// Facts by key path object, holding the object so that its identifier stays its own.
-    /// Key path literals are made once per place in the source, so few are ever seen.
+    /// Key path literals are made once per place in the source, so few are ever seen; a
+    /// literal in generic code (`\T.name`) is made anew each time it runs, and is found by
+    /// its value in `factsByValue` (hashing a key path costs more than its identity).
     private let facts = Mutex<[ObjectIdentifier: (keyPath: HeldKeyPath, facts: KeyPathFacts)]>([:])
+    private let factsByValue = Mutex<[HeldKeyPath: KeyPathFacts]>([:])
     /// A manifest whose bytes list every declared index (then every index is usable).
     private let completeManifest = Mutex<[UInt8]?>(nil)
 
@@ -65,9 +68,12 @@ final class RecordShape: Sendable {
         idBytes = { ($0 as? R.ID)?.keyBytes }
         exactIDs = R.ID.self == Int.self || R.ID.self == Int64.self || R.ID.self == UInt64.self
         let typeName = String(describing: R.self)
-        // A generic `\R.id` names the protocol requirement and never equals the concrete
-        // `\Book.id`, so the id is recognised by the key path's last component.
+        // `\Book.id` written for the concrete type is recognised by its last component; in
+        // generic code (`#Predicate<T> { $0.id == id }`) the key path goes through the
+        // protocol requirement, describes itself as computed, and equals this one.
+        let requirement = HeldKeyPath(keyPath: \R.id)
         describesID = { keyPath in
+            if keyPath == requirement.keyPath { return true }
             let text = "\(keyPath)"
             return text.hasSuffix(".id") && text.dropLast(3).hasSuffix(typeName)
         }
@@ -77,10 +83,16 @@ final class RecordShape: Sendable {
     func facts(_ keyPath: AnyKeyPath) -> KeyPathFacts {
         let id = ObjectIdentifier(keyPath)
         if let known = facts.withLock({ $0[id]?.facts }) { return known }
+        let held = HeldKeyPath(keyPath: keyPath)
+        if let known = factsByValue.withLock({ $0[held] }) { return known }
         let learned = KeyPathFacts(isID: describesID(keyPath), field: fields.firstIndex { $0 == keyPath })
         facts.withLock { facts in
-            if facts.count >= 1_024 { facts.removeAll() }   // key paths made at run time, many
-            facts[id] = (HeldKeyPath(keyPath: keyPath), learned)
+            if facts.count >= 1_024 { facts.removeAll() }   // objects made at run time, many
+            facts[id] = (held, learned)
+        }
+        factsByValue.withLock { facts in
+            if facts.count >= 1_024 { facts.removeAll() }   // key paths built at run time, many
+            facts[held] = learned
         }
         return learned
     }
@@ -99,7 +111,7 @@ final class RecordShape: Sendable {
 
 /// A key path kept only to be compared. Key path objects are immutable; `AnyKeyPath` is
 /// just not marked `Sendable`.
-struct HeldKeyPath: @unchecked Sendable {
+struct HeldKeyPath: @unchecked Sendable, Hashable {
     let keyPath: AnyKeyPath
 }
 
