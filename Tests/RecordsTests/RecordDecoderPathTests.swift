@@ -17,6 +17,7 @@ import Testing
     struct BookWithPages: Codable { var title: String; var year: Int; var pages: Int }
     struct ShelfWithPages: Codable { var label: String; var books: [BookWithPages]; var counts: [Int] }
     struct ShelfWithSmallCounts: Codable { var label: String; var books: [Book]; var counts: [Int8] }
+    struct ShelfWithByteCounts: Codable { var label: String; var books: [Book]; var counts: [UInt8] }
 
     let bytes: [UInt8]
 
@@ -54,5 +55,6 @@ import Testing
         #expect(try failurePath(ShelfWithPages.self) == "books.0.pages")
         // 1,000 does not fit an Int8: the second element.
         #expect(try failurePath(ShelfWithSmallCounts.self) == "counts.1")
+        #expect(try failurePath(ShelfWithByteCounts.self) == "counts.1")   // read in place
     }
 }

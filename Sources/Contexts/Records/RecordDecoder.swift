@@ -128,19 +128,17 @@ enum RecordBytes {
         return String(decoding: bytes[run], as: UTF8.self)
     }
 
-    /// The integer at `offset` as an `Int64`, or nil when the value there is not a signed
-    /// one; `uint` the same for unsigned ones.
-    static func int(_ bytes: [UInt8], _ offset: Int) -> Int64? {
-        guard tag(bytes, offset) == .int else { return nil }
+    /// The integer at `offset` as an `I`, or nil when the value there is not an integer or
+    /// does not fit (`RecordDecoding.integer` says which, in its error).
+    static func integer<I: FixedWidthInteger>(_ bytes: [UInt8], _ offset: Int, as type: I.Type) -> I? {
         var reader = ByteReader(bytes, start: offset + 1)
-        guard let zigzag = try? reader.readVarint() else { return nil }
-        return Int64(bitPattern: zigzag >> 1) ^ -Int64(bitPattern: zigzag & 1)
-    }
-
-    static func uint(_ bytes: [UInt8], _ offset: Int) -> UInt64? {
-        guard tag(bytes, offset) == .uint else { return nil }
-        var reader = ByteReader(bytes, start: offset + 1)
-        return try? reader.readVarint()
+        switch tag(bytes, offset) {
+        case .int:
+            guard let zigzag = try? reader.readVarint() else { return nil }
+            return I(exactly: Int64(bitPattern: zigzag >> 1) ^ -Int64(bitPattern: zigzag & 1))
+        case .uint: return (try? reader.readVarint()).flatMap { I(exactly: $0) }
+        default: return nil
+        }
     }
 
     /// The length-prefixed bytes (string, bytes) whose tag is at `offset`.
@@ -178,9 +176,9 @@ struct RecordDecoding: Decoder {
     private var tag: RecordBytes.Tag { RecordBytes.tag(bytes, offset) }
 
     func decodeValue<T: Decodable>(_ type: T.Type) throws -> T {
-        // Most values decoded here are structs: one test against the primitive types' own
-        // identities spares them the dozen dynamic type tests of `decodePrimitive`.
-        guard Self.primitiveTypes.contains(ObjectIdentifier(type)) else { return try T(from: self) }
+        // Most values decoded here are structs: metatype comparisons spare them the dozen
+        // dynamic type tests of `decodePrimitive`.
+        guard isPrimitive(type) || type == Data.self else { return try T(from: self) }
         if type == Data.self {
             guard tag == .bytes else { throw mismatch(type, "bytes") }
             return Data(bytes[try RecordBytes.run(bytes, offset)]) as! T
@@ -188,12 +186,6 @@ struct RecordDecoding: Decoder {
         if let primitive = try decodePrimitive(type) { return primitive }
         return try T(from: self)
     }
-
-    /// The types `decodeValue` reads itself rather than through `init(from:)`.
-    private static let primitiveTypes: Set<ObjectIdentifier> = Set([
-        Data.self, Bool.self, String.self, Double.self, Float.self, Int.self, Int8.self, Int16.self, Int32.self, Int64.self,
-        UInt.self, UInt8.self, UInt16.self, UInt32.self, UInt64.self,
-    ].map { ObjectIdentifier($0 as Any.Type) })
 
     /// The value as a primitive type, or nil when `type` is not one.
     private func decodePrimitive<T>(_ type: T.Type) throws -> T? {
@@ -372,19 +364,15 @@ struct KeyedRecordDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
     func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try field(key).bool() }
     func decode(_ type: Int.Type, forKey key: Key) throws -> Int {
         let at = try valueOffset(key)
-        if let value = RecordBytes.int(decoder.bytes, at) ?? RecordBytes.uint(decoder.bytes, at).flatMap(Int64.init(exactly:)),
-           let exact = Int(exactly: value) { return exact }
-        return try decoder.child(at, key: key).integer(Int.self)
+        return try RecordBytes.integer(decoder.bytes, at, as: Int.self) ?? decoder.child(at, key: key).integer(Int.self)
     }
     func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 {
         let at = try valueOffset(key)
-        if let value = RecordBytes.int(decoder.bytes, at) { return value }
-        return try decoder.child(at, key: key).integer(Int64.self)
+        return try RecordBytes.integer(decoder.bytes, at, as: Int64.self) ?? decoder.child(at, key: key).integer(Int64.self)
     }
     func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 {
         let at = try valueOffset(key)
-        if let value = RecordBytes.uint(decoder.bytes, at) { return value }
-        return try decoder.child(at, key: key).integer(UInt64.self)
+        return try RecordBytes.integer(decoder.bytes, at, as: UInt64.self) ?? decoder.child(at, key: key).integer(UInt64.self)
     }
     func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try field(key).double() }
 
@@ -487,17 +475,11 @@ struct UnkeyedRecordDecoding: UnkeyedDecodingContainer {
         return value
     }
 
-    mutating func decode(_ type: Int.Type) throws -> Int {
-        guard !isAtEnd, let value = RecordBytes.int(decoder.bytes, position) ?? RecordBytes.uint(decoder.bytes, position).flatMap(Int64.init(exactly:)),
-              let exact = Int(exactly: value) else { return try next().integer(Int.self) }
-        try skip()
-        return exact
-    }
+    mutating func decode(_ type: Int.Type) throws -> Int { try integer(Int.self) }
+    mutating func decode(_ type: UInt8.Type) throws -> UInt8 { try integer(UInt8.self) }
 
-    mutating func decode(_ type: UInt8.Type) throws -> UInt8 {
-        guard !isAtEnd, let value = RecordBytes.uint(decoder.bytes, position).flatMap(UInt8.init(exactly:)) else {
-            return try next().integer(UInt8.self)
-        }
+    private mutating func integer<I: FixedWidthInteger>(_ type: I.Type) throws -> I {
+        guard !isAtEnd, let value = RecordBytes.integer(decoder.bytes, position, as: type) else { return try next().integer(type) }
         try skip()
         return value
     }

@@ -98,8 +98,8 @@ struct RecordEncoding: Encoder {
     }
 }
 
-/// Whether `type` is one `primitive(_:)` stores as it is: metatype comparisons, far
-/// cheaper than the casts that fail for every other type.
+/// Whether `type` is one `primitive(_:)` stores as it is (the decoder reads the same ones
+/// itself): metatype comparisons, far cheaper than the casts that fail for every other type.
 func isPrimitive<T>(_ type: T.Type) -> Bool {
     type == Bool.self || type == String.self || type == Double.self || type == Float.self || type == Int.self
         || type == Int8.self || type == Int16.self || type == Int32.self || type == Int64.self || type == UInt.self

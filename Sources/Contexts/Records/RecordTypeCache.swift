@@ -1,6 +1,6 @@
 // Facts about record types that cost reflection to learn (an index's name from its key
-// path's description, whether a predicate's key path is the record id), learned once per
-// process and kept here.
+// path's description, a type's `RecordShape` for the planner, its entity name), learned
+// once per process and kept here.
 //
 // Thread-safety: behind a pthread lock; values are immutable once stored.
 import StrataLocks
