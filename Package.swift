@@ -20,6 +20,8 @@ let package = Package(
         .library(name: "Strata", targets: ["Strata"]),
         // The crash harness for Strata and for applications' own units of work.
         .library(name: "StrataTesting", targets: ["StrataTesting"]),
+        // The same contexts, units of work and records over etcd, for several servers sharing one state.
+        .library(name: "StrataEtcd", targets: ["StrataEtcd"]),
         .executable(name: "strata", targets: ["StrataCLI"]),
     ],
     dependencies: [
@@ -32,6 +34,8 @@ let package = Package(
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         // Atomic loads and stores on the memtable's arena memory (its skip list's links).
         .package(url: "https://github.com/apple/swift-atomics", from: "1.3.0"),
+        // HTTP/1.1 to etcd's JSON gateway (StrataEtcd only; Sources/Etcd/EtcdClient.swift says why not gRPC).
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         // liblz4 from the system (Debian/Ubuntu: liblz4-dev).
@@ -78,6 +82,17 @@ let package = Package(
             dependencies: ["StrataEngine", "StrataWAL", "StrataFileIO", "StrataLocks", "StrataCodec"],
             path: "Sources/Contexts"
         ),
+        // Contexts, units of work and records over etcd v3: a replica of the store's prefix kept
+        // current by etcd's Watch serves the reads; root commits are etcd transactions.
+        .target(
+            name: "StrataEtcd",
+            dependencies: [
+                "Strata", "StrataEngine", "StrataWAL", "StrataFileIO",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/Etcd"
+        ),
         // The crash harness: workloads, suites under the whole fault model, process kills;
         // and the entry points of the decoders' fuzz targets (Fuzz/).
         .target(
@@ -106,6 +121,8 @@ let package = Package(
         // (`import Strata`, plus `StrataTesting` for the crash harness).
         .testTarget(name: "ContextsTests", dependencies: ["Strata", "StrataTesting"]),
         .testTarget(name: "StrataTestingTests", dependencies: ["StrataTesting"]),
+        // The shared suites on both backends, and what only etcd has; the tests start etcd.
+        .testTarget(name: "EtcdTests", dependencies: ["Strata", "StrataEtcd", "StrataTesting"]),
         .testTarget(name: "RecordsTests", dependencies: ["Strata", "StrataTesting"]),
         // Drives the built `strata` executable as a process; checks the repository's docs.
         .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "StrataFileIO"]),

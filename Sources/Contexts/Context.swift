@@ -222,7 +222,7 @@ public final class Context {
     /// Throws `ContextError.mergeConflict` (child, `.error` policy), `.conflict` (root:
     /// another commit wrote the same keys first), `.childrenOpen`, `.finished`, or the
     /// engine's errors (`EngineError.log(.commitOutcomeUnknown)`: the fdatasync failed
-    /// and the commit may or may not survive). After a conflict the context stays open;
+    /// and the commit may or may not survive; over etcd, `EtcdError.commitOutcomeUnknown`). After a conflict the context stays open;
     /// after any other failure of a root commit it is discarded.
     @discardableResult
     public func commit() throws -> CommitReceipt {
@@ -230,7 +230,7 @@ public final class Context {
         case let .done(receipt):
             return receipt
         case let .durable(batch, unchecked, start):
-            do { return finished(try store.engine.commit(batch, readAt: snapshot, unchecked: unchecked), since: start) } catch {
+            do { return finished(try store.backend.commit(batch, readAt: snapshot, unchecked: unchecked), since: start) } catch {
                 throw endAfterFailedCommit(error)
             }
         }
@@ -244,7 +244,7 @@ public final class Context {
         case let .done(receipt):
             return receipt
         case let .durable(batch, unchecked, start):
-            do { return finished(try await store.engine.commit(batch, readAt: snapshot, unchecked: unchecked), since: start) } catch {
+            do { return finished(try await store.backend.commit(batch, readAt: snapshot, unchecked: unchecked), since: start) } catch {
                 throw endAfterFailedCommit(error)
             }
         }

@@ -4,12 +4,12 @@
 
 extension Store: CustomStringConvertible, CustomReflectable {
     public var description: String {
-        "Store(\(isInMemory ? "in memory" : engine.path), version \(version))"
+        "Store(\(isInMemory ? "in memory" : backend.location), version \(version))"
     }
 
     public var customMirror: Mirror {
         Mirror(self, children: [
-            "path": isInMemory ? "in memory" : engine.path,
+            "path": isInMemory ? "in memory" : backend.location,
             "version": version,
             "durability": "\(engine.options.log.durability)",
         ], displayStyle: .class)

@@ -10,15 +10,23 @@ import Foundation
 
 /// An open Strata store.
 public final class Store: Sendable {
-    /// The storage engine beneath the contexts.
+    /// The storage engine contexts read from: the store itself when it is embedded; for a
+    /// store over etcd (StrataEtcd), the in-memory replica of its data that etcd's Watch
+    /// keeps current. Commit through contexts, not through the engine.
     public let engine: StorageEngine
     /// What opening found and repaired.
     public let recoveryReport: RecoveryReport
     /// Whether the store lives in memory only (`Store.inMemory`).
     public let isInMemory: Bool
+    /// Where root commits go (StorageBackend.swift): `engine` itself when embedded.
+    let backend: any StorageBackend
     let feed: ChangeFeedHub
 
-    private init(engine: StorageEngine, report: RecoveryReport, isInMemory: Bool) {
+    /// A store on `backend`. Embedded stores come from `open` and `inMemory`; other
+    /// backends of this package (StrataEtcd) call this.
+    package init(backend: any StorageBackend, report: RecoveryReport, isInMemory: Bool) {
+        let engine = backend.localEngine
+        self.backend = backend
         self.engine = engine
         self.recoveryReport = report
         self.isInMemory = isInMemory
@@ -46,7 +54,7 @@ public final class Store: Sendable {
     private static func open(path: String, mode: AccessMode = .readWrite, fileSystem: any FileSystem, options: EngineOptions,
                              isInMemory: Bool) throws -> Store {
         let (engine, report) = try StorageEngine.open(path: path, mode: mode, fileSystem: fileSystem, options: options)
-        return Store(engine: engine, report: report, isInMemory: isInMemory)
+        return Store(backend: engine, report: report, isInMemory: isInMemory)
     }
 
     /// A store that lives in memory only (the same code on a simulated file system that
@@ -83,6 +91,6 @@ public final class Store: Sendable {
     /// `EngineError.closed`.
     public func close() throws {
         defer { feed.finishAll() }
-        try engine.close()
+        try backend.close()
     }
 }

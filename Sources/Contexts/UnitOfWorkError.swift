@@ -37,7 +37,8 @@ public enum CommitFailure: Error, CustomStringConvertible {
     /// oversized batch); nothing was written.
     case notWritten(any Error)
     /// The log's write or fdatasync failed: the commit may or may not survive a crash.
-    /// The store refuses writes until it is reopened; recovery then decides.
+    /// The store refuses writes until it is reopened; recovery then decides. Over etcd:
+    /// the connection was lost after the transaction was sent; a later read tells.
     case outcomeUnknown(any Error)
 
     public var description: String {
@@ -49,7 +50,9 @@ public enum CommitFailure: Error, CustomStringConvertible {
         case let .notWritten(error):
             "The commit was refused and nothing was written: \(error)"
         case let .outcomeUnknown(error):
-            "The commit's log write or fdatasync failed, so it may or may not survive; reopen the store to find out: \(error)"
+            (error as? any CommitOutcomeReporting)?.isCommitOutcomeUnknown == true
+                ? "The commit may or may not have been made durable; read the keys again to find out: \(error)"
+                : "The commit's log write or fdatasync failed, so it may or may not survive; reopen the store to find out: \(error)"
         }
     }
 
@@ -59,6 +62,8 @@ public enum CommitFailure: Error, CustomStringConvertible {
         case let ContextError.conflict(keys, _):
             self = .conflict(keys: keys, attempts: attempts)
         case EngineError.log(.commitOutcomeUnknown):
+            self = .outcomeUnknown(error)
+        case let error as any CommitOutcomeReporting where error.isCommitOutcomeUnknown:
             self = .outcomeUnknown(error)
         default:
             self = .notWritten(error)

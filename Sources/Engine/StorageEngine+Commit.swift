@@ -101,7 +101,7 @@ extension StorageEngine {
                             storedByteCount: submission.storedByteCount, groupSize: groupSize)
     }
 
-    static func checkLimits(_ batch: WALBatch) throws(EngineError) {
+    package static func checkLimits(_ batch: WALBatch) throws(EngineError) {
         for operation in batch.operations {
             let key = operation.key
             guard !key.isEmpty, key.count <= Limits.maxKeyBytes else {
@@ -156,4 +156,12 @@ public struct CommitResult: Sendable, Equatable {
     public let storedByteCount: Int
     /// How many commits shared the write and fdatasync of this one's group (0 when unknown).
     public let groupSize: Int
+
+    /// What a backend other than the engine reports of its commit (StrataEtcd).
+    package init(version: UInt64, rawByteCount: Int, storedByteCount: Int, groupSize: Int) {
+        self.version = version
+        self.rawByteCount = rawByteCount
+        self.storedByteCount = storedByteCount
+        self.groupSize = groupSize
+    }
 }

@@ -65,7 +65,7 @@ extension UUID: RecordID {
 /// Where records live among the keys (FORMAT.md, "Records"): `0xFE 'r'`, the entity
 /// name's length as a varint and the name, then the id's key bytes. Keys starting with
 /// `0xFE` are reserved for records.
-enum RecordKeys {
+package enum RecordKeys {
     static let reservedByte = Context.reservedKeyByte
     static let recordTag = UInt8(ascii: "r")
 
@@ -74,7 +74,7 @@ enum RecordKeys {
     static func key<ID: RecordID>(entity: String, id: ID) -> [UInt8] { prefix(entity: entity) + id.keyBytes }
 
     /// Whether `key` is a record's key (of any entity).
-    static func isRecordKey(_ key: [UInt8]) -> Bool { key.count > 2 && key[0] == reservedByte && key[1] == recordTag }
+    package static func isRecordKey(_ key: [UInt8]) -> Bool { key.count > 2 && key[0] == reservedByte && key[1] == recordTag }
 }
 
 /// Errors of records and repositories.

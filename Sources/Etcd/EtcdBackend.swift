@@ -1,0 +1,420 @@
+// A store over etcd. The keys of a store live in etcd under its prefix; this process keeps
+// a replica of them in an in-memory `StorageEngine`, loaded at one revision when the store
+// opens and moved forward by etcd's Watch one revision at a time (one local commit per
+// etcd revision). Contexts read the replica, so reads never wait for the network.
+//
+// Versions: the replica's own versions, one per etcd revision that changed the prefix.
+// `revisions` maps each to its etcd revision; a commit uses it to check the keys it
+// writes against etcd's current state.
+//
+// A root commit is one etcd transaction: for every key the context may have read (every
+// written key outside `unchecked`), compare its current mod_revision with what it was at
+// the snapshot's revision R: for a key present at R, 0 < mod_revision < R + 1 (so neither
+// changed nor deleted since); for a key absent at R, mod_revision = 0 (not created since).
+// Then the puts and deletes. When a compare fails nothing is written, and the failure
+// branch's reads name the keys that changed. When it succeeds the commit returns once the
+// replica has applied the transaction's revision (read-your-writes).
+//
+// Invariants:
+//  E1. Only the applier queue commits to the replica, in etcd revision order; each local
+//      version's revision is recorded before the version is published.
+//  E2. A transaction is sent at most once; after it may have reached a server its outcome
+//      is either read from the answer or reported unknown, never guessed.
+import AsyncHTTPClient
+import Dispatch
+import Foundation
+import Logging
+import NIOCore
+import Strata
+import StrataEngine
+import StrataFileIO
+import StrataWAL
+import Synchronization
+
+final class EtcdBackend: StorageBackend {
+    let localEngine: StorageEngine
+    let client: EtcdClient
+    let prefix: [UInt8]
+    private let prefixEnd: [UInt8]
+    private let applier = DispatchQueue(label: "strata.etcd.apply")
+    private let state: Mutex<State>
+    private let logger = Logger(label: "strata")
+
+    private struct State {
+        /// `revisions[i]` is the etcd revision of local version `firstVersion + i` (E1).
+        var revisions: [Int64]
+        var firstVersion: UInt64
+        /// The last revision the replica shows.
+        var appliedRevision: Int64
+        /// Commits waiting for the replica to reach their revision.
+        var waiters: [(revision: Int64, resume: @Sendable () -> Void)] = []
+        var watch: HTTPClient.Task<Void>?
+        /// Which watch is current: messages and ends of older ones are ignored.
+        var watchID = 0
+        var closed = false
+    }
+
+    var location: String { "etcd \(client.endpoints.joined(separator: ",")) prefix \(renderPrefix)" }
+
+    private var renderPrefix: String { String(decoding: prefix, as: UTF8.self) }
+
+    /// Loads the prefix at etcd's current revision into a new replica and starts watching.
+    static func open(client: EtcdClient, prefix: [UInt8]) async throws -> (EtcdBackend, RecoveryReport) {
+        var options = EngineOptions()
+        options.log.segmentBytes = StorageEngine.inMemorySegmentBytes
+        let (replica, report) = try StorageEngine.open(path: "/strata-etcd-replica", fileSystem: SimulatedFileSystem(), options: options)
+        // Off the cooperative pool: the load blocks its thread on each page.
+        let (pairs, revision) = try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(with: Result { try load(client: client, prefix: prefix) }) }
+        }
+        for start in stride(from: 0, to: pairs.count, by: 1000) {
+            let page = pairs[start..<min(start + 1000, pairs.count)]
+            try replica.commit(WALBatch(page.map { .put(key: $0.key, value: $0.value) }))
+        }
+        let backend = EtcdBackend(replica: replica, client: client, prefix: prefix, revision: revision)
+        try backend.startWatch(after: revision)
+        return (backend, report)
+    }
+
+    private init(replica: StorageEngine, client: EtcdClient, prefix: [UInt8], revision: Int64) {
+        localEngine = replica
+        self.client = client
+        self.prefix = prefix
+        prefixEnd = Self.rangeEnd(of: prefix)
+        state = Mutex(State(revisions: [revision], firstVersion: replica.version, appliedRevision: revision))
+    }
+
+    /// The end of the range of keys starting with `prefix` (etcd's "prefix end"); all keys
+    /// for an empty prefix.
+    static func rangeEnd(of prefix: [UInt8]) -> [UInt8] {
+        var end = prefix
+        while let last = end.last {
+            if last < 0xFF {
+                end[end.count - 1] = last + 1
+                return end
+            }
+            end.removeLast()
+        }
+        return [0]
+    }
+
+    // MARK: Watching
+
+    /// Watches the prefix from `revision + 1`. Called on open, then on the applier queue.
+    private func startWatch(after revision: Int64) throws {
+        let request = WatchRequest(create_request: WatchCreateRequest(key: EtcdBytes(prefix), range_end: EtcdBytes(prefixEnd),
+                                                                      start_revision: EtcdInt(revision + 1)))
+        let id = state.withLock { state in
+            state.watchID += 1
+            return state.watchID
+        }
+        let task = try client.watch(request) { [weak self] message in
+            guard let self else { return }
+            self.applier.async { self.handle(message, watch: id) }
+        }
+        let current = state.withLock { state in
+            guard !state.closed, state.watchID == id else { return false }
+            state.watch = task
+            return true
+        }
+        guard current else { return task.cancel() }
+        task.futureResult.whenComplete { [weak self] result in
+            guard let self else { return }
+            self.applier.async { self.watchEnded(result, watch: id) }
+        }
+    }
+
+    /// A stream ended (etcd restarted, a connection dropped): watch again from the last
+    /// applied revision after a pause, unless the store closed or another watch took over.
+    private func watchEnded(_ result: Result<Void, any Error>, watch id: Int) {
+        let (current, applied) = state.withLock { (!$0.closed && $0.watchID == id, $0.appliedRevision) }
+        guard current else { return }
+        logger.warning("etcd watch ended; watching again", metadata: ["prefix": "\(renderPrefix)", "revision": "\(applied)"])
+        applier.asyncAfter(deadline: .now() + .milliseconds(200)) { [weak self] in
+            guard let self, self.state.withLock({ !$0.closed && $0.watchID == id }) else { return }
+            do { try self.startWatch(after: applied) } catch {
+                self.watchEnded(.failure(error), watch: id)
+            }
+        }
+    }
+
+    /// The revisions after the replica's were compacted away, so the watch cannot resume:
+    /// load the prefix at etcd's current revision, apply the difference as one commit, and
+    /// watch from there. Runs on the applier queue.
+    private func resynchronize(watch id: Int) {
+        state.withLock { state in
+            guard state.watchID == id else { return }
+            state.watchID += 1
+            state.watch?.cancel()
+        }
+        do {
+            let (remote, revision) = try Self.load(client: client, prefix: prefix)
+            let local = try localEngine.snapshot().scan()
+            var batch = WALBatch()
+            var (i, j) = (0, 0)
+            while i < local.count || j < remote.count {
+                if j == remote.count || (i < local.count && local[i].key.lexicographicallyPrecedes(remote[j].key)) {
+                    batch.operations.append(.delete(key: local[i].key))
+                    i += 1
+                } else if i == local.count || remote[j].key.lexicographicallyPrecedes(local[i].key) {
+                    batch.operations.append(.put(key: remote[j].key, value: remote[j].value))
+                    j += 1
+                } else {
+                    if local[i].value != remote[j].value { batch.operations.append(.put(key: remote[j].key, value: remote[j].value)) }
+                    i += 1
+                    j += 1
+                }
+            }
+            if batch.operations.isEmpty {
+                state.withLock { $0.appliedRevision = max($0.appliedRevision, revision) }
+            } else {
+                apply(batch, revision: revision)
+            }
+            logger.warning("etcd replica reloaded after compaction", metadata: ["revision": "\(revision)", "changes": "\(batch.operations.count)"])
+            try startWatch(after: revision)
+        } catch {
+            logger.error("etcd replica could not be reloaded; trying again", metadata: ["error": "\(error)"])
+            let next = state.withLock { $0.watchID }
+            applier.asyncAfter(deadline: .now() + .seconds(1)) { [weak self] in self?.resynchronize(watch: next) }
+        }
+    }
+
+    /// The prefix's keys (without the prefix) and values at etcd's current revision, in
+    /// pages of 1,000, every page at the first page's revision.
+    private static func load(client: EtcdClient, prefix: [UInt8]) throws -> ([(key: [UInt8], value: [UInt8])], Int64) {
+        let end = rangeEnd(of: prefix)
+        var pairs: [(key: [UInt8], value: [UInt8])] = []
+        var revision: Int64 = 0
+        var start = prefix
+        while true {
+            let page = try client.range(RangeRequest(key: EtcdBytes(start), range_end: EtcdBytes(end), limit: EtcdInt(1000),
+                                                     revision: revision == 0 ? nil : EtcdInt(revision))).wait()
+            if revision == 0 {
+                guard let header = page.header?.revision?.value else { throw EtcdError.badResponse("a range answered without a revision") }
+                revision = header
+            }
+            let kvs = page.kvs ?? []
+            for kv in kvs {
+                guard let key = kv.key.bytes.stripping(prefix) else { throw EtcdError.badResponse("a key outside the prefix") }
+                pairs.append((key, kv.value?.bytes ?? []))
+            }
+            guard page.more == true, let last = kvs.last else { break }
+            start = last.key.bytes + [0]
+        }
+        return (pairs, revision)
+    }
+
+    /// Applies a watch message's events, one local commit per etcd revision (E1).
+    private func handle(_ message: WatchStreamMessage, watch id: Int) {
+        guard state.withLock({ !$0.closed && $0.watchID == id }) else { return }
+        guard let response = message.result else {
+            logger.error("etcd watch failed", metadata: ["error": "\(message.error?.text ?? "no result")"])
+            state.withLock { $0.watch }?.cancel()
+            return
+        }
+        if response.canceled == true {
+            if let compacted = response.compact_revision?.value, compacted > 0 { return resynchronize(watch: id) }
+            logger.error("etcd watch canceled", metadata: ["reason": "\(response.cancel_reason ?? "")"])
+            state.withLock { $0.watch }?.cancel()
+            return
+        }
+        var batch = WALBatch()
+        var batchRevision: Int64 = 0
+        for event in response.events ?? [] {
+            let revision = event.kv.mod_revision?.value ?? 0
+            if revision != batchRevision, !batch.operations.isEmpty {
+                apply(batch, revision: batchRevision)
+                batch = WALBatch()
+            }
+            batchRevision = revision
+            guard let key = event.kv.key.bytes.stripping(prefix), !key.isEmpty else { continue }
+            if event.type == "DELETE" {
+                batch.operations.append(.delete(key: key))
+            } else if event.kv.version?.value == 1 && RecordKeys.isRecordKey(key) {
+                // Created by this revision: a record's insert, as the embedded store logs it.
+                batch.operations.append(.insert(key: key, value: event.kv.value?.bytes ?? []))
+            } else {
+                batch.operations.append(.put(key: key, value: event.kv.value?.bytes ?? []))
+            }
+        }
+        if !batch.operations.isEmpty { apply(batch, revision: batchRevision) }
+    }
+
+    private func apply(_ batch: WALBatch, revision: Int64) {
+        let skip = state.withLock { state in
+            guard revision > state.appliedRevision else { return true }
+            state.revisions.append(revision)
+            return false
+        }
+        guard !skip else { return }
+        do { try localEngine.commit(batch) } catch {
+            logger.critical("the etcd replica could not apply a revision", metadata: ["revision": "\(revision)", "error": "\(error)"])
+            return
+        }
+        let ready: [@Sendable () -> Void] = state.withLock { state in
+            state.appliedRevision = revision
+            let retained = client.options.retainedVersions
+            if state.revisions.count > 2 * retained {
+                state.revisions.removeFirst(state.revisions.count - retained)
+                state.firstVersion = localEngine.version - UInt64(retained) + 1
+            }
+            let ready = state.waiters.filter { $0.revision <= revision }.map(\.resume)
+            state.waiters.removeAll { $0.revision <= revision }
+            return ready
+        }
+        for resume in ready { resume() }
+    }
+
+    // MARK: Committing
+
+    func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) throws -> CommitResult {
+        let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked)
+        let response: TxnResponse
+        do { response = try client.txn(prepared.body).wait() } catch { throw Self.unwrap(error) }
+        let revision = try outcome(of: response, prepared, snapshot: snapshot)
+        let arrived = DispatchSemaphore(value: 0)
+        waitForReplica(revision) { arrived.signal() }
+        _ = arrived.wait(timeout: .now() + .nanoseconds(Int(client.options.requestTimeout.nanoseconds)))
+        return result(prepared, revision: revision)
+    }
+
+    func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) async throws -> CommitResult {
+        let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked)
+        let response: TxnResponse
+        do { response = try await client.txn(prepared.body).get() } catch { throw Self.unwrap(error) }
+        let revision = try outcome(of: response, prepared, snapshot: snapshot)
+        await withCheckedContinuation { continuation in waitForReplica(revision) { continuation.resume() } }
+        return result(prepared, revision: revision)
+    }
+
+    private struct Prepared {
+        var body: [UInt8]
+        /// The checked keys and whether the snapshot held them, in the failure branch's order.
+        var checked: [(key: [UInt8], present: Bool)]
+        var readRevision: Int64
+        var changeCount: Int
+    }
+
+    /// Builds the transaction (compares, puts and deletes, and the failure branch's reads),
+    /// after the checks that need no round trip: closed, too old, a conflict the replica
+    /// already shows, etcd's limits.
+    private func prepare(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) throws -> Prepared {
+        let readRevision = try state.withLock { state throws -> Int64 in
+            guard !state.closed else { throw EngineError.closed }
+            guard snapshot.version >= state.firstVersion else {
+                throw EtcdError.snapshotTooOld(version: snapshot.version, oldest: state.firstVersion)
+            }
+            let index = Int(snapshot.version - state.firstVersion)
+            guard index < state.revisions.count else { throw EtcdError.badResponse("version \(snapshot.version) has no revision") }
+            return state.revisions[index]
+        }
+        try StorageEngine.checkLimits(batch)
+        let latest = localEngine.snapshot()
+        var compares: [Compare] = []
+        var checked: [(key: [UInt8], present: Bool)] = []
+        var known: [[UInt8]] = []
+        var success: [RequestOp] = []
+        for operation in batch.operations {
+            let key = operation.key
+            let etcdKey = EtcdBytes(prefix + key)
+            if let value = operation.value {
+                success.append(RequestOp(request_put: PutRequest(key: etcdKey, value: EtcdBytes(value))))
+            } else {
+                success.append(RequestOp(request_delete_range: DeleteRangeRequest(key: etcdKey)))
+            }
+            guard !unchecked.contains(key) else { continue }
+            if try latest.lastWriteVersion(key) > snapshot.version { known.append(key) }
+            let present = try snapshot.contains(key)
+            checked.append((key, present))
+            if present {
+                compares.append(Compare(key: etcdKey, result: .GREATER, mod_revision: EtcdInt(0)))
+                compares.append(Compare(key: etcdKey, result: .LESS, mod_revision: EtcdInt(readRevision + 1)))
+            } else {
+                compares.append(Compare(key: etcdKey, result: .EQUAL, mod_revision: EtcdInt(0)))
+            }
+        }
+        guard known.isEmpty else {
+            throw EngineError.conflict(keys: known.sorted { $0.lexicographicallyPrecedes($1) }, readVersion: snapshot.version)
+        }
+        let limit = client.options.maxTxnOps
+        let operations = max(compares.count, success.count)
+        guard operations <= limit else { throw EtcdError.tooManyOperations(count: operations, limit: limit) }
+        let failure = checked.map { RequestOp(request_range: RangeRequest(key: EtcdBytes(prefix + $0.key), keys_only: true)) }
+        let body = try client.encode(TxnRequest(compare: compares, success: success, failure: failure))
+        // The gateway's JSON is larger than the protobuf the server limits: a bound, not a count.
+        let estimate = body.count * 3 / 4
+        guard estimate <= client.options.maxRequestBytes else {
+            throw EtcdError.requestTooLarge(byteCount: estimate, limit: client.options.maxRequestBytes)
+        }
+        return Prepared(body: body, checked: checked, readRevision: readRevision, changeCount: batch.operations.count)
+    }
+
+    /// The transaction's revision when it succeeded; otherwise the conflict, naming the keys
+    /// the failure branch found changed since the snapshot.
+    private func outcome(of response: TxnResponse, _ prepared: Prepared, snapshot: Snapshot) throws -> Int64 {
+        if response.succeeded == true {
+            guard let revision = response.header?.revision?.value else {
+                throw EtcdError.badResponse("a successful transaction answered without a revision")
+            }
+            return revision
+        }
+        let reads = response.responses ?? []
+        var changed: [[UInt8]] = []
+        for (index, key) in prepared.checked.enumerated() {
+            let kv = index < reads.count ? reads[index].response_range?.kvs?.first : nil
+            let modRevision = kv?.mod_revision?.value ?? 0
+            let unchanged = key.present ? (modRevision > 0 && modRevision <= prepared.readRevision) : modRevision == 0
+            if !unchanged { changed.append(key.key) }
+        }
+        // Changed back between the compare and the reads: every checked key is a suspect.
+        if changed.isEmpty { changed = prepared.checked.map(\.key) }
+        throw EngineError.conflict(keys: changed.sorted { $0.lexicographicallyPrecedes($1) }, readVersion: snapshot.version)
+    }
+
+    /// Calls `resume` once the replica shows `revision` (at once if it does), or when the
+    /// store closes.
+    private func waitForReplica(_ revision: Int64, resume: @escaping @Sendable () -> Void) {
+        let now = state.withLock { state in
+            guard state.appliedRevision < revision, !state.closed else { return true }
+            state.waiters.append((revision, resume))
+            return false
+        }
+        if now { resume() }
+    }
+
+    private func result(_ prepared: Prepared, revision: Int64) -> CommitResult {
+        let version = state.withLock { state -> UInt64 in
+            guard let index = state.revisions.lastIndex(where: { $0 <= revision }) else { return state.firstVersion }
+            return state.firstVersion + UInt64(index)
+        }
+        return CommitResult(version: version, rawByteCount: prepared.body.count, storedByteCount: prepared.body.count,
+                            groupSize: 1)
+    }
+
+    private static func unwrap(_ error: any Error) -> any Error {
+        if let error = error as? GatewayError { return EtcdClient.classify(error, outcomeUnknownAt: nil) }
+        return error
+    }
+
+    // MARK: Closing
+
+    func close() throws {
+        let (watch, waiters) = state.withLock { state in
+            state.closed = true
+            defer { state.waiters.removeAll() }
+            return (state.watch, state.waiters.map(\.resume))
+        }
+        watch?.cancel()
+        for resume in waiters { resume() }
+        applier.sync {}
+        try localEngine.close(checkpoint: false)
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// The bytes after `prefix`, or nil when they do not start with it.
+    func stripping(_ prefix: [UInt8]) -> [UInt8]? {
+        guard starts(with: prefix) else { return nil }
+        return Array(self[prefix.count...])
+    }
+}

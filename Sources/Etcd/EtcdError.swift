@@ -1,0 +1,73 @@
+// The errors and options of a store over etcd. A failed commit says whether anything may
+// have been written: `.unreachable`, `.tooManyOperations`, `.requestTooLarge` and
+// `.server` wrote nothing; `.commitOutcomeUnknown` may have.
+import Strata
+
+/// Failures of a store over etcd, beside the conflicts and errors every store has.
+public enum EtcdError: Error, CustomStringConvertible, CommitOutcomeReporting {
+    /// No endpoint accepted a connection; nothing was sent.
+    case unreachable(endpoints: [String], cause: String)
+    /// The connection was lost, or no answer came in time, after the transaction was sent:
+    /// it may or may not have been applied. A later read tells.
+    case commitOutcomeUnknown(endpoint: String, cause: String)
+    /// A commit needs more operations in one etcd transaction than the server allows.
+    case tooManyOperations(count: Int, limit: Int)
+    /// A commit's request is larger than the server accepts.
+    case requestTooLarge(byteCount: Int, limit: Int)
+    /// The context read a version older than the oldest this process still maps to an etcd
+    /// revision (`EtcdOptions.retainedVersions`): refresh it or start again.
+    case snapshotTooOld(version: UInt64, oldest: UInt64)
+    /// etcd refused a request (its gRPC status code and message); nothing was written.
+    case server(code: Int, message: String)
+    /// etcd's answer was not what its API defines.
+    case badResponse(String)
+    /// `Store.open(etcd:)` was given something it cannot use.
+    case invalidConfiguration(String)
+
+    /// Whether a commit that failed with this error may nevertheless have been applied.
+    public var isCommitOutcomeUnknown: Bool {
+        if case .commitOutcomeUnknown = self { true } else { false }
+    }
+
+    public var description: String {
+        switch self {
+        case let .unreachable(endpoints, cause):
+            "No etcd endpoint could be reached (\(endpoints.joined(separator: ", "))): \(cause); nothing was written."
+        case let .commitOutcomeUnknown(endpoint, cause):
+            "The connection to etcd at \(endpoint) failed after the commit was sent (\(cause)): it may or may not "
+                + "have been applied; read the keys again to find out."
+        case let .tooManyOperations(count, limit):
+            "The commit needs \(count) operations in one etcd transaction and the limit is \(limit): start etcd with "
+                + "a larger --max-txn-ops and set EtcdOptions.maxTxnOps to it, or commit fewer keys per unit of work."
+        case let .requestTooLarge(byteCount, limit):
+            "The commit's request is \(byteCount) bytes and the limit is \(limit): start etcd with a larger "
+                + "--max-request-bytes and set EtcdOptions.maxRequestBytes to it, or commit less per unit of work."
+        case let .snapshotTooOld(version, oldest):
+            "The context reads version \(version), older than the oldest this process can check a commit against "
+                + "(\(oldest)); refresh the context or run the unit of work again."
+        case let .server(code, message):
+            "etcd refused the request (code \(code)): \(message)"
+        case let .badResponse(reason):
+            "etcd's answer could not be read: \(reason)"
+        case let .invalidConfiguration(reason):
+            "The etcd store cannot be opened: \(reason)"
+        }
+    }
+}
+
+/// How a store talks to etcd. The limits must match the server's flags of the same names.
+public struct EtcdOptions: Sendable {
+    /// The server's `--max-txn-ops` (etcd's default: 128). A commit of k keys that the
+    /// context read needs up to 2k compares, and k puts or deletes.
+    public var maxTxnOps = 128
+    /// The server's `--max-request-bytes` (etcd's default: 1.5 MiB).
+    public var maxRequestBytes = 1_572_864
+    /// How long a request may take, connecting included; a commit that times out after
+    /// it was sent is `EtcdError.commitOutcomeUnknown`.
+    public var requestTimeout: Duration = .seconds(10)
+    /// How many of the latest versions a commit can have read (each costs 8 bytes); a
+    /// context that read an older one gets `EtcdError.snapshotTooOld`.
+    public var retainedVersions = 1 << 20
+
+    public init() {}
+}

@@ -1,0 +1,137 @@
+// What only a store over etcd has: several stores (several application servers) sharing
+// one prefix, etcd's limits, unreachable endpoints, and commits whose outcome is unknown.
+import Foundation
+import Strata
+import StrataEtcd
+import Testing
+
+@Suite struct EtcdStoreTests {
+    /// Waits until `condition` holds, for up to five seconds (a watch's delay).
+    func eventually(_ condition: () throws -> Bool) async throws -> Bool {
+        for _ in 0..<500 {
+            if try condition() { return true }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return try condition()
+    }
+
+    @Test func storesOnOnePrefixSeeEachOthersCommitsAndConflict() async throws {
+        let prefix = "shared-\(UUID().uuidString)/"
+        let first = try await EtcdServer.makeStore(prefix: prefix)
+        defer { try? first.close() }
+        try await first.write { unit in try unit.put(bytes("k"), bytes("1")) }
+        // A store opened later loads what is there.
+        let second = try await EtcdServer.makeStore(prefix: prefix)
+        defer { try? second.close() }
+        #expect(try second.read { try $0.get(bytes("k")) } == bytes("1"))
+        // And each sees the other's later commits through the watch.
+        try await second.write { unit in try unit.put(bytes("k"), bytes("2")) }
+        #expect(try await eventually { try first.read { try $0.get(bytes("k")) } == bytes("2") })
+        // Two contexts in two stores read the same version and write the same key: the
+        // second to commit conflicts, naming it.
+        let a = first.makeContext(), b = second.makeContext()
+        try a.put(bytes("k"), bytes(String(decoding: try a.get(bytes("k"))!, as: UTF8.self) + "a"))
+        try b.put(bytes("k"), bytes(String(decoding: try b.get(bytes("k"))!, as: UTF8.self) + "b"))
+        try await a.commit()
+        await #expect { try await b.commit() } throws: { error in
+            guard case let ContextError.conflict(keys, _) = error else { return false }
+            return keys == [bytes("k")]
+        }
+        b.discard()
+        #expect(try await eventually { try second.read { try $0.get(bytes("k")) } == bytes("2a") })
+        // A store under another prefix sees none of it.
+        let other = try await EtcdServer.makeStore()
+        defer { try? other.close() }
+        #expect(try other.read { try $0.scan() }.isEmpty)
+    }
+
+    @Test func aCommitBeyondEtcdsLimitsIsRefusedNamingTheServerFlag() async throws {
+        let store = try await EtcdServer.makeStore()
+        defer { try? store.close() }
+        do {
+            try await store.write { unit in
+                for index in 0...EtcdServer.maxTxnOps { try unit.put(bytes("key\(index)"), bytes("v")) }
+            }
+            Issue.record("a commit of more keys than --max-txn-ops was accepted")
+        } catch let UnitOfWorkError.commitFailed(.notWritten(error)) {
+            #expect("\(error)".contains("--max-txn-ops"), "\(error)")
+        }
+        #expect(try store.read { try $0.scan() }.isEmpty, "nothing of the refused commit was written")
+        var options = EtcdServer.options
+        options.maxRequestBytes = 4_096
+        let small = try await Store.open(etcd: [EtcdServer.shared.get().endpoint], prefix: "small-\(UUID().uuidString)/",
+                                         options: options)
+        defer { try? small.close() }
+        do {
+            try await small.write { unit in try unit.put(bytes("big"), [UInt8](repeating: 7, count: 10_000)) }
+            Issue.record("a request larger than --max-request-bytes was accepted")
+        } catch let UnitOfWorkError.commitFailed(.notWritten(error)) {
+            #expect("\(error)".contains("--max-request-bytes"), "\(error)")
+        }
+    }
+
+    @Test func wrongConfigurationAndUnreachableServersAreClearErrors() async throws {
+        await #expect { try await Store.open(etcd: [EtcdServer.shared.get().endpoint], prefix: "") } throws: { error in
+            "\(error)".contains("prefix is empty")
+        }
+        await #expect { try await Store.open(etcd: ["https://127.0.0.1:2379"], prefix: "p/") } throws: { error in
+            "\(error)".contains("not an http:// URL")
+        }
+        // A port nobody listens on, then the real server: the open fails over to it.
+        let closed = "http://127.0.0.1:1"
+        await #expect { try await Store.open(etcd: [closed], prefix: "p/") } throws: { error in
+            guard case EtcdError.unreachable = error else { return false }
+            return true
+        }
+        let store = try await Store.open(etcd: [closed, EtcdServer.shared.get().endpoint], prefix: "failover-\(UUID().uuidString)/",
+                                         options: EtcdServer.options)
+        try await store.write { unit in try unit.put(bytes("k"), bytes("v")) }
+        #expect(try store.read { try $0.get(bytes("k")) } == bytes("v"))
+        try store.close()
+        #expect { try store.makeContext().commitPut() } throws: { error in
+            guard case EngineError.closed = error else { return false }
+            return true
+        }
+    }
+
+    /// A server that stops answering after the transaction was sent: the commit is reported
+    /// as of unknown outcome, never as failed or done (the server may still apply it, or
+    /// drop it with the closed connection); once the server answers again, a read tells,
+    /// and a store opened afresh reads the same.
+    @Test func aCommitToAServerThatStopsAnsweringHasAnUnknownOutcome() async throws {
+        let server = try EtcdServer()
+        defer { server.stop() }
+        var options = EtcdServer.options
+        options.requestTimeout = .seconds(1)
+        let store = try await Store.open(etcd: [server.endpoint], prefix: "hang/", options: options)
+        defer { try? store.close() }
+        try await store.write { unit in try unit.put(bytes("k"), bytes("before")) }
+        server.pause()
+        do {
+            try await store.write { unit in try unit.put(bytes("k"), bytes("after")) }
+            Issue.record("a commit to a stopped server succeeded")
+        } catch let UnitOfWorkError.commitFailed(failure) {
+            guard case .outcomeUnknown = failure else {
+                Issue.record("expected an unknown outcome, got \(failure)")
+                server.resume()
+                return
+            }
+        }
+        server.resume()
+        try await store.write(retries: 10) { unit in try unit.put(bytes("next"), try unit.get(bytes("k")) ?? []) }
+        let seen = try store.read { try $0.get(bytes("k")) }
+        #expect(seen == bytes("before") || seen == bytes("after"))
+        let fresh = try await Store.open(etcd: [server.endpoint], prefix: "hang/", options: options)
+        defer { try? fresh.close() }
+        #expect(try fresh.read { try $0.get(bytes("k")) } == seen)
+        #expect(try fresh.read { try $0.get(bytes("next")) } == seen)
+    }
+}
+
+extension Context {
+    /// A root commit of one put: how the closed-store check reaches the backend.
+    func commitPut() throws {
+        try put(bytes("x"), bytes("y"))
+        try commit()
+    }
+}
