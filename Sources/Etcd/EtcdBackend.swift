@@ -51,6 +51,8 @@ final class EtcdBackend: StorageBackend {
         var watch: HTTPClient.Task<Void>?
         /// Which watch is current: messages and ends of older ones are ignored.
         var watchID = 0
+        /// Why the replica stopped following etcd (it could not apply a revision).
+        var failure: String?
         var closed = false
     }
 
@@ -84,19 +86,9 @@ final class EtcdBackend: StorageBackend {
         state = Mutex(State(revisions: [revision], firstVersion: replica.version, appliedRevision: revision))
     }
 
-    /// The end of the range of keys starting with `prefix` (etcd's "prefix end"); all keys
-    /// for an empty prefix.
-    static func rangeEnd(of prefix: [UInt8]) -> [UInt8] {
-        var end = prefix
-        while let last = end.last {
-            if last < 0xFF {
-                end[end.count - 1] = last + 1
-                return end
-            }
-            end.removeLast()
-        }
-        return [0]
-    }
+    /// The end of the range of keys starting with `prefix` (etcd's "prefix end"); `[0]`,
+    /// etcd's "every key above", for a prefix of 0xFF bytes only.
+    static func rangeEnd(of prefix: [UInt8]) -> [UInt8] { keyAfterPrefix(prefix) ?? [0] }
 
     // MARK: Watching
 
@@ -242,13 +234,21 @@ final class EtcdBackend: StorageBackend {
 
     private func apply(_ batch: WALBatch, revision: Int64) {
         let skip = state.withLock { state in
-            guard revision > state.appliedRevision else { return true }
+            guard revision > state.appliedRevision, state.failure == nil else { return true }
             state.revisions.append(revision)
             return false
         }
         guard !skip else { return }
         do { try localEngine.commit(batch) } catch {
             logger.critical("the etcd replica could not apply a revision", metadata: ["revision": "\(revision)", "error": "\(error)"])
+            // Commits stop here: the replica no longer shows what etcd holds.
+            let waiters = state.withLock { state in
+                state.revisions.removeLast()
+                state.failure = "the local replica could not apply etcd revision \(revision): \(error); reopen the store"
+                defer { state.waiters.removeAll() }
+                return state.waiters.map(\.resume)
+            }
+            for resume in waiters { resume() }
             return
         }
         let ready: [@Sendable () -> Void] = state.withLock { state in
@@ -301,6 +301,7 @@ final class EtcdBackend: StorageBackend {
     private func prepare(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) throws -> Prepared {
         let readRevision = try state.withLock { state throws -> Int64 in
             guard !state.closed else { throw EngineError.closed }
+            if let failure = state.failure { throw EngineError.storeFailed(reason: failure) }
             guard snapshot.version >= state.firstVersion else {
                 throw EtcdError.snapshotTooOld(version: snapshot.version, oldest: state.firstVersion)
             }
@@ -372,10 +373,12 @@ final class EtcdBackend: StorageBackend {
     }
 
     /// Calls `resume` once the replica shows `revision` (at once if it does), or when the
-    /// store closes.
+    /// store closes or its replica fails. A synchronous commit waits at most
+    /// `requestTimeout` for it: the transaction is applied in etcd either way, and a later
+    /// context shows it once the watch catches up.
     private func waitForReplica(_ revision: Int64, resume: @escaping @Sendable () -> Void) {
         let now = state.withLock { state in
-            guard state.appliedRevision < revision, !state.closed else { return true }
+            guard state.appliedRevision < revision, !state.closed, state.failure == nil else { return true }
             state.waiters.append((revision, resume))
             return false
         }

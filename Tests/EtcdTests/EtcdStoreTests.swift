@@ -24,9 +24,14 @@ import Testing
         let second = try await EtcdServer.makeStore(prefix: prefix)
         defer { try? second.close() }
         #expect(try second.read { try $0.get(bytes("k")) } == bytes("1"))
-        // And each sees the other's later commits through the watch.
+        // And each sees the other's later commits through the watch, in its change feed too.
+        let feed = try first.changes()
         try await second.write { unit in try unit.put(bytes("k"), bytes("2")) }
         #expect(try await eventually { try first.read { try $0.get(bytes("k")) } == bytes("2") })
+        for try await changeSet in feed {
+            #expect(changeSet.changes == [Change(key: bytes("k"), value: bytes("2"))])
+            break
+        }
         // Two contexts in two stores read the same version and write the same key: the
         // second to commit conflicts, naming it.
         let a = first.makeContext(), b = second.makeContext()
