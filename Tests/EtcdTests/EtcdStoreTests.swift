@@ -5,7 +5,7 @@ import Strata
 import StrataEtcd
 import Testing
 
-@Suite struct EtcdStoreTests {
+@Suite(.timeLimit(.minutes(2))) struct EtcdStoreTests {
     /// Waits until `condition` holds, for up to five seconds (a watch's delay).
     func eventually(_ condition: () throws -> Bool) async throws -> Bool {
         for _ in 0..<500 {
