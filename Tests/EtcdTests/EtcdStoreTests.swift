@@ -133,6 +133,30 @@ import Testing
     }
 }
 
+extension EtcdStoreTests {
+    /// The blocking API over etcd (a plain function, so `write` is the synchronous one),
+    /// and a context older than the versions the store keeps revisions for.
+    @Test func blockingCommitsWorkAndAContextOlderThanTheRetainedVersionsIsTooOld() async throws {
+        var options = EtcdServer.options
+        options.retainedVersions = 2
+        let store = try await Store.open(etcd: [EtcdServer.shared.get().endpoint], prefix: "old-\(UUID().uuidString)/",
+                                         options: options)
+        defer { try? store.close() }
+        let old = store.makeContext()
+        try Self.blockingWrites(store, count: 6)
+        #expect(try store.read { try $0.get(bytes("k5")) } == bytes("v"), "a blocking commit returns once the replica shows it")
+        try old.put(bytes("late"), bytes("x"))
+        #expect { try old.commit() } throws: { error in
+            guard case let EtcdError.snapshotTooOld(version, oldest) = error else { return false }
+            return version < oldest
+        }
+    }
+
+    static func blockingWrites(_ store: Store, count: Int) throws {
+        for index in 0..<count { try store.write { unit in try unit.put(bytes("k\(index)"), bytes("v")) } }
+    }
+}
+
 extension Context {
     /// A root commit of one put: how the closed-store check reaches the backend.
     func commitPut() throws {
