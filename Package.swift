@@ -122,7 +122,13 @@ let package = Package(
         .testTarget(name: "ContextsTests", dependencies: ["Strata", "StrataTesting"]),
         .testTarget(name: "StrataTestingTests", dependencies: ["StrataTesting"]),
         // The shared suites on both backends, and what only etcd has; the tests start etcd.
-        .testTarget(name: "EtcdTests", dependencies: ["Strata", "StrataEtcd", "StrataTesting"]),
+        .testTarget(name: "EtcdTests", dependencies: ["Strata", "StrataEtcd", "StrataTesting", "EtcdBankProcess"]),
+        // One process of the two-process bank test (EtcdTests runs two and kills one).
+        .executableTarget(
+            name: "EtcdBankProcess",
+            dependencies: ["Strata", "StrataEtcd", "StrataTesting"],
+            path: "Tests/EtcdBankProcess"
+        ),
         .testTarget(name: "RecordsTests", dependencies: ["Strata", "StrataTesting"]),
         // Drives the built `strata` executable as a process; checks the repository's docs.
         .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "StrataFileIO"]),
