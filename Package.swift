@@ -119,17 +119,20 @@ let package = Package(
         ),
         // Contexts and records are tested through the public API only, as an app uses them
         // (`import Strata`, plus `StrataTesting` for the crash harness).
-        .testTarget(name: "ContextsTests", dependencies: ["Strata", "StrataTesting"]),
+        .testTarget(name: "ContextsTests", dependencies: ["Strata", "StrataTesting", "TestBackends"]),
         .testTarget(name: "StrataTestingTests", dependencies: ["StrataTesting"]),
-        // The shared suites on both backends, and what only etcd has; the tests start etcd.
-        .testTarget(name: "EtcdTests", dependencies: ["Strata", "StrataEtcd", "StrataTesting", "EtcdBankProcess"]),
+        // What only a store over etcd has, and the two-process bank test; the tests start etcd.
+        .testTarget(name: "EtcdTests", dependencies: ["Strata", "StrataEtcd", "StrataTesting", "TestBackends", "EtcdBankProcess"]),
+        // The backends the shared suites (contexts, units of work, records) run on: the
+        // embedded engine and etcd, started by the tests themselves.
+        .target(name: "TestBackends", dependencies: ["Strata", "StrataEtcd", "StrataTesting"], path: "Tests/TestBackends"),
         // One process of the two-process bank test (EtcdTests runs two and kills one).
         .executableTarget(
             name: "EtcdBankProcess",
             dependencies: ["Strata", "StrataEtcd", "StrataTesting"],
             path: "Tests/EtcdBankProcess"
         ),
-        .testTarget(name: "RecordsTests", dependencies: ["Strata", "StrataTesting"]),
+        .testTarget(name: "RecordsTests", dependencies: ["Strata", "StrataTesting", "TestBackends"]),
         // Drives the built `strata` executable as a process; checks the repository's docs.
         .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "StrataFileIO"]),
     ],

@@ -13,7 +13,8 @@
 // changed nor deleted since); for a key absent at R, mod_revision = 0 (not created since).
 // Then the puts and deletes. When a compare fails nothing is written, and the failure
 // branch's reads name the keys that changed. When it succeeds the commit returns once the
-// replica has applied the transaction's revision (read-your-writes).
+// replica has applied the transaction's revision (read-your-writes); one that changed
+// nothing (its deletes found no key) makes no revision and returns at once.
 //
 // Invariants:
 //  E1. Only the applier queue commits to the replica, in etcd revision order; each local
@@ -271,7 +272,7 @@ final class EtcdBackend: StorageBackend {
         let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked)
         let response: TxnResponse
         do { response = try client.txn(prepared.body).wait() } catch { throw Self.unwrap(error) }
-        let revision = try outcome(of: response, prepared, snapshot: snapshot)
+        guard let revision = try outcome(of: response, prepared, snapshot: snapshot) else { return unchanged(prepared) }
         let arrived = DispatchSemaphore(value: 0)
         waitForReplica(revision) { arrived.signal() }
         _ = arrived.wait(timeout: .now() + .nanoseconds(Int(client.options.requestTimeout.nanoseconds)))
@@ -282,7 +283,7 @@ final class EtcdBackend: StorageBackend {
         let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked)
         let response: TxnResponse
         do { response = try await client.txn(prepared.body).get() } catch { throw Self.unwrap(error) }
-        let revision = try outcome(of: response, prepared, snapshot: snapshot)
+        guard let revision = try outcome(of: response, prepared, snapshot: snapshot) else { return unchanged(prepared) }
         await withCheckedContinuation { continuation in waitForReplica(revision) { continuation.resume() } }
         return result(prepared, revision: revision)
     }
@@ -293,6 +294,8 @@ final class EtcdBackend: StorageBackend {
         var checked: [(key: [UInt8], present: Bool)]
         var readRevision: Int64
         var changeCount: Int
+        /// Whether the transaction puts a key (then it always makes a revision of its own).
+        var puts: Bool
     }
 
     /// Builds the transaction (compares, puts and deletes, and the failure branch's reads),
@@ -347,17 +350,22 @@ final class EtcdBackend: StorageBackend {
         guard estimate <= client.options.maxRequestBytes else {
             throw EtcdError.requestTooLarge(byteCount: estimate, limit: client.options.maxRequestBytes)
         }
-        return Prepared(body: body, checked: checked, readRevision: readRevision, changeCount: batch.operations.count)
+        return Prepared(body: body, checked: checked, readRevision: readRevision, changeCount: batch.operations.count,
+                        puts: batch.operations.contains { $0.value != nil })
     }
 
-    /// The transaction's revision when it succeeded; otherwise the conflict, naming the keys
-    /// the failure branch found changed since the snapshot.
-    private func outcome(of response: TxnResponse, _ prepared: Prepared, snapshot: Snapshot) throws -> Int64 {
+    /// The transaction's revision when it succeeded and changed a key, nil when it succeeded
+    /// and changed none (its deletes found no key: etcd made no revision, and the answer's
+    /// revision is the whole server's, which this prefix's watch may never reach);
+    /// otherwise the conflict, naming the keys the failure branch found changed since the
+    /// snapshot.
+    private func outcome(of response: TxnResponse, _ prepared: Prepared, snapshot: Snapshot) throws -> Int64? {
         if response.succeeded == true {
             guard let revision = response.header?.revision?.value else {
                 throw EtcdError.badResponse("a successful transaction answered without a revision")
             }
-            return revision
+            let deleted = (response.responses ?? []).contains { ($0.response_delete_range?.deleted?.value ?? 0) > 0 }
+            return prepared.puts || deleted ? revision : nil
         }
         let reads = response.responses ?? []
         var changed: [[UInt8]] = []
@@ -383,6 +391,12 @@ final class EtcdBackend: StorageBackend {
             return false
         }
         if now { resume() }
+    }
+
+    /// The result of a transaction that changed nothing: the version the replica shows.
+    private func unchanged(_ prepared: Prepared) -> CommitResult {
+        CommitResult(version: localEngine.version, rawByteCount: prepared.body.count, storedByteCount: prepared.body.count,
+                     groupSize: 1)
     }
 
     private func result(_ prepared: Prepared, revision: Int64) -> CommitResult {

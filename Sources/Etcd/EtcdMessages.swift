@@ -102,6 +102,12 @@ struct TxnRequest: Encodable {
 
 struct ResponseOp: Decodable, Sendable {
     var response_range: RangeResponse?
+    var response_delete_range: DeleteRangeResponse?
+}
+
+struct DeleteRangeResponse: Decodable, Sendable {
+    /// How many keys the delete removed (absent when none).
+    var deleted: EtcdInt?
 }
 
 struct TxnResponse: Decodable, Sendable {

@@ -1,10 +1,12 @@
 import Strata
 import StrataTesting
+import TestBackends
 import Testing
 
 @Suite struct ChangeFeedTests {
-    @Test func liveFeedDeliversCommittedChangeSetsInOrder() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func liveFeedDeliversCommittedChangeSetsInOrder(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let feed = try store.changes()
         let start = store.version
         try seed(store, ["a": "1"])
@@ -28,8 +30,9 @@ import Testing
         #expect(received[2].changes == [Change(key: bytes("c"), value: bytes("3"))])
     }
 
-    @Test func feedFromAnEarlierVersionReplaysTheLogThenGoesLive() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func feedFromAnEarlierVersionReplaysTheLogThenGoesLive(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let start = store.version
         for index in 0..<5 { try seed(store, ["k\(index)": "\(index)"]) }
         let feed = try store.changes(after: start + 2)
@@ -42,8 +45,9 @@ import Testing
         #expect(versions == [start + 3, start + 4, start + 5, start + 6])
     }
 
-    @Test func feedSurvivesConcurrentCommitsWithoutGapsOrRepeats() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func feedSurvivesConcurrentCommitsWithoutGapsOrRepeats(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let start = store.version
         for index in 0..<20 { try seed(store, ["before\(index)": "x"]) }
         let writer = Task.detached {
@@ -81,8 +85,9 @@ import Testing
         }
     }
 
-    @Test func closingTheStoreEndsTheFeed() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func closingTheStoreEndsTheFeed(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let feed = try store.changes()
         try seed(store, ["a": "1"])
         try store.close()
@@ -96,26 +101,28 @@ import Testing
     /// An observer is reached through the same call depth at the 2,000th commit as at the
     /// 10th. (The engine once kept its observer closure in a generic lock and re-wrapped it
     /// on every read, so each commit went through a longer chain of thunks: O(n) per commit.)
-    @Test func theObserverIsReachedThroughTheSameDepthAtEveryCommit() throws {
-        let store = try Store.inMemory()
-        let depths = Shared<[Int]>([])
-        let observation = store.observeCommits { _ in
-            let depth = Thread.callStackReturnAddresses.count
-            depths.withLock { $0.append(depth) }
+    @Test(arguments: Backend.allCases) func theObserverIsReachedThroughTheSameDepthAtEveryCommit(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            let depths = Shared<[Int]>([])
+            let observation = store.observeCommits { _ in
+                let depth = Thread.callStackReturnAddresses.count
+                depths.withLock { $0.append(depth) }
+            }
+            defer { store.removeObserver(observation) }
+            for index in 0..<2_000 { try seed(store, ["key\(index)": "value"]) }
+            let recorded = depths.withLock { $0 }
+            #expect(recorded.count == 2_000)
+            #expect(recorded[9] == recorded[1_999], "call depth at commit 10: \(recorded[9]), at commit 2000: \(recorded[1_999])")
         }
-        defer { store.removeObserver(observation) }
-        for index in 0..<2_000 { try seed(store, ["key\(index)": "value"]) }
-        let recorded = depths.withLock { $0 }
-        #expect(recorded.count == 2_000)
-        #expect(recorded[9] == recorded[1_999], "call depth at commit 10: \(recorded[9]), at commit 2000: \(recorded[1_999])")
     }
 }
 
 /// A change feed's buffer is bounded (F2): a consumer that falls behind gets every change
 /// set it has room for, then `fellBehind` naming the last one, never a gap; commits never wait.
 @Suite struct ChangeFeedBoundTests {
-    @Test func aConsumerThatFallsBehindGetsFellBehindAfterWhatItHas() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func aConsumerThatFallsBehindGetsFellBehindAfterWhatItHas(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let start = store.version
         let feed = try store.changes(bufferLimit: 8)
         for index in 0..<20 {
@@ -135,8 +142,9 @@ import Testing
         #expect(resumed == Array((start + 9)...(start + 20)))
     }
 
-    @Test func aBufferLimitThatIsNotPositiveIsRefusedSayingWhy() throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func aBufferLimitThatIsNotPositiveIsRefusedSayingWhy(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         #expect { _ = try store.changes(bufferLimit: 0) } throws: { error in
             guard case let UnitOfWorkError.invalidRequest(reason) = error else { return false }
             return reason.contains("bufferLimit must be positive")

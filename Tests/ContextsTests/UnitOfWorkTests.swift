@@ -2,22 +2,24 @@ import Strata
 import StrataFileIO
 import StrataTesting
 import Foundation
+import TestBackends
 import Testing
 
 private struct UseCaseFailed: Error {}
 
 @Suite struct UnitOfWorkTests {
-    @Test func writeCommitsOnReturnAsOneVersion() throws {
-        let store = try Store.inMemory()
-        let before = store.version
-        let total = try store.write { unit in
-            try unit.put(bytes("a"), bytes("1"))
-            try unit.put(bytes("b"), bytes("2"))
-            return 3
+    @Test(arguments: Backend.allCases) func writeCommitsOnReturnAsOneVersion(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            let before = store.version
+            let total = try store.write { unit in
+                try unit.put(bytes("a"), bytes("1"))
+                try unit.put(bytes("b"), bytes("2"))
+                return 3
+            }
+            #expect(total == 3)
+            #expect(store.version == before + 1)
+            #expect(keys(try store.makeContext().scan()) == ["a", "b"])
         }
-        #expect(total == 3)
-        #expect(store.version == before + 1)
-        #expect(keys(try store.makeContext().scan()) == ["a", "b"])
     }
 
     @Test func aReadOnlyStoreReadsAndRefusesUnitsOfWorkWithoutWritingAByte() async throws {
@@ -71,52 +73,55 @@ private struct UseCaseFailed: Error {}
         #expect(try store.makeContext().get(bytes("new")) == nil)
     }
 
-    @Test func nestedUnitThatThrowsRollsBackOnlyItself() throws {
-        let store = try Store.inMemory()
-        try store.write { unit in
-            try unit.put(bytes("outer"), bytes("1"))
-            do {
-                try unit.child { nested in
-                    try nested.put(bytes("inner"), bytes("2"))
-                    throw UseCaseFailed()
-                }
-                Issue.record("the nested unit's error did not propagate")
-            } catch is UseCaseFailed {}
-            try unit.child { nested in try nested.put(bytes("kept"), bytes("3")) }
-            #expect(try unit.get(bytes("inner")) == nil)
-        }
-        #expect(keys(try store.makeContext().scan()) == ["kept", "outer"])
-    }
-
-    @Test func nestedUnitErrorThatEscapesRollsBackEverything() throws {
-        let store = try Store.inMemory()
-        #expect(throws: UseCaseFailed.self) {
+    @Test(arguments: Backend.allCases) func nestedUnitThatThrowsRollsBackOnlyItself(backend: Backend) async throws {
+        try await backend.withStore { store throws in
             try store.write { unit in
                 try unit.put(bytes("outer"), bytes("1"))
-                try unit.child { _ in throw UseCaseFailed() }
+                do {
+                    try unit.child { nested in
+                        try nested.put(bytes("inner"), bytes("2"))
+                        throw UseCaseFailed()
+                    }
+                    Issue.record("the nested unit's error did not propagate")
+                } catch is UseCaseFailed {}
+                try unit.child { nested in try nested.put(bytes("kept"), bytes("3")) }
+                #expect(try unit.get(bytes("inner")) == nil)
             }
+            #expect(keys(try store.makeContext().scan()) == ["kept", "outer"])
         }
-        #expect(try store.makeContext().scan().isEmpty)
     }
 
-    @Test func failedMergeIsItsOwnCase() throws {
-        let store = try Store.inMemory()
-        var hookRan = false
-        #expect {
-            try store.write { outer in
-                try outer.child { nested in
-                    try nested.put(bytes("k"), bytes("nested"))
-                    nested.afterCommit { _ in hookRan = true }
-                    // The parent changes the same key while the nested unit is open.
-                    try outer.put(bytes("k"), bytes("outer"))
+    @Test(arguments: Backend.allCases) func nestedUnitErrorThatEscapesRollsBackEverything(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            #expect(throws: UseCaseFailed.self) {
+                try store.write { unit in
+                    try unit.put(bytes("outer"), bytes("1"))
+                    try unit.child { _ in throw UseCaseFailed() }
                 }
             }
-        } throws: { error in
-            guard case let UnitOfWorkError.mergeFailed(keys) = error else { return false }
-            return keys == [bytes("k")]
+            #expect(try store.makeContext().scan().isEmpty)
         }
-        #expect(!hookRan)
-        #expect(try store.makeContext().get(bytes("k")) == nil)
+    }
+
+    @Test(arguments: Backend.allCases) func failedMergeIsItsOwnCase(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            var hookRan = false
+            #expect {
+                try store.write { outer in
+                    try outer.child { nested in
+                        try nested.put(bytes("k"), bytes("nested"))
+                        nested.afterCommit { _ in hookRan = true }
+                        // The parent changes the same key while the nested unit is open.
+                        try outer.put(bytes("k"), bytes("outer"))
+                    }
+                }
+            } throws: { error in
+                guard case let UnitOfWorkError.mergeFailed(keys) = error else { return false }
+                return keys == [bytes("k")]
+            }
+            #expect(!hookRan)
+            #expect(try store.makeContext().get(bytes("k")) == nil)
+        }
     }
 
     @Test func hooksRunAfterTheDurableCommitInOrderIncludingNestedOnes() throws {
@@ -164,66 +169,71 @@ private struct UseCaseFailed: Error {}
         }
     }
 
-    @Test func commitToAClosedStoreIsKnownNotWritten() throws {
-        let store = try Store.inMemory()
-        try store.close()
-        #expect {
-            try store.write { try $0.put(bytes("k"), bytes("v")) }
-        } throws: { error in
-            guard case UnitOfWorkError.commitFailed(.notWritten) = error else { return false }
-            return "\(error)".contains("closed")
-        }
-    }
-
-    @Test(arguments: [0, 1, 3])
-    func conflictIsRetriedUpToTheBound(retries: Int) throws {
-        let store = try Store.inMemory()
-        try seed(store, ["counter": "0"])
-        // The first two attempts each lose to a commit made while they run.
-        var attempts = 0
-        do {
-            try store.write(retries: retries) { unit in
-                attempts += 1
-                let value = Int(text(try unit.get(bytes("counter")))!)!
-                if attempts <= 2 { try seed(store, ["counter": "\(value + 100)"]) }
-                try unit.put(bytes("counter"), bytes("\(value + 1)"))
+    @Test(arguments: Backend.allCases) func commitToAClosedStoreIsKnownNotWritten(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            try store.close()
+            #expect {
+                try store.write { try $0.put(bytes("k"), bytes("v")) }
+            } throws: { error in
+                guard case UnitOfWorkError.commitFailed(.notWritten) = error else { return false }
+                return "\(error)".contains("closed")
             }
-            #expect(retries >= 2 && attempts == 3)
-            #expect(text(try store.makeContext().get(bytes("counter"))) == "201")
-        } catch {
-            guard case let UnitOfWorkError.commitFailed(.conflict(conflicting, tries)) = error else {
-                Issue.record("expected a conflict, got \(error)")
-                return
+        }
+    }
+
+    @Test(arguments: Backend.allCases, [0, 1, 3])
+    func conflictIsRetriedUpToTheBound(backend: Backend, retries: Int) async throws {
+        try await backend.withStore { store throws in
+            try seed(store, ["counter": "0"])
+            // The first two attempts each lose to a commit made while they run.
+            var attempts = 0
+            do {
+                try store.write(retries: retries) { unit in
+                    attempts += 1
+                    let value = Int(text(try unit.get(bytes("counter")))!)!
+                    if attempts <= 2 { try seed(store, ["counter": "\(value + 100)"]) }
+                    try unit.put(bytes("counter"), bytes("\(value + 1)"))
+                }
+                #expect(retries >= 2 && attempts == 3)
+                #expect(text(try store.makeContext().get(bytes("counter"))) == "201")
+            } catch {
+                guard case let UnitOfWorkError.commitFailed(.conflict(conflicting, tries)) = error else {
+                    Issue.record("expected a conflict, got \(error)")
+                    return
+                }
+                #expect(retries < 2 && tries == retries + 1 && attempts == retries + 1)
+                #expect(conflicting == [bytes("counter")])
             }
-            #expect(retries < 2 && tries == retries + 1 && attempts == retries + 1)
-            #expect(conflicting == [bytes("counter")])
         }
     }
 
-    @Test func negativeRetriesAreRefusedBeforeTheBodyRuns() throws {
-        let store = try Store.inMemory()
-        var ran = false
-        #expect {
-            try store.write(retries: -1) { _ in ran = true }
-        } throws: { error in
-            guard case let UnitOfWorkError.invalidRequest(reason) = error else { return false }
-            return reason.contains("-1")
+    @Test(arguments: Backend.allCases) func negativeRetriesAreRefusedBeforeTheBodyRuns(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            var ran = false
+            #expect {
+                try store.write(retries: -1) { _ in ran = true }
+            } throws: { error in
+                guard case let UnitOfWorkError.invalidRequest(reason) = error else { return false }
+                return reason.contains("-1")
+            }
+            #expect(!ran)
         }
-        #expect(!ran)
     }
 
-    @Test func readNeverConflicts() throws {
-        let store = try Store.inMemory()
-        try seed(store, ["k": "1"])
-        let value = try store.read { context in
-            try seed(store, ["k": "2"])
-            return try context.get(bytes("k"))
+    @Test(arguments: Backend.allCases) func readNeverConflicts(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            try seed(store, ["k": "1"])
+            let value = try store.read { context in
+                try seed(store, ["k": "2"])
+                return try context.get(bytes("k"))
+            }
+            #expect(text(value) == "1")
         }
-        #expect(text(value) == "1")
     }
 
-    @Test func asyncWriteCommitsAndRollsBack() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func asyncWriteCommitsAndRollsBack(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let version = try await store.write { unit in
             try unit.put(bytes("async"), bytes("1"))
             await Task.yield()
@@ -239,8 +249,9 @@ private struct UseCaseFailed: Error {}
         #expect(keys(try store.makeContext().scan()) == ["async"])
     }
 
-    @Test func cancelledTaskRollsBack() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func cancelledTaskRollsBack(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let task = Task {
             try await store.write { unit in
                 try unit.put(bytes("cancelled"), bytes("x"))

@@ -4,20 +4,8 @@ import Foundation
 import Strata
 import StrataEtcd
 import StrataTesting
+import TestBackends
 import Testing
-
-enum Backend: String, CaseIterable, CustomTestStringConvertible, Sendable {
-    case embedded, etcd
-
-    var testDescription: String { rawValue }
-
-    func makeStore() async throws -> Store {
-        switch self {
-        case .embedded: try Store.inMemory()
-        case .etcd: try await EtcdServer.makeStore()
-        }
-    }
-}
 
 struct Account: Record, Equatable {
     var id: Int

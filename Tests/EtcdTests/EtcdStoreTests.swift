@@ -3,6 +3,7 @@
 import Foundation
 import Strata
 import StrataEtcd
+import TestBackends
 import Testing
 
 @Suite(.timeLimit(.minutes(2))) struct EtcdStoreTests {
@@ -48,6 +49,29 @@ import Testing
         let other = try await EtcdServer.makeStore()
         defer { try? other.close() }
         #expect(try other.read { try $0.scan() }.isEmpty)
+    }
+
+    @Test func aCommitThatChangesNothingReturnsAtOnceWhileOtherPrefixesMoveOn() async throws {
+        let store = try await EtcdServer.makeStore(), other = try await EtcdServer.makeStore()
+        defer {
+            try? store.close()
+            try? other.close()
+        }
+        try await store.write { unit in try unit.put(bytes("k"), bytes("1")) }
+        // The server's revision moves past the last one under this store's prefix.
+        try await other.write { unit in try unit.put(bytes("x"), bytes("1")) }
+        let before = store.version
+        let clock = ContinuousClock()
+        let start = clock.now
+        // Deletes of absent keys make no revision in etcd: nothing to wait for, either way.
+        try await store.write { unit in try unit.delete(bytes("absent")) }
+        try Self.deleteBlocking(store, bytes("absent too"))
+        #expect(clock.now - start < .seconds(5), "a commit that changed nothing waited for a revision")
+        #expect(store.version == before)
+        // A delete that removes a key makes a revision, and the commit waits for it.
+        try await store.write { unit in try unit.delete(bytes("k")) }
+        #expect(try store.read { try $0.get(bytes("k")) } == nil)
+        #expect(store.version == before + 1)
     }
 
     @Test func aCommitBeyondEtcdsLimitsIsRefusedNamingTheServerFlag() async throws {
@@ -104,7 +128,7 @@ import Testing
     /// drop it with the closed connection); once the server answers again, a read tells,
     /// and a store opened afresh reads the same.
     @Test func aCommitToAServerThatStopsAnsweringHasAnUnknownOutcome() async throws {
-        let server = try EtcdServer()
+        let server = try EtcdServer.start()
         defer { server.stop() }
         var options = EtcdServer.options
         options.requestTimeout = .seconds(1)
@@ -123,7 +147,14 @@ import Testing
             }
         }
         server.resume()
-        try await store.write(retries: 10) { unit in try unit.put(bytes("next"), try unit.get(bytes("k")) ?? []) }
+        // Rewriting k makes this commit conflict (and run again) if k changed after its
+        // snapshot, so "next" holds k's value as of this commit; the unknown transaction,
+        // should it arrive later, then finds k changed and writes nothing.
+        try await store.write(retries: 10) { unit in
+            let value = try unit.get(bytes("k")) ?? []
+            try unit.put(bytes("k"), value)
+            try unit.put(bytes("next"), value)
+        }
         let seen = try store.read { try $0.get(bytes("k")) }
         #expect(seen == bytes("before") || seen == bytes("after"))
         let fresh = try await Store.open(etcd: [server.endpoint], prefix: "hang/", options: options)
@@ -150,6 +181,11 @@ extension EtcdStoreTests {
             guard case let EtcdError.snapshotTooOld(version, oldest) = error else { return false }
             return version < oldest
         }
+    }
+
+    /// A blocking delete (a plain function, so `write` is the synchronous one).
+    static func deleteBlocking(_ store: Store, _ key: [UInt8]) throws {
+        try store.write { unit in try unit.delete(key) }
     }
 
     static func blockingWrites(_ store: Store, count: Int) throws {

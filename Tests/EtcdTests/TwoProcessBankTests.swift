@@ -7,6 +7,7 @@
 import Foundation
 import Strata
 import StrataEtcd
+import TestBackends
 import Testing
 
 @Suite(.timeLimit(.minutes(2))) struct TwoProcessBankTests {

@@ -2,6 +2,7 @@ import Strata
 import StrataTesting
 import Foundation
 import Observation
+import TestBackends
 import Testing
 
 /// A list model of the kind a SwiftUI view shows, kept current by `store.observe`.
@@ -27,8 +28,9 @@ import Testing
 
     /// The current value first, then a value after each commit that changed it, in commit
     /// order; a commit that leaves the value equal yields nothing.
-    @Test func yieldsTheCurrentValueThenEachChangedOne() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func yieldsTheCurrentValueThenEachChangedOne(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         try await Self.insert(store, 1)
         var iterator = store.observe { context in
             try context.repository(Gadget.self).fetch(#Predicate<Gadget> { $0.color == "red" }).map(\.id)
@@ -42,8 +44,9 @@ import Testing
     }
 
     /// A consumer that falls behind gets the latest value, not one per commit.
-    @Test func aSlowConsumerGetsTheLatestValue() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func aSlowConsumerGetsTheLatestValue(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let observation = store.observe { context in try context.repository(Gadget.self).count() }
         var iterator = observation.makeAsyncIterator()
         #expect(try await iterator.next() == 0)
@@ -56,8 +59,9 @@ import Testing
 
     /// Cancelling the consuming task ends the observation and unregisters it; closing the
     /// store ends every observation.
-    @Test func cancellingOrClosingEndsIt() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func cancellingOrClosingEndsIt(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let consumer = Task {
             var values = 0
             for try await _ in store.observe({ context in try context.repository(Gadget.self).count() }) { values += 1 }
@@ -77,15 +81,17 @@ import Testing
     }
 
     /// A query that throws ends the sequence with its error.
-    @Test func aQueryThatThrowsEndsTheSequenceWithItsError() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func aQueryThatThrowsEndsTheSequenceWithItsError(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         var iterator = store.observe { _ -> Int in throw RecordError.invalidQuery("test") }.makeAsyncIterator()
         await #expect(throws: RecordError.invalidQuery("test")) { _ = try await iterator.next() }
     }
 
     /// A main-actor @Observable model follows the store; its updates run on the main actor.
-    @Test @MainActor func aMainActorModelStaysCurrent() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) @MainActor func aMainActorModelStaysCurrent(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let list = GadgetList()
         let following = Task { @MainActor in try await list.follow(store, color: "red") }
         try await Self.insert(store, 1)

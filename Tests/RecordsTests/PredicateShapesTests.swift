@@ -1,5 +1,6 @@
 @testable import Strata
 import Foundation
+import TestBackends
 import Testing
 
 /// PredicateShapes.swift: the terms read by closures compiled once per expression type
@@ -92,21 +93,22 @@ import Testing
 
     /// Key path objects made anew on every call (generic code) are known by their value,
     /// and the id through the protocol requirement is still the id: a point lookup.
-    @Test func keyPathsMadeAtRunTimeAreKnownByValue() throws {
+    @Test(arguments: Backend.allCases) func keyPathsMadeAtRunTimeAreKnownByValue(backend: Backend) async throws {
         let shape = RecordTypeCache.shape(of: Tag.self)
         let (first, second) = (Self.idPath(Tag.self), Self.idPath(Tag.self))
         #expect(first !== second)
         #expect(shape.facts(first).isID && shape.facts(second).isID)
         #expect(shape.facts(\Tag.id).isID && !shape.facts(\Tag.label).isID)
         #expect(shape.facts(\Tag.label).field != nil && shape.facts(first).field == nil)
-        let store = try Store.inMemory()
-        defer { try? store.close() }
-        try store.write { try $0.repository(Tag.self).insert(Tag(id: 2, label: "a")) }
-        let repository = store.makeContext().repository(Tag.self)
-        for id in [1, 2, 3] {
-            let text = try Self.byID(repository, id)
-            #expect(text.hasPrefix("read: point lookup of Tag id \(id)"), "\(text)")
-            #expect(try Self.fetchByID(repository, id).map(\.id) == (id == 2 ? [2] : []))
+        try await backend.withStore { store throws in
+            defer { try? store.close() }
+            try store.write { try $0.repository(Tag.self).insert(Tag(id: 2, label: "a")) }
+            let repository = store.makeContext().repository(Tag.self)
+            for id in [1, 2, 3] {
+                let text = try Self.byID(repository, id)
+                #expect(text.hasPrefix("read: point lookup of Tag id \(id)"), "\(text)")
+                #expect(try Self.fetchByID(repository, id).map(\.id) == (id == 2 ? [2] : []))
+            }
         }
     }
 }

@@ -1,14 +1,21 @@
 import Strata
 import StrataTesting
 import Foundation
+import TestBackends
 import Testing
 
 @Suite struct QueryTests {
     static let books = makeBooks(300, seed: 11)
 
-    static func store() throws -> Store {
-        let store = try Store.inMemory()
-        try store.write { unit in for book in books { try unit.repository(Book.self).insert(book) } }
+    /// A store on `backend` holding `books`, inserted a hundred per unit of work (within
+    /// etcd's transaction limit).
+    static func store(_ backend: Backend) async throws -> Store {
+        let store = try await backend.makeStore()
+        for start in stride(from: 0, to: books.count, by: 100) {
+            try await store.write { unit in
+                for book in books[start..<min(start + 100, books.count)] { try unit.repository(Book.self).insert(book) }
+            }
+        }
         return store
     }
 
@@ -32,11 +39,12 @@ import Testing
         ]
     }()
 
-    @Test(arguments: 0..<12)
-    func fetchMatchesFilteringAnArray(index: Int) throws {
+    @Test(arguments: Backend.allCases, 0..<12)
+    func fetchMatchesFilteringAnArray(backend: Backend, index: Int) async throws {
         let (name, predicate) = Self.predicates[index]
         print("QueryTests: books of seed 11, page of seed \(index), predicate \(name)")
-        let store = try Self.store()
+        let store = try await Self.store(backend)
+        defer { try? store.close() }
         let repository = store.makeContext().repository(Book.self)
         let expected = try Self.books.filter { try predicate.evaluate($0) }.sorted { $0.id < $1.id }
         #expect(try repository.fetch(predicate) == expected, "\(name)")
@@ -51,8 +59,11 @@ import Testing
         #expect(try repository.first(predicate, sortBy: sort) == expected.sorted(using: sort).first, "\(name)")
     }
 
-    @Test func aNegativeOffsetOrLimitIsAClearError() throws {
-        let repository = try Self.store().makeContext().repository(Book.self)
+    @Test(arguments: Backend.allCases)
+    func aNegativeOffsetOrLimitIsAClearError(backend: Backend) async throws {
+        let store = try await Self.store(backend)
+        defer { try? store.close() }
+        let repository = store.makeContext().repository(Book.self)
         #expect(throws: RecordError.invalidQuery("offset -1 and limit none must not be negative")) {
             try repository.fetch(offset: -1)
         }
@@ -60,8 +71,11 @@ import Testing
         #expect(try repository.fetch(limit: 0).isEmpty)
     }
 
-    @Test func explainShowsTheKeyAccessAndTheResidualFilter() throws {
-        let repository = try Self.store().makeContext().repository(Book.self)
+    @Test(arguments: Backend.allCases)
+    func explainShowsTheKeyAccessAndTheResidualFilter(backend: Backend) async throws {
+        let store = try await Self.store(backend)
+        defer { try? store.close() }
+        let repository = store.makeContext().repository(Book.self)
         #expect(try repository.explain(#Predicate<Book> { $0.id == 87 }).hasPrefix("read: point lookup of Book id 87;"))
         let range = try repository.explain(#Predicate<Book> { $0.id >= 0 && $0.id < 120 && $0.year != 1999 })
         #expect(range.hasPrefix("read: key range of Book ids where id >= 0 and id < 120;"), "\(range)")

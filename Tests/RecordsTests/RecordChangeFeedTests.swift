@@ -1,6 +1,7 @@
 import Strata
 import StrataTesting
 import Foundation
+import TestBackends
 import Testing
 
 struct Chore: Record, Equatable {
@@ -32,8 +33,9 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
 /// `store.changes(of:since:)` (T1, T2): record-level changes, told apart by what the store
 /// held before each commit, in commit order, from the log's history or live.
 @Suite struct RecordChangeFeedTests {
-    @Test func insertsUpdatesAndDeletesAreToldApart() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func insertsUpdatesAndDeletesAreToldApart(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let start = store.version
         let feed = try store.changes(of: Chore.self)
         try await store.write { unit in
@@ -62,8 +64,9 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
 
     /// Only the entity asked for: other entities, index entries and raw keys are left out,
     /// and commits that did not touch the entity yield nothing.
-    @Test func otherEntitiesAndKeysAreLeftOut() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func otherEntitiesAndKeysAreLeftOut(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let start = store.version
         try await store.write { unit in
             try unit.put(Array("raw".utf8), [1])
@@ -81,8 +84,9 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
 
     /// A record inserted and deleted in one unit of work never existed for the store: its
     /// key is left out of the batch, so it is neither logged nor reported (T2).
-    @Test func aRecordInsertedAndDeletedInOneUnitIsNotReported() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func aRecordInsertedAndDeletedInOneUnitIsNotReported(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let start = store.version
         let feed = try store.changes(of: Chore.self)
         try await store.write { unit in
@@ -106,8 +110,9 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
     /// What a child merged into its parent and the parent changed again is one change, of
     /// the kind the store saw: an insert stays an insert, an update of a record the store
     /// held stays an update.
-    @Test func nestedChangesReachTheFeedAsOneChangePerRecord() async throws {
-        let store = try Store.inMemory()
+    @Test(arguments: Backend.allCases) func nestedChangesReachTheFeedAsOneChangePerRecord(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         try await store.write { try $0.repository(Chore.self).insert(Chore(id: 1, title: "old")) }
         let start = store.version
         let feed = try store.changes(of: Chore.self)
@@ -149,14 +154,15 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
 
     /// Two units that both saw a record absent cannot both report inserting it: the
     /// second's commit conflicts (first committer wins), so "inserted" stays true.
-    @Test func aRacingInsertConflictsInsteadOfReportingTwoInserts() throws {
-        let store = try Store.inMemory()
-        let first = store.makeContext()
-        let second = store.makeContext()
-        try first.repository(Chore.self).upsert(Chore(id: 1, title: "first"))
-        try second.repository(Chore.self).upsert(Chore(id: 1, title: "second"))
-        try first.commit()
-        #expect(throws: ContextError.self) { try second.commit() }
+    @Test(arguments: Backend.allCases) func aRacingInsertConflictsInsteadOfReportingTwoInserts(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            let first = store.makeContext()
+            let second = store.makeContext()
+            try first.repository(Chore.self).upsert(Chore(id: 1, title: "first"))
+            try second.repository(Chore.self).upsert(Chore(id: 1, title: "second"))
+            try first.commit()
+            #expect(throws: ContextError.self) { try second.commit() }
+        }
     }
 }
 
@@ -166,11 +172,12 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
 /// then present; updated: present both times; deleted: present then absent), and every
 /// record whose value a commit changed is reported in it.
 @Suite struct RecordChangeFeedModelTests {
-    @Test(arguments: [UInt64(1), 2, 3])
-    func everyReportedKindMatchesTheStatesAroundItsVersion(seed: UInt64) async throws {
+    @Test(arguments: Backend.allCases, [UInt64(1), 2, 3])
+    func everyReportedKindMatchesTheStatesAroundItsVersion(backend: Backend, seed: UInt64) async throws {
         print("RecordChangeFeedModelTests seed \(seed)")
         var random = SplitMix64(seed: seed)
-        let store = try Store.inMemory()
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
         let start = store.version
         func chores() throws -> [Int: Chore] {
             Dictionary(uniqueKeysWithValues: try store.read { try $0.repository(Chore.self).all() }.map { ($0.id, $0) })

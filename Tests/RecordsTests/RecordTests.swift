@@ -1,6 +1,7 @@
 import Strata
 import StrataTesting
 import Foundation
+import TestBackends
 import Testing
 
 struct Book: Record, Equatable {
@@ -53,61 +54,63 @@ func makeBooks(_ count: Int, seed: UInt64) -> [Book] {
 }
 
 @Suite struct RecordTests {
-    @Test func crudThroughAUnitOfWork() throws {
-        let store = try Store.inMemory()
-        let books = makeBooks(5, seed: 1)
-        try store.write { unit in
-            let repository = unit.repository(Book.self)
-            for book in books { try repository.insert(book) }
-        }
-        let reader = store.makeContext().repository(Book.self)
-        #expect(try reader.get(books[2].id) == books[2])
-        #expect(try reader.all() == books.sorted { $0.id < $1.id })
-        // The body's own error reaches the caller as itself.
-        #expect(throws: RecordError.duplicate(entity: "Book", id: "\(books[0].id)")) {
-            try store.write { try $0.repository(Book.self).insert(books[0]) }
-        }
-        var changed = books[1]
-        changed.title = "changed"
-        try store.write { unit in
-            try unit.repository(Book.self).update(changed)
-            try unit.repository(Book.self).delete(books[3].id)
-        }
-        let after = store.makeContext().repository(Book.self)
-        #expect(try after.get(changed.id)?.title == "changed")
-        #expect(try after.get(books[3].id) == nil)
-        #expect(try after.count() == 4)
-        #expect(throws: RecordError.notFound(entity: "Book", id: "999")) {
+    @Test(arguments: Backend.allCases) func crudThroughAUnitOfWork(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            let books = makeBooks(5, seed: 1)
             try store.write { unit in
-                var missing = books[0]
-                missing.id = 999
-                try unit.repository(Book.self).update(missing)
+                let repository = unit.repository(Book.self)
+                for book in books { try repository.insert(book) }
             }
-        }
-        #expect(throws: RecordError.notFound(entity: "Book", id: "999")) {
-            try store.write { try $0.repository(Book.self).delete(999) }
+            let reader = store.makeContext().repository(Book.self)
+            #expect(try reader.get(books[2].id) == books[2])
+            #expect(try reader.all() == books.sorted { $0.id < $1.id })
+            // The body's own error reaches the caller as itself.
+            #expect(throws: RecordError.duplicate(entity: "Book", id: "\(books[0].id)")) {
+                try store.write { try $0.repository(Book.self).insert(books[0]) }
+            }
+            var changed = books[1]
+            changed.title = "changed"
+            try store.write { unit in
+                try unit.repository(Book.self).update(changed)
+                try unit.repository(Book.self).delete(books[3].id)
+            }
+            let after = store.makeContext().repository(Book.self)
+            #expect(try after.get(changed.id)?.title == "changed")
+            #expect(try after.get(books[3].id) == nil)
+            #expect(try after.count() == 4)
+            #expect(throws: RecordError.notFound(entity: "Book", id: "999")) {
+                try store.write { unit in
+                    var missing = books[0]
+                    missing.id = 999
+                    try unit.repository(Book.self).update(missing)
+                }
+            }
+            #expect(throws: RecordError.notFound(entity: "Book", id: "999")) {
+                try store.write { try $0.repository(Book.self).delete(999) }
+            }
         }
     }
 
-    @Test func repositoriesSeeOverlaysAndRollbacksLeaveNothing() throws {
-        let store = try Store.inMemory()
-        let books = makeBooks(4, seed: 2)
-        let root = store.makeContext()
-        try root.repository(Book.self).insert(books[0])
-        let form = try root.makeChild()
-        try form.repository(Book.self).insert(books[1])
-        #expect(try form.repository(Book.self).count() == 2)
-        #expect(try root.repository(Book.self).count() == 1)
-        form.discard()
-        try root.commit()
-        #expect(try store.makeContext().repository(Book.self).all() == [books[0]])
-        #expect(throws: CancellationError.self) {
-            try store.write { unit in
-                try unit.repository(Book.self).insert(books[2])
-                throw CancellationError()
+    @Test(arguments: Backend.allCases) func repositoriesSeeOverlaysAndRollbacksLeaveNothing(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            let books = makeBooks(4, seed: 2)
+            let root = store.makeContext()
+            try root.repository(Book.self).insert(books[0])
+            let form = try root.makeChild()
+            try form.repository(Book.self).insert(books[1])
+            #expect(try form.repository(Book.self).count() == 2)
+            #expect(try root.repository(Book.self).count() == 1)
+            form.discard()
+            try root.commit()
+            #expect(try store.makeContext().repository(Book.self).all() == [books[0]])
+            #expect(throws: CancellationError.self) {
+                try store.write { unit in
+                    try unit.repository(Book.self).insert(books[2])
+                    throw CancellationError()
+                }
             }
+            #expect(try store.makeContext().repository(Book.self).count() == 1)
         }
-        #expect(try store.makeContext().repository(Book.self).count() == 1)
     }
 
     @Test func everyCodableShapeRoundTrips() throws {
@@ -125,49 +128,52 @@ func makeBooks(_ count: Int, seed: UInt64) -> [Book] {
         #expect(try RecordEncoder().encode(RecordDecoder().decode(Book.self, from: book)) == book)
     }
 
-    @Test func idsSortByValueIncludingNegativeOnes() throws {
-        let store = try Store.inMemory()
-        var shuffler = SplitMix64(seed: 4)
-        let books = makeBooks(20, seed: 3).shuffled(using: &shuffler)
-        try store.write { unit in for book in books { try unit.repository(Book.self).insert(book) } }
-        #expect(try store.makeContext().repository(Book.self).all().map(\.id) == books.map(\.id).sorted())
-        #expect(Int(keyBytes: (-7).keyBytes) == -7 && UUID(keyBytes: UUID().keyBytes) != nil)
+    @Test(arguments: Backend.allCases) func idsSortByValueIncludingNegativeOnes(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            var shuffler = SplitMix64(seed: 4)
+            let books = makeBooks(20, seed: 3).shuffled(using: &shuffler)
+            try store.write { unit in for book in books { try unit.repository(Book.self).insert(book) } }
+            #expect(try store.makeContext().repository(Book.self).all().map(\.id) == books.map(\.id).sorted())
+            #expect(Int(keyBytes: (-7).keyBytes) == -7 && UUID(keyBytes: UUID().keyBytes) != nil)
+        }
     }
 
-    @Test func anOlderShapeStillReadsAndMigrationRewritesIt() throws {
-        let store = try Store.inMemory()
-        try store.write { unit in
-            try unit.repository(BookV1.self).insert(BookV1(id: 1, title: "Old", author: "A", year: 1990, price: 1, tags: []))
+    @Test(arguments: Backend.allCases) func anOlderShapeStillReadsAndMigrationRewritesIt(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            try store.write { unit in
+                try unit.repository(BookV1.self).insert(BookV1(id: 1, title: "Old", author: "A", year: 1990, price: 1, tags: []))
+            }
+            // `Book` gained an optional field: old records read with it nil.
+            let read = try store.makeContext().repository(Book.self).get(1)
+            #expect(read?.title == "Old" && read?.subtitle == nil)
+            // A rename: records move to a new entity inside one unit of work.
+            struct Volume: Record {
+                var id: Int
+                var name: String
+            }
+            let moved = try store.write { unit in
+                try unit.repository(Volume.self).migrate(from: BookV1.self) { Volume(id: $0.id, name: $0.title) }
+            }
+            #expect(moved == 1)
+            #expect(try store.makeContext().repository(Volume.self).get(1)?.name == "Old")
+            #expect(try store.makeContext().repository(Book.self).count() == 0)
         }
-        // `Book` gained an optional field: old records read with it nil.
-        let read = try store.makeContext().repository(Book.self).get(1)
-        #expect(read?.title == "Old" && read?.subtitle == nil)
-        // A rename: records move to a new entity inside one unit of work.
-        struct Volume: Record {
-            var id: Int
-            var name: String
-        }
-        let moved = try store.write { unit in
-            try unit.repository(Volume.self).migrate(from: BookV1.self) { Volume(id: $0.id, name: $0.title) }
-        }
-        #expect(moved == 1)
-        #expect(try store.makeContext().repository(Volume.self).get(1)?.name == "Old")
-        #expect(try store.makeContext().repository(Book.self).count() == 0)
     }
 
-    @Test func aRecordOfTheWrongShapeIsAClearError() throws {
-        let store = try Store.inMemory()
-        struct Other: Record {
-            static var entityName: String { "Book" }
-            var id: Int
-            var title: Int
-        }
-        try store.write { try $0.repository(Other.self).insert(Other(id: 1, title: 5)) }
-        #expect {
-            _ = try store.makeContext().repository(Book.self).get(1)
-        } throws: { error in
-            guard case let RecordError.decoding(entity, _, reason) = error else { return false }
-            return entity == "Book" && reason.contains("title")
+    @Test(arguments: Backend.allCases) func aRecordOfTheWrongShapeIsAClearError(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            struct Other: Record {
+                static var entityName: String { "Book" }
+                var id: Int
+                var title: Int
+            }
+            try store.write { try $0.repository(Other.self).insert(Other(id: 1, title: 5)) }
+            #expect {
+                _ = try store.makeContext().repository(Book.self).get(1)
+            } throws: { error in
+                guard case let RecordError.decoding(entity, _, reason) = error else { return false }
+                return entity == "Book" && reason.contains("title")
+            }
         }
     }
 
@@ -200,15 +206,16 @@ func makeBooks(_ count: Int, seed: UInt64) -> [Book] {
     }
 
     /// The worked example of FORMAT.md, "Records", byte for byte.
-    @Test func formatExampleMatches() throws {
+    @Test(arguments: Backend.allCases) func formatExampleMatches(backend: Backend) async throws {
         let bytes = try RecordEncoder().encode(Note(id: -2, text: "hi", pinned: true))
         #expect(bytes == [0x01, 0x09, 0x03, 0x02, 0x69, 0x64, 0x03, 0x03, 0x04, 0x74, 0x65, 0x78, 0x74, 0x06, 0x02, 0x68, 0x69,
                           0x06, 0x70, 0x69, 0x6E, 0x6E, 0x65, 0x64, 0x02])
-        let store = try Store.inMemory()
-        try store.write { try $0.repository(Note.self).insert(Note(id: -2, text: "hi", pinned: true)) }
-        let stored = try store.makeContext().scan(prefix: [0xFE])
-        #expect(stored.map(\.key) == [[0xFE, 0x72, 0x04, 0x4E, 0x6F, 0x74, 0x65, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFE]])
-        #expect(stored.map(\.value) == [bytes])
+        try await backend.withStore { store throws in
+            try store.write { try $0.repository(Note.self).insert(Note(id: -2, text: "hi", pinned: true)) }
+            let stored = try store.makeContext().scan(prefix: [0xFE])
+            #expect(stored.map(\.key) == [[0xFE, 0x72, 0x04, 0x4E, 0x6F, 0x74, 0x65, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFE]])
+            #expect(stored.map(\.value) == [bytes])
+        }
     }
 }
 

@@ -1,47 +1,40 @@
-// A real etcd for the tests: `etcd` from the system (Debian: etcd-server, installed by
-// scripts/bootstrap), on 127.0.0.1 with free ports and a temporary data directory. A shell
-// wrapper stops it when the test process goes away, even when it crashes; `stop()` stops
-// it at once. Most tests share one server (`shared`) and keep apart by key prefix.
+// A throwaway etcd for tests and benchmarks of code that runs on StrataEtcd: `etcd` from the
+// system (Debian: etcd-server, installed by scripts/bootstrap), one member on 127.0.0.1 with
+// free ports and a data directory of its own. A shell wrapper stops it and removes its
+// directory when the process that started it goes away, even when that process crashes;
+// `stop()` kills it at once.
 import Foundation
-import Strata
-import StrataEtcd
-import Testing
 
-final class EtcdServer: Sendable {
-    let endpoint: String
-    let directory: String
-    let pid: Int32
+/// One etcd member started for a test or a benchmark run.
+///
+///     let etcd = try EtcdProcess()
+///     let store = try await Store.open(etcd: [etcd.endpoint], prefix: "test/")
+public final class EtcdProcess: Sendable {
+    /// The client URL, `http://127.0.0.1:<port>`.
+    public let endpoint: String
+    /// The member's directory (its data directory and log, `etcd.log`, are inside).
+    public let directory: String
+    public let pid: Int32
 
-    /// Limits the tests' server runs with, told to the stores the same way.
-    static let maxTxnOps = 1024
-
-    static var options: EtcdOptions {
-        var options = EtcdOptions()
-        options.maxTxnOps = maxTxnOps
-        return options
-    }
-
-    /// The server most tests share, started on first use.
-    static let shared: Result<EtcdServer, any Error> = Result { try EtcdServer() }
-
-    /// A store over the shared server, under a prefix of its own.
-    static func makeStore(prefix: String = "test-\(UUID().uuidString)/") async throws -> Store {
-        try await Store.open(etcd: [shared.get().endpoint], prefix: prefix, options: options)
-    }
-
-    init() throws {
+    /// Starts etcd and returns once it accepts connections.
+    /// - Parameters:
+    ///   - maxTxnOps: the server's `--max-txn-ops` (etcd's default is 128); tell the stores
+    ///     the same through `EtcdOptions.maxTxnOps`.
+    ///   - parentDirectory: where the member's directory is made; the disk under it is the
+    ///     disk etcd's log is synced on.
+    public init(maxTxnOps: Int = 128, parentDirectory: String = NSTemporaryDirectory()) throws {
         guard let etcd = ["/usr/bin/etcd", "/usr/local/bin/etcd"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
-            throw ServerError("etcd is not installed: run scripts/bootstrap (Debian's etcd-server)")
+            throw StartError("etcd is not installed: run scripts/bootstrap (Debian's etcd-server)")
         }
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("strata-etcd-\(UUID().uuidString)").path
+        directory = (parentDirectory as NSString).appendingPathComponent("strata-etcd-\(UUID().uuidString)")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let client = try Self.freePort(), peer = try Self.freePort()
         endpoint = "http://127.0.0.1:\(client)"
         let arguments = [
-            etcd, "--name", "strata-test", "--data-dir", directory + "/data",
+            etcd, "--name", "strata", "--data-dir", directory + "/data",
             "--listen-client-urls", endpoint, "--advertise-client-urls", endpoint,
             "--listen-peer-urls", "http://127.0.0.1:\(peer)", "--initial-advertise-peer-urls", "http://127.0.0.1:\(peer)",
-            "--initial-cluster", "strata-test=http://127.0.0.1:\(peer)", "--max-txn-ops", "\(Self.maxTxnOps)",
+            "--initial-cluster", "strata=http://127.0.0.1:\(peer)", "--max-txn-ops", "\(maxTxnOps)",
         ].map { "'\($0)'" }.joined(separator: " ")
         // The wrapper records etcd's pid, then stops it once its parent (this process) is gone.
         let script = """
@@ -52,7 +45,7 @@ final class EtcdServer: Sendable {
         let wrapper = Process()
         wrapper.executableURL = URL(fileURLWithPath: "/bin/sh")
         wrapper.arguments = ["-c", script]
-        // Not the test process's own output: `swift test` waits for every holder of its pipe.
+        // Not this process's own output: `swift test` waits for every holder of its pipe.
         wrapper.standardInput = FileHandle.nullDevice
         wrapper.standardOutput = FileHandle.nullDevice
         wrapper.standardError = FileHandle.nullDevice
@@ -69,53 +62,56 @@ final class EtcdServer: Sendable {
         }
         guard pid != 0, Self.accepts(port: client) else {
             let log = (try? String(contentsOfFile: directory + "/etcd.log", encoding: .utf8)) ?? ""
-            throw ServerError("etcd did not start within 20 s: \(log.suffix(2_000))")
+            if pid != 0 { kill(pid, SIGKILL) }
+            throw StartError("etcd did not start within 20 s: \(log.suffix(2_000))")
         }
         self.pid = pid
     }
 
     /// Stops the server (the wrapper then removes its directory).
-    func stop() {
+    public func stop() {
         kill(pid, SIGKILL)
     }
 
     /// Freezes or thaws the server's process, as a hung machine would.
-    func pause() { kill(pid, SIGSTOP) }
-    func resume() { kill(pid, SIGCONT) }
+    public func pause() { kill(pid, SIGSTOP) }
+    public func resume() { kill(pid, SIGCONT) }
 
-    struct ServerError: Error, CustomStringConvertible {
-        let description: String
+    public struct StartError: Error, CustomStringConvertible {
+        public let description: String
         init(_ description: String) { self.description = description }
     }
 
     private static func freePort() throws -> UInt16 {
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
+        var address = loopback(port: 0)
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
                 bind(socket, address, length) == 0 && getsockname(socket, address, &length) == 0
             }
         }
-        guard bound else { throw ServerError("no free port: errno \(errno)") }
+        guard bound else { throw StartError("no free port: errno \(errno)") }
         return UInt16(bigEndian: address.sin_port)
     }
 
     private static func accepts(port: UInt16) -> Bool {
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = port.bigEndian
+        var address = loopback(port: port)
         return withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
             }
         }
+    }
+
+    private static func loopback(port: UInt16) -> sockaddr_in {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = port.bigEndian
+        return address
     }
 }
