@@ -25,6 +25,8 @@ let package = Package(
             dependencies: [
                 "CSQLite", "CLMDB", "CLevelDB", "CRocksDB",
                 .product(name: "Strata", package: "Strata"),
+                // The `etcd` engine: a store over etcd, on an etcd this run starts (EtcdProcess).
+                .product(name: "StrataEtcd", package: "Strata"),
                 // The seeded generator (SplitMix64) the workloads draw keys and values from.
                 .product(name: "StrataTesting", package: "Strata"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -8,7 +8,7 @@ struct BarChart {
     let workloads: [String]
 
     static let colors = ["strata": "#1f77b4", "strata-relaxed": "#6baed6", "sqlite": "#ff7f0e", "lmdb": "#2ca02c",
-                         "fdatasync": "#7f7f7f"]
+                         "leveldb": "#d62728", "rocksdb": "#9467bd", "fdatasync": "#7f7f7f", "etcd": "#8c564b"]
 
     var svg: String {
         let barWidth = 26
@@ -22,7 +22,7 @@ struct BarChart {
         let height = top + plotHeight + 90
         var parts: [String] = [##"<svg xmlns="http://www.w3.org/2000/svg" width="\##(width)" height="\##(height)" font-family="sans-serif" font-size="11">"##,
                      ##"<rect width="100%" height="100%" fill="white"/>"##,
-                     ##"<text x="\##(left)" y="22" font-size="15" font-weight="bold">Strata, SQLite and LMDB: operations per second</text>"##,
+                     ##"<text x="\##(left)" y="22" font-size="15" font-weight="bold">Strata and its peers: operations per second</text>"##,
                      ##"<text x="\##(left)" y="40" fill="#555">Each workload's bars are scaled to its fastest engine; labels: ops/s and the ratio to strata.</text>"##]
         for (index, engine) in engines.enumerated() {
             let x = left + index * 120
