@@ -157,7 +157,11 @@ final class Memtable: @unchecked Sendable {
                 } else {
                     // Every key goes after the last one held (sequential writes): each
                     // continues from the previous one's place, O(1) per key, no search.
+                    // The filter words and index slots are the random accesses left, loaded
+                    // a few keys ahead.
+                    for key in keys.prefix(Self.prefetchDistance) { prefetch(key) }
                     for (position, index) in winners.enumerated() {
+                        if position + Self.prefetchDistance < keys.count { prefetch(keys[position + Self.prefetchDistance]) }
                         operations[index].value.withUnsafeBytesIfPresent { value in
                             insert(keys[position], version: version, value: value, continuingRun: position > 0)
                         }
