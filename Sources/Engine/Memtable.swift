@@ -279,8 +279,10 @@ final class Memtable: @unchecked Sendable {
 
     // MARK: Insertion (writer only)
 
-    /// Keys searched at once by `insert(sorted:values:version:)`.
-    private static let searchLanes = 8
+    /// Keys searched at once by `insert(sorted:values:version:)`. Measured at 1M keys
+    /// (Benchmarks/RESULTS.md): 16 beat 8 by 8–16 % on fillrandom and 15–33 % on
+    /// deleterandom; 32 was no better than 16 and slower on deleterandom.
+    private static let searchLanes = 16
     /// Keys per round of searching and linking (bounds the predecessor table).
     private static let roundKeys = 256
 
@@ -336,37 +338,46 @@ final class Memtable: @unchecked Sendable {
             var level = 0
             var candidate: MemtableNode?
         }
-        var lanes = [Lane](repeating: Lane(node: head), count: Self.searchLanes)
-        var nextKey = keys.startIndex
-        var running = 0
-        func begin(_ lane: inout Lane) {
-            guard nextKey < keys.endIndex else {
-                lane.key = -1
-                return
-            }
-            lane = Lane(key: nextKey, node: head, level: top, candidate: head.next(top))
-            nextKey += 1
-            running += 1
-            if let candidate = lane.candidate { cplatform_prefetch(candidate.base) }
-        }
-        for index in lanes.indices { begin(&lanes[index]) }
-        while running > 0 {
-            for index in lanes.indices where lanes[index].key >= 0 {
-                let key = keys[lanes[index].key]
-                if let candidate = lanes[index].candidate, candidate.compare(with: key) < 0 {
-                    lanes[index].node = candidate
-                } else {
-                    predecessors[(lanes[index].key - keys.startIndex) * Self.maxHeight + lanes[index].level] = lanes[index].node
-                    if lanes[index].level == 0 {
-                        running -= 1
-                        begin(&lanes[index])
-                        continue
+        keys.withUnsafeBufferPointer { keys in
+            // The lanes in a stack buffer: the loop touches them every step, and an array's
+            // bounds and uniqueness checks on each were a visible share of the search.
+            withUnsafeTemporaryAllocation(of: Lane.self, capacity: Self.searchLanes) { lanes in
+                var nextKey = 0
+                var running = 0
+                func begin(_ lane: UnsafeMutablePointer<Lane>) {
+                    guard nextKey < keys.count else {
+                        lane.initialize(to: Lane(key: -1, node: head))
+                        return
                     }
-                    lanes[index].level -= 1
+                    let candidate = head.next(top)
+                    lane.initialize(to: Lane(key: nextKey, node: head, level: top, candidate: candidate))
+                    nextKey += 1
+                    running += 1
+                    if let candidate { cplatform_prefetch(candidate.base) }
                 }
-                let next = lanes[index].node.next(lanes[index].level)
-                lanes[index].candidate = next
-                if let next { cplatform_prefetch(next.base) }
+                let base = lanes.baseAddress!
+                for index in 0..<Self.searchLanes { begin(base + index) }
+                while running > 0 {
+                    for index in 0..<Self.searchLanes {
+                        let lane = base + index
+                        guard lane.pointee.key >= 0 else { continue }
+                        let key = keys[lane.pointee.key]
+                        if let candidate = lane.pointee.candidate, candidate.compare(with: key) < 0 {
+                            lane.pointee.node = candidate
+                        } else {
+                            predecessors[lane.pointee.key * Self.maxHeight + lane.pointee.level] = lane.pointee.node
+                            if lane.pointee.level == 0 {
+                                running -= 1
+                                begin(lane)
+                                continue
+                            }
+                            lane.pointee.level -= 1
+                        }
+                        let next = lane.pointee.node.next(lane.pointee.level)
+                        lane.pointee.candidate = next
+                        if let next { cplatform_prefetch(next.base) }
+                    }
+                }
             }
         }
     }
