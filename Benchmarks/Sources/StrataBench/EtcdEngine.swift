@@ -19,7 +19,8 @@ final class EtcdBench: BenchEngine {
     /// store on it.
     init(directory: String, batch: Int) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        server = try EtcdProcess(maxTxnOps: max(batch, 128), parentDirectory: directory)
+        let server = try EtcdProcess(maxTxnOps: max(batch, 128), parentDirectory: directory)
+        self.server = server
         var options = EtcdOptions()
         options.maxTxnOps = max(batch, 128)
         let endpoint = server.endpoint
@@ -35,7 +36,10 @@ final class EtcdBench: BenchEngine {
             done.signal()
         }
         done.wait()
-        store = try opened.withLock { $0! }.get()
+        do { store = try opened.withLock { $0! }.get() } catch {
+            server.stop()
+            throw error
+        }
     }
 
     deinit {
