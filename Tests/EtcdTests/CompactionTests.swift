@@ -1,0 +1,79 @@
+// A store whose watch comes back after etcd compacted the revisions it missed: it cannot
+// resume, so it reloads its replica at etcd's current revision and watches from there.
+// The store reaches etcd through a relay the test cuts (StrataTesting's TCPRelay), so its
+// watch ends while another store writes and etcd compacts.
+import Foundation
+import Strata
+import StrataEtcd
+import StrataTesting
+import TestBackends
+import Testing
+
+extension EtcdStoreTests {
+    @Test func aStoreWhoseMissedRevisionsWereCompactedReloadsItsReplica() async throws {
+        // A server of its own: compacting the shared one would touch the other tests' stores.
+        let server = try EtcdServer.start()
+        defer { server.stop() }
+        let serverPort = try #require(UInt16(server.endpoint.split(separator: ":").last ?? ""))
+        let relay = try TCPRelay(to: serverPort)
+        defer { relay.close() }
+        let prefix = "compacted-\(UUID().uuidString)/"
+        let watcher = try await Store.open(etcd: ["http://127.0.0.1:\(relay.port)"], prefix: prefix, options: EtcdServer.options)
+        defer { try? watcher.close() }
+        let writer = try await Store.open(etcd: [server.endpoint], prefix: prefix, options: EtcdServer.options)
+        defer { try? writer.close() }
+        try await writer.write { unit in
+            try unit.put(bytes("kept"), bytes("1"))
+            try unit.put(bytes("changed"), bytes("1"))
+            try unit.put(bytes("deleted"), bytes("1"))
+        }
+        #expect(try await eventually { try watcher.read { try $0.get(bytes("deleted")) } == bytes("1") })
+
+        // The watcher's connections drop; meanwhile the prefix changes and etcd compacts.
+        relay.cut()
+        try await writer.write { unit in
+            try unit.put(bytes("changed"), bytes("2"))
+            try unit.delete(bytes("deleted"))
+            try unit.put(bytes("created"), bytes("1"))
+        }
+        try await writer.write { unit in try unit.put(bytes("changed"), bytes("3")) }
+        let revision = try etcdCall(port: serverPort, "/v3/kv/range", #"{"key":"AA=="}"#)
+        let current = try #require(((revision["header"] as? [String: Any])?["revision"] as? String).flatMap { Int64($0) })
+        _ = try etcdCall(port: serverPort, "/v3/kv/compaction", #"{"revision":"\#(current)","physical":true}"#)
+        #expect(try watcher.read { try $0.get(bytes("changed")) } == bytes("1"), "the watcher saw a change through a cut relay")
+
+        // Back in touch, the watch finds its revision compacted and the replica reloads.
+        relay.restore()
+        #expect(try await eventually { try watcher.read { try $0.get(bytes("changed")) } == bytes("3") })
+        let pairs = try watcher.read { try $0.scan() }
+        #expect(pairs.map { String(decoding: $0.key, as: UTF8.self) } == ["changed", "created", "kept"])
+        // And it follows etcd again from there.
+        try await writer.write { unit in try unit.put(bytes("after"), bytes("1")) }
+        #expect(try await eventually { try watcher.read { try $0.get(bytes("after")) } == bytes("1") })
+        try await watcher.write { unit in try unit.put(bytes("kept"), bytes("2")) }
+        #expect(try await eventually { try writer.read { try $0.get(bytes("kept")) } == bytes("2") })
+    }
+
+    /// One call to etcd's JSON gateway on 127.0.0.1, its answer's JSON object.
+    func etcdCall(port: UInt16, _ path: String, _ body: String) throws -> [String: Any] {
+        let socket = try TCPRelay.connect(port: port)
+        defer { Glibc.close(socket) }
+        let request = "POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            + "Content-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
+        var bytes = Array(request.utf8)
+        guard Glibc.send(socket, &bytes, bytes.count, Int32(MSG_NOSIGNAL)) == bytes.count else { throw NetworkError("send failed") }
+        var answer: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4_096)
+        while true {
+            let count = Glibc.recv(socket, &buffer, buffer.count, 0)
+            if count <= 0 { break }
+            answer += buffer[0..<count]
+        }
+        let text = String(decoding: answer, as: UTF8.self)
+        guard text.hasPrefix("HTTP/1.1 200"), let start = text.range(of: "\r\n\r\n")?.upperBound,
+              let object = try JSONSerialization.jsonObject(with: Data(text[start...].utf8)) as? [String: Any] else {
+            throw NetworkError("etcd answered \(path) with \(text.prefix(300))")
+        }
+        return object
+    }
+}
