@@ -11,7 +11,8 @@ public struct NetworkError: Error, CustomStringConvertible {
 
 /// Relays TCP connections from a port of its own on 127.0.0.1 to a port there: point a
 /// store at `http://127.0.0.1:<port>` to lose its network on `cut()` (every relayed
-/// connection ends, new ones are refused) and get it back on `restore()`.
+/// connection ends, new ones are refused) and get it back on `restore()`. `close()` stops
+/// it (its threads run until then).
 ///
 ///     let relay = try TCPRelay(to: etcdPort)
 ///     let store = try await Store.open(etcd: ["http://127.0.0.1:\(relay.port)"], prefix: "p/")
