@@ -18,11 +18,11 @@
 //      decreasing version order (a newer change of a key is linked before the older ones).
 //  K2. A node is linked only after all its bytes and its own links are written (release
 //      store; readers load links with acquire), and it never changes afterwards.
-//  K3. Versions are inserted in increasing order per key (the engine publishes in version
-//      order), so a reader at version V never misses a node at or below V.
-// Thread-safety: `insert`/`apply` only from one thread at a time (the engine calls them
-// with its commit lock held, or before the memtable is shared); every other member from
-// any thread.
+//  K3. Versions are inserted in increasing order per key (the engine links batches in
+//      version order: A1 of MemtableApplier.swift), so a reader at version V never misses
+//      a node at or below V.
+// Thread-safety: `insert`/`apply` only from one thread at a time (the engine's applier,
+// or recovery before the memtable is shared); every other member from any thread.
 import Atomics
 import CStrataPlatform
 import StrataWAL

@@ -53,16 +53,24 @@ extension StorageEngine {
 
     private func runCheckpoint(_ durable: inout CheckpointState, log: WriteAheadLog) throws {
         // Freeze: new commits go to a fresh memtable from here on.
-        let (frozenState, oldestPin) = commitLock.withLock { _ in
+        let (frozenState, oldestPin, frozenThrough) = commitLock.withLock { commits in
             stateLock.withLock { readers in
                 readers.current = readers.current.with(frozen: .some(readers.current.active), active: Memtable(budgetBytes: options.checkpointMemtableBytes))
-                return (readers.current, readers.oldestPinnedTreeGeneration)
+                return (readers.current, readers.oldestPinnedTreeGeneration, commits.lastEnqueuedVersion)
             }
+        }
+        // The frozen memtable also holds (or will, once linked) the batches in flight at the
+        // freeze: fold it only once they are durable and published, so that the tree never
+        // holds a change a new snapshot could not see.
+        let checkpointVersion = max(frozenThrough, frozenState.version)
+        if checkpointVersion > frozenState.version {
+            do { try log.waitUntilDone(LSN(checkpointVersion)) } catch let error as WALError { throw EngineError.log(error) }
+            publish(through: checkpointVersion)
         }
         logBytesAtCheckpoint.store(log.statistics.bytesWritten, ordering: .relaxed)
         // Frames after the frozen version go to a new segment, so that this checkpoint
         // can release the one holding the frozen batches.
-        log.rotate(after: LSN(frozenState.version))
+        log.rotate(after: LSN(checkpointVersion))
         let frozen = frozenState.frozen ?? Memtable()
         let generation = durable.meta.generation + 1
         // Pages freed by older checkpoints become reusable once no snapshot reads their trees.
@@ -73,13 +81,13 @@ extension StorageEngine {
             return true
         }
         var writer = TreeWriter(file: pageFile, generation: generation,
-                                purgeTombstonesThrough: frozenState.version == 0 ? 0 : oldestReadVersion(),
+                                purgeTombstonesThrough: checkpointVersion == 0 ? 0 : oldestReadVersion(),
                                 allocator: PageAllocator(reusable: reusable, pageCount: durable.meta.pageCount))
         // The newest change of each key, read in place (the frozen memtable lives until
         // this function returns).
         var changes: [MemtableNode] = []
         changes.reserveCapacity(frozen.count)
-        var iterator = frozen.entries(from: nil, reverse: false, at: frozenState.version)
+        var iterator = frozen.entries(from: nil, reverse: false, at: checkpointVersion)
         while let node = iterator.nextNode() { changes.append(node) }
         let tree = try withExtendedLifetime(frozen) { try writer.apply(changes, to: frozenState.tree) }
 
@@ -106,7 +114,7 @@ extension StorageEngine {
         try pageFile.syncData()
 
         let meta = MetaPage(pageBytes: pageFile.pageBytes, generation: generation, root: tree.root,
-                            freeListHead: listPages.first ?? .none, checkpointVersion: frozenState.version,
+                            freeListHead: listPages.first ?? .none, checkpointVersion: checkpointVersion,
                             pageCount: pageCount,
                             keyCount: UInt64(max(0, Int(durable.meta.keyCount) + writer.keyCountDelta)),
                             height: UInt64(tree.height))
@@ -123,8 +131,8 @@ extension StorageEngine {
         // Every segment the checkpoint covers goes, the active one too when no commit came
         // after the frozen version (a store killed now replays nothing it need not).
         do {
-            try log.releaseSegments(through: LSN(frozenState.version))
-            try log.shrink(through: LSN(frozenState.version), keepingSpares: true)
+            try log.releaseSegments(through: LSN(checkpointVersion))
+            try log.shrink(through: LSN(checkpointVersion), keepingSpares: true)
         } catch let error as WALError {
             throw EngineError.log(error)
         }

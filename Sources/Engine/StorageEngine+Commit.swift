@@ -81,7 +81,11 @@ extension StorageEngine {
                 commits.failure = "\(error)"
                 throw EngineError.log(error)
             }
-            commits.inFlight[submission.lsn.rawValue] = batch
+            let version = submission.lsn.rawValue
+            commits.inFlight[version] = batch
+            commits.lastEnqueuedVersion = version
+            // Linked while the frame is written and synced; unseen until published (E1).
+            applier.enqueue(batch, version: version, into: stateLock.withLock { $0.current.active })
             return submission
         }
     }
@@ -120,10 +124,11 @@ extension StorageEngine {
         return try state.tree.entry(key, file: pageFile)?.version ?? 0
     }
 
-    /// Publishes every in-flight batch up to `version` in order (all durable by now): links
-    /// their changes into the active memtable, where snapshots older than them skip them
-    /// by version, then makes the new version current.
+    /// Publishes every in-flight batch up to `version` in order (all durable by now): once
+    /// the applier has linked them into their memtable, where snapshots older than them
+    /// skip them by version, makes the new version current.
     func publish(through version: UInt64) {
+        applier.waitUntilApplied(version)
         commitLock.withLock { commits in
             guard commits.publishedVersion < version else { return }
             var batches: [(version: UInt64, batch: WALBatch)] = []
@@ -134,9 +139,6 @@ extension StorageEngine {
             }
             commits.publishedVersion = next - 1
             let published = commits.publishedVersion
-            // The commit lock keeps a checkpoint from swapping the active memtable meanwhile.
-            let active = stateLock.withLock { $0.current.active }
-            for (batchVersion, batch) in batches { active.apply(batch, version: batchVersion) }
             stateLock.withLock { readers in
                 readers.current = readers.current.with(version: published)
             }

@@ -47,6 +47,8 @@ public final class StorageEngine: Sendable {
     let checkpointRunning = Atomic(false)
     /// Log bytes written when the last checkpoint started.
     let logBytesAtCheckpoint = Atomic(0)
+    /// Links each committed batch into its memtable while its frame is being synced.
+    let applier: MemtableApplier
     /// Told about every published batch (see `observeCommits`). Boxed: a closure kept
     /// directly in the generic `Locked` and read through its `inout` access gained two
     /// reabstraction thunks per read, so each commit called the observer through a longer
@@ -62,11 +64,13 @@ public final class StorageEngine: Sendable {
         self.logAccess = logAccess
         self.locks = locks
         self.stateLock = Locked(ReaderState(current: state))
-        self.commitLock = Locked(CommitState(publishedVersion: state.version))
+        self.commitLock = Locked(CommitState(publishedVersion: state.version, lastEnqueuedVersion: state.version))
         self.checkpointLock = Locked(checkpoint)
+        self.applier = MemtableApplier(appliedVersion: state.version)
     }
 
     deinit {
+        applier.stop()
         if case let .writer(log, waiter) = logAccess {
             waiter.stop()
             try? log.close()
@@ -201,6 +205,8 @@ public final class StorageEngine: Sendable {
         guard case let .writer(log, waiter) = logAccess else { return }
         waiter.stop()
         defer { try? log.close() }
+        // After the checkpoint, which waits for the batches it folds to be linked.
+        defer { applier.stop() }
         if checkpoint && commitLock.withLock({ $0.failure == nil }) {
             let checkpointed = { self.checkpointLock.withLock { $0.meta.checkpointVersion } }
             if version > checkpointed() {
@@ -259,6 +265,8 @@ struct CommitState {
     var publishedVersion: UInt64
     /// Batches whose frame is in the log but not yet published, by version.
     var inFlight: [UInt64: WALBatch] = [:]
+    /// The newest version given to a commit (at least `publishedVersion`).
+    var lastEnqueuedVersion: UInt64
     var failure: String?
     var closed = false
 }

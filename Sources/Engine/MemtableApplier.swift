@@ -1,0 +1,106 @@
+// Links committed batches into their memtable on a thread of its own, in version order,
+// while the committing thread writes and syncs their log frame: the memtable's work
+// overlaps the fdatasync instead of following it. Measured on fillseq at 1M keys before
+// this existed, linking was 40 % of the committing thread's CPU, all of it spent after the
+// frame was durable and before the commit returned.
+//
+// A batch is linked before it is durable. Its nodes carry its version, and no reader looks
+// at a version above the published one (E1), so nothing is seen early; a batch whose frame
+// then fails stays linked but unpublished, in a store that accepts no more writes (E3). A
+// checkpoint folds a frozen memtable only after every batch linked into it is published
+// (StorageEngine+Checkpoint.swift).
+//
+// Invariants:
+//  A1. Batches are linked in the order `enqueue` was called (the engine calls it under its
+//      commit lock, so in version order: K3 of Memtable.swift), one at a time: the applier
+//      is each memtable's single writer.
+//  A2. `appliedVersion` only grows, and every batch enqueued at or below it is linked
+//      (its nodes' writes happen before a reader that saw `appliedVersion` loads them).
+// Thread-safety: every member from any thread; the queue is guarded by `monitor`.
+import Atomics
+import Foundation
+import StrataLocks
+import StrataWAL
+
+final class MemtableApplier: @unchecked Sendable {
+    private struct Pending {
+        var version: UInt64
+        var batch: WALBatch
+        var memtable: Memtable
+    }
+
+    private let monitor = ConditionLock()
+    private let applied: ManagedAtomic<UInt64>
+    // Guarded by `monitor`.
+    private var queue: [Pending] = []
+    private var running = false
+    private var stopped = false
+
+    /// An applier whose batches start after `version`.
+    init(appliedVersion version: UInt64) {
+        applied = ManagedAtomic(version)
+    }
+
+    /// The newest version linked, with everything below it (A2).
+    var appliedVersion: UInt64 { applied.load(ordering: .acquiring) }
+
+    /// Queues `batch` to be linked into `memtable` at `version`, above every version
+    /// enqueued before (A1). After `stop()`, links it on the calling thread.
+    func enqueue(_ batch: WALBatch, version: UInt64, into memtable: Memtable) {
+        monitor.lock()
+        guard !stopped else {
+            monitor.unlock()
+            memtable.apply(batch, version: version)
+            applied.store(version, ordering: .releasing)
+            return
+        }
+        queue.append(Pending(version: version, batch: batch, memtable: memtable))
+        if !running {
+            running = true
+            Thread.detachNewThread { [self] in run() }
+        }
+        monitor.broadcast()
+        monitor.unlock()
+    }
+
+    /// Returns once every batch at or below `version` is linked.
+    func waitUntilApplied(_ version: UInt64) {
+        guard appliedVersion < version else { return }
+        monitor.lock()
+        while appliedVersion < version { monitor.wait() }
+        monitor.unlock()
+    }
+
+    /// Links what is queued, then lets the thread exit; later batches are linked by
+    /// their committing thread. Returns once the thread is done.
+    func stop() {
+        monitor.lock()
+        stopped = true
+        monitor.broadcast()
+        while running { monitor.wait() }
+        monitor.unlock()
+    }
+
+    private func run() {
+        monitor.lock()
+        while true {
+            while queue.isEmpty && !stopped { monitor.wait() }
+            guard !queue.isEmpty else { break }
+            let work = queue
+            queue.removeAll(keepingCapacity: true)
+            monitor.unlock()
+            for pending in work {
+                pending.memtable.apply(pending.batch, version: pending.version)
+                applied.store(pending.version, ordering: .releasing)
+                // Its committer may be waiting already (a frame synced faster than linked).
+                monitor.lock()
+                monitor.broadcast()
+                monitor.unlock()
+            }
+            monitor.lock()
+        }
+        running = false
+        monitor.broadcast()
+        monitor.unlock()
+    }
+}
