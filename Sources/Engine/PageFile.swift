@@ -234,20 +234,30 @@ final class PageFile: Sendable {
     }
 
     func write(_ page: [UInt8], at id: PageID) throws {
-        precondition(page.count == pageBytes && id >= .firstDataPage, "writing a malformed page")
-        cache.remove(id)
-        let index = Int(truncatingIfNeeded: id.rawValue)
+        precondition(page.count == pageBytes, "writing a malformed page")
+        try page.withUnsafeBytes { try write(pages: $0, from: id) }
+    }
+
+    /// Writes whole pages at consecutive IDs from `first` with one write.
+    func write(pages: UnsafeRawBufferPointer, from first: PageID) throws {
+        precondition(pages.count > 0 && pages.count % pageBytes == 0 && first >= .firstDataPage, "writing malformed pages")
+        let count = pages.count / pageBytes
+        let start = Int(truncatingIfNeeded: first.rawValue)
         let address = currentRegion.load(ordering: .acquiring)
-        if address != 0 {
-            // Reverified at its next read (the page is free, so no reader is on it: P1).
-            let region = UnsafePointer<Region>(bitPattern: address)!.pointee
-            if index < region.pages { UnsafeAtomic<UInt8>(at: region.verified + index).store(0, ordering: .relaxed) }
+        for index in start..<start + count {
+            cache.remove(PageID(UInt64(index)))
+            if address != 0 {
+                // Reverified at its next read (the page is free, so no reader is on it: P1).
+                let region = UnsafePointer<Region>(bitPattern: address)!.pointee
+                if index < region.pages { UnsafeAtomic<UInt8>(at: region.verified + index).store(0, ordering: .relaxed) }
+            }
         }
-        do { try file.write(page, at: id.offset(pageBytes: pageBytes)) } catch let error as FileIOError { throw EngineError.io(error) }
-        noteWritten(page.count)
-        if index >= filePages.load(ordering: .relaxed) {
-            if address != 0, index >= UnsafePointer<Region>(bitPattern: address)!.pointee.pages { mapCovering(index + 1) }
-            filePages.store(index + 1, ordering: .releasing)
+        do { try file.write(pages, at: first.offset(pageBytes: pageBytes)) } catch let error as FileIOError { throw EngineError.io(error) }
+        noteWritten(pages.count)
+        let end = start + count
+        if end > filePages.load(ordering: .relaxed) {
+            if address != 0, end > UnsafePointer<Region>(bitPattern: address)!.pointee.pages { mapCovering(end) }
+            filePages.store(end, ordering: .releasing)
         }
     }
 

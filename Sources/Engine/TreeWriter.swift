@@ -53,11 +53,45 @@ struct TreeWriter {
     var freed: [PageID] = []
     /// Live keys added minus live keys removed.
     var keyCountDelta = 0
+    /// Pages encoded at consecutive IDs and not yet written: a run takes one write instead
+    /// of one per page (new pages are mostly allocated in a row at the end of the file).
+    private var gathered: [UInt8] = []
+    private var gatheredStart = PageID.none
 
     private var pageBytes: Int { file.pageBytes }
     /// How full a leaf split among existing keys leaves each page.
     static let splitFill = (numerator: 15, denominator: 16)
     private var capacity: Int { pageBytes - PageHeader.bytes }
+
+    /// Largest run of pages gathered before it is written.
+    static let runBytes = 256 << 10
+
+    init(file: PageFile, generation: UInt64, purgeTombstonesThrough: UInt64, allocator: PageAllocator) {
+        self.file = file
+        self.generation = generation
+        self.purgeTombstonesThrough = purgeTombstonesThrough
+        self.allocator = allocator
+    }
+
+    /// Adds `page` to the run of pages being gathered, writing that run first when `id`
+    /// does not follow it or it is full.
+    private mutating func write(_ page: [UInt8], at id: PageID) throws {
+        let pages = gathered.count / pageBytes
+        if pages > 0 && (id.rawValue != gatheredStart.rawValue + UInt64(pages) || gathered.count >= Self.runBytes) { try writeRun() }
+        if gathered.isEmpty {
+            gatheredStart = id
+            gathered.reserveCapacity(Self.runBytes)
+        }
+        gathered += page
+    }
+
+    /// Writes the gathered run. `apply` and `relocate` call it before they return (and
+    /// before reading a page this writer may have written).
+    private mutating func writeRun() throws {
+        guard !gathered.isEmpty else { return }
+        try gathered.withUnsafeBytes { try file.write(pages: $0, from: gatheredStart) }
+        gathered.removeAll(keepingCapacity: true)
+    }
 
     /// Folds `changes` (memtable nodes sorted by key, one per key; a node without a value
     /// deletes) into `tree`. The nodes are read in place: the checkpoint copies nothing of
@@ -77,11 +111,15 @@ struct TreeWriter {
         } else {
             entries = try rewrite(tree.root, level: 1, height: tree.height, lower: [], changes: changes[...])
         }
-        guard !entries.isEmpty else { return .empty }
+        guard !entries.isEmpty else {
+            try writeRun()
+            return .empty
+        }
         while entries.count > 1 {
             entries = try writeBranches(entries)
             height += 1
         }
+        try writeRun()
         var root = entries[0].child
         // A root with one child is replaced by that child.
         while height > 1, case let .branch(children) = try file.node(root), children.count == 1 {
@@ -133,6 +171,12 @@ struct TreeWriter {
     /// rewrite; returns the subtree's root afterwards (`id` itself when nothing moved).
     /// Overflow chains are not moved: the caller makes sure none lies at or above `cutoff`.
     mutating func relocate(_ id: PageID, level: Int, height: Int, above cutoff: UInt64) throws -> PageID {
+        let root = try relocateSubtree(id, level: level, height: height, above: cutoff)
+        try writeRun()
+        return root
+    }
+
+    private mutating func relocateSubtree(_ id: PageID, level: Int, height: Int, above cutoff: UInt64) throws -> PageID {
         // A leaf that stays is not even read.
         if level == height && id.rawValue < cutoff { return id }
         var node = try file.node(id)
@@ -143,7 +187,7 @@ struct TreeWriter {
         case var .branch(children):
             guard level < height else { throw corrupt(file, id, "a branch where a leaf belongs") }
             for index in children.indices {
-                let child = try relocate(children[index].child, level: level + 1, height: height, above: cutoff)
+                let child = try relocateSubtree(children[index].child, level: level + 1, height: height, above: cutoff)
                 if child != children[index].child {
                     children[index].child = child
                     moved = true
@@ -156,9 +200,9 @@ struct TreeWriter {
         let target = try allocator.allocate()
         switch node {
         case let .leaf(entries):
-            try file.write(PageCodec.encodeLeaf(entries[...], id: target, generation: generation, pageBytes: pageBytes), at: target)
+            try write(PageCodec.encodeLeaf(entries[...], id: target, generation: generation, pageBytes: pageBytes), at: target)
         case let .branch(children):
-            try file.write(PageCodec.encodeBranch(children[...], id: target, generation: generation, pageBytes: pageBytes), at: target)
+            try write(PageCodec.encodeBranch(children[...], id: target, generation: generation, pageBytes: pageBytes), at: target)
         }
         return target
     }
@@ -215,7 +259,7 @@ struct TreeWriter {
         for (index, id) in ids.enumerated() {
             let start = index * perPage
             let next = index + 1 < ids.count ? ids[index + 1] : .none
-            try file.write(PageCodec.encodeOverflow(value[start..<min(value.count, start + perPage)], next: next, id: id,
+            try write(PageCodec.encodeOverflow(value[start..<min(value.count, start + perPage)], next: next, id: id,
                                                     generation: generation, pageBytes: pageBytes), at: id)
         }
         return .overflow(first: ids[0], byteCount: value.count)
@@ -303,7 +347,7 @@ struct TreeWriter {
         guard !run.pending.isEmpty else { return }
         guard run.used <= capacity else { throw EngineError.keyTooLarge(byteCount: run.pending[0].key.count, limit: Limits.maxKeyBytes) }
         let id = try allocator.allocate()
-        try file.write(PageCodec.encodeLeaf(run.pending[...], id: id, generation: generation, pageBytes: pageBytes), at: id)
+        try write(PageCodec.encodeLeaf(run.pending[...], id: id, generation: generation, pageBytes: pageBytes), at: id)
         run.written.append(BranchEntry(key: run.written.isEmpty ? run.lower : run.pending[0].key, child: id))
         run.pending.removeAll(keepingCapacity: true)
         run.used = 0
@@ -327,7 +371,7 @@ struct TreeWriter {
                 throw EngineError.keyTooLarge(byteCount: longest, limit: Limits.maxKeyBytes)
             }
             let id = try allocator.allocate()
-            try file.write(PageCodec.encodeBranch(entries[start..<end], id: id, generation: generation, pageBytes: pageBytes), at: id)
+            try write(PageCodec.encodeBranch(entries[start..<end], id: id, generation: generation, pageBytes: pageBytes), at: id)
             result.append(BranchEntry(key: entries[start].key, child: id))
             start = end
         }
