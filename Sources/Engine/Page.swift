@@ -29,11 +29,40 @@ struct LeafEntry: Equatable, Sendable {
 
     /// Bytes the entry takes in a leaf, its slot included.
     var cellBytes: Int {
-        let base = 2 + varintBytes(key.count) + key.count + varintBytes(version) + 1
         switch payload {
-        case let .inline(value): return base + varintBytes(value.count) + value.count
-        case .overflow: return base + 4 + 8
-        case .tombstone: return base
+        case let .inline(value): Self.cellBytes(keyCount: key.count, version: version, inlineValueCount: value.count)
+        case .overflow: Self.cellBytes(keyCount: key.count, version: version, inlineValueCount: nil) + 4 + 8
+        case .tombstone: Self.cellBytes(keyCount: key.count, version: version, inlineValueCount: nil)
+        }
+    }
+
+    /// Bytes of a leaf cell with its slot: an inline value of `inlineValueCount` bytes, or
+    /// (nil) a tombstone.
+    static func cellBytes(keyCount: Int, version: UInt64, inlineValueCount: Int?) -> Int {
+        let base = 2 + varintBytes(keyCount) + keyCount + varintBytes(version) + 1
+        guard let inlineValueCount else { return base }
+        return base + varintBytes(inlineValueCount) + inlineValueCount
+    }
+}
+
+/// A cell for a leaf being written: an entry of a leaf read from the file, or a change
+/// read in place from a memtable node (its value inline, or none for a tombstone), so the
+/// checkpoint copies no key or value of the memtable it folds before encoding it.
+enum CellToWrite {
+    case entry(LeafEntry)
+    case node(MemtableNode)
+
+    var cellBytes: Int {
+        switch self {
+        case let .entry(entry): entry.cellBytes
+        case let .node(node): LeafEntry.cellBytes(keyCount: node.key.count, version: node.version, inlineValueCount: node.value?.count)
+        }
+    }
+
+    var key: [UInt8] {
+        switch self {
+        case let .entry(entry): entry.key
+        case let .node(node): Array(node.key)
         }
     }
 }
@@ -114,30 +143,50 @@ enum PageCodec {
     // MARK: Leaves
 
     static func encodeLeaf(_ entries: ArraySlice<LeafEntry>, id: PageID, generation: UInt64, pageBytes: Int) -> [UInt8] {
-        var page = emptyPage(.leaf, id: id, generation: generation, count: entries.count, word: 0, pageBytes: pageBytes)
-        page[leafFormatOffset] = varintVersions
-        var end = pageBytes
-        for (index, entry) in entries.enumerated() {
-            var cell = ByteWriter(capacity: entry.cellBytes)
-            cell.writeVarint(UInt64(entry.key.count))
-            cell.write(contentsOf: entry.key)
-            cell.writeVarint(entry.version)
-            switch entry.payload {
-            case let .inline(value):
-                cell.write(UInt8(0))
-                cell.writeVarint(UInt64(value.count))
-                cell.write(contentsOf: value)
-            case let .overflow(first, byteCount):
-                cell.write(overflowFlag)
-                cell.write(UInt32(byteCount))
-                cell.write(first.rawValue)
-            case .tombstone:
-                cell.write(tombstoneFlag)
+        encodeLeaf(count: entries.count, id: id, generation: generation, pageBytes: pageBytes) { index in
+            entries[entries.startIndex + index].cellBytes
+        } write: { index, cell in
+            cell.write(entries[entries.startIndex + index])
+        }
+    }
+
+    static func encodeLeaf(cells: ArraySlice<CellToWrite>, id: PageID, generation: UInt64, pageBytes: Int) -> [UInt8] {
+        encodeLeaf(count: cells.count, id: id, generation: generation, pageBytes: pageBytes) { index in
+            cells[cells.startIndex + index].cellBytes
+        } write: { index, cell in
+            switch cells[cells.startIndex + index] {
+            case let .entry(entry):
+                cell.write(entry)
+            case let .node(node):
+                cell.writeVarint(UInt64(node.key.count))
+                cell.write(node.key)
+                cell.writeVarint(node.version)
+                if let value = node.value {
+                    cell.write(UInt8(0))
+                    cell.writeVarint(UInt64(value.count))
+                    cell.write(value)
+                } else {
+                    cell.write(tombstoneFlag)
+                }
             }
-            end -= cell.count
-            precondition(end >= PageHeader.bytes + 2 * entries.count, "leaf cells overflow the page")
-            page.replaceSubrange(end..<(end + cell.count), with: cell.bytes)
-            writeSlot(&page, index: index, offset: end)
+        }
+    }
+
+    /// A leaf of `count` cells, cell `index` taking `cellBytes(index)` bytes with its slot
+    /// and written by `write`. Cells are written in place from the end of the page down.
+    private static func encodeLeaf(count: Int, id: PageID, generation: UInt64, pageBytes: Int, cellBytes: (Int) -> Int,
+                                   write: (Int, inout CellWriter) -> Void) -> [UInt8] {
+        var page = emptyPage(.leaf, id: id, generation: generation, count: count, word: 0, pageBytes: pageBytes)
+        page[leafFormatOffset] = varintVersions
+        page.withUnsafeMutableBytes { page in
+            var end = pageBytes
+            for index in 0..<count {
+                end -= cellBytes(index) - 2
+                precondition(end >= PageHeader.bytes + 2 * count, "leaf cells overflow the page")
+                var cell = CellWriter(page, at: end)
+                write(index, &cell)
+                writeSlot(page, index: index, offset: end)
+            }
         }
         seal(&page)
         return page
@@ -220,16 +269,17 @@ enum PageCodec {
         let cells = entries.dropFirst()
         var page = emptyPage(.branch, id: id, generation: generation, count: cells.count,
                              word: entries.first!.child.rawValue, pageBytes: pageBytes)
-        var end = pageBytes
-        for (index, entry) in cells.enumerated() {
-            var cell = ByteWriter(capacity: entry.cellBytes)
-            cell.writeVarint(UInt64(entry.key.count))
-            cell.write(contentsOf: entry.key)
-            cell.write(entry.child.rawValue)
-            end -= cell.count
-            precondition(end >= PageHeader.bytes + 2 * cells.count, "branch cells overflow the page")
-            page.replaceSubrange(end..<(end + cell.count), with: cell.bytes)
-            writeSlot(&page, index: index, offset: end)
+        page.withUnsafeMutableBytes { page in
+            var end = pageBytes
+            for (index, entry) in cells.enumerated() {
+                end -= entry.cellBytes - 2
+                precondition(end >= PageHeader.bytes + 2 * cells.count, "branch cells overflow the page")
+                var cell = CellWriter(page, at: end)
+                cell.writeVarint(UInt64(entry.key.count))
+                cell.write(entry.key)
+                cell.writeLittleEndian(entry.child.rawValue)
+                writeSlot(page, index: index, offset: end)
+            }
         }
         seal(&page)
         return page
@@ -264,7 +314,7 @@ enum PageCodec {
     /// Data bytes one overflow page carries.
     static func overflowCapacity(pageBytes: Int) -> Int { pageBytes - PageHeader.bytes - 4 }
 
-    static func encodeOverflow(_ data: ArraySlice<UInt8>, next: PageID, id: PageID, generation: UInt64, pageBytes: Int) -> [UInt8] {
+    static func encodeOverflow(_ data: some Collection<UInt8>, next: PageID, id: PageID, generation: UInt64, pageBytes: Int) -> [UInt8] {
         var page = emptyPage(.overflow, id: id, generation: generation, count: 0, word: next.rawValue, pageBytes: pageBytes)
         withUnsafeBytes(of: UInt32(data.count).littleEndian) { page.replaceSubrange(32..<36, with: $0) }
         page.replaceSubrange(36..<(36 + data.count), with: data)
@@ -304,7 +354,7 @@ enum PageCodec {
 
     // MARK: Slots
 
-    private static func writeSlot(_ page: inout [UInt8], index: Int, offset: Int) {
+    private static func writeSlot(_ page: UnsafeMutableRawBufferPointer, index: Int, offset: Int) {
         let at = PageHeader.bytes + 2 * index
         page[at] = UInt8(truncatingIfNeeded: offset)
         page[at + 1] = UInt8(truncatingIfNeeded: offset >> 8)
@@ -334,4 +384,65 @@ func varintBytes(_ value: UInt64) -> Int {
     var rest = value >> 7
     while rest > 0 { count += 1; rest >>= 7 }
     return count
+}
+
+/// Writes one cell's bytes in place, from `at` on, into a page whose caller checked that
+/// the cell fits (its size is the entry's `cellBytes` less the slot).
+private struct CellWriter {
+    private let page: UnsafeMutableRawBufferPointer
+    private var at: Int
+
+    init(_ page: UnsafeMutableRawBufferPointer, at: Int) {
+        self.page = page
+        self.at = at
+    }
+
+    mutating func write(_ byte: UInt8) {
+        page[at] = byte
+        at += 1
+    }
+
+    /// An unsigned LEB128 varint, as `ByteWriter.writeVarint`.
+    mutating func writeVarint(_ value: UInt64) {
+        var rest = value
+        while rest >= 0x80 {
+            write(UInt8(truncatingIfNeeded: rest) | 0x80)
+            rest >>= 7
+        }
+        write(UInt8(rest))
+    }
+
+    mutating func writeLittleEndian<T: FixedWidthInteger>(_ value: T) {
+        withUnsafeBytes(of: value.littleEndian) { write($0) }
+    }
+
+    /// A leaf entry's cell (FORMAT.md, "Leaf and branch pages").
+    mutating func write(_ entry: LeafEntry) {
+        writeVarint(UInt64(entry.key.count))
+        write(entry.key)
+        writeVarint(entry.version)
+        switch entry.payload {
+        case let .inline(value):
+            write(UInt8(0))
+            writeVarint(UInt64(value.count))
+            write(value)
+        case let .overflow(first, byteCount):
+            write(PageCodec.overflowFlag)
+            writeLittleEndian(UInt32(byteCount))
+            writeLittleEndian(first.rawValue)
+        case .tombstone:
+            write(PageCodec.tombstoneFlag)
+        }
+    }
+
+    mutating func write(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { write($0) }
+    }
+
+    mutating func write(_ bytes: UnsafeRawBufferPointer) {
+        guard !bytes.isEmpty else { return }
+        precondition(at + bytes.count <= page.count, "a cell runs past its page")
+        (page.baseAddress! + at).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        at += bytes.count
+    }
 }
