@@ -25,12 +25,19 @@ public struct ByteWriter: Sendable {
 
     /// Appends `value` as an unsigned LEB128 varint (1 to 10 bytes).
     public mutating func writeVarint(_ value: UInt64) {
+        Self.varintBytes(of: value) { bytes.append($0) }
+    }
+
+    /// Hands `body` the bytes of `value` as an unsigned LEB128 varint, in order: the one
+    /// encoding of varints, for writers that do not append to a `ByteWriter`.
+    @inlinable
+    public static func varintBytes(of value: UInt64, _ body: (UInt8) -> Void) {
         var rest = value
         while rest >= 0x80 {
-            bytes.append(UInt8(truncatingIfNeeded: rest) | 0x80)
+            body(UInt8(truncatingIfNeeded: rest) | 0x80)
             rest >>= 7
         }
-        bytes.append(UInt8(rest))
+        body(UInt8(rest))
     }
 
     /// Appends raw bytes.

@@ -402,14 +402,9 @@ private struct CellWriter {
         at += 1
     }
 
-    /// An unsigned LEB128 varint, as `ByteWriter.writeVarint`.
+    /// An unsigned LEB128 varint.
     mutating func writeVarint(_ value: UInt64) {
-        var rest = value
-        while rest >= 0x80 {
-            write(UInt8(truncatingIfNeeded: rest) | 0x80)
-            rest >>= 7
-        }
-        write(UInt8(rest))
+        ByteWriter.varintBytes(of: value) { write($0) }
     }
 
     mutating func writeLittleEndian<T: FixedWidthInteger>(_ value: T) {
