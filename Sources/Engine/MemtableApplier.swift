@@ -16,6 +16,10 @@
 //      is each memtable's single writer.
 //  A2. `appliedVersion` only grows, and every batch enqueued at or below it is linked
 //      (its nodes' writes happen before a reader that saw `appliedVersion` loads them).
+//  A3. A small batch enqueued while nothing is queued or being linked is linked on the
+//      enqueuing thread, under the monitor: handing a one-key commit to the thread costs
+//      more (a futex wake, then the woken thread contending for the lock) than linking it
+//      (fillsync measured 0.8 × the disk's raw fdatasync rate with every batch handed off).
 // Thread-safety: every member from any thread; the queue is guarded by `monitor`.
 import Atomics
 import Foundation
@@ -35,6 +39,15 @@ final class MemtableApplier: @unchecked Sendable {
     private var queue: [Pending] = []
     private var running = false
     private var stopped = false
+    /// The thread is linking batches it took off the queue.
+    private var linking = false
+    /// The thread waits for work; only then does `enqueue` signal.
+    private var idle = false
+    /// Threads in `waitUntilApplied`; only then does the thread broadcast per batch.
+    private var waiters = 0
+
+    /// The largest batch linked on its committing thread when the applier is idle (A3).
+    static let inlineOperationLimit = 8
 
     /// An applier whose batches start after `version`.
     init(appliedVersion version: UInt64) {
@@ -45,13 +58,14 @@ final class MemtableApplier: @unchecked Sendable {
     var appliedVersion: UInt64 { applied.load(ordering: .acquiring) }
 
     /// Queues `batch` to be linked into `memtable` at `version`, above every version
-    /// enqueued before (A1). After `stop()`, links it on the calling thread.
+    /// enqueued before (A1); links a small one at once when nothing is ahead of it (A3).
+    /// After `stop()`, links it on the calling thread.
     func enqueue(_ batch: WALBatch, version: UInt64, into memtable: Memtable) {
         monitor.lock()
-        guard !stopped else {
-            monitor.unlock()
+        if stopped || (queue.isEmpty && !linking && batch.operations.count <= Self.inlineOperationLimit) {
             memtable.apply(batch, version: version)
             applied.store(version, ordering: .releasing)
+            monitor.unlock()
             return
         }
         queue.append(Pending(version: version, batch: batch, memtable: memtable))
@@ -59,15 +73,18 @@ final class MemtableApplier: @unchecked Sendable {
             running = true
             Thread.detachNewThread { [self] in run() }
         }
-        monitor.broadcast()
+        let wake = idle
         monitor.unlock()
+        if wake { monitor.broadcast() }
     }
 
     /// Returns once every batch at or below `version` is linked.
     func waitUntilApplied(_ version: UInt64) {
         guard appliedVersion < version else { return }
         monitor.lock()
+        waiters += 1
         while appliedVersion < version { monitor.wait() }
+        waiters -= 1
         monitor.unlock()
     }
 
@@ -84,20 +101,26 @@ final class MemtableApplier: @unchecked Sendable {
     private func run() {
         monitor.lock()
         while true {
-            while queue.isEmpty && !stopped { monitor.wait() }
+            while queue.isEmpty && !stopped {
+                idle = true
+                monitor.wait()
+                idle = false
+            }
             guard !queue.isEmpty else { break }
             let work = queue
             queue.removeAll(keepingCapacity: true)
+            linking = true
             monitor.unlock()
             for pending in work {
                 pending.memtable.apply(pending.batch, version: pending.version)
                 applied.store(pending.version, ordering: .releasing)
                 // Its committer may be waiting already (a frame synced faster than linked).
                 monitor.lock()
-                monitor.broadcast()
+                if waiters > 0 { monitor.broadcast() }
                 monitor.unlock()
             }
             monitor.lock()
+            linking = false
         }
         running = false
         monitor.broadcast()

@@ -42,25 +42,61 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         }
     }
 
-    @Test func aBatchLinkedBeforeItsSyncIsUnseenUntilPublished() throws {
+    /// A batch small enough to be linked on its committing thread and one handed to the
+    /// applier's thread (MemtableApplier A3) alike.
+    @Test(arguments: [2, MemtableApplier.inlineOperationLimit + 1, 500])
+    func aBatchLinkedBeforeItsSyncIsUnseenUntilPublished(operationCount: Int) throws {
         let fileSystem = SimulatedFileSystem()
         let engine = try StorageEngine.open(path: "/db", fileSystem: fileSystem).engine
         try engine.commit(WALBatch([.put(key: bytes("a"), value: bytes("1"))]))
         fileSystem.setSyncLatency(Self.syncLatency)
-        let commit = BackgroundCommit(WALBatch([.put(key: bytes("a"), value: bytes("2")), .put(key: bytes("b"), value: bytes("2"))]),
-                                      on: engine)
+        let others = (1..<operationCount).map { bytes("b\($0)") }
+        let batch = WALBatch([.put(key: bytes("a"), value: bytes("2"))] + others.map { .put(key: $0, value: bytes("2")) })
+        let commit = BackgroundCommit(batch, on: engine)
         Self.waitUntilLinked(2, in: engine)
         #expect(engine.applier.appliedVersion == 2)
         // Linked, not durable: a snapshot taken now is at version 1 and sees none of it.
         let snapshot = engine.snapshot()
         #expect(snapshot.version == 1)
         #expect(try snapshot.get(bytes("a")) == bytes("1"))
-        #expect(try snapshot.get(bytes("b")) == nil)
+        #expect(try snapshot.get(others[0]) == nil)
         #expect(try snapshot.scan().map(\.key) == [bytes("a")])
         #expect(try commit.wait().version == 2)
-        #expect(try engine.snapshot().get(bytes("b")) == bytes("2"))
+        #expect(try engine.snapshot().get(others[others.count - 1]) == bytes("2"))
+        #expect(try engine.snapshot().scan().count == operationCount)
         #expect(try snapshot.get(bytes("a")) == bytes("1"))
         fileSystem.setSyncLatency(.zero)
+        try engine.close()
+    }
+
+    /// Small batches linked on their committing threads and large ones linked by the
+    /// applier's thread, interleaved from four threads, all writing one key: the key ends
+    /// with the value of the highest version, as if every batch had been linked in order.
+    /// Two threads linking into one memtable at once corrupt it and can spin forever: the
+    /// time limit turns that into a failure.
+    @Test(.timeLimit(.minutes(2))) func smallAndLargeBatchesAreLinkedInVersionOrder() throws {
+        let engine = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem()).engine
+        let results = Mutex<[(version: UInt64, value: [UInt8])]>([])
+        let group = DispatchGroup()
+        for thread in 0..<4 {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                for round in 0..<200 {
+                    let value = bytes("\(thread)-\(round)")
+                    let padding = round % 2 == 0 ? 0 : MemtableApplier.inlineOperationLimit * 3
+                    let batch = WALBatch([.put(key: bytes("k"), value: value)]
+                        + (0..<padding).map { .put(key: bytes("p\(thread)-\($0)"), value: value) })
+                    guard let version = try? engine.commit(batch).version else { return }
+                    results.withLock { $0.append((version, value)) }
+                }
+            }
+        }
+        group.wait()
+        let all = results.withLock { $0 }
+        #expect(all.count == 800)
+        let last = try #require(all.max { $0.version < $1.version })
+        #expect(try engine.snapshot().get(bytes("k")) == last.value)
         try engine.close()
     }
 
