@@ -1,16 +1,9 @@
 // B+tree pages searched where they lie: a point lookup binary-searches the slots comparing
-// keys in place (memcmp, no allocation) and reads only the cell it lands on; whole-page
+// keys in place (compareBytes, no allocation) and reads only the cell it lands on; whole-page
 // decoding is for checkpoints and `verify`. The bytes are borrowed, from the data file's
 // mapping or from the page cache (PageFile.withPage), for the duration of one call.
 // Every slot and length is checked against the page's bounds on use (the checksum already
 // matched; bounds keep a crafted page from trapping or reading past it).
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// A page whose checksum, type and ID were verified when it was read, as the page cache
 /// holds it (when the data file is not mapped): its bytes live as long as the object.
@@ -195,9 +188,7 @@ struct TreePage: @unchecked Sendable {
     @inline(__always)
     private func compareCell(_ index: Int, with key: UnsafeRawBufferPointer) throws(PageDefect) -> Int {
         let (start, length) = try PageCodec.keyLocation(bytes, index: index, count: count)
-        let common = min(length, key.count)
-        let order = common == 0 ? 0 : Int(memcmp(bytes.baseAddress! + start, key.baseAddress!, common))
-        return order != 0 ? order : length - key.count
+        return compareBytes(UnsafeRawBufferPointer(start: bytes.baseAddress! + start, count: length), key)
     }
 }
 

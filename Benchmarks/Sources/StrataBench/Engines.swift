@@ -74,9 +74,11 @@ final class StrataEngineBench: BenchEngine {
     func beginReads() throws { readSnapshot.withLock { $0 = engine.snapshot() } }
     func endReads() { readSnapshot.withLock { $0 = nil } }
 
+    /// Finds the value without copying it (`contains`), as LMDB's `mdb_get` hands out a
+    /// pointer into its page and SQLite's step stops at the row.
     func read(_ key: Int) throws -> Bool {
         let snapshot = readSnapshot.withLock { $0 } ?? engine.snapshot()
-        return try snapshot.get(Workload.key(key)) != nil
+        return try snapshot.contains(Workload.key(key))
     }
 
     /// Steps through the pairs where they lie (`Snapshot.forEach`), as the peers' cursors
