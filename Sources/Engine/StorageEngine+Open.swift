@@ -80,12 +80,11 @@ extension StorageEngine {
             logOptions.replayFrom = LSN(meta.checkpointVersion + 1)
             // Replayed changes are gathered, sorted once and inserted as one sorted run
             // (O(1) per key), keeping the last change of each key only (ReplayedChanges.swift).
-            var changes = ReplayedChanges()
+            let changes = ReplayedChanges()
             var replayed = 0
             let replay = { (record: WALRecord) throws in
                 let applies = record.lsn.rawValue > meta.checkpointVersion
-                for operation in record.batch.operations {
-                    let (key, value) = operation.keyAndValue
+                try record.forEachOperation { _, key, value in
                     try checkReplayed(key, value, in: record)
                     if applies { changes.append(key: key, value: value, version: record.lsn.rawValue) }
                 }
@@ -229,7 +228,7 @@ extension StorageEngine {
     /// frame that breaks them was not written by Strata, and applying it could make a
     /// checkpoint write pages no reader accepts. Throws `.corruptBatch` naming file and offset.
     @inline(__always)
-    static func checkReplayed(_ key: [UInt8], _ value: [UInt8]?, in record: WALRecord) throws {
+    static func checkReplayed(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?, in record: WALRecord) throws {
         guard key.isEmpty || key.count > Limits.maxKeyBytes || (value?.count ?? 0) > Limits.maxValueBytes else { return }
         let reason = key.isEmpty || key.count > Limits.maxKeyBytes
             ? "a key of \(key.count) bytes is outside the limit of 1 to \(Limits.maxKeyBytes) bytes"

@@ -89,28 +89,46 @@ public struct WALBatch: Sendable, Equatable {
         return writer.bytes
     }
 
+    /// Where one operation of an encoded batch lies: its kind byte and the byte ranges of
+    /// its key and value (nil for a delete), read in place by `locateOperations`.
+    public struct OperationLocation: Sendable, Equatable {
+        /// `WALFormat.putOperation`, `.deleteOperation` or `.insertOperation`.
+        public let kind: UInt8
+        public let key: Range<Int>
+        public let value: Range<Int>?
+    }
+
     /// Decodes a batch from exactly `bytes`; trailing bytes are an error.
     public static func decode(_ bytes: [UInt8]) throws(CodecError) -> WALBatch {
+        WALBatch(operations(of: bytes, at: try locateOperations(bytes)))
+    }
+
+    /// The operations of the batch encoded in `bytes`, checked as `decode` checks them but
+    /// not copied out: recovery reads keys and values where they lie (a million replayed
+    /// operations were two million arrays made and freed).
+    public static func locateOperations(_ bytes: [UInt8]) throws(CodecError) -> [OperationLocation] {
         var reader = ByteReader(bytes)
         let count = Int(try reader.readUInt32())
         // Every operation takes at least 2 bytes, so a larger count cannot be honest.
         guard count <= reader.remaining / 2 else {
             throw .lengthOverLimit(offset: 0, value: UInt64(count), limit: UInt64(reader.remaining / 2))
         }
-        var operations: [Operation] = []
-        operations.reserveCapacity(count)
+        var locations: [OperationLocation] = []
+        locations.reserveCapacity(count)
         for _ in 0..<count {
             let kindOffset = reader.offset
             let kind = try reader.readUInt8()
             let keyCount = try reader.readLength(limit: reader.remaining)
-            let key = try reader.readBytes(count: keyCount)
+            let key = reader.offset..<(reader.offset + keyCount)
+            try reader.skip(keyCount)
             switch kind {
             case WALFormat.putOperation, WALFormat.insertOperation:
                 let valueCount = try reader.readLength(limit: reader.remaining)
-                let value = try reader.readBytes(count: valueCount)
-                operations.append(kind == WALFormat.putOperation ? .put(key: key, value: value) : .insert(key: key, value: value))
+                let value = reader.offset..<(reader.offset + valueCount)
+                try reader.skip(valueCount)
+                locations.append(OperationLocation(kind: kind, key: key, value: value))
             case WALFormat.deleteOperation:
-                operations.append(.delete(key: key))
+                locations.append(OperationLocation(kind: kind, key: key, value: nil))
             default:
                 throw .invalidValue(offset: kindOffset, value: UInt64(kind), field: "operation kind")
             }
@@ -118,7 +136,19 @@ public struct WALBatch: Sendable, Equatable {
         guard reader.isAtEnd else {
             throw .invalidValue(offset: reader.offset, value: UInt64(reader.remaining), field: "trailing byte count")
         }
-        return WALBatch(operations)
+        return locations
+    }
+
+    /// The operations `locations` (from `locateOperations(bytes)`) name, copied out.
+    public static func operations(of bytes: [UInt8], at locations: [OperationLocation]) -> [Operation] {
+        locations.map { location in
+            let key = Array(bytes[location.key])
+            switch (location.kind, location.value) {
+            case let (WALFormat.insertOperation, value?): return .insert(key: key, value: Array(bytes[value]))
+            case let (_, value?): return .put(key: key, value: Array(bytes[value]))
+            case (_, nil): return .delete(key: key)
+            }
+        }
     }
 }
 

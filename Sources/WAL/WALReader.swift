@@ -337,9 +337,9 @@ struct SegmentScan {
             throw WALError.corruptBatch(path: path, offset: Int64(current.offset), lsn: current.lsn,
                                         reason: "its fragments hold \(current.rawSeen) bytes, not \(current.batchBytes)")
         }
-        var batch: WALBatch?
+        var locations: [WALBatch.OperationLocation]?
         if !skipped {
-            do { batch = try WALBatch.decode(current.raw) } catch {
+            do { locations = try WALBatch.locateOperations(current.raw) } catch {
                 throw WALError.corruptBatch(path: path, offset: Int64(current.offset), lsn: current.lsn, reason: "\(error)")
             }
         }
@@ -350,8 +350,9 @@ struct SegmentScan {
         report.rawBytes += current.batchBytes
         report.storedBytes += current.stored
         expected = current.lsn.next
-        guard let batch else { return }
-        try visit(WALRecord(lsn: current.lsn, batch: batch, path: path, offset: Int64(current.offset),
+        guard let locations else { return }
+        try visit(WALRecord(lsn: current.lsn, encoded: current.raw, operationLocations: locations, path: path,
+                            offset: Int64(current.offset),
                             frameCount: current.frames, rawBytes: current.batchBytes, storedBytes: current.stored))
     }
 

@@ -5,8 +5,9 @@
 public struct WALRecord: Sendable {
     /// The batch's LSN.
     public let lsn: LSN
-    /// The operations.
-    public let batch: WALBatch
+    /// The batch's encoding, and where each of its operations lies in it (checked).
+    public let encoded: [UInt8]
+    public let operationLocations: [WALBatch.OperationLocation]
     /// The segment file holding its first frame, and that frame's offset.
     public let path: String
     public let offset: Int64
@@ -14,6 +15,20 @@ public struct WALRecord: Sendable {
     public let frameCount: Int
     public let rawBytes: Int
     public let storedBytes: Int
+
+    /// The operations, copied out of `encoded`.
+    public var batch: WALBatch { WALBatch(WALBatch.operations(of: encoded, at: operationLocations)) }
+
+    /// Calls `body` with each operation's kind, key and value (nil for a delete) where they
+    /// lie in `encoded`, in commit order.
+    public func forEachOperation(_ body: (_ kind: UInt8, _ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?) throws -> Void) rethrows {
+        try encoded.withUnsafeBytes { bytes in
+            for location in operationLocations {
+                try body(location.kind, UnsafeRawBufferPointer(rebasing: bytes[location.key]),
+                         location.value.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) })
+            }
+        }
+    }
 }
 
 /// Damage found while reading the log: a torn tail that was cut off, a segment cut short,

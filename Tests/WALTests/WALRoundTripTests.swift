@@ -16,6 +16,19 @@ import Testing
         try log.close()
         let (reopened, records, report) = try openLog(fileSystem, options: WALOptions(segmentBytes: 16 << 10))
         #expect(records.map(\.batch) == batches)
+        // The in-place walk recovery uses hands out the same operations, kinds included.
+        for (record, batch) in zip(records, batches) {
+            var walked: [WALBatch.Operation] = []
+            record.forEachOperation { kind, key, value in
+                switch (kind, value) {
+                case let (WALFormat.insertOperation, value?): walked.append(.insert(key: Array(key), value: Array(value)))
+                case let (WALFormat.putOperation, value?): walked.append(.put(key: Array(key), value: Array(value)))
+                case (WALFormat.deleteOperation, nil): walked.append(.delete(key: Array(key)))
+                default: Issue.record("operation kind \(kind) with value \(value.map { Array($0) } as Any)")
+                }
+            }
+            #expect(walked == batch.operations)
+        }
         #expect(records.map(\.lsn) == (1...200).map { LSN(UInt64($0)) })
         #expect(report.damage.isEmpty)
         #expect(report.segmentCount > 1, "16 KiB segments must have rotated")
