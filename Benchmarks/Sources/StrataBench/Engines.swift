@@ -74,11 +74,11 @@ final class StrataEngineBench: BenchEngine {
     func beginReads() throws { readSnapshot.withLock { $0 = engine.snapshot() } }
     func endReads() { readSnapshot.withLock { $0 = nil } }
 
-    /// Finds the value without copying it (`contains`), as LMDB's `mdb_get` hands out a
-    /// pointer into its page and SQLite's step stops at the row.
+    /// Borrows the value where it lies and reads its length (`withValue`), as LMDB's
+    /// `mdb_get` hands out a pointer and a size, instead of copying it into a new array.
     func read(_ key: Int) throws -> Bool {
         let snapshot = readSnapshot.withLock { $0 } ?? engine.snapshot()
-        return try snapshot.contains(Workload.key(key))
+        return try snapshot.withValue(forKey: Workload.key(key)) { $0.byteCount } != nil
     }
 
     /// Steps through the pairs where they lie (`Snapshot.forEach`), as the peers' cursors
