@@ -139,8 +139,9 @@ public struct WALBatch: Sendable, Equatable {
         return locations
     }
 
-    /// The operations `locations` (from `locateOperations(bytes)`) name, copied out.
-    public static func operations(of bytes: [UInt8], at locations: [OperationLocation]) -> [Operation] {
+    /// The operations `locations` name, copied out; `locations` come from
+    /// `locateOperations(bytes)` on these very bytes (internal: other ranges could trap).
+    static func operations(of bytes: [UInt8], at locations: [OperationLocation]) -> [Operation] {
         locations.map { location in
             let key = Array(bytes[location.key])
             switch (location.kind, location.value) {
