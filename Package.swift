@@ -134,7 +134,7 @@ let package = Package(
         ),
         .testTarget(name: "RecordsTests", dependencies: ["Strata", "StrataTesting", "TestBackends"]),
         // Drives the built `strata` executable as a process; checks the repository's docs.
-        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "StrataFileIO"]),
+        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "StrataFileIO", "StrataWAL"]),
     ],
     swiftLanguageModes: [.v6]
 )

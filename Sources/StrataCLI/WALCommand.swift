@@ -50,8 +50,8 @@ struct WALCommand: ParsableCommand {
         let report: WALRecoveryReport
         do {
             report = try WriteAheadLog.read(directory: directory) { record in
-                let puts = record.batch.operations.filter { $0.value != nil }.count
-                let deletes = record.batch.operations.count - puts
+                let puts = record.operationLocations.filter { $0.value != nil }.count
+                let deletes = record.operationLocations.count - puts
                 if json {
                     print(try jsonLine(BatchLine(lsn: record.lsn.rawValue, puts: puts, deletes: deletes,
                                                  rawBytes: record.rawBytes, storedBytes: record.storedBytes,

@@ -16,7 +16,8 @@ public struct WALRecord: Sendable {
     public let rawBytes: Int
     public let storedBytes: Int
 
-    /// The operations, copied out of `encoded`.
+    /// The operations, copied out of `encoded` on each access (read them in place with
+    /// `forEachOperation`, or count them with `operationLocations`).
     public var batch: WALBatch { WALBatch(WALBatch.operations(of: encoded, at: operationLocations)) }
 
     /// Calls `body` with each operation's kind, key and value (nil for a delete) where they

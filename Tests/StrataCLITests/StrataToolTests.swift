@@ -1,4 +1,5 @@
 import Foundation
+import StrataWAL
 import Testing
 
 @Suite struct StrataToolTests {
@@ -95,6 +96,28 @@ import Testing
             #expect(copied.lines == (try runStrata(["dump", "s.db"], in: directory)).lines, "\(copy)")
             #expect(try runStrata(["verify", copy], in: directory).status == 0)
         }
+    }
+
+    /// `strata wal` counts each batch's puts (inserts among them) and deletes from the
+    /// operations it reads in place.
+    @Test func walListsEachBatchWithItsPutsAndDeletes() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let logDirectory = directory.appendingPathComponent("log").path
+        let (log, _) = try WriteAheadLog.open(directory: logDirectory)
+        try log.append(WALBatch([.put(key: [1], value: [1]), .insert(key: [2], value: [2]), .delete(key: [3])]))
+        try log.append(WALBatch([.delete(key: [1]), .delete(key: [2])]))
+        try log.close()
+
+        let wal = try runStrata(["wal", logDirectory, "--json"], in: directory)
+        struct BatchLine: Decodable, Equatable {
+            let lsn: UInt64
+            let puts: Int
+            let deletes: Int
+        }
+        let batches = wal.lines.compactMap { try? JSONDecoder().decode(BatchLine.self, from: Data($0.utf8)) }
+        #expect(wal.status == 0, "\(wal.stderr)")
+        #expect(batches == [BatchLine(lsn: 1, puts: 2, deletes: 1), BatchLine(lsn: 2, puts: 0, deletes: 2)], "\(wal.stdout)")
     }
 
     @Test func verifyOnACorruptedFileExitsNonZeroWithOneLineNamingTheOffset() throws {
