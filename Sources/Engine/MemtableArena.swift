@@ -1,6 +1,13 @@
 // The memtable's memory: nodes are carved out of large blocks and never freed one by one;
 // dropping the memtable frees its blocks. No per-node allocation, header or reference count.
 // Thread-safety: used only by the memtable's single writer (and its deinit).
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 struct MemtableArena {
     /// Blocks start small (a store holding a handful of keys stays small) and double up to
@@ -9,7 +16,7 @@ struct MemtableArena {
     static let largestBlockBytes = 1 << 20
     static let firstBlockBytes = 4 << 10
 
-    private var blocks: [UnsafeMutableRawPointer] = []
+    private var blocks: [(start: UnsafeMutableRawPointer, byteCount: Int)] = []
     private var cursor: UnsafeMutableRawPointer?
     private var remaining = 0
     private var nextBlockBytes = firstBlockBytes
@@ -36,13 +43,45 @@ struct MemtableArena {
     }
 
     func deallocateAll() {
-        for block in blocks { block.deallocate() }
+        for block in blocks { MappedMemory.deallocate(block.start, byteCount: block.byteCount) }
     }
 
     private mutating func newBlock(_ byteCount: Int) -> UnsafeMutableRawPointer {
-        let block = UnsafeMutableRawPointer.allocate(byteCount: byteCount, alignment: 8)
-        blocks.append(block)
+        let block = MappedMemory.allocate(byteCount, populated: true)
+        blocks.append((block, byteCount))
         reservedBytes += byteCount
         return block
+    }
+}
+
+/// Zeroed memory straight from the kernel (a private anonymous mapping), given back to it
+/// when freed. The memtable's blocks, hash index and filter live here, not in malloc's
+/// heaps: glibc keeps freed heap memory resident (a thread's heap shrinks only from its top,
+/// and freeing one large mapped chunk raises the size below which later requests come from
+/// a heap), so the memtables a checkpoint had dropped stayed in the process — 84 MB of
+/// anonymous memory after a 1M-key fill whose live memtable held 8 MB. A mapping costs a
+/// system call per block (1 MiB at most, see `MemtableArena`), nothing per node.
+enum MappedMemory {
+    /// `byteCount` (> 0) zeroed bytes, page aligned; free them with `deallocate`. `populated`
+    /// backs them with memory at once: for blocks about to be filled, not for sparse tables.
+    static func allocate(_ byteCount: Int, populated: Bool = false) -> UnsafeMutableRawPointer {
+        precondition(byteCount > 0, "a mapping holds at least one byte")
+        #if os(Linux)
+        // Populated: the kernel fills the whole block in one call instead of one page fault
+        // per 4 KiB page as nodes reach it (recovery: 148 → 196 MiB/s, mean of six runs).
+        let flags = MAP_PRIVATE | MAP_ANONYMOUS | (populated ? MAP_POPULATE : 0)
+        #else
+        let flags = MAP_PRIVATE | MAP_ANONYMOUS
+        #endif
+        guard let start = mmap(nil, byteCount, PROT_READ | PROT_WRITE, flags, -1, 0),
+              start != MAP_FAILED else {
+            fatalError("out of memory: could not map \(byteCount) bytes (errno \(errno))")
+        }
+        return start
+    }
+
+    /// Gives back memory from `allocate(byteCount)`, with the same `byteCount`.
+    static func deallocate(_ start: UnsafeMutableRawPointer, byteCount: Int) {
+        munmap(start, byteCount)
     }
 }

@@ -44,9 +44,9 @@ struct MemtableIndex {
     init(budgetBytes: Int) {
         var count = Self.smallestSlots
         while count < min(budgetBytes / 64, Self.largestSlots) { count *= 2 }
-        // Zeroed memory from calloc: a large index comes as untouched pages that cost no
-        // RAM until keys land on them.
-        slots = calloc(count, MemoryLayout<Int>.stride)!.bindMemory(to: UnsafeAtomic<Int>.Storage.self, capacity: count)
+        // Zeroed pages from the kernel: they cost no RAM until keys land on them, and go
+        // back to it with the memtable (MappedMemory).
+        slots = MappedMemory.allocate(count * MemoryLayout<Int>.stride).bindMemory(to: UnsafeAtomic<Int>.Storage.self, capacity: count)
         mask = count - 1
         limit = count / 4 * 3
         used = .allocate(capacity: 1)
@@ -54,7 +54,7 @@ struct MemtableIndex {
     }
 
     func deallocate() {
-        free(slots)
+        MappedMemory.deallocate(slots, byteCount: slotCount * MemoryLayout<Int>.stride)
         used.deallocate()
     }
 
@@ -138,11 +138,11 @@ struct MemtableFilter {
     /// A filter with `words` 64-bit words (a power of two).
     init(words: Int) {
         precondition(words > 0 && words & (words - 1) == 0, "a filter's size is a power of two")
-        self.words = calloc(words, MemoryLayout<UInt64>.stride)!.bindMemory(to: UnsafeAtomic<UInt64>.Storage.self, capacity: words)
+        self.words = MappedMemory.allocate(words * MemoryLayout<UInt64>.stride).bindMemory(to: UnsafeAtomic<UInt64>.Storage.self, capacity: words)
         mask = words - 1
     }
 
-    func deallocate() { free(words) }
+    func deallocate() { MappedMemory.deallocate(words, byteCount: (mask + 1) * MemoryLayout<UInt64>.stride) }
 
     /// Four bits of one word, from the hash's bits the index does not use for its slot.
     @inline(__always)
