@@ -83,12 +83,10 @@ extension StorageEngine {
             let changes = ReplayedChanges()
             var replayed = 0
             let replay = { (record: WALRecord) throws in
-                let applies = record.lsn.rawValue > meta.checkpointVersion
-                try record.forEachOperation { _, key, value in
-                    try checkReplayed(key, value, in: record)
-                    if applies { changes.append(key: key, value: value, version: record.lsn.rawValue) }
-                }
-                if applies { replayed += 1 }
+                try record.forEachOperation { _, key, value in try checkReplayed(key, value, in: record) }
+                guard record.lsn.rawValue > meta.checkpointVersion else { return }
+                changes.append(record, version: record.lsn.rawValue)
+                replayed += 1
             }
             let logDirectory = joinPath(path, logDirectoryName)
             let logAccess: LogAccess

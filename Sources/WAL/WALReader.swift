@@ -323,7 +323,8 @@ struct SegmentScan {
         // length, which may claim 256 MiB that the file does not hold.
         proof.read(FrameExtent(path: path, offset: offset, end: offset + WALFormat.frameBytes(payloadBytes: Int(header.storedBytes)),
                                lsn: header.lsn), vouching: header.durableLSN)
-        current.raw += raw
+        // A whole batch's frame (the common case) hands its array over instead of copying it.
+        if current.raw.isEmpty { current.raw = raw } else { current.raw += raw }
         current.rawSeen += Int(header.rawBytes)
         current.frames += 1
         current.stored += Int(header.storedBytes)
