@@ -70,6 +70,28 @@ struct TreePage: @unchecked Sendable {
 
     /// The index of the first cell of this leaf whose key is ≥ `key`, and whether it is equal.
     func lowerBound(_ key: UnsafeRawBufferPointer) throws(PageDefect) -> (index: Int, found: Bool) {
+        guard isHinted else { return try lowerBoundByKeys(key) }
+        let (index, found) = try lowerBoundByHints(key)
+        // Without the page's common prefix, `key` sorts before or after every key here and
+        // its hint says nothing: the place found is checked, and searched by keys if wrong.
+        if found { return (index, true) }
+        let afterPrevious = index == 0 ? true : try compareCell(index - 1, with: key) < 0
+        let beforeNext = index == count ? true : try compareCell(index, with: key) > 0
+        return afterPrevious && beforeNext ? (index, false) : try lowerBoundByKeys(key)
+    }
+
+    /// The cell of this leaf for `key`, or nil.
+    func leafCell(for key: UnsafeRawBufferPointer) throws(PageDefect) -> LeafCell? {
+        // A key this leaf holds shares its common prefix, so the hints find it; any other
+        // key is not found either way (no check as in lowerBound).
+        let (index, found) = isHinted ? try lowerBoundByHints(key) : try lowerBoundByKeys(key)
+        return found ? try leafCell(index) : nil
+    }
+
+    /// Whether this is a leaf whose slots carry hints (PageCodec, "Hints").
+    private var isHinted: Bool { type == .leaf && bytes[PageCodec.leafFormatOffset] & PageCodec.hintedSlots != 0 }
+
+    private func lowerBoundByKeys(_ key: UnsafeRawBufferPointer) throws(PageDefect) -> (index: Int, found: Bool) {
         var low = 0
         var high = count
         while low < high {
@@ -81,10 +103,26 @@ struct TreePage: @unchecked Sendable {
         return (low, false)
     }
 
-    /// The cell of this leaf for `key`, or nil.
-    func leafCell(for key: UnsafeRawBufferPointer) throws(PageDefect) -> LeafCell? {
-        let (index, found) = try lowerBound(key)
-        return found ? try leafCell(index) : nil
+    /// The binary search over the slots' hints, reading a cell only where hints tie: exact
+    /// for a key that shares the leaf's common prefix.
+    @inline(__always)
+    private func lowerBoundByHints(_ key: UnsafeRawBufferPointer) throws(PageDefect) -> (index: Int, found: Bool) {
+        // The slot array must fit before a hint is read; a crafted hint offset is clamped
+        // (wrong hints give wrong answers, which verify reports, never a wild read).
+        guard PageHeader.bytes + PageCodec.hintedSlotBytes * count <= bytes.count else {
+            throw PageDefect("its \(count) slots do not fit")
+        }
+        let target = PageCodec.hint(of: key, at: Int(min(word, UInt64(Limits.maxKeyBytes))))
+        var low = 0
+        var high = count
+        while low < high {
+            let middle = (low + high) / 2
+            let hint = PageCodec.slotHint(bytes, index: middle)
+            let order = hint != target ? (hint < target ? -1 : 1) : try compareCell(middle, with: key)
+            if order == 0 { return (middle, true) }
+            if order < 0 { low = middle + 1 } else { high = middle }
+        }
+        return (low, false)
     }
 
     /// Leaf cell `index`, its bytes borrowed from the page.
@@ -105,7 +143,7 @@ struct TreePage: @unchecked Sendable {
     /// at `start`, for a scan: the version is stepped over, not decoded.
     func leafContents(_ index: Int, keyStart start: Int, keyLength length: Int) throws(PageDefect) -> LeafCell.Contents {
         var offset = start + length
-        if bytes[PageCodec.leafFormatOffset] == PageCodec.varintVersions {
+        if bytes[PageCodec.leafFormatOffset] & PageCodec.varintVersions != 0 {
             // A varint ends at its first byte below 0x80, within ten bytes.
             let end = min(bytes.count, offset + 10)
             while offset < end && bytes[offset] & 0x80 != 0 { offset += 1 }
@@ -120,7 +158,7 @@ struct TreePage: @unchecked Sendable {
     /// Reads the version of a cell at `offset` and moves past it.
     @inline(__always)
     private func readVersion(at offset: inout Int, cell index: Int) throws(PageDefect) -> UInt64 {
-        guard bytes[PageCodec.leafFormatOffset] == PageCodec.varintVersions else {
+        guard bytes[PageCodec.leafFormatOffset] & PageCodec.varintVersions != 0 else {
             guard offset + 8 <= bytes.count else { throw PageDefect("cell \(index) runs past the page") }
             defer { offset += 8 }
             return UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))

@@ -223,15 +223,17 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         return fileSystem
     }
 
-    /// A leaf as format 1 wrote it: each cell's version in eight little-endian bytes.
-    private func formatOneLeaf(_ entries: [(key: String, version: UInt64, value: [UInt8])], id: PageID) -> [UInt8] {
+    /// A leaf as format 1 or 2 wrote it: 2-byte slots without hints, and each cell's
+    /// version in eight little-endian bytes (format 1) or a varint (format 2).
+    private func olderFormatLeaf(_ entries: [(key: String, version: UInt64, value: [UInt8])], format: UInt8, id: PageID) -> [UInt8] {
         var page = PageCodec.emptyPage(.leaf, id: id, generation: 1, count: entries.count, word: 0, pageBytes: Self.pageBytes)
+        page[PageCodec.leafFormatOffset] = format == 1 ? 0 : PageCodec.varintVersions
         var end = Self.pageBytes
         for (index, entry) in entries.enumerated() {
             var cell = ByteWriter(capacity: 64)
             cell.writeVarint(UInt64(entry.key.utf8.count))
             cell.write(contentsOf: Array(entry.key.utf8))
-            cell.write(entry.version)
+            if format == 1 { cell.write(entry.version) } else { cell.writeVarint(entry.version) }
             cell.write(UInt8(0))
             cell.writeVarint(UInt64(entry.value.count))
             cell.write(contentsOf: entry.value)
@@ -244,16 +246,18 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         return page
     }
 
-    /// Format 2 stores versions as varints; a format-1 file (meta page version 1, leaves
-    /// with eight-byte versions) still reads, takes commits, and its old leaves are
-    /// rewritten in format 2 by the next checkpoint.
-    @Test func aFormatOneDataFileStillReadsAndTakesCommits() throws {
-        let leaf = formatOneLeaf([("a", 1, [1]), ("b", 70_000, [2, 2]), ("c", 1 << 40, [])], id: PageID(2))
+    /// Format 2 stores versions as varints, format 3 adds hints to leaf slots; a format-1
+    /// or format-2 file (leaves with eight-byte or varint versions and plain slots) still
+    /// reads, takes commits, and its old leaves are rewritten in format 3 by the next
+    /// checkpoint.
+    @Test(arguments: [UInt8(1), 2])
+    func anOlderFormatDataFileStillReadsAndTakesCommits(format: UInt8) throws {
+        let leaf = olderFormatLeaf([("a", 1, [1]), ("b", 70_000, [2, 2]), ("c", 1 << 40, [])], format: format, id: PageID(2))
         let fileSystem = try storeWithRoot(leaf, height: 1)
-        // A format-1 meta page for exactly this file: three pages, three keys.
+        // A meta page of that format for exactly this file: three pages, three keys.
         var meta = MetaPage(pageBytes: Self.pageBytes, generation: 9, root: PageID(2), freeListHead: .none,
                             checkpointVersion: 1, pageCount: 3, keyCount: 3, height: 1).encoded()
-        meta[16] = 1
+        meta[16] = format
         meta[17] = 0
         PageCodec.seal(&meta)
         fileSystem.modify("/db/data") { image in
@@ -274,7 +278,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         try engine.commit(WALBatch([.put(key: Array("d".utf8), value: [4])]))
         try engine.checkpoint()
         let root = engine.snapshot().state.tree.root
-        #expect(try engine.pageFile.withPage(root) { $0.bytes[PageCodec.leafFormatOffset] } == PageCodec.varintVersions)
+        #expect(try engine.pageFile.withPage(root) { $0.bytes[PageCodec.leafFormatOffset] } == PageCodec.currentLeafFormat)
         #expect(try engine.snapshot().lastWriteVersion(Array("c".utf8)) == 1 << 40)
         #expect(try engine.snapshot().get(Array("d".utf8)) == [4])
         #expect(engine.verify().isValid)

@@ -1,0 +1,90 @@
+import StrataFileIO
+import Testing
+@testable import StrataEngine
+
+/// Leaves whose slots carry hints (format 3, PageCodec "Hints"): a search over the hints
+/// must give exactly what a search over the keys gives, for keys of the page and keys that
+/// do not share its common prefix; a page whose hints do not match its keys does not decode.
+@Suite struct LeafHintTests {
+    private static let pageBytes = 4096
+
+    /// Encodes `keys` (sorted, distinct) as a leaf and hands it over as a verified page.
+    private func withLeaf<T>(_ keys: [[UInt8]], _ body: (TreePage, [UInt8]) throws -> T) throws -> T {
+        let entries = keys.enumerated().map { LeafEntry(key: $1, version: UInt64($0 + 1), payload: .inline([UInt8($0 & 0xFF)])) }
+        let page = PageCodec.encodeLeaf(entries[...], id: PageID(7), generation: 1, pageBytes: Self.pageBytes)
+        let (type, count, word) = try PageCodec.verify(page, id: PageID(7), expected: [.leaf])
+        return try page.withUnsafeBytes { try body(TreePage(bytes: $0, type: type, count: count, word: word), page) }
+    }
+
+    @Test(arguments: [UInt64(11), 12, 13, 14])
+    func hintsFindWhatKeysFind(seed: UInt64) throws {
+        print("LeafHintTests seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        // Few distinct byte values, so keys share prefixes and hints tie often.
+        let alphabet: [UInt8] = [0, 1, 0x61, 0x7F, 0x80, 0xFF]
+        func bytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in alphabet[Int(random.next() % UInt64(alphabet.count))] } }
+        for round in 0..<300 {
+            let prefix = bytes(Int(random.next() % 10))
+            var keys = Set((0..<Int(random.next() % 40)).map { _ in prefix + bytes(Int(random.next() % 9)) })
+            keys.remove([])
+            let sorted = keys.sorted { $0.lexicographicallyPrecedes($1) }
+            try withLeaf(sorted) { leaf, page in
+                #expect(try PageCodec.decodeLeaf(page, count: sorted.count).map(\.key) == sorted)
+                // Keys of the page, keys sharing its prefix, and keys with any other start.
+                let probes = sorted + (0..<40).map { _ in
+                    random.next() % 2 == 0 ? prefix + bytes(Int(random.next() % 9)) : bytes(Int(random.next() % 12) + 1)
+                }
+                for probe in probes {
+                    let expected = sorted.firstIndex { !$0.lexicographicallyPrecedes(probe) } ?? sorted.count
+                    let present = expected < sorted.count && sorted[expected] == probe
+                    let (index, found) = try probe.withUnsafeBytes { try leaf.lowerBound($0) }
+                    #expect(index == expected && found == present, "seed \(seed) round \(round): \(probe) in \(sorted)")
+                    let cell = try probe.withUnsafeBytes { try leaf.leafCell(for: $0) }
+                    #expect(cell.map { Array($0.key) } == (present ? probe : nil), "seed \(seed) round \(round): \(probe)")
+                }
+            }
+        }
+    }
+
+    @Test func aLeafStoresItsKeysCommonPrefixLengthAndEachKeysHint() throws {
+        let keys = ["user:0042:a", "user:0042:b", "user:0042:bc", "user:0043"].map { Array($0.utf8) }
+        try withLeaf(keys) { leaf, page in
+            #expect(page[PageCodec.leafFormatOffset] == PageCodec.currentLeafFormat)
+            #expect(leaf.word == 8, "\"user:004\" is common to the first and last keys")
+            let hints = (0..<keys.count).map { PageCodec.slotHint(leaf.bytes, index: $0) }
+            // "2:a" zero-padded, "2:b", "2:bc", "3" zero-padded, as big-endian numbers.
+            #expect(hints == [0x323A_6100, 0x323A_6200, 0x323A_6263, 0x3300_0000])
+        }
+    }
+
+    /// A page whose checksum matches but whose hints lie (a crafted file) is corrupt to
+    /// `decodeLeaf`, which `verify` and checkpoints use; lookups never read past it.
+    @Test(arguments: ["offset", "hint"])
+    func wrongHintsAreACorruptPage(what: String) throws {
+        let keys = ["a1", "a2", "a3"].map { Array($0.utf8) }
+        var page = try withLeaf(keys) { _, page in page }
+        if what == "offset" {
+            page[24] = 0
+        } else {
+            page[PageHeader.bytes + PageCodec.hintedSlotBytes + 2] ^= 0x40
+        }
+        PageCodec.seal(&page)
+        let (type, count, word) = try PageCodec.verify(page, id: PageID(7), expected: [.leaf])
+        #expect(throws: PageDefect.self) { try PageCodec.decodeLeaf(page, count: count) }
+        try page.withUnsafeBytes { bytes in
+            let leaf = TreePage(bytes: bytes, type: type, count: count, word: word)
+            for key in keys + [Array("a".utf8), Array("b".utf8)] {
+                _ = try key.withUnsafeBytes { try leaf.lowerBound($0) }
+            }
+        }
+        // A hint offset far past any key is clamped, not trusted.
+        page[24] = 0xFF
+        page[31] = 0x7F
+        PageCodec.seal(&page)
+        let (_, _, hugeWord) = try PageCodec.verify(page, id: PageID(7), expected: [.leaf])
+        try page.withUnsafeBytes { bytes in
+            let leaf = TreePage(bytes: bytes, type: type, count: count, word: hugeWord)
+            _ = try Array("a2".utf8).withUnsafeBytes { try leaf.leafCell(for: $0) }
+        }
+    }
+}
