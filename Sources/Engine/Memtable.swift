@@ -85,7 +85,8 @@ final class Memtable: @unchecked Sendable {
     /// Changes held (every version of a key counts).
     var count: Int { nodeCount.load(ordering: .relaxed) }
 
-    /// Bytes the changes take (nodes with keys and values), for the checkpoint trigger.
+    /// Bytes the changes take (nodes with keys and values, linked or not), for the
+    /// checkpoint trigger.
     var byteCount: Int { nodeBytes.load(ordering: .relaxed) }
 
     var isEmpty: Bool { count == 0 }
@@ -199,7 +200,37 @@ final class Memtable: @unchecked Sendable {
             // The filter's words are random accesses: start loading one a few keys ahead.
             if position + Self.prefetchDistance < count { prefetch(change(position + Self.prefetchDistance).key) }
             let (key, version, value) = change(position)
-            insert(key, version: version, value: value, continuingRun: continuing || position > 0)
+            link(makeNode(key, version: version, value: value), continuingRun: continuing || position > 0)
+        }
+    }
+
+    /// A node for a change, made but not linked: recovery makes one per replayed change as
+    /// it reads the log (the change's bytes copied once, straight into the arena), then
+    /// links the last change of each key with `link(sortedUniqueCount:_:)`. A node never
+    /// linked is invisible and freed with the memtable. Writer only.
+    func makeNode(_ key: UnsafeRawBufferPointer, version: UInt64, value: UnsafeRawBufferPointer?, height: Int? = nil) -> MemtableNode {
+        // The engine checks every key and value against `Limits` before it gets here (commits
+        // and replayed batches alike); the node's length fields hold those limits.
+        precondition(key.count <= Int(UInt16.max) && (value?.count ?? 0) <= Int(Int32.max), "a change beyond the engine's limits")
+        let height = height ?? randomHeight()
+        let size = Self.nodeHeaderBytes + 8 * height + key.count + (value?.count ?? 0)
+        // Counted when made: a node recovery never links still holds its bytes.
+        nodeBytes.wrappingIncrement(by: size, ordering: .relaxed)
+        return MemtableNode.make(at: writerOnly.pointee.arena.allocate(size), height: height, version: version, key: key, value: value)
+    }
+
+    /// Links `count` nodes made by `makeNode` and not linked yet, in key order with no key
+    /// twice, node `i` being `node(i)`, as one run (recovery's replay; no hash index, as
+    /// for `insert(sortedUniqueCount:)`). Writer only.
+    func link(sortedUniqueCount count: Int, _ node: (Int) -> MemtableNode) {
+        guard count > 0 else { return }
+        index.abandon()
+        for position in 0..<count {
+            // The nodes lie wherever the log put them: start loading one a few places ahead,
+            // and the filter word of a nearer one.
+            if position + 2 * Self.prefetchDistance < count { cplatform_prefetch(node(position + 2 * Self.prefetchDistance).base) }
+            if position + Self.prefetchDistance < count { prefetch(node(position + Self.prefetchDistance).key) }
+            link(node(position), continuingRun: position > 0)
         }
     }
 
@@ -322,7 +353,7 @@ final class Memtable: @unchecked Sendable {
                     while let next = predecessor.next(level), next.compare(with: key) < 0 { predecessor = next }
                     finger[level] = predecessor
                 }
-                values[index].withUnsafeBytesIfPresent { link(key, version: version, value: $0, height: nodeHeight) }
+                values[index].withUnsafeBytesIfPresent { linkAfterFinger(makeNode(key, version: version, value: $0, height: nodeHeight)) }
             }
             start = end
         }
@@ -386,6 +417,13 @@ final class Memtable: @unchecked Sendable {
     }
 
     private func insert(_ key: UnsafeRawBufferPointer, version: UInt64, value: UnsafeRawBufferPointer?, continuingRun: Bool) {
+        link(makeNode(key, version: version, value: value), continuingRun: continuingRun)
+    }
+
+    /// Links `inserted` (made, not linked) at its key's place: after a smaller key linked
+    /// just before when `continuingRun`, else searched from the top.
+    private func link(_ inserted: MemtableNode, continuingRun: Bool) {
+        let key = inserted.key
         let top = levels.load(ordering: .relaxed) - 1
         var level = top
         if continuingRun {
@@ -403,22 +441,19 @@ final class Memtable: @unchecked Sendable {
             if level == 0 { break }
             level -= 1
         }
-        let height = randomHeight()
+        let height = inserted.height
         if height > top + 1 {
             for level in (top + 1)..<height { finger[level] = head }
             levels.store(height, ordering: .relaxed)
         }
-        link(key, version: version, value: value, height: height)
+        linkAfterFinger(inserted)
     }
 
-    /// Makes a node for `key` of `height` levels and links it after `finger[level]` at each
-    /// level (its predecessors there), leaving `finger` at the new node.
-    private func link(_ key: UnsafeRawBufferPointer, version: UInt64, value: UnsafeRawBufferPointer?, height: Int) {
-        // The engine checks every key and value against `Limits` before it gets here (commits
-        // and replayed batches alike); the node's length fields hold those limits.
-        precondition(key.count <= Int(UInt16.max) && (value?.count ?? 0) <= Int(Int32.max), "a change beyond the engine's limits")
-        let size = Self.nodeHeaderBytes + 8 * height + key.count + (value?.count ?? 0)
-        let inserted = MemtableNode.make(at: writerOnly.pointee.arena.allocate(size), height: height, version: version, key: key, value: value)
+    /// Links `inserted` after `finger[level]` at each of its levels (its predecessors
+    /// there), leaving `finger` at it.
+    private func linkAfterFinger(_ inserted: MemtableNode) {
+        let key = inserted.key
+        let height = inserted.height
         for level in 0..<height {
             inserted.link(level).store(finger[level].link(level).load(ordering: .relaxed), ordering: .relaxed)
         }
@@ -430,7 +465,6 @@ final class Memtable: @unchecked Sendable {
         filter.add(hash)
         index.record(inserted, hash: hash)
         nodeCount.wrappingIncrement(ordering: .relaxed)
-        nodeBytes.wrappingIncrement(by: size, ordering: .relaxed)
     }
 
     /// How many keys ahead a run of inserts prefetches the filter and index lines.

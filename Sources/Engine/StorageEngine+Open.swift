@@ -78,9 +78,10 @@ extension StorageEngine {
             logOptions.firstLSN = LSN(meta.checkpointVersion + 1)
             logOptions.requiredFirstLSN = LSN(meta.checkpointVersion + 1)
             logOptions.replayFrom = LSN(meta.checkpointVersion + 1)
-            // Replayed changes are gathered, sorted once and inserted as one sorted run
-            // (O(1) per key), keeping the last change of each key only (ReplayedChanges.swift).
-            let changes = ReplayedChanges()
+            // Replayed changes are made into nodes as they are read, sorted once and linked as
+            // one sorted run (O(1) per key), the last change of each key only (ReplayedChanges.swift).
+            let active = Memtable(budgetBytes: options.checkpointMemtableBytes)
+            let changes = ReplayedChanges(into: active)
             var replayed = 0
             let replay = { (record: WALRecord) throws in
                 try record.forEachOperation { _, key, value in try checkReplayed(key, value, in: record) }
@@ -103,8 +104,7 @@ extension StorageEngine {
                                                                       options: logOptions, replay: replay)
                 logAccess = .reader(extent)
             }
-            let active = Memtable(budgetBytes: options.checkpointMemtableBytes)
-            changes.insertLatest(into: active)
+            changes.linkLatest()
             let version = max(meta.checkpointVersion, logReport.lastLSN.rawValue)
             let state = EngineState(version: version, tree: BTree(root: meta.root, height: Int(meta.height)),
                                     treeGeneration: meta.generation, frozen: nil, active: active)
