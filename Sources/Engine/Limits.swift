@@ -18,5 +18,5 @@ public enum Limits {
     /// The most bytes one cell of a leaf may take inline (so at least two fit, with their
     /// slots); values that would make a cell larger go to overflow pages. Half a page, not
     /// a quarter: a 1,000-byte value took a whole 4 KiB overflow page at a quarter.
-    static func maxInlineCellBytes(pageBytes: Int) -> Int { (pageBytes - PageHeader.bytes) / 2 - PageCodec.hintedSlotBytes }
+    static func maxInlineCellBytes(pageBytes: Int) -> Int { PageCodec.hintedCapacity(pageBytes: pageBytes) / 2 - 2 }
 }

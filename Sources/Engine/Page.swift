@@ -73,7 +73,7 @@ struct BranchEntry: Equatable, Sendable {
     var key: [UInt8]
     var child: PageID
 
-    var cellBytes: Int { 2 + varintBytes(key.count) + key.count + 8 }
+    var cellBytes: Int { PageCodec.hintedSlotBytes + varintBytes(key.count) + key.count + 8 }
 }
 
 /// A decoded B+tree page.
@@ -84,8 +84,8 @@ enum Node: Sendable {
 
 enum PageCodec {
     /// Header byte 5 of a leaf: how its cells store versions. 0 (format 1): eight bytes,
-    /// little-endian; 1 (`varintVersions`, format 2 on): a varint. With bit 1 set as well
-    /// (`hintedSlots`, format 3 on), its slots carry hints.
+    /// little-endian; 1 (`varintVersions`, format 2 on): a varint. Bit 1 (`hintedSlots`,
+    /// format 3 on, leaves and branches): its slots carry hints (see "Hints").
     static let leafFormatOffset = 5
     static let varintVersions: UInt8 = 1
     static let hintedSlots: UInt8 = 2
@@ -93,6 +93,10 @@ enum PageCodec {
     static let currentLeafFormat = varintVersions | hintedSlots
     /// Bytes of a hinted slot: the cell's offset, then the hint of its key.
     static let hintedSlotBytes = 6
+    /// Where a hinted page's slots start: after the header and its 2-byte hint offset.
+    static let hintedSlotsStart = PageHeader.bytes + 2
+    /// Bytes a hinted page has for cells and slots.
+    static func hintedCapacity(pageBytes: Int) -> Int { pageBytes - hintedSlotsStart }
     static let tombstoneFlag: UInt8 = 1
     static let overflowFlag: UInt8 = 2
 
@@ -136,9 +140,11 @@ enum PageCodec {
         guard let type = PageType(rawValue: page[4]), types.contains(type) else {
             throw PageDefect("it has type \(page[4]), expected \(types.rawValues)")
         }
-        // Byte 5 is zero but in a leaf, where it says how versions and slots are stored.
+        // Byte 5 says how a leaf stores versions and slots, and whether a branch's slots
+        // carry hints; it is zero in every other page.
         let format = page[leafFormatOffset]
-        guard format == 0 || (type == .leaf && (format == varintVersions || format == currentLeafFormat)) else {
+        guard format == 0 || (type == .leaf && (format == varintVersions || format == currentLeafFormat))
+                || (type == .branch && format == hintedSlots) else {
             throw PageDefect("its header byte 5 is \(page[leafFormatOffset])")
         }
         let storedID = UInt64(littleEndian: page.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
@@ -189,10 +195,10 @@ enum PageCodec {
             var end = pageBytes
             for index in 0..<count {
                 end -= cellBytes(index) - hintedSlotBytes
-                precondition(end >= PageHeader.bytes + hintedSlotBytes * count, "leaf cells overflow the page")
+                precondition(end >= hintedSlotsStart + hintedSlotBytes * count, "leaf cells overflow the page")
                 var cell = CellWriter(page, at: end)
                 write(index, &cell)
-                writeSlot(page, index: index, offset: end, width: hintedSlotBytes)
+                writeSlot(page, index: index, offset: end)
             }
             writeHints(UnsafeRawBufferPointer(page), into: page, count: count)
         }
@@ -202,8 +208,8 @@ enum PageCodec {
 
     // MARK: Hints
 
-    // A hinted leaf's keys all share their first `h` bytes, h being the length of the
-    // common prefix of its first and last keys (stored in the header's word). The hint of
+    // A hinted page's keys all share their first `h` bytes, h being the length of the
+    // common prefix of its first and last keys (stored in bytes 32–33). The hint of
     // a key is its four bytes from h on, zero-padded past its end, as a big-endian number:
     // among keys sharing those h bytes, hints are in key order (a smaller hint is a smaller
     // key; equal hints say nothing), so a binary search compares hints in the slots and
@@ -223,10 +229,17 @@ enum PageCodec {
     /// The hint in slot `index` of a hinted page whose slot array fits the page.
     @inline(__always)
     static func slotHint(_ page: UnsafeRawBufferPointer, index: Int) -> UInt32 {
-        UInt32(bigEndian: page.loadUnaligned(fromByteOffset: PageHeader.bytes + hintedSlotBytes * index + 2, as: UInt32.self))
+        UInt32(bigEndian: page.loadUnaligned(fromByteOffset: hintedSlotsStart + hintedSlotBytes * index + 2, as: UInt32.self))
     }
 
-    /// The hint offset a leaf of `count` keys stores: its first and last keys' common prefix.
+    /// The hint offset a hinted page stores (not checked against its keys; clamped to the
+    /// longest key, so a crafted one gives wrong hints, never a wild read).
+    @inline(__always)
+    static func storedHintOffset(_ page: UnsafeRawBufferPointer) -> Int {
+        min(Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: PageHeader.bytes, as: UInt16.self))), Limits.maxKeyBytes)
+    }
+
+    /// The hint offset a page of `count` keys stores: its first and last keys' common prefix.
     static func hintOffset(_ page: UnsafeRawBufferPointer, count: Int) throws(PageDefect) -> Int {
         guard count > 0 else { return 0 }
         let (firstStart, firstLength) = try keyLocation(page, index: 0, count: count)
@@ -237,26 +250,25 @@ enum PageCodec {
         return length
     }
 
-    /// Fills in the hint offset and every slot's hint of a leaf whose cells and offsets are written.
+    /// Fills in the hint offset and every slot's hint of a hinted page whose cells and
+    /// offsets are written.
     private static func writeHints(_ bytes: UnsafeRawBufferPointer, into page: UnsafeMutableRawBufferPointer, count: Int) {
         let offset = try! hintOffset(bytes, count: count)
-        page.storeBytes(of: UInt64(offset).littleEndian, toByteOffset: 24, as: UInt64.self)
+        page.storeBytes(of: UInt16(offset).littleEndian, toByteOffset: PageHeader.bytes, as: UInt16.self)
         for index in 0..<count {
             let (start, length) = try! keyLocation(bytes, index: index, count: count)
             let hint = hint(of: UnsafeRawBufferPointer(rebasing: bytes[start..<(start + length)]), at: offset)
-            page.storeBytes(of: hint.bigEndian, toByteOffset: PageHeader.bytes + hintedSlotBytes * index + 2, as: UInt32.self)
+            page.storeBytes(of: hint.bigEndian, toByteOffset: hintedSlotsStart + hintedSlotBytes * index + 2, as: UInt32.self)
         }
     }
 
-    /// Checks a hinted leaf's hint offset and hints against its keys (`verify`, checkpoints:
-    /// a point lookup trusts them, as it trusts key order).
+    /// Checks a hinted page's hint offset and hints against its keys (`verify`, checkpoints:
+    /// a lookup trusts them, as it trusts key order).
     static func checkHints(_ page: UnsafeRawBufferPointer, count: Int) throws(PageDefect) {
         guard page[leafFormatOffset] & hintedSlots != 0 else { return }
-        let stored = page.loadUnaligned(fromByteOffset: 24, as: UInt64.self)
+        let stored = Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: PageHeader.bytes, as: UInt16.self)))
         let offset = try hintOffset(page, count: count)
-        guard UInt64(littleEndian: stored) == UInt64(offset) else {
-            throw PageDefect("its hint offset is \(UInt64(littleEndian: stored)), not \(offset)")
-        }
+        guard stored == offset else { throw PageDefect("its hint offset is \(stored), not \(offset)") }
         for index in 0..<count {
             let (start, length) = try keyLocation(page, index: index, count: count)
             guard slotHint(page, index: index) == hint(of: UnsafeRawBufferPointer(rebasing: page[start..<(start + length)]), at: offset) else {
@@ -318,11 +330,11 @@ enum PageCodec {
     /// Inlined: it runs once per probe of every binary search in a page.
     @inline(__always)
     static func keyLocation(_ page: UnsafeRawBufferPointer, index: Int, count: Int) throws(PageDefect) -> (start: Int, length: Int) {
-        let width = slotBytes(page)
-        let cellsStart = PageHeader.bytes + width * count
+        let (slots, width) = slotLayout(page)
+        let cellsStart = slots + width * count
         // The slot array must fit before a slot is read: the buffer is not bounds-checked.
         guard index >= 0, index < count, cellsStart <= page.count else { throw PageDefect("its \(count) slots do not fit") }
-        let offset = Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: PageHeader.bytes + width * index, as: UInt16.self)))
+        let offset = Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: slots + width * index, as: UInt16.self)))
         guard offset >= cellsStart, offset < page.count else {
             throw PageDefect("slot \(index) points outside the cells")
         }
@@ -351,17 +363,19 @@ enum PageCodec {
         let cells = entries.dropFirst()
         var page = emptyPage(.branch, id: id, generation: generation, count: cells.count,
                              word: entries.first!.child.rawValue, pageBytes: pageBytes)
+        page[leafFormatOffset] = hintedSlots
         page.withUnsafeMutableBytes { page in
             var end = pageBytes
             for (index, entry) in cells.enumerated() {
-                end -= entry.cellBytes - 2
-                precondition(end >= PageHeader.bytes + 2 * cells.count, "branch cells overflow the page")
+                end -= entry.cellBytes - hintedSlotBytes
+                precondition(end >= hintedSlotsStart + hintedSlotBytes * cells.count, "branch cells overflow the page")
                 var cell = CellWriter(page, at: end)
                 cell.writeVarint(UInt64(entry.key.count))
                 cell.write(entry.key)
                 cell.writeLittleEndian(entry.child.rawValue)
                 writeSlot(page, index: index, offset: end)
             }
+            writeHints(UnsafeRawBufferPointer(page), into: page, count: cells.count)
         }
         seal(&page)
         return page
@@ -370,6 +384,13 @@ enum PageCodec {
     /// Decodes a branch into entries whose first key is `lowerBound`.
     static func decodeBranch(_ page: [UInt8], count: Int, leftmost: UInt64, lowerBound: [UInt8]) throws(PageDefect) -> [BranchEntry] {
         guard leftmost >= PageID.firstDataPage.rawValue else { throw PageDefect("its leftmost child is page \(leftmost)") }
+        do {
+            try page.withUnsafeBytes { try checkHints($0, count: count) }
+        } catch let defect as PageDefect {
+            throw defect
+        } catch {
+            throw PageDefect("\(error)")
+        }
         var entries = [BranchEntry(key: lowerBound, child: PageID(leftmost))]
         entries.reserveCapacity(count + 1)
         for index in 0..<count {
@@ -436,25 +457,25 @@ enum PageCodec {
 
     // MARK: Slots
 
-    /// Bytes of each slot of a leaf or branch page whose header was verified: 6 in a hinted
-    /// leaf, else 2.
+    /// Where the slots of a leaf or branch page whose header was verified start, and the
+    /// bytes of each: after the hint offset, 6, in a hinted page; else after the header, 2.
     @inline(__always)
-    static func slotBytes(_ page: UnsafeRawBufferPointer) -> Int {
-        page[leafFormatOffset] & hintedSlots != 0 ? hintedSlotBytes : 2
+    static func slotLayout(_ page: UnsafeRawBufferPointer) -> (start: Int, width: Int) {
+        page[leafFormatOffset] & hintedSlots != 0 ? (hintedSlotsStart, hintedSlotBytes) : (PageHeader.bytes, 2)
     }
 
-    private static func writeSlot(_ page: UnsafeMutableRawBufferPointer, index: Int, offset: Int, width: Int = 2) {
-        let at = PageHeader.bytes + width * index
+    private static func writeSlot(_ page: UnsafeMutableRawBufferPointer, index: Int, offset: Int) {
+        let at = hintedSlotsStart + hintedSlotBytes * index
         page[at] = UInt8(truncatingIfNeeded: offset)
         page[at + 1] = UInt8(truncatingIfNeeded: offset >> 8)
     }
 
     /// A reader of cell `index`, whose slot must point inside the cell area.
     private static func cellReader(_ page: [UInt8], index: Int, count: Int) throws(PageDefect) -> ByteReader {
-        let width = page[leafFormatOffset] & hintedSlots != 0 ? hintedSlotBytes : 2
-        let cellsStart = PageHeader.bytes + width * count
+        let (slots, width) = page.withUnsafeBytes { slotLayout($0) }
+        let cellsStart = slots + width * count
         guard cellsStart <= page.count else { throw PageDefect("its \(count) slots do not fit") }
-        let at = PageHeader.bytes + width * index
+        let at = slots + width * index
         let offset = Int(page[at]) | Int(page[at + 1]) << 8
         guard offset >= cellsStart, offset < page.count else { throw PageDefect("slot \(index) points outside the cells") }
         return ByteReader(page, start: offset, end: page.count)

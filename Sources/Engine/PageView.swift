@@ -45,6 +45,12 @@ struct TreePage: @unchecked Sendable {
     /// Which child of this branch holds `key`: 0 for the leftmost, i for cell i - 1's.
     func childIndex(for key: UnsafeRawBufferPointer) throws(PageDefect) -> Int {
         // The last cell whose key is ≤ key, or the leftmost child when none is.
+        if isHinted {
+            let side = try sideOfPrefix(key)
+            if side != 0 { return side < 0 ? 0 : count }
+            let (index, found) = try lowerBoundByHints(key)
+            return found ? index + 1 : index
+        }
         var low = 0
         var high = count
         while low < high {
@@ -71,13 +77,9 @@ struct TreePage: @unchecked Sendable {
     /// The index of the first cell of this leaf whose key is ≥ `key`, and whether it is equal.
     func lowerBound(_ key: UnsafeRawBufferPointer) throws(PageDefect) -> (index: Int, found: Bool) {
         guard isHinted else { return try lowerBoundByKeys(key) }
-        let (index, found) = try lowerBoundByHints(key)
-        // Without the page's common prefix, `key` sorts before or after every key here and
-        // its hint says nothing: the place found is checked, and searched by keys if wrong.
-        if found { return (index, true) }
-        let afterPrevious = index == 0 ? true : try compareCell(index - 1, with: key) < 0
-        let beforeNext = index == count ? true : try compareCell(index, with: key) > 0
-        return afterPrevious && beforeNext ? (index, false) : try lowerBoundByKeys(key)
+        let side = try sideOfPrefix(key)
+        if side != 0 { return (side < 0 ? 0 : count, false) }
+        return try lowerBoundByHints(key)
     }
 
     /// The cell of this leaf for `key`, or nil.
@@ -88,8 +90,22 @@ struct TreePage: @unchecked Sendable {
         return found ? try leafCell(index) : nil
     }
 
-    /// Whether this is a leaf whose slots carry hints (PageCodec, "Hints").
-    private var isHinted: Bool { type == .leaf && bytes[PageCodec.leafFormatOffset] & PageCodec.hintedSlots != 0 }
+    /// Whether this page's slots carry hints (PageCodec, "Hints").
+    private var isHinted: Bool { bytes[PageCodec.leafFormatOffset] & PageCodec.hintedSlots != 0 }
+
+    /// 0 when `key` starts with the prefix every key of this hinted page shares (its first
+    /// key's first h bytes), so that hints order it; else which side of all of them it is
+    /// on (negative: before), as a key without that prefix sorts before or after them all.
+    private func sideOfPrefix(_ key: UnsafeRawBufferPointer) throws(PageDefect) -> Int {
+        guard count > 0 else { return 0 }
+        let (start, length) = try PageCodec.keyLocation(bytes, index: 0, count: count)
+        let prefix = min(PageCodec.storedHintOffset(bytes), length)
+        let shared = min(prefix, key.count)
+        let order = compareBytes(UnsafeRawBufferPointer(start: key.baseAddress, count: shared),
+                                 UnsafeRawBufferPointer(start: bytes.baseAddress! + start, count: shared))
+        if order != 0 { return order }
+        return key.count < prefix ? -1 : 0
+    }
 
     private func lowerBoundByKeys(_ key: UnsafeRawBufferPointer) throws(PageDefect) -> (index: Int, found: Bool) {
         var low = 0
@@ -109,10 +125,10 @@ struct TreePage: @unchecked Sendable {
     private func lowerBoundByHints(_ key: UnsafeRawBufferPointer) throws(PageDefect) -> (index: Int, found: Bool) {
         // The slot array must fit before a hint is read; a crafted hint offset is clamped
         // (wrong hints give wrong answers, which verify reports, never a wild read).
-        guard PageHeader.bytes + PageCodec.hintedSlotBytes * count <= bytes.count else {
+        guard PageCodec.hintedSlotsStart + PageCodec.hintedSlotBytes * count <= bytes.count else {
             throw PageDefect("its \(count) slots do not fit")
         }
-        let target = PageCodec.hint(of: key, at: Int(min(word, UInt64(Limits.maxKeyBytes))))
+        let target = PageCodec.hint(of: key, at: PageCodec.storedHintOffset(bytes))
         var low = 0
         var high = count
         while low < high {

@@ -65,7 +65,7 @@ struct TreeWriter {
     private var pageBytes: Int { file.pageBytes }
     /// How full a leaf split among existing keys leaves each page.
     static let splitFill = (numerator: 15, denominator: 16)
-    private var capacity: Int { pageBytes - PageHeader.bytes }
+    private var capacity: Int { PageCodec.hintedCapacity(pageBytes: pageBytes) }
 
     /// Largest run of pages gathered before it is written.
     static let runBytes = 256 << 10

@@ -2,10 +2,11 @@ import StrataFileIO
 import Testing
 @testable import StrataEngine
 
-/// Leaves whose slots carry hints (format 3, PageCodec "Hints"): a search over the hints
-/// must give exactly what a search over the keys gives, for keys of the page and keys that
-/// do not share its common prefix; a page whose hints do not match its keys does not decode.
-@Suite struct LeafHintTests {
+/// Leaves and branches whose slots carry hints (format 3, PageCodec "Hints"): a search over
+/// the hints must give exactly what a search over the keys gives, for keys of the page and
+/// keys that do not share its common prefix; a page whose hints do not match its keys does
+/// not decode.
+@Suite struct PageHintTests {
     private static let pageBytes = 4096
 
     /// Encodes `keys` (sorted, distinct) as a leaf and hands it over as a verified page.
@@ -16,9 +17,18 @@ import Testing
         return try page.withUnsafeBytes { try body(TreePage(bytes: $0, type: type, count: count, word: word), page) }
     }
 
+    /// Encodes `keys` (sorted, distinct) as the cells of a branch and hands it over.
+    private func withBranch<T>(_ keys: [[UInt8]], _ body: (TreePage, [UInt8]) throws -> T) throws -> T {
+        let entries = [BranchEntry(key: [], child: PageID(100))]
+            + keys.enumerated().map { BranchEntry(key: $1, child: PageID(UInt64(101 + $0))) }
+        let page = PageCodec.encodeBranch(entries[...], id: PageID(7), generation: 1, pageBytes: Self.pageBytes)
+        let (type, count, word) = try PageCodec.verify(page, id: PageID(7), expected: [.branch])
+        return try page.withUnsafeBytes { try body(TreePage(bytes: $0, type: type, count: count, word: word), page) }
+    }
+
     @Test(arguments: [UInt64(11), 12, 13, 14])
     func hintsFindWhatKeysFind(seed: UInt64) throws {
-        print("LeafHintTests seed \(seed)")
+        print("PageHintTests seed \(seed)")
         var random = SplitMix64(seed: seed)
         // Few distinct byte values, so keys share prefixes and hints tie often.
         let alphabet: [UInt8] = [0, 1, 0x61, 0x7F, 0x80, 0xFF]
@@ -43,6 +53,18 @@ import Testing
                     #expect(cell.map { Array($0.key) } == (present ? probe : nil), "seed \(seed) round \(round): \(probe)")
                 }
             }
+            try withBranch(sorted) { branch, page in
+                #expect(try PageCodec.decodeBranch(page, count: sorted.count, leftmost: 100, lowerBound: []).map(\.key) == [[]] + sorted)
+                let probes = sorted + (0..<40).map { _ in
+                    random.next() % 2 == 0 ? prefix + bytes(Int(random.next() % 9)) : bytes(Int(random.next() % 12) + 1)
+                }
+                for probe in probes {
+                    // The child whose range holds the key: one past the last cell at or below it.
+                    let expected = sorted.filter { !probe.lexicographicallyPrecedes($0) }.count
+                    let index = try probe.withUnsafeBytes { try branch.childIndex(for: $0) }
+                    #expect(index == expected, "seed \(seed) round \(round): \(probe) in \(sorted)")
+                }
+            }
         }
     }
 
@@ -50,7 +72,7 @@ import Testing
         let keys = ["user:0042:a", "user:0042:b", "user:0042:bc", "user:0043"].map { Array($0.utf8) }
         try withLeaf(keys) { leaf, page in
             #expect(page[PageCodec.leafFormatOffset] == PageCodec.currentLeafFormat)
-            #expect(leaf.word == 8, "\"user:004\" is common to the first and last keys")
+            #expect(PageCodec.storedHintOffset(leaf.bytes) == 8, "\"user:004\" is common to the first and last keys")
             let hints = (0..<keys.count).map { PageCodec.slotHint(leaf.bytes, index: $0) }
             // "2:a" zero-padded, "2:b", "2:bc", "3" zero-padded, as big-endian numbers.
             #expect(hints == [0x323A_6100, 0x323A_6200, 0x323A_6263, 0x3300_0000])
@@ -64,9 +86,9 @@ import Testing
         let keys = ["a1", "a2", "a3"].map { Array($0.utf8) }
         var page = try withLeaf(keys) { _, page in page }
         if what == "offset" {
-            page[24] = 0
+            page[PageHeader.bytes] = 0
         } else {
-            page[PageHeader.bytes + PageCodec.hintedSlotBytes + 2] ^= 0x40
+            page[PageCodec.hintedSlotsStart + PageCodec.hintedSlotBytes + 2] ^= 0x40
         }
         PageCodec.seal(&page)
         let (type, count, word) = try PageCodec.verify(page, id: PageID(7), expected: [.leaf])
@@ -78,12 +100,12 @@ import Testing
             }
         }
         // A hint offset far past any key is clamped, not trusted.
-        page[24] = 0xFF
-        page[31] = 0x7F
+        page[PageHeader.bytes] = 0xFF
+        page[PageHeader.bytes + 1] = 0xFF
         PageCodec.seal(&page)
-        let (_, _, hugeWord) = try PageCodec.verify(page, id: PageID(7), expected: [.leaf])
+        _ = try PageCodec.verify(page, id: PageID(7), expected: [.leaf])
         try page.withUnsafeBytes { bytes in
-            let leaf = TreePage(bytes: bytes, type: type, count: count, word: hugeWord)
+            let leaf = TreePage(bytes: bytes, type: type, count: count, word: word)
             _ = try Array("a2".utf8).withUnsafeBytes { try leaf.leafCell(for: $0) }
         }
     }
