@@ -55,7 +55,8 @@ extension StorageEngine {
     /// against the batches still in flight and the versions the memtables and tree hold.
     private func beginCommit(_ batch: WALBatch, readVersion: UInt64?, unchecked: Set<[UInt8]> = []) throws -> Submission {
         let log = try writableLog().log
-        try Self.checkLimits(batch)
+        let measure = batch.measure
+        try Self.checkLimits(measure)
         return try commitLock.withLock { commits in
             guard !commits.closed else { throw EngineError.closed }
             if let failure = commits.failure { throw EngineError.storeFailed(reason: failure) }
@@ -76,7 +77,7 @@ extension StorageEngine {
                 }
             }
             let submission: Submission
-            do { submission = try log.enqueue(batch) } catch let error as WALError {
+            do { submission = try log.enqueue(batch, measure: measure) } catch let error as WALError {
                 if case .batchTooLarge = error { throw EngineError.log(error) }
                 commits.failure = "\(error)"
                 throw EngineError.log(error)
@@ -106,14 +107,20 @@ extension StorageEngine {
     }
 
     package static func checkLimits(_ batch: WALBatch) throws(EngineError) {
-        for operation in batch.operations {
-            let key = operation.key
-            guard !key.isEmpty, key.count <= Limits.maxKeyBytes else {
-                throw .keyTooLarge(byteCount: key.count, limit: Limits.maxKeyBytes)
-            }
-            if let value = operation.value, value.count > Limits.maxValueBytes {
-                throw .valueTooLarge(byteCount: value.count, limit: Limits.maxValueBytes)
-            }
+        try checkLimits(batch.measure)
+    }
+
+    /// Checks a batch's limits on its measure (`WALBatch.measure`).
+    static func checkLimits(_ measure: WALBatch.Measure) throws(EngineError) {
+        // An empty batch encodes to its 4-byte count alone; any other holds a key.
+        if measure.encodedByteCount > 4 && measure.shortestKeyBytes == 0 {
+            throw .keyTooLarge(byteCount: 0, limit: Limits.maxKeyBytes)
+        }
+        guard measure.longestKeyBytes <= Limits.maxKeyBytes else {
+            throw .keyTooLarge(byteCount: measure.longestKeyBytes, limit: Limits.maxKeyBytes)
+        }
+        guard measure.longestValueBytes <= Limits.maxValueBytes else {
+            throw .valueTooLarge(byteCount: measure.longestValueBytes, limit: Limits.maxValueBytes)
         }
     }
 

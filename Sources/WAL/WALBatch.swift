@@ -54,28 +54,61 @@ public struct WALBatch: Sendable, Equatable {
     /// Adds a delete of `key`.
     public mutating func delete(_ key: [UInt8]) { operations.append(.delete(key: key)) }
 
-    /// The size of the encoding, in bytes, without building it.
-    public var encodedByteCount: Int {
-        operations.reduce(4) { total, operation in
-            switch operation {
-            case let .put(key, value), let .insert(key, value):
-                total + 1 + varintByteCount(key.count) + key.count + varintByteCount(value.count) + value.count
-            case let .delete(key):
-                total + 1 + varintByteCount(key.count) + key.count
-            }
-        }
+    /// What one walk over the operations finds: the size of their encoding and the
+    /// lengths of the shortest and longest key and the longest value (0 for an empty batch).
+    /// A committer measures once and hands the measure on, so that checking limits, sizing
+    /// the encoding and encoding take two walks, not four.
+    public struct Measure: Sendable, Equatable {
+        public var encodedByteCount: Int
+        public var shortestKeyBytes: Int
+        public var longestKeyBytes: Int
+        public var longestValueBytes: Int
     }
+
+    /// The batch's `Measure`, in one walk.
+    public var measure: Measure {
+        // By index, switching on each operation where it lies: a loop over copies of the
+        // operations (for-in, reduce) retained and released every key and value.
+        var measure = Measure(encodedByteCount: 4, shortestKeyBytes: operations.isEmpty ? 0 : .max, longestKeyBytes: 0,
+                              longestValueBytes: 0)
+        for index in operations.indices {
+            let keyBytes: Int
+            switch operations[index] {
+            case let .put(key, value), let .insert(key, value):
+                keyBytes = key.count
+                measure.encodedByteCount += 1 + varintByteCount(keyBytes) + keyBytes + varintByteCount(value.count)
+                    + value.count
+                measure.longestValueBytes = max(measure.longestValueBytes, value.count)
+            case let .delete(key):
+                keyBytes = key.count
+                measure.encodedByteCount += 1 + varintByteCount(keyBytes) + keyBytes
+            }
+            measure.shortestKeyBytes = min(measure.shortestKeyBytes, keyBytes)
+            measure.longestKeyBytes = max(measure.longestKeyBytes, keyBytes)
+        }
+        return measure
+    }
+
+    /// The size of the encoding, in bytes, without building it.
+    public var encodedByteCount: Int { measure.encodedByteCount }
 
     /// The batch's bytes: a little-endian u32 operation count, then per operation a kind byte
     /// (1 put, 2 delete, 3 insert), a varint key length and the key, and for a put or an
     /// insert a varint value length and the value.
-    public func encoded() -> [UInt8] {
-        var writer = ByteWriter(capacity: encodedByteCount)
+    public func encoded() -> [UInt8] { encoded(byteCount: encodedByteCount) }
+
+    /// `encoded()` when its size, `byteCount`, is known (from `measure`).
+    func encoded(byteCount: Int) -> [UInt8] {
+        var writer = ByteWriter(capacity: byteCount)
         writer.write(UInt32(operations.count))
-        for operation in operations {
-            switch operation {
+        for index in operations.indices {
+            switch operations[index] {
             case let .put(key, value), let .insert(key, value):
-                if case .insert = operation { writer.write(WALFormat.insertOperation) } else { writer.write(WALFormat.putOperation) }
+                if case .insert = operations[index] {
+                    writer.write(WALFormat.insertOperation)
+                } else {
+                    writer.write(WALFormat.putOperation)
+                }
                 writer.writeVarint(UInt64(key.count))
                 writer.write(contentsOf: key)
                 writer.writeVarint(UInt64(value.count))

@@ -26,8 +26,10 @@ extension WriteAheadLog {
     }
 
     /// `submit(_:)`, also returning the batch's encoded and stored (compressed) sizes.
-    public func enqueue(_ batch: WALBatch) throws -> Submission {
-        let encoded = try EncodedBatch(batch, compression: options.compression)
+    /// `measure`, when given, must be `batch.measure` (a caller that measured the batch
+    /// already saves a walk over it).
+    public func enqueue(_ batch: WALBatch, measure: WALBatch.Measure? = nil) throws -> Submission {
+        let encoded = try EncodedBatch(batch, measure: measure, compression: options.compression)
         monitor.lock()
         defer { monitor.unlock() }
         guard !state.closed else { throw WALError.closed }

@@ -153,6 +153,14 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             return count == Limits.maxKeyBytes + 1 && limit == Limits.maxKeyBytes
         }
         #expect(throws: EngineError.self) { try engine.commit(WALBatch([.put(key: [], value: [1])])) }
+        // An empty key among good ones refuses the whole batch, whatever its kind.
+        #expect {
+            try engine.commit(WALBatch([.put(key: [1], value: [1]), .delete(key: []), .put(key: [2, 2], value: [2])]))
+        } throws: { error in
+            guard case let EngineError.keyTooLarge(count, _) = error else { return false }
+            return count == 0
+        }
+        #expect(try engine.snapshot().get([1]) == nil)
         #expect(throws: EngineError.self) {
             try engine.commit(WALBatch([.put(key: [1], value: [UInt8](repeating: 0, count: Limits.maxValueBytes + 1))]))
         }

@@ -19,6 +19,21 @@ import Testing
         #expect(try WALBatch.decode(insert.encoded()) == insert)
     }
 
+    @Test func aBatchMeasureIsItsEncodingsSizeAndItsKeyAndValueLengths() {
+        let value = [UInt8](repeating: 7, count: 200) // a two-byte varint length
+        let batch = WALBatch([.put(key: Array("k1".utf8), value: Array("v1".utf8)), .delete(key: Array("older".utf8)),
+                              .insert(key: Array("k".utf8), value: value)])
+        let measure = batch.measure
+        #expect(measure.encodedByteCount == batch.encoded().count)
+        #expect(measure.encodedByteCount == 4 + (1 + 1 + 2 + 1 + 2) + (1 + 1 + 5) + (1 + 1 + 1 + 2 + 200))
+        #expect(measure.shortestKeyBytes == 1)
+        #expect(measure.longestKeyBytes == 5)
+        #expect(measure.longestValueBytes == 200)
+        #expect(WALBatch().measure == WALBatch.Measure(encodedByteCount: 4, shortestKeyBytes: 0, longestKeyBytes: 0,
+                                                       longestValueBytes: 0))
+        #expect(WALBatch([.delete(key: [])]).measure.shortestKeyBytes == 0)
+    }
+
     @Test func segmentHeaderMatchesTheDocument() {
         let header = SegmentHeader(salt: 0x1234_5678, sequence: 1, firstLSN: LSN(1), capacityBytes: 64 << 20)
         let bytes = header.encoded()

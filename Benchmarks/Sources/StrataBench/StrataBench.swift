@@ -56,6 +56,12 @@ struct StrataBench: ParsableCommand {
     @Option(help: "Also write a grouped bar chart of the results to this SVG file.")
     var chart: String?
 
+    @Flag(help: """
+        Run every measurement in this process instead of one child process each (for a profiler; \
+        peak RSS is then reported only when a single measurement is run).
+        """)
+    var inProcess = false
+
     @Option(help: "Run nothing: read the JSON lines of an earlier run from this file and print its table and chart.")
     var replot: String?
 
@@ -73,7 +79,7 @@ struct StrataBench: ParsableCommand {
         }
         for name in engineNames where !Self.allEngines.contains(name) { throw ValidationError("unknown engine \(name)") }
         for name in workloadNames where !Self.allWorkloads.contains(name) { throw ValidationError("unknown workload \(name)") }
-        var results: [Result] = []
+        var plan: [(engine: String, workload: String)] = []
         for workload in workloadNames {
             for engine in engineNames {
                 let writesOnly = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "deleterandom"]
@@ -87,13 +93,24 @@ struct StrataBench: ParsableCommand {
                 if (workload == "recover" || workload == "reopen") && !engine.hasPrefix("strata") { continue }
                 // The record workloads compare Strata's repositories with an indexed SQLite table.
                 if workload.hasPrefix("records-") && engine != "strata" && engine != "sqlite" { continue }
+                plan.append((engine, workload))
+            }
+        }
+        var results: [Result] = []
+        for (engine, workload) in plan {
+            var result: Result
+            if inProcess {
                 FileHandle.standardError.write(Data("running \(engine) \(workload)…\n".utf8))
-                let result = workload.hasPrefix("records-")
+                result = workload.hasPrefix("records-")
                     ? try RecordWorkloads(engine: engine, workload: workload, options: self).run()
                     : try Runner(engine: engine, workload: workload, options: self).run()
-                print(try result.json)
-                results.append(result)
+                // A process's peak is its own only while it has run one measurement.
+                if plan.count == 1 { result.peakRSSKilobytes = peakResidentKilobytes() }
+            } else {
+                result = try runAlone(engine: engine, workload: workload)
             }
+            print(try result.json)
+            results.append(result)
         }
         if table { printTable(results, engines: engineNames, workloads: workloadNames) }
         if let chart {
@@ -101,6 +118,28 @@ struct StrataBench: ParsableCommand {
             try svg.write(toFile: chart, atomically: true, encoding: .utf8)
             FileHandle.standardError.write(Data("wrote \(chart)\n".utf8))
         }
+    }
+
+    /// Runs one measurement in a child process of this executable, so that its peak
+    /// resident set is its own and no engine runs on a heap another one left behind.
+    private func runAlone(engine: String, workload: String) throws -> Result {
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        var arguments = ["--in-process", "--engines", engine, "--benchmarks", workload, "--batch", "\(batch)",
+                         "--value-size", "\(valueSize)", "--threads", "\(threads)", "--dir", dir, "--seed", "\(seed)"]
+        if let num { arguments += ["--num", "\(num)"] }
+        child.arguments = arguments
+        let output = Pipe()
+        child.standardOutput = output
+        try child.run()
+        let printed = output.fileHandleForReading.readDataToEndOfFile()
+        child.waitUntilExit()
+        guard child.terminationStatus == 0,
+              let line = String(decoding: printed, as: UTF8.self).split(separator: "\n").first(where: { $0.hasPrefix("{") })
+        else {
+            throw BenchError(description: "\(engine) \(workload): its process ended with status \(child.terminationStatus)")
+        }
+        return try Result(jsonLine: String(line))
     }
 
     private func printTable(_ results: [Result], engines: [String], workloads: [String]) {
@@ -118,12 +157,30 @@ struct StrataBench: ParsableCommand {
         }
         // Latency per transaction (writes) or read: p50 / p99 / p99.9 / max, in µs.
         let timed = workloads.filter { workload in results.contains { $0.bench == workload && $0.latency != nil } }
-        guard !timed.isEmpty else { return }
-        print("\n| latency µs (p50 / p99 / p99.9 / max) | " + engines.joined(separator: " | ") + " |")
+        if !timed.isEmpty {
+            print("\n| latency µs (p50 / p99 / p99.9 / max) | " + engines.joined(separator: " | ") + " |")
+            print("|---|" + engines.map { _ in "---:|" }.joined())
+            for workload in timed {
+                let cells = engines.map { engine in
+                    results.first { $0.bench == workload && $0.engine == engine }?.latency?.text ?? ""
+                }
+                print("| \(workload) | " + cells.joined(separator: " | ") + " |")
+            }
+        }
+        // Peak resident set of each measurement's process, in MB, with its ratio to Strata's.
+        let measured = workloads.filter { workload in
+            results.contains { $0.bench == workload && $0.peakRSSKilobytes != nil }
+        }
+        guard !measured.isEmpty else { return }
+        print("\n| peak RSS MB | " + engines.joined(separator: " | ") + " |")
         print("|---|" + engines.map { _ in "---:|" }.joined())
-        for workload in timed {
-            let cells = engines.map { engine in
-                results.first { $0.bench == workload && $0.engine == engine }?.latency?.text ?? ""
+        for workload in measured {
+            let row = results.filter { $0.bench == workload }
+            let strata = row.first { $0.engine == "strata" }?.peakRSSKilobytes
+            let cells = engines.map { engine -> String in
+                guard let kilobytes = row.first(where: { $0.engine == engine })?.peakRSSKilobytes else { return "" }
+                let ratio = strata.map { " (\(String(format: "%.2f", Double(kilobytes) / Double($0)))×)" } ?? ""
+                return String(format: "%.1f", Double(kilobytes) * 1.024 / 1000) + ratio
             }
             print("| \(workload) | " + cells.joined(separator: " | ") + " |")
         }

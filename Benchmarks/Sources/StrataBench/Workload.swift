@@ -40,6 +40,9 @@ struct Result {
     var fdatasyncs: Int?
     /// Latency of each transaction (write workloads) or read (`readrandom`), when measured.
     var latency: Latencies? = nil
+    /// The peak resident set of the process that ran this measurement alone (its untimed
+    /// fill included), in KiB; nil when the process ran other measurements too.
+    var peakRSSKilobytes: Int? = nil
 
     var opsPerSecond: Double { Double(num) / seconds }
 
@@ -56,7 +59,7 @@ struct Result {
 extension Result: Codable {
     enum CodingKeys: String, CodingKey {
         case engine, bench, num, batch, valueSize = "value_size", seconds, opsPerSecond = "ops_per_sec"
-        case bytesOnDisk = "bytes_on_disk", fdatasyncs, latency = "latency_us"
+        case bytesOnDisk = "bytes_on_disk", fdatasyncs, latency = "latency_us", peakRSSKilobytes = "peak_rss_kb"
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -71,6 +74,7 @@ extension Result: Codable {
         try container.encode(bytesOnDisk, forKey: .bytesOnDisk)
         try container.encode(fdatasyncs, forKey: .fdatasyncs)
         try container.encodeIfPresent(latency, forKey: .latency)
+        try container.encodeIfPresent(peakRSSKilobytes, forKey: .peakRSSKilobytes)
     }
 
     /// Reads back one line of `json` (the ops/s figure is derived, so it is not read).
@@ -84,7 +88,8 @@ extension Result: Codable {
                   seconds: try container.decode(Double.self, forKey: .seconds),
                   bytesOnDisk: try container.decode(Int.self, forKey: .bytesOnDisk),
                   fdatasyncs: try container.decodeIfPresent(Int.self, forKey: .fdatasyncs),
-                  latency: try container.decodeIfPresent(Latencies.self, forKey: .latency))
+                  latency: try container.decodeIfPresent(Latencies.self, forKey: .latency),
+                  peakRSSKilobytes: try container.decodeIfPresent(Int.self, forKey: .peakRSSKilobytes))
     }
 
     init(jsonLine: String) throws {
@@ -113,6 +118,13 @@ struct Latencies: Codable, Equatable {
     }
 
     var text: String { "\(p50) / \(p99) / \(p999) / \(max)" }
+}
+
+/// The most this process has had resident so far, in KiB (`getrusage`'s `ru_maxrss`).
+func peakResidentKilobytes() -> Int {
+    var usage = rusage()
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+    return usage.ru_maxrss
 }
 
 /// A monotonic clock reading in nanoseconds (cheap enough to take around each operation).
