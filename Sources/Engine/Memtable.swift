@@ -122,53 +122,47 @@ final class Memtable: @unchecked Sendable {
     /// Adds every operation of `batch` at `version`; the last operation of a key wins.
     /// `version` must be above every version held (K3). Writer only.
     func apply(_ batch: WALBatch, version: UInt64) {
-        let operations = batch.operations
-        guard !operations.isEmpty else { return }
-        if operations.count == 1 {
-            operations[0].key.withUnsafeBytes { key in
-                operations[0].value.withUnsafeBytesIfPresent { value in
-                    insert(key, version: version, value: value, continuingRun: false)
+        apply(batch.encoding(), version: version)
+    }
+
+    /// Adds every operation of an encoded batch at `version`, reading each key and value
+    /// where it lies in the encoding (a copy of a `WALBatch.Operation` retains and
+    /// releases its arrays, atomically, while the committing thread releases them too);
+    /// the last operation of a key wins. `version` must be above every version held (K3).
+    /// Writer only.
+    func apply(_ batch: WALBatch.Encoding, version: UInt64) {
+        let locations = batch.operationLocations
+        guard !locations.isEmpty else { return }
+        batch.bytes.withUnsafeBytes { bytes in
+            locations.withUnsafeBufferPointer { locations in
+                func key(_ index: Int) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[locations[index].key]) }
+                func value(_ index: Int) -> UnsafeRawBufferPointer? {
+                    locations[index].value.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) }
                 }
-            }
-            return
-        }
-        // Sorted, a batch goes in as one run: each key continues from the previous one's
-        // place instead of searching from the top (a sequential batch costs O(1) per key).
-        // The keys are copied side by side first, so sorting compares bytes in place
-        // instead of retaining each operation's array per comparison.
-        var offsets: [Int] = []
-        offsets.reserveCapacity(operations.count + 1)
-        var keys: [UInt8] = []
-        keys.reserveCapacity(operations.reduce(0) { $0 + $1.key.count })
-        for operation in operations {
-            offsets.append(keys.count)
-            keys.append(contentsOf: operation.key)
-        }
-        offsets.append(keys.count)
-        keys.withUnsafeBytes { keys in
-            offsets.withUnsafeBufferPointer { offsets in
-                func key(_ index: Int) -> UnsafeRawBufferPointer {
-                    UnsafeRawBufferPointer(rebasing: keys[offsets[index]..<offsets[index + 1]])
+                if locations.count == 1 {
+                    insert(key(0), version: version, value: value(0), continuingRun: false)
+                    return
                 }
-                let order = positionsInKeyOrder(count: operations.count, key)
+                // Sorted, a batch goes in as one run: each key continues from the previous
+                // one's place instead of searching from the top (a sequential batch costs
+                // O(1) per key).
+                let order = positionsInKeyOrder(count: locations.count, key)
                 // The last operation of each key wins; earlier ones are skipped.
                 let winners = order.indices.filter { position in
                     position + 1 == order.count || compareBytes(key(order[position]), key(order[position + 1])) != 0
                 }.map { order[$0] }
                 let keys = winners.map(key)
                 if let last = lastNode(below: nil), last.compare(with: keys[0]) >= 0 {
-                    insert(sorted: keys, values: winners.map { operations[$0].value }, version: version)
+                    insert(sorted: keys, version: version) { position, link in link(value(winners[position])) }
                 } else {
                     // Every key goes after the last one held (sequential writes): each
                     // continues from the previous one's place, O(1) per key, no search.
-                    // The filter words and index slots are the random accesses left, loaded
-                    // a few keys ahead.
+                    // The filter words and index slots are the random accesses left,
+                    // loaded a few keys ahead.
                     for key in keys.prefix(Self.prefetchDistance) { prefetch(key) }
                     for (position, index) in winners.enumerated() {
                         if position + Self.prefetchDistance < keys.count { prefetch(keys[position + Self.prefetchDistance]) }
-                        operations[index].value.withUnsafeBytesIfPresent { value in
-                            insert(keys[position], version: version, value: value, continuingRun: position > 0)
-                        }
+                        insert(keys[position], version: version, value: value(index), continuingRun: position > 0)
                     }
                 }
             }
@@ -313,20 +307,22 @@ final class Memtable: @unchecked Sendable {
 
     // MARK: Insertion (writer only)
 
-    /// Keys searched at once by `insert(sorted:values:version:)`. Measured at 1M keys
+    /// Keys searched at once by `insert(sorted:version:withValue:)`. Measured at 1M keys
     /// (Benchmarks/RESULTS.md): 16 beat 8 by 8–16 % on fillrandom and 15–33 % on
     /// deleterandom; 32 was no better than 16 and slower on deleterandom.
     private static let searchLanes = 16
     /// Keys per round of searching and linking (bounds the predecessor table).
     private static let roundKeys = 256
 
-    /// Inserts `keys` (sorted, no key twice) with their values at `version`. In a memtable
+    /// Inserts `keys` (sorted, no key twice) at `version`, the value of key `i` handed by
+    /// `withValue(i, body)` to `body` (nil for a delete), borrowed. In a memtable
     /// larger than the caches each step of a skip-list search is a cache miss, one after
     /// another; here a round of keys is first searched `searchLanes` at a time, each lane's
     /// next node prefetched while the other lanes step, so the misses overlap. The
     /// predecessors found are then linked in key order, each corrected for the nodes this
     /// round inserted before it (a step forward from the later of the two).
-    private func insert(sorted keys: [UnsafeRawBufferPointer], values: [[UInt8]?], version: UInt64) {
+    private func insert(sorted keys: [UnsafeRawBufferPointer], version: UInt64,
+                        withValue: (Int, (UnsafeRawBufferPointer?) -> Void) -> Void) {
         let height = Self.maxHeight
         let predecessors = UnsafeMutablePointer<MemtableNode>.allocate(capacity: Self.roundKeys * height)
         defer { predecessors.deallocate() }
@@ -353,7 +349,7 @@ final class Memtable: @unchecked Sendable {
                     while let next = predecessor.next(level), next.compare(with: key) < 0 { predecessor = next }
                     finger[level] = predecessor
                 }
-                values[index].withUnsafeBytesIfPresent { linkAfterFinger(makeNode(key, version: version, value: $0, height: nodeHeight)) }
+                withValue(index) { linkAfterFinger(makeNode(key, version: version, value: $0, height: nodeHeight)) }
             }
             start = end
         }

@@ -29,7 +29,7 @@ import StrataWAL
 final class MemtableApplier: @unchecked Sendable {
     private struct Pending {
         var version: UInt64
-        var batch: WALBatch
+        var batch: WALBatch.Encoding
         var memtable: Memtable
     }
 
@@ -60,9 +60,9 @@ final class MemtableApplier: @unchecked Sendable {
     /// Queues `batch` to be linked into `memtable` at `version`, above every version
     /// enqueued before (A1); links a small one at once when nothing is ahead of it (A3).
     /// After `stop()`, links it on the calling thread.
-    func enqueue(_ batch: WALBatch, version: UInt64, into memtable: Memtable) {
+    func enqueue(_ batch: WALBatch.Encoding, version: UInt64, into memtable: Memtable) {
         monitor.lock()
-        if stopped || (queue.isEmpty && !linking && batch.operations.count <= Self.inlineOperationLimit) {
+        if stopped || (queue.isEmpty && !linking && batch.operationLocations.count <= Self.inlineOperationLimit) {
             memtable.apply(batch, version: version)
             applied.store(version, ordering: .releasing)
             monitor.unlock()

@@ -57,6 +57,12 @@ extension StorageEngine {
         let log = try writableLog().log
         let measure = batch.measure
         try Self.checkLimits(measure)
+        guard measure.encodedByteCount <= WALFormat.maxBatchBytes else {
+            throw EngineError.log(.batchTooLarge(byteCount: measure.encodedByteCount, limit: WALFormat.maxBatchBytes))
+        }
+        // Encoded once, before the lock: the log stores these bytes and the memtable links
+        // from them, reading each key and value where it lies.
+        let encoding = batch.encoding(measure: measure)
         return try commitLock.withLock { commits in
             guard !commits.closed else { throw EngineError.closed }
             if let failure = commits.failure { throw EngineError.storeFailed(reason: failure) }
@@ -77,7 +83,7 @@ extension StorageEngine {
                 }
             }
             let submission: Submission
-            do { submission = try log.enqueue(batch, measure: measure) } catch let error as WALError {
+            do { submission = try log.enqueue(encoding) } catch let error as WALError {
                 if case .batchTooLarge = error { throw EngineError.log(error) }
                 commits.failure = "\(error)"
                 throw EngineError.log(error)
@@ -86,7 +92,7 @@ extension StorageEngine {
             commits.inFlight[version] = batch
             commits.lastEnqueuedVersion = version
             // Linked while the frame is written and synced; unseen until published (E1).
-            applier.enqueue(batch, version: version, into: stateLock.withLock { $0.current.active })
+            applier.enqueue(encoding, version: version, into: stateLock.withLock { $0.current.active })
             return submission
         }
     }

@@ -26,13 +26,11 @@ struct EncodedBatch {
     /// Stored payload bytes (after compression).
     var storedBytes: Int { fragments.reduce(0) { $0 + $1.payload.count } }
 
-    /// `measure` is `batch.measure`, when the caller has it already.
-    init(_ batch: WALBatch, measure: WALBatch.Measure?, compression: Bool) throws(WALError) {
-        let size = (measure ?? batch.measure).encodedByteCount
-        guard size <= WALFormat.maxBatchBytes else {
-            throw .batchTooLarge(byteCount: size, limit: WALFormat.maxBatchBytes)
+    init(_ encoding: WALBatch.Encoding, compression: Bool) throws(WALError) {
+        let raw = encoding.bytes
+        guard raw.count <= WALFormat.maxBatchBytes else {
+            throw .batchTooLarge(byteCount: raw.count, limit: WALFormat.maxBatchBytes)
         }
-        let raw = batch.encoded(byteCount: size)
         batchBytes = raw.count
         let pieces = stride(from: 0, to: raw.count, by: WALFormat.maxFragmentBytes).map {
             $0..<min(raw.count, $0 + WALFormat.maxFragmentBytes)

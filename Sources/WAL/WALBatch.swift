@@ -41,6 +41,33 @@ public struct WALBatch: Sendable, Equatable {
             case .delete: nil
             }
         }
+
+        /// Calls `body` with `operation`'s key bytes and value bytes (nil for a delete)
+        /// where they lie. `key`, `value` and a loop over copies of the operations (for-in,
+        /// `reduce`) retain and release both arrays per operation; switched on borrowed and
+        /// inlined into a loop over the operations' buffer, this counts no reference at all.
+        @inlinable @inline(__always)
+        public static func withBytes<Result>(
+            of operation: borrowing Self,
+            _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?) throws -> Result
+        ) rethrows -> Result {
+            switch operation {
+            case .put(let key, let value), .insert(let key, let value):
+                try key.withUnsafeBytes { key in try value.withUnsafeBytes { value in try body(key, value) } }
+            case .delete(let key):
+                try key.withUnsafeBytes { key in try body(key, nil) }
+            }
+        }
+
+        /// The kind byte of the operation's encoding (FORMAT.md, "Batch encoding").
+        @inline(__always)
+        static func kindByte(of operation: borrowing Self) -> UInt8 {
+            switch operation {
+            case .put: WALFormat.putOperation
+            case .insert: WALFormat.insertOperation
+            case .delete: WALFormat.deleteOperation
+            }
+        }
     }
 
     /// The operations in commit order.
@@ -67,24 +94,20 @@ public struct WALBatch: Sendable, Equatable {
 
     /// The batch's `Measure`, in one walk.
     public var measure: Measure {
-        // By index, switching on each operation where it lies: a loop over copies of the
-        // operations (for-in, reduce) retained and released every key and value.
         var measure = Measure(encodedByteCount: 4, shortestKeyBytes: operations.isEmpty ? 0 : .max, longestKeyBytes: 0,
                               longestValueBytes: 0)
-        for index in operations.indices {
-            let keyBytes: Int
-            switch operations[index] {
-            case let .put(key, value), let .insert(key, value):
-                keyBytes = key.count
-                measure.encodedByteCount += 1 + varintByteCount(keyBytes) + keyBytes + varintByteCount(value.count)
-                    + value.count
-                measure.longestValueBytes = max(measure.longestValueBytes, value.count)
-            case let .delete(key):
-                keyBytes = key.count
-                measure.encodedByteCount += 1 + varintByteCount(keyBytes) + keyBytes
+        operations.withUnsafeBufferPointer { operations in
+            for index in operations.indices {
+                Operation.withBytes(of: operations[index]) { key, value in
+                    measure.encodedByteCount += 1 + varintByteCount(key.count) + key.count
+                    if let value {
+                        measure.encodedByteCount += varintByteCount(value.count) + value.count
+                        measure.longestValueBytes = max(measure.longestValueBytes, value.count)
+                    }
+                    measure.shortestKeyBytes = min(measure.shortestKeyBytes, key.count)
+                    measure.longestKeyBytes = max(measure.longestKeyBytes, key.count)
+                }
             }
-            measure.shortestKeyBytes = min(measure.shortestKeyBytes, keyBytes)
-            measure.longestKeyBytes = max(measure.longestKeyBytes, keyBytes)
         }
         return measure
     }
@@ -95,31 +118,68 @@ public struct WALBatch: Sendable, Equatable {
     /// The batch's bytes: a little-endian u32 operation count, then per operation a kind byte
     /// (1 put, 2 delete, 3 insert), a varint key length and the key, and for a put or an
     /// insert a varint value length and the value.
-    public func encoded() -> [UInt8] { encoded(byteCount: encodedByteCount) }
+    public func encoded() -> [UInt8] { encoding().bytes }
 
-    /// `encoded()` when its size, `byteCount`, is known (from `measure`).
-    func encoded(byteCount: Int) -> [UInt8] {
-        var writer = ByteWriter(capacity: byteCount)
-        writer.write(UInt32(operations.count))
-        for index in operations.indices {
-            switch operations[index] {
-            case let .put(key, value), let .insert(key, value):
-                if case .insert = operations[index] {
-                    writer.write(WALFormat.insertOperation)
-                } else {
-                    writer.write(WALFormat.putOperation)
+    /// A batch's bytes (`encoded()`) with where each operation lies in them: what the log
+    /// stores, and what the memtable links from, as recovery does from the log, without
+    /// a copy of the operations' arrays or a count of their references.
+    public struct Encoding: Sendable {
+        public let bytes: [UInt8]
+        public let operationLocations: [OperationLocation]
+    }
+
+    /// The batch's `Encoding`.
+    public func encoding() -> Encoding { encoding(measure: measure) }
+
+    /// The batch's `Encoding`, made in one pass, for a caller that has its `measure`
+    /// already (the bytes are sized by it, so it must be this batch's). Each operation is
+    /// read where it lies and written straight into the bytes, with nothing opaque called
+    /// meanwhile (a call the compiler cannot see into makes it copy the operation first:
+    /// a retain and a release per array).
+    package func encoding(measure: Measure) -> Encoding {
+        let byteCount = measure.encodedByteCount
+        var bytes: [UInt8] = []
+        let locations = [OperationLocation](unsafeUninitializedCapacity: operations.count) { locations, located in
+            bytes = [UInt8](unsafeUninitializedCapacity: byteCount) { buffer, written in
+                let output = UnsafeMutableRawBufferPointer(buffer)
+                output.storeBytes(of: UInt32(truncatingIfNeeded: operations.count).littleEndian, as: UInt32.self)
+                var offset = 4
+                operations.withUnsafeBufferPointer { operations in
+                    for index in operations.indices {
+                        let kind = Operation.kindByte(of: operations[index])
+                        Operation.withBytes(of: operations[index]) { key, value in
+                            output[offset] = kind
+                            offset += 1
+                            let keyRange = Self.store(key, in: output, at: &offset)
+                            let valueRange = value.map { Self.store($0, in: output, at: &offset) }
+                            (locations.baseAddress! + index).initialize(to: OperationLocation(kind: kind, key: keyRange,
+                                                                                             value: valueRange))
+                        }
+                    }
                 }
-                writer.writeVarint(UInt64(key.count))
-                writer.write(contentsOf: key)
-                writer.writeVarint(UInt64(value.count))
-                writer.write(contentsOf: value)
-            case let .delete(key):
-                writer.write(WALFormat.deleteOperation)
-                writer.writeVarint(UInt64(key.count))
-                writer.write(contentsOf: key)
+                precondition(offset == byteCount, "a batch changed while it was encoded")
+                written = offset
             }
+            located = operations.count
         }
-        return writer.bytes
+        return Encoding(bytes: bytes, operationLocations: locations)
+    }
+
+    /// Writes `bytes`' varint length and then `bytes` into `output` at `offset`, advancing
+    /// it; returns where `bytes` went. The caller sized `output` (`measure`).
+    @inline(__always)
+    private static func store(_ bytes: UnsafeRawBufferPointer, in output: UnsafeMutableRawBufferPointer,
+                              at offset: inout Int) -> Range<Int> {
+        ByteWriter.varintBytes(of: UInt64(bytes.count)) { byte in
+            output[offset] = byte
+            offset += 1
+        }
+        let start = offset
+        if let source = bytes.baseAddress, bytes.count > 0 {
+            (output.baseAddress! + start).copyMemory(from: source, byteCount: bytes.count)
+        }
+        offset += bytes.count
+        return start..<offset
     }
 
     /// Where one operation of an encoded batch lies: its kind byte and the byte ranges of

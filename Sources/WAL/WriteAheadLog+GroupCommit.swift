@@ -26,10 +26,18 @@ extension WriteAheadLog {
     }
 
     /// `submit(_:)`, also returning the batch's encoded and stored (compressed) sizes.
-    /// `measure`, when given, must be `batch.measure` (a caller that measured the batch
-    /// already saves a walk over it).
-    public func enqueue(_ batch: WALBatch, measure: WALBatch.Measure? = nil) throws -> Submission {
-        let encoded = try EncodedBatch(batch, measure: measure, compression: options.compression)
+    public func enqueue(_ batch: WALBatch) throws -> Submission {
+        let measure = batch.measure
+        guard measure.encodedByteCount <= WALFormat.maxBatchBytes else {
+            throw WALError.batchTooLarge(byteCount: measure.encodedByteCount, limit: WALFormat.maxBatchBytes)
+        }
+        return try enqueue(batch.encoding(measure: measure))
+    }
+
+    /// `enqueue(_:)` of a batch encoded already (`WALBatch.encoding()`), for a caller that
+    /// also links the batch from its encoding.
+    public func enqueue(_ encoding: WALBatch.Encoding) throws -> Submission {
+        let encoded = try EncodedBatch(encoding, compression: options.compression)
         monitor.lock()
         defer { monitor.unlock() }
         guard !state.closed else { throw WALError.closed }

@@ -99,6 +99,22 @@ import Testing
         }
     }
 
+    @Test func anEncodingLocatesItsOperationsAsTheDecoderDoes() throws {
+        let seed: UInt64 = 78
+        print("seed \(seed)")
+        var generator = BatchGenerator(seed: seed)
+        for round in 0..<300 {
+            var batch = generator.batch(maxValueBytes: 300)
+            if round % 3 == 0, case let .put(key, value) = batch.operations[0] { batch.operations[0] = .insert(key: key, value: value) }
+            let encoding = batch.encoding()
+            #expect(encoding.bytes.count == batch.measure.encodedByteCount)
+            #expect(try WALBatch.decode(encoding.bytes) == batch)
+            #expect(try WALBatch.locateOperations(encoding.bytes) == encoding.operationLocations)
+        }
+        let empty = WALBatch().encoding()
+        #expect(empty.bytes == [0, 0, 0, 0] && empty.operationLocations.isEmpty)
+    }
+
     @Test func appendsInsideTheSegmentChangeNoFileSize() throws {
         let fileSystem = SimulatedFileSystem()
         let (log, _, _) = try openLog(fileSystem)
