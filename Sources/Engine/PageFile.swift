@@ -190,12 +190,17 @@ final class PageFile: Sendable {
     }
 
     /// The decoded B+tree page `id`. A branch's first entry has an empty key: callers
-    /// substitute the lower bound they know.
+    /// substitute the lower bound they know. For the checkpoint, vacuum and verify, which
+    /// read most pages of a tree once each: the page is read with `pread` and verified,
+    /// not through the mapping, where every page read stayed in the process's resident set
+    /// until the mapping went (and verify would trust a page verified earlier).
     func node(_ id: PageID) throws -> Node {
-        try withPage(id) { page in
-            let bytes = Array(page.bytes)
-            return page.type == .leaf ? .leaf(try PageCodec.decodeLeaf(bytes, count: page.count))
-                : .branch(try PageCodec.decodeBranch(bytes, count: page.count, leftmost: page.word, lowerBound: []))
+        let (bytes, type, count, word) = try readPage(id, types: .tree)
+        do {
+            return type == .leaf ? .leaf(try PageCodec.decodeLeaf(bytes, count: count))
+                : .branch(try PageCodec.decodeBranch(bytes, count: count, leftmost: word, lowerBound: []))
+        } catch let defect as PageDefect {
+            throw corrupt(id, defect)
         }
     }
 

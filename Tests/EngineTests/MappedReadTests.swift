@@ -192,6 +192,32 @@ import Testing
         try engine.close(checkpoint: false)
     }
 
+    /// Pages a reader verified once through the mapping are read again from the disk by
+    /// `verify`: a page damaged after it was read is reported, with its offset.
+    @Test func verifyReadsAgainThePagesReadersVerifiedBefore() throws {
+        let path = temporaryStore()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let key = Array("key1234".utf8)
+        let (data, leaf) = try closedStore(at: path, holding: key)
+        let (engine, _) = try StorageEngine.open(path: path)
+        let snapshot = engine.snapshot()
+        for index in 0..<2_000 { #expect(try snapshot.get(Array("key\(index)".utf8)) != nil) }
+        #expect(engine.verify().isValid)
+
+        let offset = Int64(leaf.rawValue) * 4_096
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: data))
+        try handle.seek(toOffset: UInt64(offset + 200))
+        let byte = try #require(try handle.read(upToCount: 1)?.first)
+        try handle.seek(toOffset: UInt64(offset + 200))
+        try handle.write(contentsOf: [byte ^ 0x40])
+        try handle.close()
+
+        let report = engine.verify()
+        #expect(!report.isValid)
+        #expect(report.problems.contains { $0.contains("offset \(offset)") && $0.contains("checksum") }, "\(report.problems)")
+        try engine.close(checkpoint: false)
+    }
+
     @Test func aDataFileCutShortIsACorruptPageErrorNeverAFault() throws {
         let path = temporaryStore()
         defer { try? FileManager.default.removeItem(atPath: path) }
