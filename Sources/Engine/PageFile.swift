@@ -199,8 +199,8 @@ final class PageFile: Sendable {
         do {
             return type == .leaf ? .leaf(try PageCodec.decodeLeaf(bytes, count: count))
                 : .branch(try PageCodec.decodeBranch(bytes, count: count, leftmost: word, lowerBound: []))
-        } catch let defect as PageDefect {
-            throw corrupt(id, defect)
+        } catch {
+            throw corrupt(id, error)
         }
     }
 
