@@ -142,7 +142,7 @@ public struct WALBatch: Sendable, Equatable {
         let locations = [OperationLocation](unsafeUninitializedCapacity: operations.count) { locations, located in
             bytes = [UInt8](unsafeUninitializedCapacity: byteCount) { buffer, written in
                 let output = UnsafeMutableRawBufferPointer(buffer)
-                output.storeBytes(of: UInt32(truncatingIfNeeded: operations.count).littleEndian, as: UInt32.self)
+                output.storeBytes(of: UInt32(operations.count).littleEndian, as: UInt32.self)
                 var offset = 4
                 operations.withUnsafeBufferPointer { operations in
                     for index in operations.indices {
