@@ -61,9 +61,13 @@ final class Memtable: @unchecked Sendable {
     private let nodeBytes = ManagedAtomic(0)
 
     /// An empty memtable expected to grow to about `budgetBytes` (sizes its hash index).
-    init(budgetBytes: Int = 1 << 20) {
-        index = MemtableIndex(budgetBytes: budgetBytes)
-        filter = MemtableFilter(words: index.slotCount / 8)
+    /// `populated` backs its hash index and filter with memory at once: for the memtable a
+    /// checkpoint starts under a stream of writes, whose first batches would otherwise take
+    /// a page fault per key (random slots of an 8 MiB index), milliseconds in which every
+    /// commit waits for its batch to be linked. A store's first memtable is left sparse.
+    init(budgetBytes: Int = 1 << 20, populated: Bool = false) {
+        index = MemtableIndex(budgetBytes: budgetBytes, populated: populated)
+        filter = MemtableFilter(words: index.slotCount / 8, populated: populated)
         let size = Self.nodeHeaderBytes + 8 * Self.maxHeight
         writerOnly = .allocate(capacity: 1)
         writerOnly.initialize(to: (MemtableArena(), 0x2545_F491_4F6C_DD1D))

@@ -41,12 +41,14 @@ struct MemtableIndex {
     private static let addressMask = (1 << addressBits) - 1
 
     /// An index for a memtable of about `budgetBytes`; free it with `deallocate()`.
-    init(budgetBytes: Int) {
+    /// `populated`: backed with memory at once (see `Memtable.init`).
+    init(budgetBytes: Int, populated: Bool = false) {
         var count = Self.smallestSlots
         while count < min(budgetBytes / 64, Self.largestSlots) { count *= 2 }
-        // Zeroed pages from the kernel: they cost no RAM until keys land on them, and go
-        // back to it with the memtable (MappedMemory).
-        slots = MappedMemory.allocate(count * MemoryLayout<Int>.stride).bindMemory(to: UnsafeAtomic<Int>.Storage.self, capacity: count)
+        // Zeroed pages from the kernel: unless populated, they cost no RAM until keys land
+        // on them, and they go back to it with the memtable (MappedMemory).
+        slots = MappedMemory.allocate(count * MemoryLayout<Int>.stride, populated: populated)
+            .bindMemory(to: UnsafeAtomic<Int>.Storage.self, capacity: count)
         mask = count - 1
         limit = count / 4 * 3
         used = .allocate(capacity: 1)
@@ -135,10 +137,11 @@ struct MemtableFilter {
     private let words: UnsafeMutablePointer<UnsafeAtomic<UInt64>.Storage>
     private let mask: Int
 
-    /// A filter with `words` 64-bit words (a power of two).
-    init(words: Int) {
+    /// A filter with `words` 64-bit words (a power of two); `populated` as for the index.
+    init(words: Int, populated: Bool = false) {
         precondition(words > 0 && words & (words - 1) == 0, "a filter's size is a power of two")
-        self.words = MappedMemory.allocate(words * MemoryLayout<UInt64>.stride).bindMemory(to: UnsafeAtomic<UInt64>.Storage.self, capacity: words)
+        self.words = MappedMemory.allocate(words * MemoryLayout<UInt64>.stride, populated: populated)
+            .bindMemory(to: UnsafeAtomic<UInt64>.Storage.self, capacity: words)
         mask = words - 1
     }
 

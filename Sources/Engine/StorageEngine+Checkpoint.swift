@@ -52,10 +52,12 @@ extension StorageEngine {
     }
 
     private func runCheckpoint(_ durable: inout CheckpointState, log: WriteAheadLog) throws {
-        // Freeze: new commits go to a fresh memtable from here on.
+        // Freeze: new commits go to a fresh memtable from here on, made (and its index
+        // backed with memory) before the locks are taken.
+        let next = Memtable(budgetBytes: options.checkpointMemtableBytes, populated: true)
         let (frozenState, oldestPin, frozenThrough) = commitLock.withLock { commits in
             stateLock.withLock { readers in
-                readers.current = readers.current.with(frozen: .some(readers.current.active), active: Memtable(budgetBytes: options.checkpointMemtableBytes))
+                readers.current = readers.current.with(frozen: .some(readers.current.active), active: next)
                 return (readers.current, readers.oldestPinnedTreeGeneration, commits.lastEnqueuedVersion)
             }
         }

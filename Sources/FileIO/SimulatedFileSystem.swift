@@ -137,13 +137,13 @@ public final class SimulatedFileSystem: FileSystem {
         return copy
     }
 
-    /// Makes every fdatasync and fsync of a file take `latency` (the calling thread
-    /// sleeps, outside the file system's lock), like a real disk's flush.
+    /// Makes every fdatasync and fsync of a file or a directory take `latency` (the
+    /// calling thread sleeps, outside the file system's lock), like a real disk's flush.
     public func setSyncLatency(_ latency: Duration) {
         syncBehaviour.withLock { $0.latency = latency }
     }
 
-    /// Calls `observer` with the path of every file about to be synced, on the syncing
+    /// Calls `observer` with the path of every file or directory about to be synced, on the syncing
     /// thread (nil stops it): tests use it to see which threads wait for the disk.
     public func observeSyncs(_ observer: (@Sendable (String) -> Void)?) {
         syncBehaviour.withLock { $0.observer = observer }
@@ -258,6 +258,7 @@ public final class SimulatedFileSystem: FileSystem {
     }
 
     public func syncDirectory(_ path: String) throws {
+        willSync(path)
         try state.withLock { state in
             try state.begin(.syncDirectory, path)
             let key = normalize(path)

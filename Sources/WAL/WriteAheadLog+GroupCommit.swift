@@ -110,7 +110,7 @@ extension WriteAheadLog {
     public func releaseSegments(through lsn: LSN) throws -> Int {
         monitor.lock()
         defer { monitor.unlock() }
-        while state.flushing { monitor.wait() }
+        while state.flushing || state.releasing { monitor.wait() }
         guard !state.closed else { throw WALError.closed }
         var releasable: [Segment] = []
         for (index, segment) in state.segments.dropLast().enumerated()
@@ -118,7 +118,7 @@ extension WriteAheadLog {
             releasable.append(segment)
         }
         guard !releasable.isEmpty else { return 0 }
-        state.flushing = true
+        state.releasing = true
         var spareCount = state.spares.count
         monitor.unlock()
         var released: [(Segment, String?)] = []
@@ -130,7 +130,7 @@ extension WriteAheadLog {
             }
         }
         monitor.lock()
-        state.flushing = false
+        state.releasing = false
         defer { monitor.broadcast() }
         for (segment, spare) in released {
             state.segments.removeAll { $0.sequence == segment.sequence }
@@ -170,7 +170,7 @@ extension WriteAheadLog {
     public func shrink(through lsn: LSN, keepingSpares: Bool = false) throws -> Bool {
         monitor.lock()
         defer { monitor.unlock() }
-        while state.flushing { monitor.wait() }
+        while state.flushing || state.releasing { monitor.wait() }
         guard !state.closed else { throw WALError.closed }
         guard state.failure == nil, state.queue.isEmpty, state.writtenLSN <= lsn else { return false }
         let holdsFrames = state.segments.count > 1 || state.active.offset > WALFormat.segmentHeaderBytes

@@ -13,8 +13,9 @@
 //      so does every later call, until the log is reopened. An fdatasync is never retried.
 // Thread-safety: every method may be called from any thread. The state below is touched
 // only while `monitor` is held; file I/O runs outside it, by one leader at a time
-// (`flushing`). Callers block in `append` while their group is written and synced: call it
-// from a thread of your own, not from Swift's cooperative pool.
+// (`flushing`), and a release of old segments beside it (`releasing`). Callers block in
+// `append` while their group is written and synced: call it from a thread of your own,
+// not from Swift's cooperative pool.
 import StrataFileIO
 import StrataLocks
 
@@ -198,7 +199,7 @@ public final class WriteAheadLog: @unchecked Sendable {
     public func extent() -> LogExtent {
         monitor.lock()
         defer { monitor.unlock() }
-        while state.flushing { monitor.wait() }
+        while state.flushing || state.releasing { monitor.wait() }
         return LogExtent(segmentPaths: state.segments.map(\.path), activeBytes: state.active.offset, lastLSN: state.writtenLSN,
                          oldestLSN: state.segments.first?.firstLSN ?? state.nextLSN)
     }
@@ -223,7 +224,7 @@ public final class WriteAheadLog: @unchecked Sendable {
     public func close() throws {
         monitor.lock()
         defer { monitor.unlock() }
-        while state.flushing { monitor.wait() }
+        while state.flushing || state.releasing { monitor.wait() }
         guard !state.closed else { return }
         state.closed = true
         defer {

@@ -50,8 +50,13 @@ struct WriterState {
     var nextLSN: LSN
     /// Batches waiting for a leader, in LSN order.
     var queue: [PendingBatch] = []
-    /// A leader is doing I/O (a group commit, a sync, a rotation or a release).
+    /// A leader is doing I/O (a group commit, a sync, a rotation or a shrink).
     var flushing = false
+    /// A checkpoint is releasing segments (renames, removals, directory syncs). Group
+    /// commits go on meanwhile (they append to a segment it never releases); whatever
+    /// replaces or lists the segments (a shrink, a close, `extent()`, another release)
+    /// waits for it: releases a few milliseconds each, and commits waited behind them.
+    var releasing = false
     var writtenLSN: LSN
     var durableLSN: LSN
     /// Set once by the first failed write or sync (W6).

@@ -108,6 +108,37 @@ func workloadBatch(thread: Int, index: Int, generator: inout BatchGenerator) -> 
         print("1,000 seeded crashes of concurrent appenders; \(groupedRuns) of 100 uncrashed runs shared an fdatasync")
     }
 
+    /// A checkpoint's release of old segments (a rename or removal and a directory sync
+    /// each) does not hold up group commits: an append made while a long release runs is
+    /// durable before the release ends.
+    @Test func appendsGoOnWhileSegmentsAreReleased() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (log, _, _) = try openLog(fileSystem, options: WALOptions(segmentBytes: 4096))
+        var generator = BatchGenerator(seed: 8)
+        while log.segmentPaths.count < 10 { try log.append(generator.batch(maxValueBytes: 300)) }
+        let through = log.durableLSN
+        try log.append(WALBatch([.put(key: [1], value: [1])]))
+        fileSystem.setSyncLatency(.milliseconds(100))
+        defer { fileSystem.setSyncLatency(.zero) }
+        let releaseStarted = DispatchSemaphore(value: 0)
+        fileSystem.observeSyncs { path in if path == "/db/wal" { releaseStarted.signal() } }
+        let events = Locked<[String]>([])
+        let released = Locked(0)
+        let releaser = Thread {
+            released.withLock { $0 = (try? log.releaseSegments(through: through)) ?? -1 }
+            events.withLock { $0.append("released") }
+        }
+        releaser.start()
+        releaseStarted.wait()
+        fileSystem.observeSyncs(nil)
+        try log.append(WALBatch([.put(key: [2], value: [2])]))
+        events.withLock { $0.append("appended") }
+        while events.withLock({ $0.count }) < 2 { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(released.withLock { $0 } >= 8)
+        #expect(events.withLock { $0 } == ["appended", "released"], "the append waited for the release")
+        try log.close()
+    }
+
     /// Four threads append eight batches each to a log with small segments while the main
     /// thread releases segments; power is cut at operation `cutAt`, then the log is
     /// recovered and checked (I1, I2, I4). Returns the operations the run performed and the
