@@ -12,7 +12,7 @@ extension StorageEngine {
     /// (`commitOutcomeUnknown` when the frame's fdatasync failed).
     @discardableResult
     public func commit(_ batch: WALBatch, readAt snapshot: Snapshot) throws -> CommitResult {
-        try finishCommit(beginCommit(batch, readVersion: snapshot.version))
+        try finishCommit(submit(batch, readVersion: snapshot.version))
     }
 
     /// `commit(_:readAt:)` whose conflict check leaves out the keys in `unchecked`: writes
@@ -20,14 +20,14 @@ extension StorageEngine {
     /// record layer's index manifests, which every writer of a type writes alike).
     @discardableResult
     public func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) throws -> CommitResult {
-        try finishCommit(beginCommit(batch, readVersion: snapshot.version, unchecked: unchecked))
+        try finishCommit(submit(batch, readVersion: snapshot.version, unchecked: unchecked))
     }
 
     /// Commits `batch` without a conflict check (a blind write: it read nothing, so the
     /// last writer of each key wins). Throws as `commit(_:readAt:)` does, except conflicts.
     @discardableResult
     public func commit(_ batch: WALBatch) throws -> CommitResult {
-        try finishCommit(beginCommit(batch, readVersion: nil))
+        try finishCommit(submit(batch, readVersion: nil))
     }
 
     /// `commit(_:readAt:)` for async code: suspends (never blocking a thread of the
@@ -41,13 +41,48 @@ extension StorageEngine {
     /// `commit(_:readAt:unchecked:)` for async code, as `commit(_:readAt:) async`.
     @discardableResult
     public func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) async throws -> CommitResult {
-        let submission = try beginCommit(batch, readVersion: snapshot.version, unchecked: unchecked)
+        let submission: Submission
+        do {
+            submission = try beginCommit(batch, readVersion: snapshot.version, unchecked: unchecked)
+        } catch let unsettled as UnsettledConflict {
+            // Settled on the waiter's thread, never on the cooperative pool's.
+            let waiter = try writableLog().waiter
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                waiter.enqueue(LSN(unsettled.through)) { [self] in
+                    settle(through: unsettled.through)
+                    continuation.resume()
+                }
+            }
+            throw unsettled.conflict
+        }
         let waiter = try writableLog().waiter
         return try await withCheckedThrowingContinuation { continuation in
             waiter.enqueue(submission.lsn) { [self] in
                 continuation.resume(with: Result { try finishCommit(submission) })
             }
         }
+    }
+
+    /// `beginCommit`, and for a conflict with commits still in flight, the wait until they
+    /// are published (`UnsettledConflict`) before the conflict is thrown.
+    private func submit(_ batch: WALBatch, readVersion: UInt64?, unchecked: Set<[UInt8]> = []) throws -> Submission {
+        do {
+            return try beginCommit(batch, readVersion: readVersion, unchecked: unchecked)
+        } catch let unsettled as UnsettledConflict {
+            settle(through: unsettled.through)
+            throw unsettled.conflict
+        }
+    }
+
+    /// Waits until every commit through `version` is durable, then publishes them: a
+    /// conflict with one of them is thrown only after it, so that the caller's retry reads
+    /// a snapshot that holds it. (Retried at once, a unit of work met the same unpublished
+    /// commit again and again while that commit's fdatasync ran, and a test's writer used
+    /// up a thousand retries on one key.) A failed log publishes nothing; the retry's
+    /// commit reports the failure.
+    private func settle(through version: UInt64) {
+        guard let log = try? writableLog().log, (try? log.waitUntilDone(LSN(version))) != nil else { return }
+        publish(through: version)
     }
 
     /// Checks conflicts and limits, takes the next version and queues the batch's frame.
@@ -79,7 +114,11 @@ extension StorageEngine {
                     if try lastWriteVersion(key, state: latest) > readVersion { conflicts.insert(key) }
                 }
                 guard conflicts.isEmpty else {
-                    throw EngineError.conflict(keys: conflicts.sorted { compareKeys($0, $1) < 0 }, readVersion: readVersion)
+                    let conflict = EngineError.conflict(keys: conflicts.sorted { compareKeys($0, $1) < 0 }, readVersion: readVersion)
+                    // Some of what it conflicts with may not be published yet (in flight, or
+                    // linked ahead of its fdatasync).
+                    guard commits.lastEnqueuedVersion > commits.publishedVersion else { throw conflict }
+                    throw UnsettledConflict(conflict: conflict, through: commits.lastEnqueuedVersion)
                 }
             }
             let submission: Submission
@@ -179,4 +218,11 @@ public struct CommitResult: Sendable, Equatable {
         self.storedByteCount = storedByteCount
         self.groupSize = groupSize
     }
+}
+
+/// A conflict found while commits were in flight: thrown by `beginCommit`, and turned into
+/// `conflict` once every commit through `through` is published (`settle(through:)`).
+private struct UnsettledConflict: Error {
+    let conflict: EngineError
+    let through: UInt64
 }

@@ -144,6 +144,37 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect(engine.verify().isValid)
     }
 
+    /// A commit that conflicts with one still in flight (its fdatasync running) throws
+    /// only once that one is published, so that a retry's snapshot holds it; a retry at
+    /// once would meet the same unpublished commit again.
+    @Test(arguments: ["blocking", "async"])
+    func aConflictWithACommitInFlightIsThrownOnceThatCommitIsPublished(path: String) async throws {
+        let fileSystem = SimulatedFileSystem()
+        let engine = try StorageEngine.open(path: "/db", fileSystem: fileSystem).engine
+        try engine.commit(WALBatch([.put(key: bytes("k"), value: [0])]))
+        let before = engine.snapshot()
+        fileSystem.setSyncLatency(.milliseconds(300))
+        let syncing = DispatchSemaphore(value: 0)
+        fileSystem.observeSyncs { _ in syncing.signal() }
+        let writerDone = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            _ = try? engine.commit(WALBatch([.put(key: bytes("k"), value: [1])]))
+            writerDone.signal()
+        }
+        syncing.wait()
+        fileSystem.observeSyncs(nil)
+        let late = WALBatch([.put(key: bytes("k"), value: [2])])
+        if path == "blocking" {
+            #expect(throws: EngineError.self) { try engine.commit(late, readAt: before) }
+        } else {
+            await #expect(throws: EngineError.self) { try await engine.commit(late, readAt: before) }
+        }
+        #expect(try engine.snapshot().get(bytes("k")) == [1], "the conflict was thrown before what it met was published")
+        writerDone.wait()
+        fileSystem.setSyncLatency(.zero)
+        try engine.close()
+    }
+
     @Test func oversizedKeysAndValuesAreRefusedWithTheLimit() throws {
         let engine = try StorageEngine.inMemory()
         #expect {
