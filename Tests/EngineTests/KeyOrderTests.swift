@@ -13,7 +13,9 @@ import Testing
         for round in 0..<200 {
             let prefix = (0..<Int(random.next() % 12)).map { _ in UInt8(truncatingIfNeeded: random.next()) }
             let alphabet: [UInt8] = [0, 1, 0x7F, 0x80, 0xFF]
-            var keys: [[UInt8]] = (0..<Int(random.next() % 60 + 1)).map { _ in
+            // Every tenth round is a commit's size, sorted by radix rather than comparison.
+            let size = round % 10 == 9 ? radixSortMinimum + Int(random.next() % 1_500) : Int(random.next() % 60 + 1)
+            var keys: [[UInt8]] = (0..<size).map { _ in
                 prefix + (0..<Int(random.next() % 14)).map { _ in alphabet[Int(random.next() % UInt64(alphabet.count))] }
             }
             if random.next() % 3 == 0, let some = keys.randomElement(using: &random) { keys.append(some) }
