@@ -277,7 +277,8 @@ enum PageCodec {
         }
     }
 
-    static func decodeLeaf(_ page: [UInt8], count: Int) throws(PageDefect) -> [LeafEntry] {
+    /// `checkHints` of a page held in an array (`withUnsafeBytes` rethrows untyped).
+    static func checkHints(_ page: [UInt8], count: Int) throws(PageDefect) {
         do {
             try page.withUnsafeBytes { try checkHints($0, count: count) }
         } catch let defect as PageDefect {
@@ -285,6 +286,10 @@ enum PageCodec {
         } catch {
             throw PageDefect("\(error)")
         }
+    }
+
+    static func decodeLeaf(_ page: [UInt8], count: Int) throws(PageDefect) -> [LeafEntry] {
+        try checkHints(page, count: count)
         var entries: [LeafEntry] = []
         entries.reserveCapacity(count)
         for index in 0..<count {
@@ -384,13 +389,7 @@ enum PageCodec {
     /// Decodes a branch into entries whose first key is `lowerBound`.
     static func decodeBranch(_ page: [UInt8], count: Int, leftmost: UInt64, lowerBound: [UInt8]) throws(PageDefect) -> [BranchEntry] {
         guard leftmost >= PageID.firstDataPage.rawValue else { throw PageDefect("its leftmost child is page \(leftmost)") }
-        do {
-            try page.withUnsafeBytes { try checkHints($0, count: count) }
-        } catch let defect as PageDefect {
-            throw defect
-        } catch {
-            throw PageDefect("\(error)")
-        }
+        try checkHints(page, count: count)
         var entries = [BranchEntry(key: lowerBound, child: PageID(leftmost))]
         entries.reserveCapacity(count + 1)
         for index in 0..<count {

@@ -158,18 +158,23 @@ import Testing
         return (joinPath(path, StorageEngine.dataFileName), leaf)
     }
 
+    /// Flips one bit of the byte at `offset` of the file at `path`, on disk.
+    private func flipByte(in path: String, at offset: Int64) throws {
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        defer { try? handle.close() }
+        try handle.seek(toOffset: UInt64(offset))
+        let byte = try #require(try handle.read(upToCount: 1)?.first)
+        try handle.seek(toOffset: UInt64(offset))
+        try handle.write(contentsOf: [byte ^ 0x40])
+    }
+
     @Test func aDamagedLeafOnDiskIsACorruptPageErrorNamingItsOffset() throws {
         let path = temporaryStore()
         defer { try? FileManager.default.removeItem(atPath: path) }
         let key = Array("key1234".utf8)
         let (data, leaf) = try closedStore(at: path, holding: key)
         let offset = Int64(leaf.rawValue) * 4_096
-        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: data))
-        try handle.seek(toOffset: UInt64(offset + 200))
-        let byte = try #require(try handle.read(upToCount: 1)?.first)
-        try handle.seek(toOffset: UInt64(offset + 200))
-        try handle.write(contentsOf: [byte ^ 0x40])
-        try handle.close()
+        try flipByte(in: data, at: offset + 200)
 
         let (engine, _) = try StorageEngine.open(path: path)
         let snapshot = engine.snapshot()
@@ -205,12 +210,7 @@ import Testing
         #expect(engine.verify().isValid)
 
         let offset = Int64(leaf.rawValue) * 4_096
-        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: data))
-        try handle.seek(toOffset: UInt64(offset + 200))
-        let byte = try #require(try handle.read(upToCount: 1)?.first)
-        try handle.seek(toOffset: UInt64(offset + 200))
-        try handle.write(contentsOf: [byte ^ 0x40])
-        try handle.close()
+        try flipByte(in: data, at: offset + 200)
 
         let report = engine.verify()
         #expect(!report.isValid)
