@@ -60,7 +60,7 @@ struct Runner {
         case "readrandom":
             try bench.beginReads()
             var found = 0
-            var histogram = Histogram<UInt64>(numberOfSignificantValueDigits: .three)
+            var histogram = Histogram<UInt64>.latencies()
             for key in order {
                 let before = monotonicNanoseconds()
                 if try bench.read(key) { found += 1 }
@@ -166,7 +166,7 @@ struct Runner {
             Thread.detachNewThread {
                 defer { group.leave() }
                 var first = thread * per
-                var histogram = Histogram<UInt64>(numberOfSignificantValueDigits: .three)
+                var histogram = Histogram<UInt64>.latencies()
                 defer { latencies.add(histogram) }
                 while first < keys.count {
                     let before = monotonicNanoseconds()
@@ -192,9 +192,18 @@ struct Runner {
     }
 }
 
+extension Histogram<UInt64> {
+    /// A histogram of nanoseconds up to ten minutes, sized once: one that starts small
+    /// grows its counts on the first long value, through a generic path of ~36 million
+    /// instructions (some 10 ms) inside the timed loop, for every engine alike.
+    static func latencies() -> Histogram<UInt64> {
+        Histogram(highestTrackableValue: 600_000_000_000, numberOfSignificantValueDigits: .three)
+    }
+}
+
 /// The latencies of one workload's operations, gathered from every thread that ran it.
 final class LatencyRecorder: Sendable {
-    let histogram = Mutex(Histogram<UInt64>(numberOfSignificantValueDigits: .three))
+    let histogram = Mutex(Histogram<UInt64>.latencies())
 
     func add(_ other: Histogram<UInt64>) { histogram.withLock { $0.add(other) } }
 }
