@@ -4,7 +4,8 @@ import Testing
 
 /// `positionsInKeyOrder` sorts by an integer of the eight bytes after the common prefix
 /// before comparing keys: it must give exactly the order of a plain sort by key, then by
-/// position, for keys of any length, with zero bytes, shared prefixes and duplicates.
+/// position, for keys of any length, with zero bytes, shared prefixes and duplicates, in
+/// any order or already in order.
 @Suite struct KeyOrderTests {
     @Test(arguments: [UInt64(1), 2, 3, 4])
     func ordersAsAPlainSortByKeyThenPosition(seed: UInt64) {
@@ -19,6 +20,15 @@ import Testing
                 prefix + (0..<Int(random.next() % 14)).map { _ in alphabet[Int(random.next() % UInt64(alphabet.count))] }
             }
             if random.next() % 3 == 0, let some = keys.randomElement(using: &random) { keys.append(some) }
+            // A third of the rounds come in key order (sequential writes), duplicates kept
+            // in place, and half of those with one pair of neighbours swapped.
+            if round % 3 == 1 {
+                keys.sort { compareKeys($0, $1) < 0 }
+                if random.next() % 2 == 0, keys.count > 1 {
+                    let first = Int(random.next() % UInt64(keys.count - 1))
+                    keys.swapAt(first, first + 1)
+                }
+            }
             let expected = keys.indices.sorted { left, right in
                 let byKey = compareKeys(keys[left], keys[right])
                 return byKey != 0 ? byKey < 0 : left < right
