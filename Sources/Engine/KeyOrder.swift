@@ -79,7 +79,8 @@ public struct KeyRange: Sendable, Equatable {
 }
 
 /// The positions `0..<count` ordered by `key(position)` in key order, equal keys by
-/// position (so the last change of a key ends its run). Each position is sorted by the
+/// position (so the last change of a key ends its run). Keys already in that order come
+/// back as they are after one pass over them. Otherwise each position is sorted by the
 /// eight bytes after the keys' common prefix, as a big-endian integer (zero-padded): one
 /// integer comparison settles most pairs, and a tie falls back to the whole key. Sorting
 /// a commit's keys by a closure over the keys alone cost 1,479 instructions per key
