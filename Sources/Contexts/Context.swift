@@ -116,6 +116,19 @@ public final class Context {
         }
     }
 
+    /// `forEach` with the pairs lent rather than copied: with nothing staged at any level,
+    /// straight from the snapshot's walk.
+    func forEachLent(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [], reverse: Bool = false,
+                     _ body: (_ key: RawSpan, _ value: RawSpan) throws -> Bool) throws {
+        try checkOpen()
+        let range = KeyRange(from: start, to: end, prefix: prefix)
+        if stagesNothing { return try snapshot.forEach(range, reverse: reverse, body) }
+        var cursor = try ContextCursor(self, range: range, reverse: reverse)
+        while let pair = try cursor.next() {
+            guard try body(pair.key.span.bytes, pair.value.span.bytes) else { return }
+        }
+    }
+
     /// How many keys `scan` would return, counting no further than `limit`; with nothing
     /// staged at any level, no key or value is copied.
     @usableFromInline

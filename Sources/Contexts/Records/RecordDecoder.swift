@@ -1,7 +1,8 @@
 // Decodes record bytes (RecordValue.swift, FORMAT.md "Record encoding") into a `Codable`
 // value, reading straight from the bytes: one pass checks the whole record (R1 of
-// RecordValue.swift), then containers find their fields by offset and primitives are read
-// where they lie, with no intermediate tree of values and no dictionary per struct.
+// RecordValue.swift), then containers find their fields in a table of offsets
+// (RecordBytes.swift; the field after the last one found is tried first) and primitives
+// are read where they lie, with no intermediate tree of values.
 // A missing field reads as nil for optionals (so types may gain optional fields); a wrong
 // shape or a number out of range is a `DecodingError` naming the coding path.
 //
@@ -22,137 +23,6 @@ public struct RecordDecoder {
         let root = try RecordBytes.validate(bytes)
         return try RecordDecoding(bytes: bytes, offset: root).decodeValue(type)
     }
-}
-
-/// Reading the record encoding in place: validation, skipping and primitives at an offset.
-enum RecordBytes {
-    enum Tag: UInt8 {
-        case null = 0, isFalse = 1, isTrue = 2, int = 3, uint = 4, double = 5, string = 6, bytes = 7, array = 8, keyed = 9
-    }
-
-    /// Checks `bytes` as `RecordValue.decode` does (version, structure, depth, lengths,
-    /// UTF-8, nothing after the value) without building anything; returns the offset of
-    /// the root value. Throws `RecordError.malformed` or `.unsupportedVersion`.
-    static func validate(_ bytes: [UInt8]) throws(RecordError) -> Int {
-        var reader = ByteReader(bytes)
-        do {
-            let version = try reader.readUInt8()
-            guard version == RecordValue.formatVersion else {
-                throw RecordError.unsupportedVersion(found: version, supported: RecordValue.formatVersion)
-            }
-            try walk(&reader, depth: 0, validating: true)
-            guard reader.isAtEnd else { throw RecordError.malformed(offset: reader.offset, reason: "bytes after the record") }
-            return 1
-        } catch let error as RecordError {
-            throw error
-        } catch {
-            throw .malformed(offset: reader.offset, reason: "\(error)")
-        }
-    }
-
-    /// The offset just past the value at `offset` (already validated: D1).
-    static func end(of offset: Int, in bytes: [UInt8]) throws -> Int {
-        var reader = ByteReader(bytes, start: offset)
-        try walk(&reader, depth: 0, validating: false)
-        return reader.offset
-    }
-
-    /// Reads past one value; with `validating`, checks what `RecordValue.decode` checks.
-    private static func walk(_ reader: inout ByteReader, depth: Int, validating: Bool) throws {
-        guard depth < RecordValue.maxDepth else {
-            throw RecordError.malformed(offset: reader.offset, reason: "nested deeper than \(RecordValue.maxDepth)")
-        }
-        let tagOffset = reader.offset
-        guard let tag = Tag(rawValue: try reader.readUInt8()) else {
-            throw RecordError.malformed(offset: tagOffset, reason: "unknown value tag")
-        }
-        switch tag {
-        case .null, .isFalse, .isTrue: return
-        case .int, .uint: _ = try reader.readVarint()
-        case .double: try reader.skip(8)
-        case .string:
-            let count = try reader.readLength(limit: reader.remaining)
-            if validating, !isUTF8(reader.bytes, reader.offset, count) {
-                throw RecordError.malformed(offset: tagOffset, reason: "a string that is not UTF-8")
-            }
-            try reader.skip(count)
-        case .bytes: try reader.skip(try reader.readLength(limit: reader.remaining))
-        case .array:
-            // Every element takes at least one byte: a larger count cannot be honest.
-            let count = try reader.readLength(limit: reader.remaining)
-            for _ in 0..<count { try walk(&reader, depth: depth + 1, validating: validating) }
-        case .keyed:
-            let count = try reader.readLength(limit: reader.remaining / 2)
-            for _ in 0..<count {
-                let keyOffset = reader.offset
-                let length = try reader.readLength(limit: reader.remaining)
-                if validating, !isUTF8(reader.bytes, reader.offset, length) {
-                    throw RecordError.malformed(offset: keyOffset, reason: "a field name that is not UTF-8")
-                }
-                try reader.skip(length)
-                try walk(&reader, depth: depth + 1, validating: validating)
-            }
-        }
-    }
-
-    /// Whether `bytes[start..<start + count]` is UTF-8 (ASCII checked without decoding).
-    private static func isUTF8(_ bytes: [UInt8], _ start: Int, _ count: Int) -> Bool {
-        guard count > 0, start >= 0, start + count <= bytes.count else { return count == 0 }
-        var index = start
-        while index < start + count, bytes[index] < 0x80 { index += 1 }
-        return index == start + count || String(validating: bytes[index..<(start + count)], as: UTF8.self) != nil
-    }
-
-    static func tag(_ bytes: [UInt8], _ offset: Int) -> Tag {
-        // Validated (D1): the tag is known.
-        Tag(rawValue: bytes[offset]) ?? .null
-    }
-
-    /// What kind of value starts at `offset`, for messages.
-    static func kind(_ bytes: [UInt8], _ offset: Int) -> String {
-        switch tag(bytes, offset) {
-        case .null: "nil"
-        case .isFalse, .isTrue: "a Boolean"
-        case .int, .uint: "an integer"
-        case .double: "a floating-point number"
-        case .string: "a string"
-        case .bytes: "bytes"
-        case .array: "an array"
-        case .keyed: "a keyed value"
-        }
-    }
-
-    /// The string at `offset`, or nil when the value there is not one (validated: D1).
-    static func string(_ bytes: [UInt8], _ offset: Int) -> String? {
-        guard tag(bytes, offset) == .string, let run = try? run(bytes, offset) else { return nil }
-        return String(decoding: bytes[run], as: UTF8.self)
-    }
-
-    /// The integer at `offset` as an `I`, or nil when the value there is not an integer or
-    /// does not fit (`RecordDecoding.integer` says which, in its error).
-    static func integer<I: FixedWidthInteger>(_ bytes: [UInt8], _ offset: Int, as type: I.Type) -> I? {
-        var reader = ByteReader(bytes, start: offset + 1)
-        switch tag(bytes, offset) {
-        case .int:
-            guard let zigzag = try? reader.readVarint() else { return nil }
-            return I(exactly: Int64(bitPattern: zigzag >> 1) ^ -Int64(bitPattern: zigzag & 1))
-        case .uint: return (try? reader.readVarint()).flatMap { I(exactly: $0) }
-        default: return nil
-        }
-    }
-
-    /// The length-prefixed bytes (string, bytes) whose tag is at `offset`.
-    static func run(_ bytes: [UInt8], _ offset: Int) throws -> Range<Int> {
-        var reader = ByteReader(bytes, start: offset + 1)
-        let count = try reader.readLength(limit: reader.remaining)
-        return reader.offset..<(reader.offset + count)
-    }
-}
-
-/// One field of a keyed value: where its name and its value lie.
-struct RecordField {
-    var name: Range<Int>
-    var value: Int
 }
 
 struct RecordDecoding: Decoder {
@@ -176,10 +46,17 @@ struct RecordDecoding: Decoder {
     private var tag: RecordBytes.Tag { RecordBytes.tag(bytes, offset) }
 
     func decodeValue<T: Decodable>(_ type: T.Type) throws -> T {
-        // Most values decoded here are structs: metatype comparisons spare them the dozen
-        // dynamic type tests of `decodePrimitive`.
-        guard isPrimitive(type) || type == Data.self else { return try T(from: self) }
-        if type == Data.self {
+        // Most values decoded here are structs: identifier comparisons spare them the
+        // dozen dynamic type tests of `decodePrimitive`, and keeping those in a function
+        // of their own spares them the run-time metadata of its optionals.
+        guard ObjectIdentifier(type) == ObjectIdentifier(Data.self) || isPrimitive(type) else { return try T(from: self) }
+        return try decodeLeaf(type)
+    }
+
+    /// A primitive value or `Data`.
+    @inline(never)
+    private func decodeLeaf<T: Decodable>(_ type: T.Type) throws -> T {
+        if ObjectIdentifier(type) == ObjectIdentifier(Data.self) {
             guard tag == .bytes else { throw mismatch(type, "bytes") }
             return Data(bytes[try RecordBytes.run(bytes, offset)]) as! T
         }
@@ -261,18 +138,7 @@ struct RecordDecoding: Decoder {
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
         guard tag == .keyed else { throw mismatch([String: Any].self, "a keyed value") }
-        var reader = ByteReader(bytes, start: offset + 1)
-        let count = try reader.readLength(limit: reader.remaining / 2)
-        var fields: [RecordField] = []
-        fields.reserveCapacity(count)
-        for _ in 0..<count {
-            let length = try reader.readLength(limit: reader.remaining)
-            let name = reader.offset..<(reader.offset + length)
-            try reader.skip(length)
-            fields.append(RecordField(name: name, value: reader.offset))
-            if fields.count < count { try reader.skip(try RecordBytes.end(of: reader.offset, in: bytes) - reader.offset) }
-        }
-        return KeyedDecodingContainer(KeyedRecordDecoding<Key>(decoder: self, fields: fields))
+        return KeyedDecodingContainer(KeyedRecordDecoding<Key>(fields: try RecordBytes.fields(self)))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
@@ -288,50 +154,21 @@ struct RecordDecoding: Decoder {
 }
 
 struct KeyedRecordDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
-    let decoder: RecordDecoding
-    let fields: [RecordField]
-    /// Field positions by name, for values with many fields (a dictionary): a search of
-    /// the field list is faster for the few fields of a struct.
-    private let byName: [String: Int]?
+    /// The fields and the value's decoder, in one reference: a container is copied for
+    /// every field it reads.
+    let fields: RecordFields
 
-    init(decoder: RecordDecoding, fields: [RecordField]) {
-        self.decoder = decoder
-        self.fields = fields
-        if fields.count > 16 {
-            var byName: [String: Int] = [:]
-            for (index, field) in fields.enumerated() { byName[String(decoding: decoder.bytes[field.name], as: UTF8.self)] = index }
-            self.byName = byName
-        } else {
-            byName = nil
-        }
-    }
+    var decoder: RecordDecoding { fields.decoder }
 
     var codingPath: [any CodingKey] { decoder.codingPath }
 
-    private func name(_ field: RecordField) -> String { String(decoding: decoder.bytes[field.name], as: UTF8.self) }
-
-    var allKeys: [Key] { fields.compactMap { Key(stringValue: name($0)) } }
+    var allKeys: [Key] {
+        (0..<fields.count).compactMap { Key(stringValue: String(decoding: fields.bytes[fields[$0].name], as: UTF8.self)) }
+    }
 
     /// Where the value of `key` lies (the last field of that name: D2), or nil.
     private func offset(_ key: Key) -> Int? {
-        let wanted = key.stringValue
-        if let byName { return byName[wanted].map { fields[$0].value } }
-        let utf8 = wanted.utf8
-        let compared: Int?? = utf8.withContiguousStorageIfAvailable { name in
-            decoder.bytes.withUnsafeBufferPointer { all in
-                for field in fields.reversed() where field.name.count == name.count {
-                    if name.isEmpty || memcmp(all.baseAddress! + field.name.lowerBound, name.baseAddress!, name.count) == 0 {
-                        return field.value
-                    }
-                }
-                return nil
-            }
-        }
-        if let compared { return compared }
-        for field in fields.reversed() where field.name.count == utf8.count {
-            if decoder.bytes[field.name].elementsEqual(utf8) { return field.value }
-        }
-        return nil
+        fields.valueOffset(of: key.stringValue)
     }
 
     func contains(_ key: Key) -> Bool { offset(key) != nil }
@@ -342,7 +179,7 @@ struct KeyedRecordDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
 
     func decodeNil(forKey key: Key) throws -> Bool {
         guard let offset = offset(key) else { return true }
-        return RecordBytes.tag(decoder.bytes, offset) == .null
+        return RecordBytes.tag(fields.bytes, offset) == .null
     }
 
     /// Where the value of `key` lies; throws `keyNotFound` when there is none.
@@ -358,21 +195,21 @@ struct KeyedRecordDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
     // which throws the precise error.
     func decode(_ type: String.Type, forKey key: Key) throws -> String {
         let at = try valueOffset(key)
-        if let value = RecordBytes.string(decoder.bytes, at) { return value }
+        if let value = RecordBytes.string(fields.bytes, at) { return value }
         return try decoder.child(at, key: key).string()
     }
     func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try field(key).bool() }
     func decode(_ type: Int.Type, forKey key: Key) throws -> Int {
         let at = try valueOffset(key)
-        return try RecordBytes.integer(decoder.bytes, at, as: Int.self) ?? decoder.child(at, key: key).integer(Int.self)
+        return try RecordBytes.integer(fields.bytes, at, as: Int.self) ?? decoder.child(at, key: key).integer(Int.self)
     }
     func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 {
         let at = try valueOffset(key)
-        return try RecordBytes.integer(decoder.bytes, at, as: Int64.self) ?? decoder.child(at, key: key).integer(Int64.self)
+        return try RecordBytes.integer(fields.bytes, at, as: Int64.self) ?? decoder.child(at, key: key).integer(Int64.self)
     }
     func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 {
         let at = try valueOffset(key)
-        return try RecordBytes.integer(decoder.bytes, at, as: UInt64.self) ?? decoder.child(at, key: key).integer(UInt64.self)
+        return try RecordBytes.integer(fields.bytes, at, as: UInt64.self) ?? decoder.child(at, key: key).integer(UInt64.self)
     }
     func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try field(key).double() }
 
@@ -396,10 +233,9 @@ struct KeyedRecordDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
 
     /// The value of the field `name`, or an empty keyed value when there is none.
     private func lenientDecoder(named name: String, key: Key?) throws -> any Decoder {
-        let utf8 = name.utf8
         let link = key.map { CodingPathLink(parent: decoder.link, key: $0) } ?? decoder.link
-        if let field = fields.last(where: { decoder.bytes[$0.name].elementsEqual(utf8) }) {
-            return RecordDecoding(bytes: decoder.bytes, offset: field.value, link: link)
+        if let offset = fields.valueOffset(of: name) {
+            return RecordDecoding(bytes: fields.bytes, offset: offset, link: link)
         }
         return RecordDecoding(bytes: RecordValue.keyed([]).encoded(), offset: 1, link: link)
     }

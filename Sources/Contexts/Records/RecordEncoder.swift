@@ -99,12 +99,31 @@ struct RecordEncoding: Encoder {
 }
 
 /// Whether `type` is one `primitive(_:)` stores as it is (the decoder reads the same ones
-/// itself): metatype comparisons, far cheaper than the casts that fail for every other type.
+/// itself): identifier comparisons, far cheaper than the casts that fail for every other type.
 func isPrimitive<T>(_ type: T.Type) -> Bool {
-    type == Bool.self || type == String.self || type == Double.self || type == Float.self || type == Int.self
-        || type == Int8.self || type == Int16.self || type == Int32.self || type == Int64.self || type == UInt.self
-        || type == UInt8.self || type == UInt16.self || type == UInt32.self || type == UInt64.self
+    // Identifiers, not `==` on metatypes, which would look up `Optional<Any.Type>`'s
+    // metadata at run time for every comparison.
+    let id = ObjectIdentifier(type)
+    return primitiveTypes.contains { $0 == id }
 }
+
+/// The types `isPrimitive` accepts.
+private let primitiveTypes: [ObjectIdentifier] = [
+    ObjectIdentifier(Bool.self),
+    ObjectIdentifier(String.self),
+    ObjectIdentifier(Double.self),
+    ObjectIdentifier(Float.self),
+    ObjectIdentifier(Int.self),
+    ObjectIdentifier(Int8.self),
+    ObjectIdentifier(Int16.self),
+    ObjectIdentifier(Int32.self),
+    ObjectIdentifier(Int64.self),
+    ObjectIdentifier(UInt.self),
+    ObjectIdentifier(UInt8.self),
+    ObjectIdentifier(UInt16.self),
+    ObjectIdentifier(UInt32.self),
+    ObjectIdentifier(UInt64.self),
+]
 
 /// The primitive values the format stores as they are.
 func primitive(_ value: Any) -> RecordValue? {

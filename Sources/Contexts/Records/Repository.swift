@@ -256,7 +256,13 @@ public struct Repository<R: Record> {
                 return try body(key, bytes)
             }
             guard let sorted = plan.sortedBy, sorted.reverse, !index.isUnique else {
-                return try context.forEach(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in try read(id) }
+                // One record key, rewritten for each entry (copied only if `body` keeps it).
+                var key = prefix
+                return try context.forEachLent(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in
+                    id.withUnsafeBytes { key.replaceSubrange(prefix.count..., with: $0) }
+                    guard let bytes = try context.get(key) else { return true }
+                    return try body(key, bytes)
+                }
             }
             // Backwards, records with equal values still come in id order, as a stable
             // sort of the id-ordered records would leave them: entries are gathered per

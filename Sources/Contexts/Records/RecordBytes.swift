@@ -1,0 +1,373 @@
+// Reading the record encoding (FORMAT.md, "Record encoding") in place: validation,
+// skipping, field tables and primitives at an offset, through a pointer to the bytes. The
+// decoder (RecordDecoder.swift) reads nothing that `RecordBytes.validate` has not accepted
+// (its D1), so after validation the readers here only need their bounds checks to stay
+// memory-safe, not to find errors.
+//
+// Invariants:
+//  B1. Every read checks the bytes that remain before it touches one; a count or length
+//      is checked against them before anything is sized from it, so hostile bytes give
+//      `RecordError.malformed` naming the offset, never a trap, a hang or a large
+//      allocation.
+//  B2. Varints are read in their shortest form only (as `ByteReader` does), so a record
+//      has one encoding.
+import Foundation
+import StrataCodec
+
+/// Reads record bytes in place.
+enum RecordBytes {
+    enum Tag: UInt8 {
+        case null = 0, isFalse = 1, isTrue = 2, int = 3, uint = 4, double = 5, string = 6, bytes = 7, array = 8, keyed = 9
+    }
+
+    /// Checks `bytes` as `RecordValue.decode` does (version, structure, depth, lengths,
+    /// UTF-8, nothing after the value) without building anything; returns the offset of
+    /// the root value. Throws `RecordError.malformed` or `.unsupportedVersion`.
+    static func validate(_ bytes: [UInt8]) throws(RecordError) -> Int {
+        try withRecordBytes(bytes) { (raw) throws(RecordError) -> Int in
+            var scanner = RecordScanner(raw, at: 0)
+            let version = try scanner.byte()
+            guard version == RecordValue.formatVersion else {
+                throw RecordError.unsupportedVersion(found: version, supported: RecordValue.formatVersion)
+            }
+            try scanner.skipValue(depth: 0, validating: true)
+            guard scanner.offset == raw.count else { throw .malformed(offset: scanner.offset, reason: "bytes after the record") }
+            return 1
+        }
+    }
+
+    /// The offset just past the value at `offset` (already validated: D1).
+    static func end(of offset: Int, in bytes: [UInt8]) throws(RecordError) -> Int {
+        try withRecordBytes(bytes) { (raw) throws(RecordError) -> Int in
+            var scanner = RecordScanner(raw, at: offset)
+            try scanner.skipValue(depth: 0, validating: false)
+            return scanner.offset
+        }
+    }
+
+    static func tag(_ bytes: [UInt8], _ offset: Int) -> Tag {
+        // Validated (D1): the tag is known.
+        Tag(rawValue: bytes[offset]) ?? .null
+    }
+
+    /// What kind of value starts at `offset`, for messages.
+    static func kind(_ bytes: [UInt8], _ offset: Int) -> String {
+        switch tag(bytes, offset) {
+        case .null: "nil"
+        case .isFalse, .isTrue: "a Boolean"
+        case .int, .uint: "an integer"
+        case .double: "a floating-point number"
+        case .string: "a string"
+        case .bytes: "bytes"
+        case .array: "an array"
+        case .keyed: "a keyed value"
+        }
+    }
+
+    /// The string at `offset`, or nil when the value there is not one (validated: D1).
+    static func string(_ bytes: [UInt8], _ offset: Int) -> String? {
+        bytes.withUnsafeBytes { raw -> String? in
+            guard offset < raw.count, raw[offset] == Tag.string.rawValue else { return nil }
+            var scanner = RecordScanner(raw, at: offset + 1)
+            guard let count = try? scanner.length(), count <= scanner.remaining else { return nil }
+            // Validated as UTF-8 (D1).
+            return String(decoding: UnsafeRawBufferPointer(rebasing: raw[scanner.offset..<(scanner.offset + count)]), as: UTF8.self)
+        }
+    }
+
+    /// The integer at `offset` as an `I`, or nil when the value there is not an integer or
+    /// does not fit (`RecordDecoding.integer` says which, in its error).
+    static func integer<I: FixedWidthInteger>(_ bytes: [UInt8], _ offset: Int, as type: I.Type) -> I? {
+        bytes.withUnsafeBytes { raw -> I? in
+            guard offset < raw.count else { return nil }
+            var scanner = RecordScanner(raw, at: offset + 1)
+            switch raw[offset] {
+            case Tag.int.rawValue:
+                guard let zigzag = try? scanner.varint() else { return nil }
+                return I(exactly: Int64(bitPattern: zigzag >> 1) ^ -Int64(bitPattern: zigzag & 1))
+            case Tag.uint.rawValue: return (try? scanner.varint()).flatMap { I(exactly: $0) }
+            default: return nil
+            }
+        }
+    }
+
+    /// The length-prefixed bytes (string, bytes) whose tag is at `offset`.
+    static func run(_ bytes: [UInt8], _ offset: Int) throws(RecordError) -> Range<Int> {
+        try withRecordBytes(bytes) { (raw) throws(RecordError) -> Range<Int> in
+            var scanner = RecordScanner(raw, at: offset + 1)
+            let count = try scanner.length()
+            try scanner.skip(count)
+            return (scanner.offset - count)..<scanner.offset
+        }
+    }
+
+    /// The fields of the keyed value `decoder` reads (validated: D1).
+    static func fields(_ decoder: RecordDecoding) throws(RecordError) -> RecordFields {
+        try withRecordBytes(decoder.bytes) { (raw) throws(RecordError) -> RecordFields in
+            var scanner = RecordScanner(raw, at: decoder.offset + 1)
+            let count = try scanner.length(limit: scanner.remaining / 2)
+            let table = RecordFields.make(count: count, decoder: decoder)
+            try table.withUnsafeMutablePointerToElements { (fields) throws(RecordError) in
+                for index in 0..<count {
+                    let length = try scanner.length()
+                    let name = scanner.offset
+                    try scanner.skip(length)
+                    (fields + index).initialize(to: RecordField(name: name..<(name + length), value: scanner.offset))
+                    table.withUnsafeMutablePointerToHeader { $0.pointee.count = index + 1 }
+                    if index + 1 < count { try scanner.skipValue(depth: 0, validating: false) }
+                }
+            }
+            table.findDuplicates(in: raw)
+            return table
+        }
+    }
+
+    /// Whether `raw[start..<start + count]` is UTF-8 (ASCII checked a word at a time).
+    static func isUTF8(_ raw: UnsafeRawBufferPointer, _ start: Int, _ count: Int) -> Bool {
+        var index = start
+        let end = start + count
+        while index + 8 <= end, raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) & 0x8080_8080_8080_8080 == 0 { index += 8 }
+        while index < end, raw[index] < 0x80 { index += 1 }
+        return index == end || String(validating: UnsafeRawBufferPointer(rebasing: raw[index..<end]), as: UTF8.self) != nil
+    }
+}
+
+/// `body` with a pointer to `bytes`, throwing what it throws.
+@inline(__always)
+private func withRecordBytes<R>(_ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(RecordError) -> R) throws(RecordError) -> R {
+    do {
+        return try bytes.withUnsafeBytes { try body($0) }
+    } catch {
+        // `withUnsafeBytes` rethrows untyped; only `body`'s errors come through.
+        throw error as! RecordError
+    }
+}
+
+/// A cursor over record bytes (B1, B2); valid only inside the `withUnsafeBytes` that made it.
+struct RecordScanner {
+    let raw: UnsafeRawBufferPointer
+    private(set) var offset: Int
+
+    init(_ raw: UnsafeRawBufferPointer, at offset: Int) {
+        self.raw = raw
+        self.offset = offset
+    }
+
+    var remaining: Int { raw.count - offset }
+
+    @inline(__always)
+    mutating func byte() throws(RecordError) -> UInt8 {
+        guard offset < raw.count else { throw truncated(needed: 1) }
+        defer { offset += 1 }
+        return raw[offset]
+    }
+
+    /// An unsigned LEB128 varint of at most 10 bytes in its shortest form (B2).
+    @inline(__always)
+    mutating func varint() throws(RecordError) -> UInt64 {
+        if offset < raw.count, raw[offset] < 0x80 {
+            defer { offset += 1 }
+            return UInt64(raw[offset])
+        }
+        return try longVarint()
+    }
+
+    private mutating func longVarint() throws(RecordError) -> UInt64 {
+        let start = offset
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let byte = try byte()
+            // The tenth byte may only contribute the top bit of a 64-bit value.
+            if shift == 63 && byte > 1 { throw malformed(CodecError.malformedVarint(offset: start), at: start) }
+            result |= UInt64(byte & 0x7F) << shift
+            if byte & 0x80 == 0 {
+                guard byte != 0 || shift == 0 else { throw malformed(CodecError.malformedVarint(offset: start), at: start) }
+                return result
+            }
+            shift += 7
+            if shift > 63 { throw malformed(CodecError.malformedVarint(offset: start), at: start) }
+        }
+    }
+
+    /// A varint length or count, checked against `limit` (by default the bytes that remain).
+    @inline(__always)
+    mutating func length(limit: Int? = nil) throws(RecordError) -> Int {
+        let start = offset
+        let value = try varint()
+        let limit = limit ?? remaining
+        guard value <= UInt64(limit) else {
+            throw malformed(CodecError.lengthOverLimit(offset: start, value: value, limit: UInt64(limit)), at: start)
+        }
+        return Int(value)
+    }
+
+    @inline(__always)
+    mutating func skip(_ count: Int) throws(RecordError) {
+        guard count >= 0, count <= remaining else { throw truncated(needed: count) }
+        offset += count
+    }
+
+    /// Reads past one value; with `validating`, checks what `RecordValue.decode` checks.
+    mutating func skipValue(depth: Int, validating: Bool) throws(RecordError) {
+        guard depth < RecordValue.maxDepth else {
+            throw .malformed(offset: offset, reason: "nested deeper than \(RecordValue.maxDepth)")
+        }
+        let tagOffset = offset
+        guard let tag = RecordBytes.Tag(rawValue: try byte()) else {
+            throw .malformed(offset: tagOffset, reason: "unknown value tag")
+        }
+        switch tag {
+        case .null, .isFalse, .isTrue: return
+        case .int, .uint: _ = try varint()
+        case .double: try skip(8)
+        case .string:
+            let count = try length()
+            if validating, !RecordBytes.isUTF8(raw, offset, count) {
+                throw .malformed(offset: tagOffset, reason: "a string that is not UTF-8")
+            }
+            offset += count
+        case .bytes: offset += try length()
+        case .array:
+            // Every element takes at least one byte: a larger count cannot be honest.
+            let count = try length()
+            for _ in 0..<count { try skipValue(depth: depth + 1, validating: validating) }
+        case .keyed:
+            let count = try length(limit: remaining / 2)
+            for _ in 0..<count {
+                let nameOffset = offset
+                let length = try length()
+                if validating, !RecordBytes.isUTF8(raw, offset, length) {
+                    throw .malformed(offset: nameOffset, reason: "a field name that is not UTF-8")
+                }
+                offset += length
+                try skipValue(depth: depth + 1, validating: validating)
+            }
+        }
+    }
+
+    private func truncated(needed: Int) -> RecordError {
+        malformed(CodecError.truncated(offset: offset, needed: needed, available: remaining), at: offset)
+    }
+
+    private func malformed(_ error: CodecError, at offset: Int) -> RecordError {
+        .malformed(offset: offset, reason: "\(error)")
+    }
+}
+
+/// One field of a keyed value: where its name and its value lie.
+struct RecordField {
+    var name: Range<Int>
+    var value: Int
+}
+
+/// What a keyed value's field table knows besides its fields.
+struct RecordFieldsHeader {
+    /// The keyed value's decoder.
+    let decoder: RecordDecoding
+    var count = 0
+    /// The field after the last one found: containers ask for fields in the order they
+    /// were written, so the next field is the first place to look.
+    var next = 0
+    /// Field positions by name (the last of each name, as D2 of the decoder says), for
+    /// tables of more than `RecordFields.scanned` fields.
+    var byName: [String: Int]?
+    /// Whether a name occurs twice (no encoder writes that): then only the last counts,
+    /// so lookups never start at `next`.
+    var hasDuplicates = false
+}
+
+/// A keyed value's fields, in one allocation.
+final class RecordFields: ManagedBuffer<RecordFieldsHeader, RecordField> {
+    /// The most fields looked up by comparing names one by one.
+    static let scanned = 16
+
+    static func make(count: Int, decoder: RecordDecoding) -> RecordFields {
+        unsafeDowncast(create(minimumCapacity: count) { _ in RecordFieldsHeader(decoder: decoder) }, to: RecordFields.self)
+    }
+
+    deinit {
+        _ = withUnsafeMutablePointers { header, fields in fields.deinitialize(count: header.pointee.count) }
+    }
+
+    // The header is read through its pointer: the `header` property would have every
+    // access checked for exclusivity at run time.
+    var decoder: RecordDecoding { withUnsafeMutablePointerToHeader { $0.pointee.decoder } }
+
+    var bytes: [UInt8] { withUnsafeMutablePointerToHeader { $0.pointee.decoder.bytes } }
+
+    var count: Int { withUnsafeMutablePointerToHeader { $0.pointee.count } }
+
+    subscript(index: Int) -> RecordField {
+        withUnsafeMutablePointers { header, fields in
+            precondition(index >= 0 && index < header.pointee.count, "field index out of range")
+            return fields[index]
+        }
+    }
+
+    /// Where the value of the field `name` lies (the last of that name: D2), or nil.
+    func valueOffset(of name: String) -> Int? {
+        position(of: name).map { self[$0].value }
+    }
+
+    /// Notes names that occur twice, and builds the name table of a large value.
+    fileprivate func findDuplicates(in raw: UnsafeRawBufferPointer) {
+        withUnsafeMutablePointers { header, fields in
+            let count = header.pointee.count
+            guard count > 1 else { return }
+            if count <= Self.scanned {
+                for later in 1..<count {
+                    let name = fields[later].name
+                    for earlier in 0..<later where fields[earlier].name.count == name.count {
+                        if memcmp(raw.baseAddress! + fields[earlier].name.lowerBound, raw.baseAddress! + name.lowerBound, name.count) == 0 {
+                            header.pointee.hasDuplicates = true
+                            return
+                        }
+                    }
+                }
+            } else {
+                var byName: [String: Int] = [:]
+                byName.reserveCapacity(count)
+                for index in 0..<count {
+                    let field = fields[index]
+                    byName[String(decoding: UnsafeRawBufferPointer(rebasing: raw[field.name]), as: UTF8.self)] = index
+                }
+                header.pointee.hasDuplicates = byName.count < count
+                header.pointee.byName = byName
+            }
+        }
+    }
+
+    /// The position of the field named `name` (the last of that name: D2), or nil.
+    func position(of name: String) -> Int? {
+        var name = name
+        return name.withUTF8 { wanted in
+            withUnsafeMutablePointers { header, fields -> Int? in
+                header.pointee.decoder.bytes.withUnsafeBytes { raw -> Int? in
+                    let count = header.pointee.count
+                    let next = header.pointee.next
+                    if next < count, !header.pointee.hasDuplicates, Self.matches(fields[next], wanted, raw) {
+                        header.pointee.next = next + 1
+                        return next
+                    }
+                    let found: Int?
+                    if let byName = header.pointee.byName {
+                        found = byName[String(decoding: wanted, as: UTF8.self)]
+                    } else {
+                        var index = count - 1
+                        while index >= 0, !Self.matches(fields[index], wanted, raw) { index -= 1 }
+                        found = index >= 0 ? index : nil
+                    }
+                    if let found { header.pointee.next = found + 1 }
+                    return found
+                }
+            }
+        }
+    }
+
+    @inline(__always)
+    private static func matches(_ field: RecordField, _ name: UnsafeBufferPointer<UInt8>, _ raw: UnsafeRawBufferPointer) -> Bool {
+        field.name.count == name.count
+            && (name.isEmpty || memcmp(raw.baseAddress! + field.name.lowerBound, name.baseAddress!, name.count) == 0)
+    }
+}

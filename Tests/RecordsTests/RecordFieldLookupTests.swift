@@ -1,0 +1,83 @@
+import Strata
+import Testing
+
+/// RecordBytes.swift's field tables: a keyed container looks first at the field after the
+/// last one it found, so fields read in the order they were written are found at once;
+/// any other order, fields never read, and names written twice (no encoder does that, but
+/// bytes may) still read as the decoder's D2 says: the last field of a name counts.
+@Suite struct RecordFieldLookupTests {
+    /// A record of integer fields, written in the order given (names under 128 bytes,
+    /// values under 64, so every length and varint is one byte).
+    static func record(_ fields: [(String, Int)]) -> [UInt8] {
+        precondition(fields.count < 128)
+        var bytes: [UInt8] = [1, 9, UInt8(fields.count)]
+        for (name, value) in fields {
+            precondition(name.utf8.count < 128 && (0..<64).contains(value))
+            bytes += [UInt8(name.utf8.count)] + Array(name.utf8) + [3, UInt8(value * 2)]
+        }
+        return bytes
+    }
+
+    struct Name: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    protocol ReadOrder { static var names: [String] { get } }
+    enum Forward: ReadOrder { static var names: [String] { (0..<20).map { "f\($0)" } } }
+    enum Backward: ReadOrder { static var names: [String] { Forward.names.reversed() } }
+    enum Scattered: ReadOrder { static var names: [String] { [7, 3, 19, 0, 11, 12, 5].map { "f\($0)" } } }
+    enum FirstFour: ReadOrder { static var names: [String] { ["f2", "f0", "f3", "f1"] } }
+    enum FirstFourInOrder: ReadOrder { static var names: [String] { ["f0", "f1", "f2", "f3"] } }
+
+    /// Reads the fields `Order` names, in that order.
+    struct Fields<Order: ReadOrder>: Decodable {
+        var values: [String: Int] = [:]
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: Name.self)
+            for name in Order.names { values[name] = try container.decode(Int.self, forKey: Name(stringValue: name)) }
+        }
+    }
+
+    @Test func fieldsAreFoundInAnyOrderAndAnyNumber() throws {
+        for count in [4, 20] {
+            let bytes = Self.record((0..<count).map { ("f\($0)", $0 * 3 % 64) })
+            func expected(_ names: [String]) -> [String: Int] {
+                Dictionary(uniqueKeysWithValues: names.map { ($0, Int($0.dropFirst())! * 3 % 64) })
+            }
+            if count == 20 {
+                #expect(try RecordDecoder().decode(Fields<Forward>.self, from: bytes).values == expected(Forward.names))
+                #expect(try RecordDecoder().decode(Fields<Backward>.self, from: bytes).values == expected(Backward.names))
+                #expect(try RecordDecoder().decode(Fields<Scattered>.self, from: bytes).values == expected(Scattered.names))
+            }
+            #expect(try RecordDecoder().decode(Fields<FirstFour>.self, from: bytes).values == expected(FirstFour.names))
+            #expect(try RecordDecoder().decode([String: Int].self, from: bytes) == expected((0..<count).map { "f\($0)" }))
+        }
+    }
+
+    @Test func aNameWrittenTwiceReadsAsItsLastValue() throws {
+        // Few fields (names compared one by one) and many (a table by name).
+        for filler in [0, 20] {
+            var fields = [("f0", 1), ("f1", 2)]
+            fields += (0..<filler).map { ("g\($0)", 9) }
+            fields += [("f0", 3), ("f2", 4), ("f3", 5)]
+            let bytes = Self.record(fields)
+            let expected = ["f0": 3, "f1": 2, "f2": 4, "f3": 5]
+            #expect(try RecordDecoder().decode(Fields<FirstFourInOrder>.self, from: bytes).values == expected, "filler \(filler)")
+            #expect(try RecordDecoder().decode(Fields<FirstFour>.self, from: bytes).values == expected, "filler \(filler)")
+            #expect(try RecordDecoder().decode([String: Int].self, from: bytes)["f0"] == 3, "filler \(filler)")
+        }
+    }
+
+    @Test func aMissingFieldIsNamed() throws {
+        let bytes = Self.record([("f0", 1), ("f1", 2), ("f3", 4)])
+        #expect {
+            _ = try RecordDecoder().decode(Fields<FirstFour>.self, from: bytes)
+        } throws: { error in
+            guard case let DecodingError.keyNotFound(key, _) = error else { return false }
+            return key.stringValue == "f2"
+        }
+    }
+}
