@@ -24,15 +24,26 @@ enum RecordBytes {
     /// UTF-8, nothing after the value) without building anything; returns the offset of
     /// the root value. Throws `RecordError.malformed` or `.unsupportedVersion`.
     static func validate(_ bytes: [UInt8]) throws(RecordError) -> Int {
-        try withRecordBytes(bytes) { (raw) throws(RecordError) -> Int in
+        try validateRecord(bytes).root
+    }
+
+    /// `validate`, also returning the root's field table when the root is a keyed value:
+    /// the one walk that checks its fields also notes where they lie.
+    static func validateRecord(_ bytes: [UInt8]) throws(RecordError) -> (root: Int, fields: RecordFields?) {
+        try withRecordBytes(bytes) { (raw) throws(RecordError) -> (root: Int, fields: RecordFields?) in
             var scanner = RecordScanner(raw, at: 0)
             let version = try scanner.byte()
             guard version == RecordValue.formatVersion else {
                 throw RecordError.unsupportedVersion(found: version, supported: RecordValue.formatVersion)
             }
-            try scanner.skipValue(depth: 0, validating: true)
+            var fields: RecordFields?
+            if scanner.remaining > 0, raw[1] == Tag.keyed.rawValue {
+                fields = try readFields(&scanner, bytes: bytes, link: nil, validating: true)
+            } else {
+                try scanner.skipValue(depth: 0, validating: true)
+            }
             guard scanner.offset == raw.count else { throw .malformed(offset: scanner.offset, reason: "bytes after the record") }
-            return 1
+            return (1, fields)
         }
     }
 
@@ -104,31 +115,54 @@ enum RecordBytes {
     /// The fields of the keyed value `decoder` reads (validated: D1).
     static func fields(_ decoder: RecordDecoding) throws(RecordError) -> RecordFields {
         try withRecordBytes(decoder.bytes) { (raw) throws(RecordError) -> RecordFields in
-            var scanner = RecordScanner(raw, at: decoder.offset + 1)
-            let count = try scanner.length(limit: scanner.remaining / 2)
-            let table = RecordFields.make(count: count, decoder: decoder)
-            try table.withUnsafeMutablePointerToElements { (fields) throws(RecordError) in
-                for index in 0..<count {
-                    let length = try scanner.length()
-                    let name = scanner.offset
-                    try scanner.skip(length)
-                    (fields + index).initialize(to: RecordField(name: name..<(name + length), value: scanner.offset))
-                    table.withUnsafeMutablePointerToHeader { $0.pointee.count = index + 1 }
-                    if index + 1 < count { try scanner.skipValue(depth: 0, validating: false) }
-                }
-            }
-            table.findDuplicates(in: raw)
-            return table
+            var scanner = RecordScanner(raw, at: decoder.offset)
+            return try readFields(&scanner, bytes: decoder.bytes, link: decoder.link, validating: false)
         }
+    }
+
+    /// Reads the keyed value at the scanner (its tag first) into a field table, checking
+    /// names and values as `RecordScanner.skipValue` does when `validating`.
+    private static func readFields(_ scanner: inout RecordScanner, bytes: [UInt8], link: CodingPathLink?,
+                                   validating: Bool) throws(RecordError) -> RecordFields {
+        let offset = scanner.offset
+        _ = try scanner.byte()
+        let count = try scanner.length(limit: scanner.remaining / 2)
+        let table = RecordFields.make(count: count, bytes: bytes, offset: offset, link: link)
+        let raw = scanner.raw
+        try table.withUnsafeMutablePointers { (header, fields) throws(RecordError) in
+            for index in 0..<count {
+                let nameOffset = scanner.offset
+                let length = try scanner.length()
+                let name = scanner.offset..<(scanner.offset + length)
+                let head = RecordFields.head(of: raw, name)
+                // A name of up to eight bytes is all in its head: ASCII there needs no more.
+                if validating, length > 8 || head & 0x8080_8080_8080_8080 != 0, !isUTF8(raw, name.lowerBound, length) {
+                    throw .malformed(offset: nameOffset, reason: "a field name that is not UTF-8")
+                }
+                try scanner.skip(length)
+                (fields + index).initialize(to: RecordField(name: name, head: head, value: scanner.offset))
+                header.pointee.count = index + 1
+                try scanner.skipValue(depth: 1, validating: validating)
+            }
+        }
+        table.findDuplicates(in: raw)
+        return table
     }
 
     /// Whether `raw[start..<start + count]` is UTF-8 (ASCII checked a word at a time).
     static func isUTF8(_ raw: UnsafeRawBufferPointer, _ start: Int, _ count: Int) -> Bool {
         var index = start
         let end = start + count
-        while index + 8 <= end, raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) & 0x8080_8080_8080_8080 == 0 { index += 8 }
-        while index < end, raw[index] < 0x80 { index += 1 }
-        return index == end || String(validating: UnsafeRawBufferPointer(rebasing: raw[index..<end]), as: UTF8.self) != nil
+        var bits: UInt64 = 0
+        while index + 8 <= end {
+            bits |= raw.loadUnaligned(fromByteOffset: index, as: UInt64.self)
+            index += 8
+        }
+        while index < end {
+            bits |= UInt64(raw[index])
+            index += 1
+        }
+        return bits & 0x8080_8080_8080_8080 == 0 || String(validating: UnsafeRawBufferPointer(rebasing: raw[start..<end]), as: UTF8.self) != nil
     }
 }
 
@@ -258,13 +292,18 @@ struct RecordScanner {
 /// One field of a keyed value: where its name and its value lie.
 struct RecordField {
     var name: Range<Int>
+    /// The name's first eight bytes (`RecordFields.head(of:)`).
+    var head: UInt64
     var value: Int
 }
 
 /// What a keyed value's field table knows besides its fields.
 struct RecordFieldsHeader {
-    /// The keyed value's decoder.
-    let decoder: RecordDecoding
+    /// The record's bytes, where the keyed value's tag lies, and its place in the coding
+    /// path (what its decoder holds; not the decoder, which may hold this table).
+    let bytes: [UInt8]
+    let offset: Int
+    let link: CodingPathLink?
     var count = 0
     /// The field after the last one found: containers ask for fields in the order they
     /// were written, so the next field is the first place to look.
@@ -282,8 +321,9 @@ final class RecordFields: ManagedBuffer<RecordFieldsHeader, RecordField> {
     /// The most fields looked up by comparing names one by one.
     static let scanned = 16
 
-    static func make(count: Int, decoder: RecordDecoding) -> RecordFields {
-        unsafeDowncast(create(minimumCapacity: count) { _ in RecordFieldsHeader(decoder: decoder) }, to: RecordFields.self)
+    static func make(count: Int, bytes: [UInt8], offset: Int, link: CodingPathLink?) -> RecordFields {
+        unsafeDowncast(create(minimumCapacity: count) { _ in RecordFieldsHeader(bytes: bytes, offset: offset, link: link) },
+                       to: RecordFields.self)
     }
 
     deinit {
@@ -292,9 +332,11 @@ final class RecordFields: ManagedBuffer<RecordFieldsHeader, RecordField> {
 
     // The header is read through its pointer: the `header` property would have every
     // access checked for exclusivity at run time.
-    var decoder: RecordDecoding { withUnsafeMutablePointerToHeader { $0.pointee.decoder } }
+    var decoder: RecordDecoding {
+        withUnsafeMutablePointerToHeader { RecordDecoding(bytes: $0.pointee.bytes, offset: $0.pointee.offset, link: $0.pointee.link) }
+    }
 
-    var bytes: [UInt8] { withUnsafeMutablePointerToHeader { $0.pointee.decoder.bytes } }
+    var bytes: [UInt8] { withUnsafeMutablePointerToHeader { $0.pointee.bytes } }
 
     var count: Int { withUnsafeMutablePointerToHeader { $0.pointee.count } }
 
@@ -318,8 +360,9 @@ final class RecordFields: ManagedBuffer<RecordFieldsHeader, RecordField> {
             if count <= Self.scanned {
                 for later in 1..<count {
                     let name = fields[later].name
-                    for earlier in 0..<later where fields[earlier].name.count == name.count {
-                        if memcmp(raw.baseAddress! + fields[earlier].name.lowerBound, raw.baseAddress! + name.lowerBound, name.count) == 0 {
+                    for earlier in 0..<later where fields[earlier].head == fields[later].head && fields[earlier].name.count == name.count {
+                        if name.count <= 8
+                            || memcmp(raw.baseAddress! + fields[earlier].name.lowerBound, raw.baseAddress! + name.lowerBound, name.count) == 0 {
                             header.pointee.hasDuplicates = true
                             return
                         }
@@ -340,34 +383,58 @@ final class RecordFields: ManagedBuffer<RecordFieldsHeader, RecordField> {
 
     /// The position of the field named `name` (the last of that name: D2), or nil.
     func position(of name: String) -> Int? {
+        if let found = name.utf8.withContiguousStorageIfAvailable({ position(of: UnsafeRawBufferPointer($0)) }) { return found }
         var name = name
-        return name.withUTF8 { wanted in
-            withUnsafeMutablePointers { header, fields -> Int? in
-                header.pointee.decoder.bytes.withUnsafeBytes { raw -> Int? in
-                    let count = header.pointee.count
-                    let next = header.pointee.next
-                    if next < count, !header.pointee.hasDuplicates, Self.matches(fields[next], wanted, raw) {
-                        header.pointee.next = next + 1
-                        return next
-                    }
-                    let found: Int?
-                    if let byName = header.pointee.byName {
-                        found = byName[String(decoding: wanted, as: UTF8.self)]
-                    } else {
-                        var index = count - 1
-                        while index >= 0, !Self.matches(fields[index], wanted, raw) { index -= 1 }
-                        found = index >= 0 ? index : nil
-                    }
-                    if let found { header.pointee.next = found + 1 }
-                    return found
+        return name.withUTF8 { position(of: UnsafeRawBufferPointer($0)) }
+    }
+
+    private func position(of wanted: UnsafeRawBufferPointer) -> Int? {
+        let head = Self.head(of: wanted)
+        return withUnsafeMutablePointers { header, fields -> Int? in
+            let count = header.pointee.count
+            let next = header.pointee.next
+            func matches(_ field: RecordField) -> Bool {
+                guard field.head == head, field.name.count == wanted.count else { return false }
+                guard wanted.count > 8 else { return true }
+                return header.pointee.bytes.withUnsafeBytes { raw in
+                    memcmp(raw.baseAddress! + field.name.lowerBound + 8, wanted.baseAddress! + 8, wanted.count - 8) == 0
                 }
             }
+            if next < count, !header.pointee.hasDuplicates, matches(fields[next]) {
+                header.pointee.next = next + 1
+                return next
+            }
+            let found: Int?
+            if let byName = header.pointee.byName {
+                found = byName[String(decoding: wanted, as: UTF8.self)]
+            } else {
+                var index = count - 1
+                while index >= 0, !matches(fields[index]) { index -= 1 }
+                found = index >= 0 ? index : nil
+            }
+            if let found { header.pointee.next = found + 1 }
+            return found
         }
     }
 
+    /// The first eight bytes of a name (zeros after a shorter one), little-endian: with its
+    /// length, enough to tell most names apart without reading them again.
     @inline(__always)
-    private static func matches(_ field: RecordField, _ name: UnsafeBufferPointer<UInt8>, _ raw: UnsafeRawBufferPointer) -> Bool {
-        field.name.count == name.count
-            && (name.isEmpty || memcmp(raw.baseAddress! + field.name.lowerBound, name.baseAddress!, name.count) == 0)
+    static func head(of name: UnsafeRawBufferPointer) -> UInt64 {
+        head(of: name, 0..<name.count)
+    }
+
+    /// The head of the name at `range` of `raw` (within it).
+    @inline(__always)
+    static func head(of raw: UnsafeRawBufferPointer, _ range: Range<Int>) -> UInt64 {
+        let count = range.count
+        if range.lowerBound + 8 <= raw.count {
+            // One load; the bytes past a shorter name (still inside the buffer) masked off.
+            let word = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: range.lowerBound, as: UInt64.self))
+            return count >= 8 ? word : word & ((1 << (8 * UInt64(count))) - 1)
+        }
+        var head: UInt64 = 0
+        for index in 0..<min(count, 8) { head |= UInt64(raw[range.lowerBound + index]) << (8 * UInt64(index)) }
+        return head
     }
 }

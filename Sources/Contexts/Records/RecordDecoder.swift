@@ -20,8 +20,8 @@ public struct RecordDecoder {
     /// The value of type `T` in `bytes`. Throws `RecordError.malformed` for bad bytes and
     /// `DecodingError` when they hold a different shape.
     public func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
-        let root = try RecordBytes.validate(bytes)
-        return try RecordDecoding(bytes: bytes, offset: root).decodeValue(type)
+        let (root, fields) = try RecordBytes.validateRecord(bytes)
+        return try RecordDecoding(bytes: bytes, offset: root, place: fields.map { .root($0) } ?? .root(nil)).decodeValue(type)
     }
 }
 
@@ -29,16 +29,32 @@ struct RecordDecoding: Decoder {
     let bytes: [UInt8]
     /// Where this value's tag lies.
     let offset: Int
-    /// Where this value lies in the coding path (nil at the root): a chain put together
-    /// into a path only when asked for (an error), and three words in all, so a decoder
-    /// fits an existential's inline buffer when it is handed to `init(from:)`.
-    let link: CodingPathLink?
+    /// Where this value lies in the coding path: a chain put together into a path only
+    /// when asked for (an error). A decoder is three words in all, so it fits an
+    /// existential's inline buffer when it is handed to `init(from:)`.
+    let place: Place
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
+    /// Where a decoder is: at the root, with the root's field table when validation made
+    /// one, or below it, at a step of the coding path. One word either way.
+    enum Place {
+        case root(RecordFields?)
+        case child(CodingPathLink)
+    }
+
     init(bytes: [UInt8], offset: Int, link: CodingPathLink? = nil) {
+        self.init(bytes: bytes, offset: offset, place: link.map { .child($0) } ?? .root(nil))
+    }
+
+    init(bytes: [UInt8], offset: Int, place: Place) {
         self.bytes = bytes
         self.offset = offset
-        self.link = link
+        self.place = place
+    }
+
+    var link: CodingPathLink? {
+        if case let .child(link) = place { return link }
+        return nil
     }
 
     var codingPath: [any CodingKey] { link?.path ?? [] }
@@ -138,6 +154,7 @@ struct RecordDecoding: Decoder {
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
         guard tag == .keyed else { throw mismatch([String: Any].self, "a keyed value") }
+        if case let .root(fields?) = place { return KeyedDecodingContainer(KeyedRecordDecoding<Key>(fields: fields)) }
         return KeyedDecodingContainer(KeyedRecordDecoding<Key>(fields: try RecordBytes.fields(self)))
     }
 

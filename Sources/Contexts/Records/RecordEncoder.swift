@@ -104,26 +104,21 @@ func isPrimitive<T>(_ type: T.Type) -> Bool {
     // Identifiers, not `==` on metatypes, which would look up `Optional<Any.Type>`'s
     // metadata at run time for every comparison.
     let id = ObjectIdentifier(type)
-    return primitiveTypes.contains { $0 == id }
+    return id == ObjectIdentifier(Bool.self)
+        || id == ObjectIdentifier(String.self)
+        || id == ObjectIdentifier(Double.self)
+        || id == ObjectIdentifier(Float.self)
+        || id == ObjectIdentifier(Int.self)
+        || id == ObjectIdentifier(Int8.self)
+        || id == ObjectIdentifier(Int16.self)
+        || id == ObjectIdentifier(Int32.self)
+        || id == ObjectIdentifier(Int64.self)
+        || id == ObjectIdentifier(UInt.self)
+        || id == ObjectIdentifier(UInt8.self)
+        || id == ObjectIdentifier(UInt16.self)
+        || id == ObjectIdentifier(UInt32.self)
+        || id == ObjectIdentifier(UInt64.self)
 }
-
-/// The types `isPrimitive` accepts.
-private let primitiveTypes: [ObjectIdentifier] = [
-    ObjectIdentifier(Bool.self),
-    ObjectIdentifier(String.self),
-    ObjectIdentifier(Double.self),
-    ObjectIdentifier(Float.self),
-    ObjectIdentifier(Int.self),
-    ObjectIdentifier(Int8.self),
-    ObjectIdentifier(Int16.self),
-    ObjectIdentifier(Int32.self),
-    ObjectIdentifier(Int64.self),
-    ObjectIdentifier(UInt.self),
-    ObjectIdentifier(UInt8.self),
-    ObjectIdentifier(UInt16.self),
-    ObjectIdentifier(UInt32.self),
-    ObjectIdentifier(UInt64.self),
-]
 
 /// The primitive values the format stores as they are.
 func primitive(_ value: Any) -> RecordValue? {
