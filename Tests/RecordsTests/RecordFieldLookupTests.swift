@@ -1,4 +1,4 @@
-import Strata
+@testable import Strata
 import Testing
 
 /// RecordBytes.swift's field tables: a keyed container looks first at the field after the
@@ -79,5 +79,11 @@ import Testing
             guard case let DecodingError.keyNotFound(key, _) = error else { return false }
             return key.stringValue == "f2"
         }
+    }
+
+    /// `init(from:)` takes `any Decoder`: a decoder of more than three words would be
+    /// boxed on the heap for every value decoded.
+    @Test func aDecoderFitsAnExistentialsInlineBuffer() {
+        #expect(MemoryLayout<RecordDecoding>.size <= 3 * MemoryLayout<Int>.size)
     }
 }

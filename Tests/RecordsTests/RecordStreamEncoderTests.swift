@@ -123,3 +123,4 @@ import Testing
         #expect(try RecordEncoder().encode(Optional<Int>.none) == (try RecordEncoder().encodeThroughTree(Optional<Int>.none)))
     }
 }
+

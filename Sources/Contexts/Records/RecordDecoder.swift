@@ -21,7 +21,7 @@ public struct RecordDecoder {
     /// `DecodingError` when they hold a different shape.
     public func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
         let (root, fields) = try RecordBytes.validateRecord(bytes)
-        return try RecordDecoding(bytes: bytes, offset: root, place: fields.map { .root($0) } ?? .root(nil)).decodeValue(type)
+        return try RecordDecoding(bytes: bytes, offset: root, rootFields: fields).decodeValue(type)
     }
 }
 
@@ -29,33 +29,28 @@ struct RecordDecoding: Decoder {
     let bytes: [UInt8]
     /// Where this value's tag lies.
     let offset: Int
-    /// Where this value lies in the coding path: a chain put together into a path only
-    /// when asked for (an error). A decoder is three words in all, so it fits an
+    /// Where this value lies: below the root, the step of the coding path that leads to
+    /// it (a `CodingPathLink`, a chain put together into a path only when asked for: an
+    /// error); at the root, nil or the root's field table when validation made one (a
+    /// `RecordFields`). One reference either way, so a decoder is three words and fits an
     /// existential's inline buffer when it is handed to `init(from:)`.
-    let place: Place
+    private let place: AnyObject?
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
-    /// Where a decoder is: at the root, with the root's field table when validation made
-    /// one, or below it, at a step of the coding path. One word either way.
-    enum Place {
-        case root(RecordFields?)
-        case child(CodingPathLink)
-    }
-
     init(bytes: [UInt8], offset: Int, link: CodingPathLink? = nil) {
-        self.init(bytes: bytes, offset: offset, place: link.map { .child($0) } ?? .root(nil))
-    }
-
-    init(bytes: [UInt8], offset: Int, place: Place) {
         self.bytes = bytes
         self.offset = offset
-        self.place = place
+        self.place = link
     }
 
-    var link: CodingPathLink? {
-        if case let .child(link) = place { return link }
-        return nil
+    /// A decoder of the root value, with its field table.
+    init(bytes: [UInt8], offset: Int, rootFields: RecordFields?) {
+        self.bytes = bytes
+        self.offset = offset
+        self.place = rootFields
     }
+
+    var link: CodingPathLink? { place as? CodingPathLink }
 
     var codingPath: [any CodingKey] { link?.path ?? [] }
 
@@ -154,7 +149,7 @@ struct RecordDecoding: Decoder {
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
         guard tag == .keyed else { throw mismatch([String: Any].self, "a keyed value") }
-        if case let .root(fields?) = place { return KeyedDecodingContainer(KeyedRecordDecoding<Key>(fields: fields)) }
+        if let fields = place as? RecordFields { return KeyedDecodingContainer(KeyedRecordDecoding<Key>(fields: fields)) }
         return KeyedDecodingContainer(KeyedRecordDecoding<Key>(fields: try RecordBytes.fields(self)))
     }
 
