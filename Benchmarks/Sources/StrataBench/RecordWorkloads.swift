@@ -3,6 +3,8 @@
 // SQLite doing the same with an indexed table (`people(id INTEGER PRIMARY KEY, email TEXT
 // UNIQUE, city TEXT, age INTEGER)` plus indexes on city and age, prepared statements, one
 // transaction per batch). Every workload but records-insert runs after an untimed insert.
+// Both sides hand back what an app gets: Strata decodes `Person` values, and SQLite's rows
+// are made into the same `Person` values (text columns read into Strings).
 //  - records-insert: insert N records, B per transaction (each also writes its index entries);
 //  - records-fetch: N fetches of one record by its email;
 //  - records-range: N / 100 queries of the 100 youngest in a five-year age band, sorted by
@@ -25,6 +27,13 @@ struct Person: Record, Equatable {
 
     static var indexes: [RecordIndex<Person>] {
         [.index(\Person.email, unique: true), .index(\Person.city), .index(\Person.age)]
+    }
+
+    init(id: Int, email: String, city: String, age: Int) {
+        self.id = id
+        self.email = email
+        self.city = city
+        self.age = age
     }
 
     init(_ number: Int) {
@@ -70,14 +79,14 @@ struct RecordWorkloads {
                 case "records-insert": try table.insert(order, batch: options.batch)
                 case "records-fetch":
                     for number in order {
-                        guard try table.idForEmail(Person(number).email) == number else {
+                        guard try table.person(email: Person(number).email)?.id == number else {
                             throw BenchError(description: "sqlite did not find person \(number)")
                         }
                     }
                 case "records-range":
                     for query in 0..<queries {
-                        let ages = try table.youngest(from: Self.band(query), limit: 100)
-                        try Self.checkBand(ages, from: Self.band(query), engine: engine)
+                        let people = try table.youngest(from: Self.band(query), limit: 100)
+                        try Self.checkBand(people.map(\.age), from: Self.band(query), engine: engine)
                     }
                 case "records-count":
                     for query in 0..<queries {
@@ -226,32 +235,33 @@ final class PeopleTable {
         }
     }
 
-    func idForEmail(_ email: String) throws -> Int? {
+    /// The person with `email`, built from the row as a record fetch decodes one.
+    func person(email: String) throws -> Person? {
         sqlite3_reset(byEmail)
         sqlite3_bind_text(byEmail, 1, email, -1, transient)
         guard sqlite3_step(byEmail) == SQLITE_ROW else { return nil }
-        // Read the whole row, as the record fetch decodes the whole record.
-        _ = sqlite3_column_text(byEmail, 1)
-        _ = sqlite3_column_text(byEmail, 2)
-        _ = sqlite3_column_int64(byEmail, 3)
-        return Int(sqlite3_column_int64(byEmail, 0))
+        return person(from: byEmail)
     }
 
-    /// The ages of the first `limit` people aged `from ..< from + 5`, youngest first (every
-    /// column read, as a record fetch decodes whole records).
-    func youngest(from: Int, limit: Int) throws -> [Int] {
+    /// The first `limit` people aged `from ..< from + 5`, youngest first, each built from
+    /// its row as a record fetch decodes whole records.
+    func youngest(from: Int, limit: Int) throws -> [Person] {
         sqlite3_reset(byAge)
         sqlite3_bind_int64(byAge, 1, Int64(from))
         sqlite3_bind_int64(byAge, 2, Int64(from + 5))
         sqlite3_bind_int64(byAge, 3, Int64(limit))
-        var ages: [Int] = []
-        while sqlite3_step(byAge) == SQLITE_ROW {
-            _ = sqlite3_column_int64(byAge, 0)
-            _ = sqlite3_column_text(byAge, 1)
-            _ = sqlite3_column_text(byAge, 2)
-            ages.append(Int(sqlite3_column_int64(byAge, 3)))
-        }
-        return ages
+        var people: [Person] = []
+        while sqlite3_step(byAge) == SQLITE_ROW { people.append(person(from: byAge)) }
+        return people
+    }
+
+    /// A `Person` from the current row of `id, email, city, age` (text read as any
+    /// SQLite wrapper reads it: a String from the column's UTF-8).
+    private func person(from statement: OpaquePointer?) -> Person {
+        Person(id: Int(sqlite3_column_int64(statement, 0)),
+               email: String(cString: sqlite3_column_text(statement, 1)),
+               city: String(cString: sqlite3_column_text(statement, 2)),
+               age: Int(sqlite3_column_int64(statement, 3)))
     }
 
     func count(city: String) throws -> Int {
