@@ -120,15 +120,20 @@ public struct Repository<R: Record> {
         let stopAfter = orderedByRead ? limit.map { offset + $0 } : nil
         if stopAfter == 0 { return [] }
         var records: [R] = []
+        // A limit read in order is what the result grows to, unless fewer match.
+        if let stopAfter { records.reserveCapacity(min(stopAfter, 256)) }
         // Index order is put back in id order (only needed with more than one match),
         // before any in-memory sort too: ties keep id order, as the sort is stable.
         var keys: [[UInt8]] = []
         let keepKeys = inIndexOrder && !sortedByRead
         let filter = plan.isExact ? nil : predicate
+        // Tested once here: `if let` in the loop copied the optional predicate and
+        // record for every candidate, nil or not.
+        let (filtered, anchored) = (filter != nil, anchor != nil)
         try forEachCandidate(plan) { key, bytes in
             let record = try decode(bytes, key: key)
-            if let filter, try !filter.evaluate(record) { return true }
-            if let anchor, !Self.follows(record, anchor, sortBy) { return true }
+            if filtered, try !filter!.evaluate(record) { return true }
+            if anchored, !Self.follows(record, anchor!, sortBy) { return true }
             records.append(record)
             if keepKeys { keys.append(key) }
             return stopAfter.map { records.count < $0 } ?? true
