@@ -263,10 +263,12 @@ public struct Repository<R: Record> {
             guard let sorted = plan.sortedBy, sorted.reverse, !index.isUnique else {
                 // One record key, rewritten for each entry (copied only if `body` keeps it).
                 var key = prefix
-                return try context.forEachLent(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in
-                    id.withUnsafeBytes { key.replaceSubrange(prefix.count..., with: $0) }
-                    guard let bytes = try context.get(key) else { return true }
-                    return try body(key, bytes)
+                return try context.withPointReads { get in
+                    try context.forEachLent(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in
+                        id.withUnsafeBytes { key.replaceSubrange(prefix.count..., with: $0) }
+                        guard let bytes = try get(key) else { return true }
+                        return try body(key, bytes)
+                    }
                 }
             }
             // Backwards, records with equal values still come in id order, as a stable
