@@ -129,6 +129,10 @@ enum RecordBytes {
         let count = try scanner.length(limit: scanner.remaining / 2)
         let table = RecordFields.make(count: count, bytes: bytes, offset: offset, link: link)
         let raw = scanner.raw
+        // One bit per name (of its length and head): two names alike set the same bit,
+        // and only then is the table searched for a name written twice.
+        var seen: UInt64 = 0
+        var alike = false
         try table.withUnsafeMutablePointers { (header, fields) throws(RecordError) in
             for index in 0..<count {
                 let nameOffset = scanner.offset
@@ -140,12 +144,15 @@ enum RecordBytes {
                     throw .malformed(offset: nameOffset, reason: "a field name that is not UTF-8")
                 }
                 try scanner.skip(length)
+                let bit: UInt64 = 1 << (((head &+ UInt64(length)) &* 0x9E37_79B9_7F4A_7C15) >> 58)
+                alike = alike || seen & bit != 0
+                seen |= bit
                 (fields + index).initialize(to: RecordField(name: name, head: head, value: scanner.offset))
                 header.pointee.count = index + 1
-                try scanner.skipValue(depth: 1, validating: validating)
+                try scanner.skipFieldValue(validating: validating)
             }
         }
-        table.findDuplicates(in: raw)
+        if alike || count > RecordFields.scanned { table.findDuplicates(in: raw) }
         return table
     }
 
@@ -240,6 +247,28 @@ struct RecordScanner {
     mutating func skip(_ count: Int) throws(RecordError) {
         guard count >= 0, count <= remaining else { throw truncated(needed: count) }
         offset += count
+    }
+
+    /// `skipValue` for a field of a record's root: integers and strings (most fields) here,
+    /// anything else through `skipValue`.
+    @inline(__always)
+    mutating func skipFieldValue(validating: Bool) throws(RecordError) {
+        guard offset < raw.count else { return try skipValue(depth: 1, validating: validating) }
+        switch raw[offset] {
+        case RecordBytes.Tag.int.rawValue, RecordBytes.Tag.uint.rawValue:
+            offset += 1
+            _ = try varint()
+        case RecordBytes.Tag.string.rawValue:
+            let tagOffset = offset
+            offset += 1
+            let count = try length()
+            if validating, !RecordBytes.isUTF8(raw, offset, count) {
+                throw .malformed(offset: tagOffset, reason: "a string that is not UTF-8")
+            }
+            offset += count
+        default:
+            try skipValue(depth: 1, validating: validating)
+        }
     }
 
     /// Reads past one value; with `validating`, checks what `RecordValue.decode` checks.
