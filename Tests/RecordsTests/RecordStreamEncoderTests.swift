@@ -123,4 +123,3 @@ import Testing
         #expect(try RecordEncoder().encode(Optional<Int>.none) == (try RecordEncoder().encodeThroughTree(Optional<Int>.none)))
     }
 }
-
