@@ -42,28 +42,22 @@ public struct ByteReader: Sendable {
 
     public mutating func readUInt64() throws(CodecError) -> UInt64 { try readLittleEndian() }
 
-    /// Reads an unsigned LEB128 varint of at most 10 bytes, in its shortest form: a
-    /// longer encoding of the same value (a final byte of zero) is malformed, so every
-    /// value has exactly one encoding and a decoded record re-encodes to the same bytes.
+    /// Reads an unsigned LEB128 varint (`Varint`): at most 10 bytes, in its shortest form,
+    /// so every value has exactly one encoding and a decoded record re-encodes to the same
+    /// bytes.
     public mutating func readVarint() throws(CodecError) -> UInt64 {
-        let start = offset
-        var result: UInt64 = 0
-        var shift: UInt64 = 0
-        while true {
-            guard offset < endOffset else {
-                throw .truncated(offset: offset, needed: 1, available: 0)
-            }
-            let byte = bytes[offset]
-            offset += 1
-            // The tenth byte may only contribute the top bit of a 64-bit value.
-            if shift == 63 && byte > 1 { throw .malformedVarint(offset: start) }
-            result |= UInt64(byte & 0x7F) << shift
-            if byte & 0x80 == 0 {
-                guard byte != 0 || shift == 0 else { throw .malformedVarint(offset: start) }
-                return result
-            }
-            shift += 7
-            if shift > 63 { throw .malformedVarint(offset: start) }
+        // One byte (most lengths) without the pointer.
+        if offset < endOffset, bytes[offset] < 0x80 {
+            defer { offset += 1 }
+            return UInt64(bytes[offset])
+        }
+        var position = offset
+        defer { offset = position }
+        do {
+            return try bytes.withUnsafeBytes { try Varint.read($0, at: &position, end: endOffset) }
+        } catch {
+            // `withUnsafeBytes` rethrows untyped; only `Varint.read`'s errors come through.
+            throw error as! CodecError
         }
     }
 

@@ -4,6 +4,7 @@
 // mapping or from the page cache (PageFile.withPage), for the duration of one call.
 // Every slot and length is checked against the page's bounds on use (the checksum already
 // matched; bounds keep a crafted page from trapping or reading past it).
+import StrataCodec
 
 /// A page whose checksum, type and ID were verified when it was read, as the page cache
 /// holds it (when the data file is not mapped): its bytes live as long as the object.
@@ -179,17 +180,12 @@ struct TreePage: @unchecked Sendable {
             defer { offset += 8 }
             return UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
         }
-        // A varint of at most ten bytes, shortest form (ByteReader.readVarint).
-        var value: UInt64 = 0
-        var shift: UInt64 = 0
-        while true {
-            guard offset < bytes.count else { throw PageDefect("cell \(index) runs past the page") }
-            let byte = bytes[offset]
-            offset += 1
-            guard shift < 63 || byte <= 1, byte != 0 || shift == 0 else { throw PageDefect("cell \(index) has a bad version") }
-            value |= UInt64(byte & 0x7F) << shift
-            if byte & 0x80 == 0 { return value }
-            shift += 7
+        do {
+            return try Varint.read(bytes, at: &offset)
+        } catch .truncated {
+            throw PageDefect("cell \(index) runs past the page")
+        } catch {
+            throw PageDefect("cell \(index) has a bad version")
         }
     }
 
@@ -214,7 +210,7 @@ struct TreePage: @unchecked Sendable {
                     guard offset < bytes.count, shift <= 14 else { throw PageDefect("cell \(index) has a bad value length") }
                     let byte = bytes[offset]
                     offset += 1
-                    // Shortest form only, as every varint of the format (ByteReader.readVarint).
+                    // Shortest form only, as every varint of the format (`Varint`).
                     guard byte != 0 else { throw PageDefect("cell \(index) has a bad value length") }
                     valueLength |= Int(byte & 0x7F) << shift
                     if byte & 0x80 == 0 { break }

@@ -9,8 +9,8 @@
 //      is checked against them before anything is sized from it, so hostile bytes give
 //      `RecordError.malformed` naming the offset, never a trap, a hang or a large
 //      allocation.
-//  B2. Varints are read in their shortest form only (as `ByteReader` does), so a record
-//      has one encoding.
+//  B2. Varints are read in their shortest form only (`Varint`, as every reader of the
+//      formats does), so a record has one encoding.
 import Foundation
 import StrataCodec
 
@@ -203,31 +203,19 @@ struct RecordScanner {
         return raw[offset]
     }
 
-    /// An unsigned LEB128 varint of at most 10 bytes in its shortest form (B2).
+    /// An unsigned LEB128 varint of at most 10 bytes in its shortest form (B2): one byte
+    /// here, longer ones through `Varint`.
     @inline(__always)
     mutating func varint() throws(RecordError) -> UInt64 {
         if offset < raw.count, raw[offset] < 0x80 {
             defer { offset += 1 }
             return UInt64(raw[offset])
         }
-        return try longVarint()
-    }
-
-    private mutating func longVarint() throws(RecordError) -> UInt64 {
         let start = offset
-        var result: UInt64 = 0
-        var shift: UInt64 = 0
-        while true {
-            let byte = try byte()
-            // The tenth byte may only contribute the top bit of a 64-bit value.
-            if shift == 63 && byte > 1 { throw malformed(CodecError.malformedVarint(offset: start), at: start) }
-            result |= UInt64(byte & 0x7F) << shift
-            if byte & 0x80 == 0 {
-                guard byte != 0 || shift == 0 else { throw malformed(CodecError.malformedVarint(offset: start), at: start) }
-                return result
-            }
-            shift += 7
-            if shift > 63 { throw malformed(CodecError.malformedVarint(offset: start), at: start) }
+        do {
+            return try Varint.read(raw, at: &offset)
+        } catch {
+            throw malformed(error, at: start)
         }
     }
 

@@ -103,21 +103,15 @@ struct RecordEncoding: Encoder {
 func isPrimitive<T>(_ type: T.Type) -> Bool {
     // Identifiers, not `==` on metatypes, which would look up `Optional<Any.Type>`'s
     // metadata at run time for every comparison.
-    let id = ObjectIdentifier(type)
-    return id == ObjectIdentifier(Bool.self)
-        || id == ObjectIdentifier(String.self)
-        || id == ObjectIdentifier(Double.self)
-        || id == ObjectIdentifier(Float.self)
-        || id == ObjectIdentifier(Int.self)
-        || id == ObjectIdentifier(Int8.self)
-        || id == ObjectIdentifier(Int16.self)
-        || id == ObjectIdentifier(Int32.self)
-        || id == ObjectIdentifier(Int64.self)
-        || id == ObjectIdentifier(UInt.self)
-        || id == ObjectIdentifier(UInt8.self)
-        || id == ObjectIdentifier(UInt16.self)
-        || id == ObjectIdentifier(UInt32.self)
-        || id == ObjectIdentifier(UInt64.self)
+    switch ObjectIdentifier(type) {
+    case ObjectIdentifier(Bool.self), ObjectIdentifier(String.self), ObjectIdentifier(Double.self), ObjectIdentifier(Float.self),
+         ObjectIdentifier(Int.self), ObjectIdentifier(Int8.self), ObjectIdentifier(Int16.self), ObjectIdentifier(Int32.self),
+         ObjectIdentifier(Int64.self), ObjectIdentifier(UInt.self), ObjectIdentifier(UInt8.self), ObjectIdentifier(UInt16.self),
+         ObjectIdentifier(UInt32.self), ObjectIdentifier(UInt64.self):
+        true
+    default:
+        false
+    }
 }
 
 /// The primitive values the format stores as they are.

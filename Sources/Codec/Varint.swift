@@ -1,0 +1,31 @@
+// Unsigned LEB128 varints, as every format in FORMAT.md writes them: seven bits a byte,
+// low bits first, at most ten bytes, in their shortest form only (a final byte of zero is
+// malformed), so every value has exactly one encoding. The one decoder of them: ByteReader,
+// the page reader and the record scanner all read through it.
+
+public enum Varint {
+    /// Reads the varint at `offset` of `bytes[..<end]` (all of `bytes` by default) and moves
+    /// `offset` past what it read. Throws `CodecError.truncated` when the bytes end first
+    /// and `.malformedVarint` (at the varint's start) for one longer than ten bytes, over 64
+    /// bits or not in its shortest form.
+    @inlinable
+    public static func read(_ bytes: UnsafeRawBufferPointer, at offset: inout Int, end: Int? = nil) throws(CodecError) -> UInt64 {
+        let end = end ?? bytes.count
+        let start = offset
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            guard offset < end else { throw .truncated(offset: offset, needed: 1, available: 0) }
+            let byte = bytes[offset]
+            offset += 1
+            // The tenth byte may only contribute the top bit of a 64-bit value.
+            if shift == 63 && byte > 1 { throw .malformedVarint(offset: start) }
+            result |= UInt64(byte & 0x7F) << shift
+            if byte & 0x80 == 0 {
+                guard byte != 0 || shift == 0 else { throw .malformedVarint(offset: start) }
+                return result
+            }
+            shift += 7
+        }
+    }
+}
