@@ -545,13 +545,25 @@ struct MemtableNode: Equatable {
 }
 
 /// A walk over a memtable as of one version (see `Memtable.entries`); it keeps the
-/// memtable, and so its nodes, alive.
+/// memtable, and so its nodes, alive. A forward walk that goes on past its first few
+/// nodes reads ahead (MemtableLookahead.swift).
 struct MemtableIterator: IteratorProtocol {
     private let memtable: Memtable
     /// Forward: the first node of the next key to visit. Reverse: a node of it.
     private var node: MemtableNode?
     private let version: UInt64
     private let reverse: Bool
+    /// Forward: the read-ahead, once the walk has gone `lookaheadAfter` nodes, and the walk's
+    /// place in its batch (kept here: the next node costs no access to the read-ahead).
+    private var lookahead: MemtableLookahead?
+    private var batch: UnsafeMutablePointer<MemtableNode>?
+    private var batchCount = 0
+    private var batchPosition = 0
+    /// Forward: nodes stepped to before the read-ahead began.
+    private var stepped = 0
+    /// Nodes a forward walk follows one by one before it reads ahead: a point lookup
+    /// through an index, a walk of one or two nodes, allocates nothing.
+    static let lookaheadAfter = 4
 
     init(memtable: Memtable, node: MemtableNode?, version: UInt64, reverse: Bool) {
         self.memtable = memtable
@@ -580,11 +592,11 @@ struct MemtableIterator: IteratorProtocol {
                 }
                 node = memtable.lastNode(below: key)
             } else {
-                var candidate = current.next(0)
+                var candidate = successor(of: current)
                 visible = current.version <= version ? current : nil
                 while let change = candidate, change.compare(with: key) == 0 {
                     if visible == nil && change.version <= version { visible = change }
-                    candidate = change.next(0)
+                    candidate = successor(of: change)
                 }
                 node = candidate
             }
@@ -592,6 +604,47 @@ struct MemtableIterator: IteratorProtocol {
         }
         return nil
     }
+
+    /// The node after `node` at level 0, `node` being the last one this walk stepped to.
+    @inline(__always)
+    private mutating func successor(of node: MemtableNode) -> MemtableNode? {
+        if batchPosition < batchCount {
+            defer { batchPosition += 1 }
+            return batch.unsafelyUnwrapped[batchPosition]
+        }
+        return lookahead == nil ? stepOrReadAhead(from: node) : nextBatch()
+    }
+
+    /// The next node, following the link; once the walk has gone far enough, from a
+    /// read-ahead that starts there.
+    private mutating func stepOrReadAhead(from node: MemtableNode) -> MemtableNode? {
+        guard let next = node.next(0) else { return nil }
+        stepped += 1
+        // Segments begin at nodes of height 2 or more (MemtableLookahead.swift).
+        guard stepped >= Self.lookaheadAfter, next.height >= 2 else { return next }
+        let lookahead = MemtableLookahead(at: next)
+        self.lookahead = lookahead
+        batch = lookahead.batch
+        return nextBatch()
+    }
+
+    /// The first node of the read-ahead's next batch.
+    private mutating func nextBatch() -> MemtableNode? {
+        // A copy of this walk shares the read-ahead: the first of the two to need another
+        // batch takes a read-ahead of its own, so that the other's batch stays as it is.
+        if !isKnownUniquelyReferenced(&lookahead) {
+            lookahead = MemtableLookahead(copying: lookahead.unsafelyUnwrapped)
+            batch = lookahead.unsafelyUnwrapped.batch
+        }
+        batchCount = lookahead.unsafelyUnwrapped.fill()
+        batchPosition = 0
+        guard batchCount > 0 else { return nil }
+        batchPosition = 1
+        return batch.unsafelyUnwrapped[0]
+    }
+
+    /// Whether the walk reads ahead (tests).
+    var readsAhead: Bool { lookahead != nil }
 }
 
 extension Optional where Wrapped == [UInt8] {

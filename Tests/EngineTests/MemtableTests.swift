@@ -94,6 +94,56 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
         }
     }
 
+    /// A long forward walk reads ahead, a batch of segments at a time (MemtableLookahead):
+    /// from any start it hands out every key once, in order, as following the links would,
+    /// including where a segment is longer than a lane takes in one batch (the memtable is
+    /// checked to hold such a segment), and a copy of a walk goes on by itself.
+    @Test func aWalkThatReadsAheadMissesNoNode() {
+        var random = SplitMix64(seed: 11)
+        print("aWalkThatReadsAheadMissesNoNode seed 11")
+        let memtable = Memtable()
+        var keys = Set<[UInt8]>()
+        for version in UInt64(1)...40 {
+            var batch = WALBatch()
+            for _ in 0..<1_000 {
+                let key = Array(String(format: "k%08llu", random.next() % 1_000_000).utf8)
+                keys.insert(key)
+                batch.put(key, [UInt8(truncatingIfNeeded: version)])
+            }
+            memtable.apply(batch, version: version)
+        }
+        let sorted = keys.sorted { compareKeys($0, $1) < 0 }
+        // A run of more than `laneNodes` nodes of height 1 makes a lane stop short.
+        var longestRun = 0
+        var run = 0
+        var node = memtable.firstNode(atLeast: UnsafeRawBufferPointer(start: nil, count: 0))
+        while let current = node {
+            run = current.height >= 2 ? 1 : run + 1
+            longestRun = max(longestRun, run)
+            node = current.next(0)
+        }
+        #expect(longestRun > MemtableLookahead.laneNodes, "longest segment \(longestRun)")
+        for _ in 0..<20 {
+            let from = Int(random.next() % UInt64(sorted.count))
+            var iterator = memtable.entries(from: sorted[from], reverse: false)
+            var walked: [[UInt8]] = []
+            while let next = iterator.next() { walked.append(next.key) }
+            #expect(walked == Array(sorted[from...]), "from \(from)")
+            #expect(iterator.readsAhead || sorted.count - from < 4 * MemtableIterator.lookaheadAfter)
+        }
+        var first = memtable.entries(from: nil, reverse: false)
+        for _ in 0..<100 { _ = first.next() }
+        #expect(first.readsAhead)
+        var second = first
+        var fromFirst: [[UInt8]] = []
+        var fromSecond: [[UInt8]] = []
+        for _ in 0..<500 {
+            fromFirst.append(first.next()!.key)
+            fromSecond.append(second.next()!.key)
+        }
+        #expect(fromFirst == Array(sorted[100..<600]) && fromSecond == fromFirst)
+    }
+
     /// A sorted run of changes, each at its own version (as recovery inserts them), reads
     /// back as given.
     @Test func aSortedRunReadsBackAsInserted() {

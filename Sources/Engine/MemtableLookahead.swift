@@ -1,0 +1,168 @@
+// Read-ahead for a forward walk of the memtable. A walk follows level 0 of the skip list
+// in key order, but its nodes lie in the arena in the order they were written: in a
+// memtable larger than the caches every step is a cache miss that waits for the one before
+// it (a count over 100 index entries waited for 100 misses in turn). The links above level
+// 0 name nodes further on: a node of height 2 or more comes about every fourth node, and
+// its level-1 link names the next such node. So the stretches of level 0 between them
+// (segments) can be walked side by side: a batch walks up to `lanes` segments interleaved,
+// a step of each per round with the lane's next node prefetched, so that their misses
+// overlap, and the walk then takes the batch's nodes from the cache. The level-1 links are
+// followed one a round the whole time, a batch's worth of segments ahead, so a batch
+// starts all its lanes in its first round.
+//
+// Invariants:
+//  L1. Batches, one after another, hand out the nodes that following level-0 links one by
+//      one would: a segment runs from its first node, at level 0, up to the node its
+//      level-1 link named when read, found again by identity (it comes later at level 0,
+//      K1, and nodes are never unlinked); the next segment starts at that node. A lane
+//      stopped after `laneNodes` nodes carries the rest of its segment into the next
+//      batch, and the lanes after it are read again there.
+//  L2. Nodes linked while a batch is read may be in it or not, as for a walk following the
+//      links itself: they are newer than any version a reader walks at (K3), and a newer
+//      change of a key is linked before its older ones (K1), so missing one changes nothing.
+// Thread-safety: one walk's own state, used from the thread that walks. The walk keeps its
+// place in the batch itself (`MemtableIterator`); a copied walk gets a read-ahead of its own
+// before it reads another batch.
+import CStrataPlatform
+
+final class MemtableLookahead {
+    /// Segments walked side by side in a batch.
+    static let lanes = 8
+    /// Nodes a lane takes from its segment in one batch (a segment averages 4).
+    static let laneNodes = 16
+
+    /// The batch: lane `i`'s nodes from `i * laneNodes`, gathered in order at the end of a fill.
+    let batch: UnsafeMutablePointer<MemtableNode>
+    /// The rest of a segment a lane stopped in: where it goes on, and the node that ends it.
+    private var carried: (start: MemtableNode, end: MemtableNode?)?
+    /// The first nodes of the segments found and not walked yet, in order, each ending
+    /// where the next begins; a nil ends the list. The last one, unless nil, is the
+    /// frontier: its level-1 link is read next. At most a batch of segments is found ahead
+    /// of the lanes, and a fill's lanes take at most a batch: room for two, and the frontier.
+    private let found: UnsafeMutablePointer<MemtableNode?>
+    private var foundCount = 0
+
+    /// Read-ahead from `start`, a node of height 2 or more: the first node of the first batch.
+    init(at start: MemtableNode) {
+        precondition(start.height >= 2, "a segment starts at a node of height 2 or more")
+        batch = .allocate(capacity: Self.lanes * Self.laneNodes)
+        found = .allocate(capacity: 2 * Self.lanes + 2)
+        found.initialize(to: start)
+        foundCount = 1
+    }
+
+    /// A copy that reads the batches after this one's current batch, on its own.
+    init(copying other: MemtableLookahead) {
+        batch = .allocate(capacity: Self.lanes * Self.laneNodes)
+        found = .allocate(capacity: 2 * Self.lanes + 2)
+        found.initialize(from: other.found, count: other.foundCount)
+        foundCount = other.foundCount
+        carried = other.carried
+    }
+
+    deinit {
+        batch.deallocate()
+        found.deallocate()
+    }
+
+    /// Starts loading a node: its first line, and the next one, where the key of a node that
+    /// straddles two lines continues.
+    @inline(__always)
+    static func prefetch(_ node: MemtableNode) {
+        cplatform_prefetch(node.base)
+        cplatform_prefetch(node.base + 48)
+    }
+
+    private struct Lane {
+        /// The node the lane takes next (nil once it stopped).
+        var cursor: MemtableNode?
+        /// The node that ends its segment (nil: the end of the list).
+        let end: MemtableNode?
+        var taken = 0
+        /// Where the segment goes on when the lane stopped short of its end.
+        var stoppedAt: MemtableNode?
+    }
+
+    /// Reads the next batch into `batch` (L1) and returns how many nodes it holds (none at
+    /// the end of the list): the carried rest of a segment first, then a segment per lane,
+    /// started as soon as both its ends are known, while the frontier moves on a segment a
+    /// round.
+    func fill() -> Int {
+        var count = 0
+        withUnsafeTemporaryAllocation(of: Lane.self, capacity: Self.lanes) { lanes in
+            let lanes = lanes.baseAddress!
+            var started = 0
+            var running = 0
+            /// The first entry of `found` no lane has taken.
+            var next = 0
+            if let carried {
+                lanes.initialize(to: Lane(cursor: carried.start, end: carried.end))
+                started = 1
+                running = 1
+                self.carried = nil
+            }
+            while true {
+                // Follow the frontier's level-1 link (it was prefetched a round ago) while
+                // fewer than a batch of segments are found ahead of the lanes.
+                if foundCount - next <= Self.lanes, foundCount > 0, let frontier = found[foundCount - 1] {
+                    let end = frontier.next(1)
+                    if let end { Self.prefetch(end) }
+                    // A taller node names one further on: load it before the chain gets there.
+                    if frontier.height > 2, let further = frontier.next(2) { Self.prefetch(further) }
+                    found[foundCount] = end
+                    foundCount += 1
+                }
+                // A lane for each segment whose end is known.
+                while started < Self.lanes, foundCount - next >= 2, let start = found[next] {
+                    (lanes + started).initialize(to: Lane(cursor: start, end: found[next + 1]))
+                    started += 1
+                    running += 1
+                    next += 1
+                }
+                if running == 0 {
+                    // Done when the lanes are all used, or no segment is left to find.
+                    if started == Self.lanes || foundCount == next || found[foundCount - 1] == nil { break }
+                    continue
+                }
+                for index in 0..<started {
+                    let lane = lanes + index
+                    guard let node = lane.pointee.cursor else { continue }
+                    batch[index * Self.laneNodes + lane.pointee.taken] = node
+                    lane.pointee.taken += 1
+                    let successor = node.next(0)
+                    if successor == nil || successor == lane.pointee.end {
+                        lane.pointee.cursor = nil
+                        running -= 1
+                    } else if lane.pointee.taken == Self.laneNodes {
+                        lane.pointee.cursor = nil
+                        lane.pointee.stoppedAt = successor
+                        running -= 1
+                    } else {
+                        lane.pointee.cursor = successor
+                        Self.prefetch(successor.unsafelyUnwrapped)
+                    }
+                }
+            }
+            // The segments no lane took wait for the next batch.
+            let left = foundCount - next
+            if next > 0 { for index in 0..<left { found[index] = found[next + index] } }
+            foundCount = left
+            // Gather the lanes in order, up to the first one that stopped short; the rest
+            // of its segment starts the next batch, and the segments after it are read again.
+            for index in 0..<started {
+                let lane = lanes[index]
+                // Forward, element by element: the gathered nodes never pass the lane's own.
+                for taken in 0..<lane.taken { batch[count + taken] = batch[index * Self.laneNodes + taken] }
+                count += lane.taken
+                if let stoppedAt = lane.stoppedAt {
+                    carried = (stoppedAt, lane.end)
+                    found[0] = lane.end
+                    foundCount = 1
+                    break
+                }
+            }
+            lanes.deinitialize(count: started)
+        }
+        return count
+    }
+}
