@@ -3,8 +3,10 @@
 // SQLite doing the same with an indexed table (`people(id INTEGER PRIMARY KEY, email TEXT
 // UNIQUE, city TEXT, age INTEGER)` plus indexes on city and age, prepared statements, one
 // transaction per batch). Every workload but records-insert runs after an untimed insert.
-// Both sides hand back what an app gets: Strata decodes `Person` values, and SQLite's rows
-// are made into the same `Person` values (text columns read into Strings).
+// Both sides hand back what an app gets, read field by field by hand: Strata's `Person`
+// reads its record's fields (`RecordReadable`), and SQLite's rows are made into the same
+// `Person` values (text columns read into Strings). Benchmarks/RESULTS.md also gives
+// Strata's numbers through `init(from:)`, `Codable`'s way.
 //  - records-insert: insert N records, B per transaction (each also writes its index entries);
 //  - records-fetch: N fetches of one record by its email;
 //  - records-range: N / 100 queries of the 100 youngest in a five-year age band, sorted by
@@ -49,6 +51,15 @@ struct Person: Record, Equatable {
         person.city = "city\((id + 7) % 1_000)"
         person.age = 18 + (id + 3) % 70
         return person
+    }
+}
+
+extension Person: RecordReadable {
+    init(record: RecordReader) throws {
+        id = try record.decode(Int.self, forKey: "id")
+        email = try record.decode(String.self, forKey: "email")
+        city = try record.decode(String.self, forKey: "city")
+        age = try record.decode(Int.self, forKey: "age")
     }
 }
 

@@ -76,8 +76,9 @@ struct IndexMaintenance<R: Record> {
         let missing = declared.filter { !have.contains($0.name) }
         guard !missing.isEmpty else { return }
         let records = try context.scan(prefix: RecordKeys.prefix(entity: RecordTypeCache.entityName(of: R.self)))
+        let read = RecordDecoder.reading(R.self)
         for (_, bytes) in records {
-            let record = try RecordDecoder().decode(R.self, from: bytes)
+            let record = try RecordDecoder().decode(R.self, from: bytes, reading: read)
             for index in missing {
                 let next = entry(index, record)
                 if index.isUnique, let holder = try context.get(next.key), holder != next.value {

@@ -36,7 +36,7 @@ public struct RecordChange<R: Record>: Sendable {
     public func record() throws -> R? {
         guard let bytes else { return nil }
         do {
-            return try RecordDecoder().decode(R.self, from: bytes)
+            return try RecordDecoder().decode(R.self, from: bytes, reading: RecordDecoder.reading(R.self))
         } catch let error as RecordError {
             throw error
         } catch {

@@ -148,9 +148,14 @@ struct RecordDecoding: Decoder {
     }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        KeyedDecodingContainer(try keyedContainer(type))
+    }
+
+    /// The value's fields, read by `Key`s.
+    func keyedContainer<Key: CodingKey>(_ type: Key.Type) throws -> KeyedRecordDecoding<Key> {
         guard tag == .keyed else { throw mismatch([String: Any].self, "a keyed value") }
-        if let fields = place as? RecordFields { return KeyedDecodingContainer(KeyedRecordDecoding<Key>(fields: fields)) }
-        return KeyedDecodingContainer(KeyedRecordDecoding<Key>(fields: try RecordBytes.fields(self)))
+        if let fields = place as? RecordFields { return KeyedRecordDecoding<Key>(fields: fields) }
+        return KeyedRecordDecoding<Key>(fields: try RecordBytes.fields(self))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {

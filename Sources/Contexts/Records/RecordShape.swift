@@ -19,6 +19,8 @@ final class RecordShape: Sendable {
     let manifestKey: [UInt8]
     /// Its declared indexes, in `R.indexes` order.
     let indexes: [PlannedIndex]
+    /// `init(record:)` of a `RecordReadable` type, as a `(RecordReader) throws -> R`.
+    let reader: (any Sendable)?
     /// A predicate constant's id key bytes, or nil when it is not of the id type.
     let idBytes: @Sendable (Any) -> [UInt8]?
     /// Whether ids are integers, whose key bytes order and compare as the ids do (a String
@@ -65,6 +67,7 @@ final class RecordShape: Sendable {
         }
         self.fields = fields
         self.indexes = planned
+        reader = RecordDecoder.reading(R.self)
         idBytes = { ($0 as? R.ID)?.keyBytes }
         exactIDs = R.ID.self == Int.self || R.ID.self == Int64.self || R.ID.self == UInt64.self
         let typeName = String(describing: R.self)

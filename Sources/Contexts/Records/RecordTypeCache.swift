@@ -24,8 +24,9 @@ enum RecordTypeCache {
         if let cached = entries.withLock({ $0.indexes[ObjectIdentifier(type)] }) as? [RecordIndex<R>] { return cached }
         let indexes = R.indexes
         let prefix = RecordKeys.prefix(entity: entityName(of: type))
+        let read = RecordDecoder.reading(R.self)
         let deriver: IndexDeriver = { bytes in
-            let record = try RecordDecoder().decode(R.self, from: bytes)
+            let record = try RecordDecoder().decode(R.self, from: bytes, reading: read)
             return indexes.map { index in
                 let (key, value) = IndexMaintenance<R>.entry(index, record)
                 return IndexEntry(index: index.name, isUnique: index.isUnique, key: key, value: value, rendered: index.render(record))

@@ -12,11 +12,14 @@ public struct Repository<R: Record> {
     @usableFromInline let shape: RecordShape
     @usableFromInline let indexes: IndexMaintenance<R>
     @usableFromInline var prefix: [UInt8] { shape.recordPrefix }
+    /// How records are read when `R` is `RecordReadable`.
+    private let read: (@Sendable (RecordReader) throws -> R)?
 
     init(context: Context) {
         self.context = context
         shape = RecordTypeCache.shape(of: R.self)
         indexes = IndexMaintenance(context: context, shape: shape)
+        read = shape.reader as? @Sendable (RecordReader) throws -> R
     }
 
     private func key(_ id: R.ID) -> [UInt8] { prefix + id.keyBytes }
@@ -316,7 +319,7 @@ public struct Repository<R: Record> {
     @usableFromInline
     func decode(_ bytes: [UInt8], key: [UInt8]) throws -> R {
         do {
-            return try RecordDecoder().decode(R.self, from: bytes)
+            return try RecordDecoder().decode(R.self, from: bytes, reading: read)
         } catch let error as RecordError {
             throw error
         } catch {

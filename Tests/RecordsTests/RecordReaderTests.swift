@@ -1,0 +1,100 @@
+@testable import Strata
+import Foundation
+import Synchronization
+import Testing
+
+/// A book that reads itself (`RecordReadable`), stored under the same entity as `Book`,
+/// counting its reads so that a test can tell the repository went through `init(record:)`.
+struct ReadingBook: RecordReadable, Equatable {
+    static let entityName = "Book"
+    static let reads = Atomic(0)
+    static var indexes: [RecordIndex<ReadingBook>] { [.index(\ReadingBook.year)] }
+
+    var id: Int
+    var title: String
+    var author: String
+    var year: Int
+    var price: Double
+    var tags: [String]
+    var subtitle: String?
+
+    init(_ book: Book) {
+        (id, title, author, year, price, tags, subtitle) = (book.id, book.title, book.author, book.year, book.price, book.tags, book.subtitle)
+    }
+
+    init(record: RecordReader) throws {
+        Self.reads.add(1, ordering: .relaxed)
+        id = try record.decode(Int.self, forKey: "id")
+        title = try record.decode(String.self, forKey: "title")
+        author = try record.decode(String.self, forKey: "author")
+        year = try record.decode(Int.self, forKey: "year")
+        price = try record.decode(Double.self, forKey: "price")
+        tags = try record.decode([String].self, forKey: "tags")
+        subtitle = try record.decodeIfPresent(String.self, forKey: "subtitle")
+    }
+}
+
+@Suite(.serialized) struct RecordReaderTests {
+    /// `init(record:)` reads what `init(from:)` reads from the same bytes: every field
+    /// kind, an optional present, nil and missing.
+    @Test func readsWhatCodableReads() throws {
+        print("RecordReaderTests seed 5")
+        for book in makeBooks(40, seed: 5) {
+            let bytes = try RecordEncoder().encode(book)
+            let read = try RecordDecoder().decode(ReadingBook.self, from: bytes, reading: RecordDecoder.reading(ReadingBook.self))
+            #expect(read == ReadingBook(try RecordDecoder().decode(Book.self, from: bytes)))
+        }
+        // A record written without `subtitle` reads it as nil.
+        struct NoSubtitle: Codable { var id = 1, title = "t", author = "a", year = 2000, price = 1.5, tags = ["x"] }
+        let withoutSubtitle = try RecordDecoder().decode(ReadingBook.self, from: try RecordEncoder().encode(NoSubtitle()),
+                                                         reading: RecordDecoder.reading(ReadingBook.self))
+        #expect(withoutSubtitle.subtitle == nil && withoutSubtitle.tags == ["x"])
+    }
+
+    /// A missing field and a value of another shape throw the errors `init(from:)` would,
+    /// naming the field.
+    @Test func errorsNameTheField() throws {
+        struct Missing: Codable { var id = 1, title = "t" }
+        do {
+            _ = try RecordDecoder().decode(ReadingBook.self, from: try RecordEncoder().encode(Missing()), reading: RecordDecoder.reading(ReadingBook.self))
+            Issue.record("a record without `author` was read")
+        } catch let DecodingError.keyNotFound(key, _) {
+            #expect(key.stringValue == "author")
+        }
+        struct WrongYear: Codable { var id = 1, title = "t", author = "a", year = "1999" }
+        do {
+            _ = try RecordDecoder().decode(ReadingBook.self, from: try RecordEncoder().encode(WrongYear()), reading: RecordDecoder.reading(ReadingBook.self))
+            Issue.record("a string was read as an integer")
+        } catch let DecodingError.typeMismatch(_, context) {
+            #expect(context.codingPath.map(\.stringValue) == ["year"])
+        }
+        // Bad bytes are still `RecordError.malformed`.
+        #expect(throws: RecordError.self) {
+            _ = try RecordDecoder().decode(ReadingBook.self, from: [1, 9, 5, 200], reading: RecordDecoder.reading(ReadingBook.self))
+        }
+    }
+
+    /// A repository of a `RecordReadable` type reads through `init(record:)`: gets,
+    /// fetches through an index and a scan, and an update's read of the old record.
+    @Test func repositoriesReadThroughInitRecord() throws {
+        #expect(RecordDecoder.reading(Book.self) == nil)
+        let store = try Store.inMemory()
+        let books = makeBooks(30, seed: 6).map(ReadingBook.init)
+        try store.write { unit in
+            for book in books { try unit.repository(ReadingBook.self).insert(book) }
+        }
+        let repository = store.makeContext().repository(ReadingBook.self)
+        let before = ReadingBook.reads.load(ordering: .relaxed)
+        #expect(try repository.get(books[3].id) == books[3])
+        let year = books[7].year
+        let fetched = try repository.fetch(#Predicate<ReadingBook> { $0.year >= year }, sortBy: [SortDescriptor(\ReadingBook.year)])
+        #expect(fetched.map(\.id) == books.filter { $0.year >= year }.sorted { ($0.year, $0.id) < ($1.year, $1.id) }.map(\.id))
+        #expect(ReadingBook.reads.load(ordering: .relaxed) - before == 1 + fetched.count)
+        var changed = books[4]
+        changed.year += 1
+        try store.write { try $0.repository(ReadingBook.self).update(changed) }
+        #expect(ReadingBook.reads.load(ordering: .relaxed) - before == 2 + fetched.count)
+        // The same records read as `Book` through `init(from:)`.
+        #expect(try store.makeContext().repository(Book.self).get(changed.id).map(ReadingBook.init) == changed)
+    }
+}
