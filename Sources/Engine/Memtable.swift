@@ -559,11 +559,18 @@ struct MemtableIterator: IteratorProtocol {
     private var batch: UnsafeMutablePointer<MemtableNode>?
     private var batchCount = 0
     private var batchPosition = 0
-    /// Forward: nodes stepped to before the read-ahead began.
+    /// Forward: the first `lookaheadAfter` steps counted, and how many of them went further
+    /// than `nearbyBytes` in the arena (-1 once they were too few for reading ahead).
     private var stepped = 0
+    private var farSteps = 0
     /// Nodes a forward walk follows one by one before it reads ahead: a point lookup
     /// through an index, a walk of one or two nodes, allocates nothing.
     static let lookaheadAfter = 4
+    /// A step to a node this close lands where the processor's own prefetching already
+    /// reads: keys written in order lie in the arena in order, and a walk over them that
+    /// read ahead ran slower (readseq 31.5M, 35.7M -> 26.9M, 22.2M keys/s). The walk reads
+    /// ahead only when at least half its steps went further.
+    static let nearbyBytes = 4_096
 
     init(memtable: Memtable, node: MemtableNode?, version: UInt64, reverse: Bool) {
         self.memtable = memtable
@@ -612,16 +619,26 @@ struct MemtableIterator: IteratorProtocol {
             defer { batchPosition += 1 }
             return batch.unsafelyUnwrapped[batchPosition]
         }
-        return lookahead == nil ? stepOrReadAhead(from: node) : nextBatch()
+        if lookahead != nil { return nextBatch() }
+        let next = node.next(0)
+        // Past `lookaheadAfter` steps a walk that stayed nearby never reads ahead (`stepped`
+        // stops counting: one comparison a step).
+        guard stepped < Self.lookaheadAfter || farSteps >= 0, let next else { return next }
+        return step(from: node, to: next)
     }
 
-    /// The next node, following the link; once the walk has gone far enough, from a
-    /// read-ahead that starts there.
-    private mutating func stepOrReadAhead(from node: MemtableNode) -> MemtableNode? {
-        guard let next = node.next(0) else { return nil }
-        stepped += 1
+    /// Counts the step from `node` to `next` and, once the walk has gone far enough and
+    /// mostly far in the arena, starts reading ahead at `next` (a node of height 2 or more).
+    private mutating func step(from node: MemtableNode, to next: MemtableNode) -> MemtableNode? {
+        if stepped < Self.lookaheadAfter {
+            stepped += 1
+            if abs(next.bits &- node.bits) > Self.nearbyBytes { farSteps += 1 }
+            guard stepped == Self.lookaheadAfter else { return next }
+            // Decided: a walk that stayed nearby goes on by the links alone.
+            if 2 * farSteps < stepped { farSteps = -1 }
+        }
         // Segments begin at nodes of height 2 or more (MemtableLookahead.swift).
-        guard stepped >= Self.lookaheadAfter, next.height >= 2 else { return next }
+        guard farSteps >= 0, next.height >= 2 else { return next }
         let lookahead = MemtableLookahead(at: next)
         self.lookahead = lookahead
         batch = lookahead.batch
