@@ -40,6 +40,23 @@ func compareBytes(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) 
     return lhs.count - rhs.count
 }
 
+/// Whether two keys are the same bytes, compared from their ends: neighbouring keys in a
+/// walk mostly share a prefix and differ at the end (an index entry's record id), so a key
+/// that differs is told apart by its last eight bytes.
+@inline(__always)
+func equalBytes(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) -> Bool {
+    let count = lhs.count
+    guard count == rhs.count else { return false }
+    guard count >= 8 else { return compareBytes(lhs, rhs) == 0 }
+    var end = count
+    while end >= 8 {
+        if lhs.loadUnaligned(fromByteOffset: end - 8, as: UInt64.self) != rhs.loadUnaligned(fromByteOffset: end - 8, as: UInt64.self) { return false }
+        end -= 8
+    }
+    // The first `end` (< 8) bytes: the word at the start covers them.
+    return end == 0 || lhs.loadUnaligned(as: UInt64.self) == rhs.loadUnaligned(as: UInt64.self)
+}
+
 /// The smallest key above every key that starts with `prefix`, or nil when there is none
 /// (the prefix is all 0xFF bytes).
 public func keyAfterPrefix(_ prefix: [UInt8]) -> [UInt8]? {

@@ -601,7 +601,7 @@ struct MemtableIterator: IteratorProtocol {
             } else {
                 var candidate = successor(of: current)
                 visible = current.version <= version ? current : nil
-                while let change = candidate, change.compare(with: key) == 0 {
+                while let change = candidate, equalBytes(change.key, key) {
                     if visible == nil && change.version <= version { visible = change }
                     candidate = successor(of: change)
                 }
@@ -666,10 +666,10 @@ struct MemtableIterator: IteratorProtocol {
 
 extension Optional where Wrapped == [UInt8] {
     /// Calls `body` with the array's bytes, or with nil.
-    func withUnsafeBytesIfPresent<Result>(_ body: (UnsafeRawBufferPointer?) -> Result) -> Result {
+    func withUnsafeBytesIfPresent<Result>(_ body: (UnsafeRawBufferPointer?) throws -> Result) rethrows -> Result {
         switch self {
-        case let .some(array): array.withUnsafeBytes { body($0) }
-        case .none: body(nil)
+        case let .some(array): try array.withUnsafeBytes { try body($0) }
+        case .none: try body(nil)
         }
     }
 }

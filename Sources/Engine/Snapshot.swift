@@ -179,11 +179,20 @@ struct RangeWalk {
 
     @inline(__always)
     private static func verdict(_ key: UnsafeRawBufferPointer, _ range: KeyRange, reverse: Bool) -> Verdict {
+        range.lower.withUnsafeBytesIfPresent { lower in
+            range.upper.withUnsafeBytesIfPresent { upper in verdict(key, lower: lower, upper: upper, reverse: reverse) }
+        }
+    }
+
+    /// `verdict` with the range's bounds borrowed (a walk borrows them once, not per key).
+    @inline(__always)
+    private static func verdict(_ key: UnsafeRawBufferPointer, lower: UnsafeRawBufferPointer?, upper: UnsafeRawBufferPointer?,
+                                reverse: Bool) -> Verdict {
         if reverse {
             // A reverse walk starts at or below `upper`: only its first keys can be at it.
-            if let upper = range.upper, upper.withUnsafeBytes({ compareBytes(key, $0) }) >= 0 { return .skip }
-            if let lower = range.lower, lower.withUnsafeBytes({ compareBytes(key, $0) }) < 0 { return .stop }
-        } else if let upper = range.upper, upper.withUnsafeBytes({ compareBytes(key, $0) }) >= 0 {
+            if let upper, compareBytes(key, upper) >= 0 { return .skip }
+            if let lower, compareBytes(key, lower) < 0 { return .stop }
+        } else if let upper, compareBytes(key, upper) >= 0 {
             return .stop
         }
         return .take
@@ -209,12 +218,22 @@ struct RangeWalk {
     /// delivered without returning through `next()`.
     @inline(__always)
     mutating func forEach(_ deliver: (UnsafeRawBufferPointer, WalkValue) throws -> Bool) throws {
-        let (range, reverse) = (range, reverse)
+        let range = range
+        try range.lower.withUnsafeBytesIfPresent { lower in
+            try range.upper.withUnsafeBytesIfPresent { upper in try forEach(lower: lower, upper: upper, deliver) }
+        }
+    }
+
+    /// `forEach` with the range's bounds borrowed.
+    @inline(__always)
+    private mutating func forEach(lower: UnsafeRawBufferPointer?, upper: UnsafeRawBufferPointer?,
+                                  _ deliver: (UnsafeRawBufferPointer, WalkValue) throws -> Bool) throws {
+        let reverse = reverse
         while let (key, value) = try next() {
             guard try deliver(key, value) else { return }
             var stopped = false
             _ = try merge.continueRun { key, value in
-                switch Self.verdict(key, range, reverse: reverse) {
+                switch Self.verdict(key, lower: lower, upper: upper, reverse: reverse) {
                 case .stop:
                     stopped = true
                     return false

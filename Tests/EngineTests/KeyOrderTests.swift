@@ -7,6 +7,25 @@ import Testing
 /// position, for keys of any length, with zero bytes, shared prefixes and duplicates, in
 /// any order or already in order.
 @Suite struct KeyOrderTests {
+    /// `equalBytes` (compared from the end, a word at a time) says what `compareBytes`
+    /// says of equality, for keys of every length up to 40 differing in any one byte.
+    @Test func equalityFromTheEndAgreesWithTheOrder() {
+        print("KeyOrderTests equality seed 21")
+        var random = SplitMix64(seed: 21)
+        for _ in 0..<20_000 {
+            let count = Int(random.next() % 41)
+            let key = (0..<count).map { _ in UInt8(truncatingIfNeeded: random.next() % 3) }
+            var other = key
+            switch random.next() % 3 {
+            case 0: if count > 0 { other[Int(random.next() % UInt64(count))] ^= UInt8(truncatingIfNeeded: 1 + random.next() % 255) }
+            case 1: other.append(UInt8(truncatingIfNeeded: random.next() % 3))
+            default: break
+            }
+            let equal = key.withUnsafeBytes { key in other.withUnsafeBytes { equalBytes(key, $0) } }
+            #expect(equal == (compareKeys(key, other) == 0), "\(key) \(other)")
+        }
+    }
+
     @Test(arguments: [UInt64(1), 2, 3, 4])
     func ordersAsAPlainSortByKeyThenPosition(seed: UInt64) {
         print("KeyOrderTests seed \(seed)")
