@@ -1,24 +1,31 @@
-// A persistent (immutable, structurally shared) ordered map from byte-string keys to
-// values: an AVL tree whose updates copy only the O(log n) nodes on the path they change.
-// Holding a copy of the map is therefore a snapshot of it, taken in O(1): the contexts'
-// overlays are built on it (a child captures its parent's overlay in O(1)).
+// A persistent (structurally shared) ordered map from byte-string keys to values: an AVL
+// tree whose updates copy only the O(log n) nodes on the path they change. Holding a copy
+// of the map is therefore a snapshot of it, taken in O(1): the contexts' overlays are built
+// on it (a child captures its parent's overlay in O(1)). A node no other map, snapshot or
+// iterator holds is updated in place instead (copy on write, node by node): a unit of work
+// staging thousands of changes into an overlay nobody shares allocates a node per key, not
+// a path of them per change.
 //
 // Invariants:
 //  M1. In-order traversal yields strictly increasing keys (in `compareKeys` order).
 //  M2. Every node's height is 1 + the larger child height, and child heights differ by
 //      at most 1.
-// Thread-safety: nodes are immutable; a map is a value and `Sendable` when its values are.
+//  M3. A node is changed only while the map being updated holds the only reference to it
+//      and to every node above it; below a shared node the path is copied.
+// Thread-safety: a node another map or thread can reach is never changed (M3); a map is a
+// value and `Sendable` when its values are.
 
 /// An immutable ordered map from keys to `Value`; every update returns a new map that
 /// shares all but O(log n) nodes with the old one.
 public struct PersistentSortedMap<Value: Sendable>: Sendable {
     @usableFromInline
-    final class Node: Sendable {
+    final class Node: @unchecked Sendable {
+        // @unchecked: the `var`s change only under M3, when no other reference exists.
         @usableFromInline let key: [UInt8]
-        @usableFromInline let value: Value
-        @usableFromInline let left: Node?
-        @usableFromInline let right: Node?
-        @usableFromInline let height: Int
+        @usableFromInline var value: Value
+        @usableFromInline var left: Node?
+        @usableFromInline var right: Node?
+        @usableFromInline var height: Int
 
         @inlinable
         init(key: [UInt8], value: Value, left: Node?, right: Node?) {
@@ -68,7 +75,7 @@ public struct PersistentSortedMap<Value: Sendable>: Sendable {
     @discardableResult
     public mutating func updateValue(_ value: Value, forKey key: [UInt8]) -> Value? {
         var replaced: Value?
-        root = Self.insert(key, value, into: root, replaced: &replaced)
+        Self.insert(key, value, inPlace: &root, replaced: &replaced)
         if replaced == nil { storedCount += 1 }
         return replaced
     }
@@ -91,6 +98,36 @@ public struct PersistentSortedMap<Value: Sendable>: Sendable {
     @inlinable
     public func entries(from start: [UInt8]? = nil, reverse: Bool = false) -> Iterator {
         Iterator(root: root, start: start, reverse: reverse)
+    }
+
+    /// Inserts into the subtree at `node`, changing the nodes on the path in place while
+    /// this reference is their only one (M3), copying the path from the first shared one.
+    @inlinable
+    static func insert(_ key: [UInt8], _ value: Value, inPlace node: inout Node?, replaced: inout Value?) {
+        guard node != nil, isKnownUniquelyReferenced(&node) else {
+            node = insert(key, value, into: node, replaced: &replaced)
+            return
+        }
+        let current = node.unsafelyUnwrapped
+        let order = compareKeys(key, current.key)
+        if order == 0 {
+            replaced = current.value
+            current.value = value
+            return
+        }
+        if order < 0 {
+            insert(key, value, inPlace: &current.left, replaced: &replaced)
+        } else {
+            insert(key, value, inPlace: &current.right, replaced: &replaced)
+        }
+        let leftHeight = current.left?.height ?? 0
+        let rightHeight = current.right?.height ?? 0
+        if abs(leftHeight - rightHeight) > 1 {
+            // A rotation (at most one per insert) builds its few nodes anew.
+            node = balance(current.key, current.value, current.left, current.right)
+        } else {
+            current.height = 1 + max(leftHeight, rightHeight)
+        }
     }
 
     @inlinable
