@@ -117,6 +117,31 @@ struct PlainMember: Record {
         }
     }
 
+    /// An update stages the record and only the index entries whose values changed (a
+    /// removed entry and its replacement per changed index); the entries left as they were
+    /// still find the updated record.
+    @Test(arguments: Backend.allCases) func anUpdateStagesOnlyTheEntriesThatChange(backend: Backend) async throws {
+        try await backend.withStore { store throws in
+            var random = SplitMix64(seed: 4)
+            let member = Self.member(1, random: &random)
+            try store.write { try $0.repository(Member.self).insert(member) }
+            var moved = member
+            moved.city = member.city + "-moved"
+            let unit = store.makeContext()
+            try unit.repository(Member.self).update(moved)
+            // The record, and the city entry removed and written anew.
+            #expect(unit.changeCount == 3)
+            _ = try unit.commit()
+            let email = member.email
+            let reader = store.makeContext().repository(Member.self)
+            #expect(try reader.first(#Predicate<Member> { $0.email == email }) == moved)
+            let age = member.age
+            #expect(try reader.fetch(#Predicate<Member> { $0.age == age }).map(\.id) == [1])
+            let city = moved.city
+            #expect(try reader.fetch(#Predicate<Member> { $0.city == city }).map(\.id) == [1])
+        }
+    }
+
     @Test(arguments: Backend.allCases) func anIndexDeclaredLaterIsBuiltForExistingRecords(backend: Backend) async throws {
         try await backend.withStore { store throws in
             try store.write { unit in

@@ -33,21 +33,21 @@ struct IndexMaintenance<R: Record> {
     private func entry(_ index: RecordIndex<R>, _ record: R) -> (key: [UInt8], value: [UInt8]) { Self.entry(index, record) }
 
     /// Replaces `old`'s entries (if any) with `new`'s. Throws `RecordError.uniqueViolation`
-    /// before staging anything.
+    /// before staging anything. An entry `old` already had (its indexed values unchanged)
+    /// is neither checked nor staged again: the stored one stands.
     func replace(old: R?, with new: R) throws {
-        for index in declared where index.isUnique {
-            let next = entry(index, new)
-            if let holder = try context.get(next.key), holder != next.value {
-                throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: index.name, value: index.render(new))
+        let changes = declared.map { index in (index: index, next: entry(index, new), previous: old.map { entry(index, $0) }) }
+        for change in changes where change.index.isUnique && change.previous?.key != change.next.key {
+            if let holder = try context.get(change.next.key), holder != change.next.value {
+                throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: change.index.name, value: change.index.render(new))
             }
         }
-        for index in declared {
-            let next = entry(index, new)
-            if let old {
-                let previous = entry(index, old)
-                if previous.key != next.key { try context.stage(previous.key, nil) }
+        for change in changes {
+            if let previous = change.previous {
+                if previous == change.next { continue }
+                if previous.key != change.next.key { try context.stage(previous.key, nil) }
             }
-            try context.stage(next.key, next.value)
+            try context.stage(change.next.key, change.next.value)
         }
     }
 
