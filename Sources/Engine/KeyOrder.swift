@@ -31,11 +31,20 @@ func compareBytes(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) 
         if left != right { return left < right ? -1 : 1 }
         offset += 8
     }
-    while offset < common {
-        let left = lhs[offset]
-        let right = rhs[offset]
-        if left != right { return left < right ? -1 : 1 }
-        offset += 1
+    if offset < common {
+        if common >= 8 {
+            // The common part's last eight bytes: those before `offset` are equal already.
+            let left = UInt64(bigEndian: lhs.loadUnaligned(fromByteOffset: common - 8, as: UInt64.self))
+            let right = UInt64(bigEndian: rhs.loadUnaligned(fromByteOffset: common - 8, as: UInt64.self))
+            if left != right { return left < right ? -1 : 1 }
+        } else {
+            while offset < common {
+                let left = lhs[offset]
+                let right = rhs[offset]
+                if left != right { return left < right ? -1 : 1 }
+                offset += 1
+            }
+        }
     }
     return lhs.count - rhs.count
 }

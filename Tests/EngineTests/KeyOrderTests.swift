@@ -8,7 +8,8 @@ import Testing
 /// any order or already in order.
 @Suite struct KeyOrderTests {
     /// `equalBytes` (compared from the end, a word at a time) says what `compareBytes`
-    /// says of equality, for keys of every length up to 40 differing in any one byte.
+    /// says of equality, and `compareBytes` orders as the standard library's lexicographic
+    /// order does, for keys of every length up to 40 differing in any one byte or in length.
     @Test func equalityFromTheEndAgreesWithTheOrder() {
         print("KeyOrderTests equality seed 21")
         var random = SplitMix64(seed: 21)
@@ -23,6 +24,10 @@ import Testing
             }
             let equal = key.withUnsafeBytes { key in other.withUnsafeBytes { equalBytes(key, $0) } }
             #expect(equal == (compareKeys(key, other) == 0), "\(key) \(other)")
+            // The order against the standard library's, both ways round.
+            let order = compareKeys(key, other)
+            #expect((order < 0) == key.lexicographicallyPrecedes(other) && (order > 0) == other.lexicographicallyPrecedes(key),
+                    "\(key) \(other)")
         }
     }
 
