@@ -59,6 +59,8 @@ final class Memtable: @unchecked Sendable {
     private let levels = ManagedAtomic(1)
     private let nodeCount = ManagedAtomic(0)
     private let nodeBytes = ManagedAtomic(0)
+    /// Whether its hash index and filter were backed with memory when made.
+    let isPopulated: Bool
 
     /// An empty memtable expected to grow to about `budgetBytes` (sizes its hash index).
     /// `populated` backs its hash index and filter with memory at once: for the memtable a
@@ -66,6 +68,7 @@ final class Memtable: @unchecked Sendable {
     /// a page fault per key (random slots of an 8 MiB index), milliseconds in which every
     /// commit waits for its batch to be linked. A store's first memtable is left sparse.
     init(budgetBytes: Int = 1 << 20, populated: Bool = false) {
+        isPopulated = populated
         index = MemtableIndex(budgetBytes: budgetBytes, populated: populated)
         filter = MemtableFilter(words: index.slotCount / 8, populated: populated)
         let size = Self.nodeHeaderBytes + 8 * Self.maxHeight

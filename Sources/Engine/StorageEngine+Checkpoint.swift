@@ -14,13 +14,16 @@ extension StorageEngine {
         try checkpointNow()
     }
 
-    func checkpointNow() throws {
+    /// `underLoad`: started by the writes themselves (`checkpointIfDue`), so the next
+    /// memtable's index is backed with memory at once (see `Memtable.init`); a checkpoint
+    /// asked for or run by a close leaves it sparse, costing no memory until keys come.
+    func checkpointNow(underLoad: Bool = false) throws {
         let log = try writableLog().log
         try checkpointLock.withLock { durable in
             if let failure = commitLock.withLock({ $0.failure }) { throw EngineError.storeFailed(reason: failure) }
             let start = ContinuousClock.now
             do {
-                try runCheckpoint(&durable, log: log)
+                try runCheckpoint(&durable, log: log, underLoad: underLoad)
             } catch {
                 commitLock.withLock { $0.failure = "checkpoint failed: \(error)" }
                 options.logger.error("checkpoint failed; the store accepts no more writes until reopened",
@@ -47,14 +50,14 @@ extension StorageEngine {
         Thread.detachNewThread { [self] in
             defer { checkpointRunning.store(false, ordering: .releasing) }
             // A failure is recorded by `checkpointNow()` and reported by the next commit (E3).
-            if !commitLock.withLock({ $0.closed }) { try? checkpointNow() }
+            if !commitLock.withLock({ $0.closed }) { try? checkpointNow(underLoad: true) }
         }
     }
 
-    private func runCheckpoint(_ durable: inout CheckpointState, log: WriteAheadLog) throws {
-        // Freeze: new commits go to a fresh memtable from here on, made (and its index
-        // backed with memory) before the locks are taken.
-        let next = Memtable(budgetBytes: options.checkpointMemtableBytes, populated: true)
+    private func runCheckpoint(_ durable: inout CheckpointState, log: WriteAheadLog, underLoad: Bool) throws {
+        // Freeze: new commits go to a fresh memtable from here on, made (and, under a
+        // stream of writes, its index backed with memory) before the locks are taken.
+        let next = Memtable(budgetBytes: options.checkpointMemtableBytes, populated: underLoad)
         let (frozenState, oldestPin, frozenThrough) = commitLock.withLock { commits in
             stateLock.withLock { readers in
                 readers.current = readers.current.with(frozen: .some(readers.current.active), active: next)

@@ -9,6 +9,33 @@ import StrataWAL
 private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 
 @Suite struct EngineBehaviourTests {
+    /// A checkpoint asked for leaves the next memtable's index sparse (no memory until keys
+    /// come); one the writes start backs it with memory at once, so that the commits
+    /// arriving meanwhile take no page fault per key.
+    @Test func onlyACheckpointUnderWritesBacksTheNextMemtable() throws {
+        var options = EngineOptions()
+        options.checkpointMemtableBytes = 64 << 10
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: options)
+        defer { try? engine.close() }
+        func activeIsPopulated() -> Bool { engine.stateLock.withLock { $0.current.active.isPopulated } }
+        var batch = WALBatch()
+        batch.put(Array("first".utf8), [1])
+        try engine.commit(batch)
+        try engine.checkpoint()
+        #expect(!activeIsPopulated())
+        // Past the threshold, a commit starts a checkpoint on a thread of its own.
+        var round = 0
+        let deadline = ContinuousClock.now + .seconds(20)
+        while !activeIsPopulated() && ContinuousClock.now < deadline {
+            var batch = WALBatch()
+            for index in 0..<50 { batch.put(Array("key\(round)-\(index)".utf8), [UInt8](repeating: 7, count: 200)) }
+            try engine.commit(batch)
+            round += 1
+            if round > 20 { Thread.sleep(forTimeInterval: 0.01) }
+        }
+        #expect(activeIsPopulated(), "no checkpoint under writes after \(round) commits")
+    }
+
     /// An empty batch is a commit of nothing: it takes a version and survives a reopen
     /// (before, publishing it indexed its first key and trapped).
     @Test func anEmptyBatchCommitsNothing() throws {
