@@ -147,13 +147,7 @@ public final class Context {
         var count = 0
         guard limit > 0 else { return 0 }
         let range = KeyRange(from: start, to: end, prefix: prefix)
-        if stagesNothing {
-            try snapshot.forEach(range) { _, _ in
-                count += 1
-                return count < limit
-            }
-            return count
-        }
+        if stagesNothing { return try snapshot.count(range, limit: limit) }
         var cursor = try ContextCursor(self, range: range, reverse: false)
         while try cursor.next() != nil {
             count += 1

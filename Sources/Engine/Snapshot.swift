@@ -104,6 +104,19 @@ public final class Snapshot: Sendable {
         return results
     }
 
+    /// How many keys `range` holds, counting no further than `limit`: the walk `forEach`
+    /// makes, with no pair handed out (a value in overflow pages is not read).
+    public func count(_ range: KeyRange = KeyRange(), limit: Int = .max) throws -> Int {
+        guard limit > 0 else { return 0 }
+        var walk = try RangeWalk(snapshot: self, range: range, reverse: false)
+        var count = 0
+        try walk.forEach { _, _ in
+            count += 1
+            return count < limit
+        }
+        return count
+    }
+
     /// A cursor over the key/value pairs in `range`, in key order (descending with
     /// `reverse`), reading pages as it goes. O(log n) to start.
     public func cursor(_ range: KeyRange = KeyRange(), reverse: Bool = false) throws -> SnapshotCursor {

@@ -9,6 +9,31 @@ import StrataWAL
 private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 
 @Suite struct EngineBehaviourTests {
+    /// `Snapshot.count` counts what a scan of the range returns, up to its limit, across
+    /// the tree and the memtable, with deletes and values in overflow pages (which it
+    /// does not read).
+    @Test func countingARangeCountsWhatAScanReturns() throws {
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem())
+        defer { try? engine.close() }
+        func key(_ number: Int) -> [UInt8] { Array(String(format: "k%04d", number).utf8) }
+        var batch = WALBatch()
+        for number in 0..<300 { batch.put(key(number), [UInt8](repeating: 1, count: number % 50 == 0 ? 20_000 : 10)) }
+        try engine.commit(batch)
+        try engine.checkpoint()
+        batch = WALBatch()
+        for number in stride(from: 0, to: 300, by: 7) { batch.delete(key(number)) }
+        for number in 300..<340 { batch.put(key(number), [2]) }
+        try engine.commit(batch)
+        let snapshot = engine.snapshot()
+        for (from, to) in [(0, 340), (13, 200), (150, 151), (299, 320), (345, 400)] {
+            let range = KeyRange(from: key(from), to: key(to))
+            let scanned = try snapshot.scan(from: key(from), to: key(to)).count
+            #expect(try snapshot.count(range) == scanned, "\(from)..<\(to)")
+            #expect(try snapshot.count(range, limit: 5) == min(5, scanned), "\(from)..<\(to)")
+        }
+        #expect(try snapshot.count(limit: 0) == 0)
+    }
+
     /// A checkpoint asked for leaves the next memtable's index sparse (no memory until keys
     /// come); one the writes start backs it with memory at once, so that the commits
     /// arriving meanwhile take no page fault per key.
