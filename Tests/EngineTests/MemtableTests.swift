@@ -176,12 +176,15 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
 
     /// Readers on other threads, reading as of the last published version while the writer
     /// links in newer ones, always see exactly that version: every batch writes every key
-    /// with a value naming its version. (Threads, not tasks: the readers spin.)
+    /// with a value naming its version; some of the walks read ahead (MemtableLookahead)
+    /// while the writer links nodes. (Threads, not tasks: the readers spin.)
     @Test func readersBesideTheWriterSeeExactlyTheirVersion() {
         final class Shared: Sendable {
             let memtable = Memtable()
             let published = Atomic<UInt64>(0)
             let failures = Atomic(0)
+            /// Walks that read ahead (MemtableLookahead) while the writer linked nodes.
+            let walksReadingAhead = Atomic(0)
             let finished = DispatchSemaphore(value: 0)
         }
         let shared = Shared()
@@ -211,6 +214,7 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
                             seen += 1
                         }
                         if seen != keys.count { shared.failures.add(1, ordering: .relaxed) }
+                        if iterator.readsAhead { shared.walksReadingAhead.add(1, ordering: .relaxed) }
                     }
                     if version == lastVersion { break }
                 }
@@ -224,6 +228,7 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
         shared.finished.wait()
         shared.finished.wait()
         #expect(shared.failures.load(ordering: .relaxed) == 0)
+        #expect(shared.walksReadingAhead.load(ordering: .relaxed) > 0)
         #expect(shared.memtable.checkInvariants() && shared.memtable.count == keys.count * Int(lastVersion))
     }
 }
