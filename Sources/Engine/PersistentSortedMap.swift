@@ -15,8 +15,9 @@
 // Thread-safety: a node another map or thread can reach is never changed (M3); a map is a
 // value and `Sendable` when its values are.
 
-/// An immutable ordered map from keys to `Value`; every update returns a new map that
-/// shares all but O(log n) nodes with the old one.
+/// An ordered map from keys to `Value` with value semantics: a copy is a snapshot that
+/// shares all nodes with the original, and an update copies only the O(log n) nodes on its
+/// path that a copy (or an iterator) still holds, changing the others in place.
 public struct PersistentSortedMap<Value: Sendable>: Sendable {
     @usableFromInline
     final class Node: @unchecked Sendable {
@@ -73,7 +74,7 @@ public struct PersistentSortedMap<Value: Sendable>: Sendable {
     public func isIdentical(to other: PersistentSortedMap) -> Bool { root === other.root }
 
     /// Stores `value` under `key` (replacing any earlier value) and returns the value it
-    /// replaced. O(log n) new nodes.
+    /// replaced. O(log n); new nodes only where the path is shared (M3).
     @inlinable
     @discardableResult
     public mutating func updateValue(_ value: Value, forKey key: [UInt8]) -> Value? {
