@@ -642,9 +642,8 @@ struct MemtableIterator: IteratorProtocol {
         }
         // Segments begin at nodes of height 2 or more (MemtableLookahead.swift).
         guard farSteps >= 0, next.height >= 2 else { return next }
-        let lookahead = MemtableLookahead(at: next)
-        self.lookahead = lookahead
-        batch = lookahead.batch
+        lookahead = MemtableLookahead(at: next)
+        batch = lookahead.unsafelyUnwrapped.batch
         return nextBatch()
     }
 
