@@ -35,26 +35,36 @@ public struct RecordReader {
     /// Whether the record has a field named `key`.
     public func contains(_ key: String) -> Bool { container.contains(RecordFieldName(key)) }
 
+    // The common kinds, read in place. Each throws `DecodingError.keyNotFound` when the
+    // record has no field `key` and `.typeMismatch` when the field holds another kind (or an
+    // integer that does not fit); a repository reports either as `RecordError.decoding`.
+
+    /// The string in field `key`.
     public func decode(_ type: String.Type, forKey key: String) throws -> String {
         try container.decode(type, forKey: RecordFieldName(key))
     }
 
+    /// The integer in field `key`.
     public func decode(_ type: Int.Type, forKey key: String) throws -> Int {
         try container.decode(type, forKey: RecordFieldName(key))
     }
 
+    /// The integer in field `key`.
     public func decode(_ type: Int64.Type, forKey key: String) throws -> Int64 {
         try container.decode(type, forKey: RecordFieldName(key))
     }
 
+    /// The unsigned integer in field `key`.
     public func decode(_ type: UInt64.Type, forKey key: String) throws -> UInt64 {
         try container.decode(type, forKey: RecordFieldName(key))
     }
 
+    /// The number in field `key` (an integer reads as its `Double`).
     public func decode(_ type: Double.Type, forKey key: String) throws -> Double {
         try container.decode(type, forKey: RecordFieldName(key))
     }
 
+    /// The Boolean in field `key`.
     public func decode(_ type: Bool.Type, forKey key: String) throws -> Bool {
         try container.decode(type, forKey: RecordFieldName(key))
     }
