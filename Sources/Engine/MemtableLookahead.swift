@@ -6,9 +6,8 @@
 // its level-1 link names the next such node. So the stretches of level 0 between them
 // (segments) can be walked side by side: a batch walks up to `lanes` segments interleaved,
 // a step of each per round with the lane's next node prefetched, so that their misses
-// overlap, and the walk then takes the batch's nodes from the cache. The level-1 links are
-// followed one a round the whole time, a batch's worth of segments ahead, so a batch
-// starts all its lanes in its first round.
+// overlap, and the walk then takes the batch's nodes from the cache. A lane starts as soon
+// as the level-1 link of the segment before it is read, one a round.
 //
 // Invariants:
 //  L1. Batches, one after another, hand out the nodes that following level-0 links one by
@@ -35,35 +34,24 @@ final class MemtableLookahead {
     let batch: UnsafeMutablePointer<MemtableNode>
     /// The rest of a segment a lane stopped in: where it goes on, and the node that ends it.
     private var carried: (start: MemtableNode, end: MemtableNode?)?
-    /// The first nodes of the segments found and not walked yet, in order, each ending
-    /// where the next begins; a nil ends the list. The last one, unless nil, is the
-    /// frontier: its level-1 link is read next. At most a batch of segments is found ahead
-    /// of the lanes, and a fill's lanes take at most a batch: room for two, and the frontier.
-    private let found: UnsafeMutablePointer<MemtableNode?>
-    private var foundCount = 0
+    /// The first node of the next segment (height 2 or more), nil past the last one.
+    private var segment: MemtableNode?
 
     /// Read-ahead from `start`, a node of height 2 or more: the first node of the first batch.
     init(at start: MemtableNode) {
         precondition(start.height >= 2, "a segment starts at a node of height 2 or more")
         batch = .allocate(capacity: Self.lanes * Self.laneNodes)
-        found = .allocate(capacity: 2 * Self.lanes + 2)
-        found.initialize(to: start)
-        foundCount = 1
+        segment = start
     }
 
     /// A copy that reads the batches after this one's current batch, on its own.
     init(copying other: MemtableLookahead) {
         batch = .allocate(capacity: Self.lanes * Self.laneNodes)
-        found = .allocate(capacity: 2 * Self.lanes + 2)
-        found.initialize(from: other.found, count: other.foundCount)
-        foundCount = other.foundCount
         carried = other.carried
+        segment = other.segment
     }
 
-    deinit {
-        batch.deallocate()
-        found.deallocate()
-    }
+    deinit { batch.deallocate() }
 
     /// Starts loading a node: its first line, and the next one, where the key of a node that
     /// straddles two lines continues.
@@ -85,44 +73,29 @@ final class MemtableLookahead {
 
     /// Reads the next batch into `batch` (L1) and returns how many nodes it holds (none at
     /// the end of the list): the carried rest of a segment first, then a segment per lane,
-    /// started as soon as both its ends are known, while the frontier moves on a segment a
-    /// round.
+    /// each started as the level-1 link of the one before is read.
     func fill() -> Int {
         var count = 0
         withUnsafeTemporaryAllocation(of: Lane.self, capacity: Self.lanes) { lanes in
             let lanes = lanes.baseAddress!
             var started = 0
             var running = 0
-            /// The first entry of `found` no lane has taken.
-            var next = 0
             if let carried {
                 lanes.initialize(to: Lane(cursor: carried.start, end: carried.end))
                 started = 1
                 running = 1
                 self.carried = nil
             }
-            while true {
-                // Follow the frontier's level-1 link (it was prefetched a round ago) while
-                // fewer than a batch of segments are found ahead of the lanes.
-                if foundCount - next <= Self.lanes, foundCount > 0, let frontier = found[foundCount - 1] {
-                    let end = frontier.next(1)
+            while running > 0 || (started < Self.lanes && segment != nil) {
+                // The next segment's first node was prefetched a round ago: its level-1
+                // link is the end of its segment and the start of the one after.
+                if started < Self.lanes, let start = segment {
+                    let end = start.next(1)
                     if let end { Self.prefetch(end) }
-                    // A taller node names one further on: load it before the chain gets there.
-                    if frontier.height > 2, let further = frontier.next(2) { Self.prefetch(further) }
-                    found[foundCount] = end
-                    foundCount += 1
-                }
-                // A lane for each segment whose end is known.
-                while started < Self.lanes, foundCount - next >= 2, let start = found[next] {
-                    (lanes + started).initialize(to: Lane(cursor: start, end: found[next + 1]))
+                    (lanes + started).initialize(to: Lane(cursor: start, end: end))
                     started += 1
                     running += 1
-                    next += 1
-                }
-                if running == 0 {
-                    // Done when the lanes are all used, or no segment is left to find.
-                    if started == Self.lanes || foundCount == next || found[foundCount - 1] == nil { break }
-                    continue
+                    segment = end
                 }
                 for index in 0..<started {
                     let lane = lanes + index
@@ -143,10 +116,6 @@ final class MemtableLookahead {
                     }
                 }
             }
-            // The segments no lane took wait for the next batch.
-            let left = foundCount - next
-            if next > 0 { for index in 0..<left { found[index] = found[next + index] } }
-            foundCount = left
             // Gather the lanes in order, up to the first one that stopped short; the rest
             // of its segment starts the next batch, and the segments after it are read again.
             for index in 0..<started {
@@ -156,8 +125,7 @@ final class MemtableLookahead {
                 count += lane.taken
                 if let stoppedAt = lane.stoppedAt {
                     carried = (stoppedAt, lane.end)
-                    found[0] = lane.end
-                    foundCount = 1
+                    segment = lane.end
                     break
                 }
             }
