@@ -129,14 +129,12 @@ public final class Context {
         }
     }
 
-    /// Calls `body` with a function that reads a key as this context sees it, for a loop
-    /// of point reads: with nothing staged at any level, it reads the snapshot directly
-    /// (no overlay lookups, no checks per read).
-    func withPointReads<T>(_ body: (_ read: (_ key: [UInt8]) throws -> [UInt8]?) throws -> T) throws -> T {
+    /// The snapshot reads go straight to when neither this context nor an ancestor staged
+    /// anything, else nil: a loop of point reads then reads it directly (no overlay
+    /// lookups, no checks per read).
+    func snapshotWhenUnstaged() throws -> Snapshot? {
         try checkOpen()
-        guard stagesNothing else { return try body { try self.get($0) } }
-        let snapshot = self.snapshot
-        return try body { try snapshot.get($0) }
+        return stagesNothing ? snapshot : nil
     }
 
     /// How many keys `scan` would return, counting no further than `limit`; with nothing

@@ -4,7 +4,8 @@ import Testing
 /// RecordBytes.swift's field tables: a keyed container looks first at the field after the
 /// last one it found, so fields read in the order they were written are found at once;
 /// any other order, fields never read, and names written twice (no encoder does that, but
-/// bytes may) still read as the decoder's D2 says: the last field of a name counts.
+/// bytes may) still read as the decoder's D2 says: the last field of a name counts. The
+/// same holds for a `RecordReader`, whose table lies on the stack.
 @Suite struct RecordFieldLookupTests {
     /// A record of integer fields, written in the order given (names under 128 bytes,
     /// values under 64, so every length and varint is one byte).
@@ -41,6 +42,17 @@ import Testing
         }
     }
 
+    /// The fields `names` names, in that order, read through a `RecordReader`.
+    static func read(_ names: [String], from bytes: [UInt8]) throws -> [String: Int] {
+        try bytes.withUnsafeBytes { raw in
+            try RecordReader.read(raw) { reader in
+                var values: [String: Int] = [:]
+                for name in names { values[name] = try reader.decode(Int.self, forKey: name) }
+                return values
+            }
+        }
+    }
+
     @Test func fieldsAreFoundInAnyOrderAndAnyNumber() throws {
         for count in [4, 20] {
             let bytes = Self.record((0..<count).map { ("f\($0)", $0 * 3 % 64) })
@@ -51,7 +63,11 @@ import Testing
                 #expect(try RecordDecoder().decode(Fields<Forward>.self, from: bytes).values == expected(Forward.names))
                 #expect(try RecordDecoder().decode(Fields<Backward>.self, from: bytes).values == expected(Backward.names))
                 #expect(try RecordDecoder().decode(Fields<Scattered>.self, from: bytes).values == expected(Scattered.names))
+                for names in [Forward.names, Backward.names, Scattered.names] {
+                    #expect(try Self.read(names, from: bytes) == expected(names))
+                }
             }
+            #expect(try Self.read(FirstFour.names, from: bytes) == expected(FirstFour.names))
             #expect(try RecordDecoder().decode(Fields<FirstFour>.self, from: bytes).values == expected(FirstFour.names))
             #expect(try RecordDecoder().decode([String: Int].self, from: bytes) == expected((0..<count).map { "f\($0)" }))
         }
@@ -68,6 +84,8 @@ import Testing
             #expect(try RecordDecoder().decode(Fields<FirstFourInOrder>.self, from: bytes).values == expected, "filler \(filler)")
             #expect(try RecordDecoder().decode(Fields<FirstFour>.self, from: bytes).values == expected, "filler \(filler)")
             #expect(try RecordDecoder().decode([String: Int].self, from: bytes)["f0"] == 3, "filler \(filler)")
+            #expect(try Self.read(FirstFourInOrder.names, from: bytes) == expected, "filler \(filler)")
+            #expect(try Self.read(FirstFour.names, from: bytes) == expected, "filler \(filler)")
         }
     }
 
@@ -75,6 +93,12 @@ import Testing
         let bytes = Self.record([("f0", 1), ("f1", 2), ("f3", 4)])
         #expect {
             _ = try RecordDecoder().decode(Fields<FirstFour>.self, from: bytes)
+        } throws: { error in
+            guard case let DecodingError.keyNotFound(key, _) = error else { return false }
+            return key.stringValue == "f2"
+        }
+        #expect {
+            _ = try Self.read(FirstFour.names, from: bytes)
         } throws: { error in
             guard case let DecodingError.keyNotFound(key, _) = error else { return false }
             return key.stringValue == "f2"

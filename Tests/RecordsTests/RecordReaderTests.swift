@@ -22,7 +22,7 @@ struct ReadingBook: RecordReadable, Equatable {
         (id, title, author, year, price, tags, subtitle) = (book.id, book.title, book.author, book.year, book.price, book.tags, book.subtitle)
     }
 
-    init(record: RecordReader) throws {
+    init(record: borrowing RecordReader) throws {
         Self.reads.add(1, ordering: .relaxed)
         id = try record.decode(Int.self, forKey: "id")
         title = try record.decode(String.self, forKey: "title")
@@ -68,10 +68,21 @@ struct ReadingBook: RecordReadable, Equatable {
         } catch let DecodingError.typeMismatch(_, context) {
             #expect(context.codingPath.map(\.stringValue) == ["year"])
         }
-        // Bad bytes are still `RecordError.malformed`.
+        // Bad bytes are still `RecordError.malformed`: a count past the bytes, and bytes
+        // after a whole record.
+        let reading = RecordDecoder.reading(ReadingBook.self)
         #expect(throws: RecordError.self) {
-            _ = try RecordDecoder().decode(ReadingBook.self, from: [1, 9, 5, 200], reading: RecordDecoder.reading(ReadingBook.self))
+            _ = try RecordDecoder().decode(ReadingBook.self, from: [1, 9, 5, 200], reading: reading)
         }
+        let whole = try RecordEncoder().encode(makeBooks(1, seed: 5)[0])
+        #expect(throws: RecordError.malformed(offset: whole.count, reason: "bytes after the record")) {
+            _ = try RecordDecoder().decode(ReadingBook.self, from: whole + [0], reading: reading)
+        }
+        // A record that is not a keyed value is a type mismatch, as for `init(from:)`.
+        do {
+            _ = try RecordDecoder().decode(ReadingBook.self, from: try RecordEncoder().encode([1, 2]), reading: reading)
+            Issue.record("an array was read as a record")
+        } catch DecodingError.typeMismatch {}
     }
 
     /// A repository of a `RecordReadable` type reads through `init(record:)`: gets,
@@ -96,5 +107,38 @@ struct ReadingBook: RecordReadable, Equatable {
         #expect(ReadingBook.reads.load(ordering: .relaxed) - before == 2 + fetched.count)
         // The same records read as `Book` through `init(from:)`.
         #expect(try store.makeContext().repository(Book.self).get(changed.id).map(ReadingBook.init) == changed)
+    }
+
+    /// A reader reads a record where its bytes lie: in the memtable, in a page of the tree
+    /// after a checkpoint, in overflow pages (a record larger than a page), and in what a
+    /// context staged over them; through a get, an index walk and a scan alike.
+    @Test func readsRecordsWhereverTheyLie() throws {
+        print("RecordReaderTests seed 8")
+        let store = try Store.inMemory()
+        var books = makeBooks(60, seed: 8).map(ReadingBook.init)
+        books[5].title = String(repeating: "long title ", count: 500)   // past a page
+        func check(_ context: Context, _ expected: [ReadingBook], _ stage: String) throws {
+            let repository = context.repository(ReadingBook.self)
+            for book in expected { #expect(try repository.get(book.id) == book, "\(stage)") }
+            let byYear = try repository.fetch(#Predicate<ReadingBook> { $0.year >= 0 }, sortBy: [SortDescriptor(\ReadingBook.year)])
+            #expect(byYear == expected.sorted { ($0.year, $0.id) < ($1.year, $1.id) }, "\(stage)")
+            #expect(try repository.fetch() == expected.sorted { $0.id < $1.id }, "\(stage)")
+        }
+        try store.write { unit in
+            for book in books[..<30] { try unit.repository(ReadingBook.self).insert(book) }
+        }
+        try store.engine.checkpoint()
+        try store.write { unit in
+            for book in books[30...] { try unit.repository(ReadingBook.self).insert(book) }
+        }
+        try check(store.makeContext(), books, "tree and memtable")
+        // Staged over them: one changed, one added, one removed.
+        let context = store.makeContext()
+        var staged = books
+        staged[2].title = "staged"
+        try context.repository(ReadingBook.self).update(staged[2])
+        try context.repository(ReadingBook.self).delete(staged[9].id)
+        staged.remove(at: 9)
+        try check(context, staged, "staged")
     }
 }

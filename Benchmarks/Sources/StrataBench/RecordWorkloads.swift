@@ -55,7 +55,7 @@ struct Person: Record, Equatable {
 }
 
 extension Person: RecordReadable {
-    init(record: RecordReader) throws {
+    init(record: borrowing RecordReader) throws {
         id = try record.decode(Int.self, forKey: "id")
         email = try record.decode(String.self, forKey: "email")
         city = try record.decode(String.self, forKey: "city")

@@ -63,7 +63,11 @@ enum RecordBytes {
 
     /// What kind of value starts at `offset`, for messages.
     static func kind(_ bytes: [UInt8], _ offset: Int) -> String {
-        switch tag(bytes, offset) {
+        kind(tag(bytes, offset))
+    }
+
+    static func kind(_ tag: Tag) -> String {
+        switch tag {
         case .null: "nil"
         case .isFalse, .isTrue: "a Boolean"
         case .int, .uint: "an integer"
@@ -77,28 +81,36 @@ enum RecordBytes {
 
     /// The string at `offset`, or nil when the value there is not one (validated: D1).
     static func string(_ bytes: [UInt8], _ offset: Int) -> String? {
-        bytes.withUnsafeBytes { raw -> String? in
-            guard offset < raw.count, raw[offset] == Tag.string.rawValue else { return nil }
-            var scanner = RecordScanner(raw, at: offset + 1)
-            guard let count = try? scanner.length(), count <= scanner.remaining else { return nil }
-            // Validated as UTF-8 (D1).
-            return String(decoding: UnsafeRawBufferPointer(rebasing: raw[scanner.offset..<(scanner.offset + count)]), as: UTF8.self)
-        }
+        bytes.withUnsafeBytes { string($0, offset) }
+    }
+
+    /// `string(_:_:)` over the bytes where they lie.
+    @inline(__always)
+    static func string(_ raw: UnsafeRawBufferPointer, _ offset: Int) -> String? {
+        guard offset < raw.count, raw[offset] == Tag.string.rawValue else { return nil }
+        var scanner = RecordScanner(raw, at: offset + 1)
+        guard let count = try? scanner.length(), count <= scanner.remaining else { return nil }
+        // Validated as UTF-8 (D1).
+        return String(decoding: UnsafeRawBufferPointer(rebasing: raw[scanner.offset..<(scanner.offset + count)]), as: UTF8.self)
     }
 
     /// The integer at `offset` as an `I`, or nil when the value there is not an integer or
     /// does not fit (`RecordDecoding.integer` says which, in its error).
     static func integer<I: FixedWidthInteger>(_ bytes: [UInt8], _ offset: Int, as type: I.Type) -> I? {
-        bytes.withUnsafeBytes { raw -> I? in
-            guard offset < raw.count else { return nil }
-            var scanner = RecordScanner(raw, at: offset + 1)
-            switch raw[offset] {
-            case Tag.int.rawValue:
-                guard let zigzag = try? scanner.varint() else { return nil }
-                return I(exactly: Int64(bitPattern: zigzag >> 1) ^ -Int64(bitPattern: zigzag & 1))
-            case Tag.uint.rawValue: return (try? scanner.varint()).flatMap { I(exactly: $0) }
-            default: return nil
-            }
+        bytes.withUnsafeBytes { integer($0, offset, as: type) }
+    }
+
+    /// `integer(_:_:as:)` over the bytes where they lie.
+    @inline(__always)
+    static func integer<I: FixedWidthInteger>(_ raw: UnsafeRawBufferPointer, _ offset: Int, as type: I.Type) -> I? {
+        guard offset < raw.count else { return nil }
+        var scanner = RecordScanner(raw, at: offset + 1)
+        switch raw[offset] {
+        case Tag.int.rawValue:
+            guard let zigzag = try? scanner.varint() else { return nil }
+            return I(exactly: Int64(bitPattern: zigzag >> 1) ^ -Int64(bitPattern: zigzag & 1))
+        case Tag.uint.rawValue: return (try? scanner.varint()).flatMap { I(exactly: $0) }
+        default: return nil
         }
     }
 
@@ -128,32 +140,43 @@ enum RecordBytes {
         _ = try scanner.byte()
         let count = try scanner.length(limit: scanner.remaining / 2)
         let table = RecordFields.make(count: count, bytes: bytes, offset: offset, link: link)
+        try table.withUnsafeMutablePointers { (header, fields) throws(RecordError) in
+            let alike = try readFields(&scanner, count: count, into: fields, validating: validating)
+            header.pointee.count = count
+            if alike || count > FieldLookup.scanned {
+                FieldLookup(raw: scanner.raw, fields: fields, count: count).findDuplicates(&header.pointee.lookup)
+            }
+        }
+        return table
+    }
+
+    /// Reads `count` fields (name, then value) at the scanner into `fields`, checking names
+    /// and values as `RecordScanner.skipValue` does when `validating`. Returns whether two
+    /// names may be alike (then `FieldLookup.findDuplicates` tells).
+    static func readFields(_ scanner: inout RecordScanner, count: Int, into fields: UnsafeMutablePointer<RecordField>,
+                           validating: Bool) throws(RecordError) -> Bool {
         let raw = scanner.raw
         // One bit per name (of its length and head): two names alike set the same bit,
         // and only then is the table searched for a name written twice.
         var seen: UInt64 = 0
         var alike = false
-        try table.withUnsafeMutablePointers { (header, fields) throws(RecordError) in
-            for index in 0..<count {
-                let nameOffset = scanner.offset
-                let length = try scanner.length()
-                let name = scanner.offset..<(scanner.offset + length)
-                let head = RecordFields.head(of: raw, name)
-                // A name of up to eight bytes is all in its head: ASCII there needs no more.
-                if validating, length > 8 || head & 0x8080_8080_8080_8080 != 0, !isUTF8(raw, name.lowerBound, length) {
-                    throw .malformed(offset: nameOffset, reason: "a field name that is not UTF-8")
-                }
-                try scanner.skip(length)
-                let bit: UInt64 = 1 << (((head &+ UInt64(length)) &* 0x9E37_79B9_7F4A_7C15) >> 58)
-                alike = alike || seen & bit != 0
-                seen |= bit
-                (fields + index).initialize(to: RecordField(name: name, head: head, value: scanner.offset))
-                header.pointee.count = index + 1
-                try scanner.skipFieldValue(validating: validating)
+        for index in 0..<count {
+            let nameOffset = scanner.offset
+            let length = try scanner.length()
+            let name = scanner.offset..<(scanner.offset + length)
+            let head = FieldLookup.head(of: raw, name)
+            // A name of up to eight bytes is all in its head: ASCII there needs no more.
+            if validating, length > 8 || head & 0x8080_8080_8080_8080 != 0, !isUTF8(raw, name.lowerBound, length) {
+                throw .malformed(offset: nameOffset, reason: "a field name that is not UTF-8")
             }
+            try scanner.skip(length)
+            let bit: UInt64 = 1 << (((head &+ UInt64(length)) &* 0x9E37_79B9_7F4A_7C15) >> 58)
+            alike = alike || seen & bit != 0
+            seen |= bit
+            (fields + index).initialize(to: RecordField(name: name, head: head, value: scanner.offset))
+            try scanner.skipFieldValue(validating: validating)
         }
-        if alike || count > RecordFields.scanned { table.findDuplicates(in: raw) }
-        return table
+        return alike
     }
 
     /// Whether `raw[start..<start + count]` is UTF-8 (ASCII checked a word at a time).
@@ -309,9 +332,117 @@ struct RecordScanner {
 /// One field of a keyed value: where its name and its value lie.
 struct RecordField {
     var name: Range<Int>
-    /// The name's first eight bytes (`RecordFields.head(of:)`).
+    /// The name's first eight bytes (`FieldLookup.head(of:)`).
     var head: UInt64
     var value: Int
+}
+
+/// How a field table finds names besides comparing them: its state between lookups.
+struct FieldLookupState {
+    /// The field after the last one found: containers ask for fields in the order they
+    /// were written, so the next field is the first place to look.
+    var next = 0
+    /// Field positions by name (the last of each name, as D2 of the decoder says), for
+    /// tables of more than `FieldLookup.scanned` fields.
+    var byName: [String: Int]?
+    /// Whether a name occurs twice (no encoder writes that): then only the last counts,
+    /// so lookups never start at `next`.
+    var hasDuplicates = false
+}
+
+/// A keyed value's field table where it lies, with the bytes its ranges point into: valid
+/// only while their owner keeps both (a `RecordFields`, or a `RecordReader`'s call).
+struct FieldLookup {
+    /// The most fields looked up by comparing names one by one.
+    static let scanned = 16
+
+    let raw: UnsafeRawBufferPointer
+    let fields: UnsafeMutablePointer<RecordField>
+    let count: Int
+
+    /// Notes names that occur twice, and builds the name table of a large value.
+    func findDuplicates(_ state: inout FieldLookupState) {
+        guard count > 1 else { return }
+        if count <= Self.scanned {
+            for later in 1..<count {
+                let name = fields[later].name
+                for earlier in 0..<later where fields[earlier].head == fields[later].head && fields[earlier].name.count == name.count {
+                    if name.count <= 8
+                        || memcmp(raw.baseAddress! + fields[earlier].name.lowerBound, raw.baseAddress! + name.lowerBound, name.count) == 0 {
+                        state.hasDuplicates = true
+                        return
+                    }
+                }
+            }
+        } else {
+            var byName: [String: Int] = [:]
+            byName.reserveCapacity(count)
+            for index in 0..<count {
+                byName[String(decoding: UnsafeRawBufferPointer(rebasing: raw[fields[index].name]), as: UTF8.self)] = index
+            }
+            state.hasDuplicates = byName.count < count
+            state.byName = byName
+        }
+    }
+
+    /// Where the value of the field named `name` lies (the last of that name: D2), or nil.
+    @inline(__always)
+    func valueOffset(of name: String, _ state: inout FieldLookupState) -> Int? {
+        position(of: name, &state).map { fields[$0].value }
+    }
+
+    /// The position of the field named `name` (the last of that name: D2), or nil.
+    @inline(__always)
+    func position(of name: String, _ state: inout FieldLookupState) -> Int? {
+        if let found = name.utf8.withContiguousStorageIfAvailable({ position(of: UnsafeRawBufferPointer($0), &state) }) { return found }
+        var name = name
+        return name.withUTF8 { position(of: UnsafeRawBufferPointer($0), &state) }
+    }
+
+    func position(of wanted: UnsafeRawBufferPointer, _ state: inout FieldLookupState) -> Int? {
+        let head = Self.head(of: wanted)
+        let next = state.next
+        func matches(_ field: RecordField) -> Bool {
+            guard field.head == head, field.name.count == wanted.count else { return false }
+            guard wanted.count > 8 else { return true }
+            return memcmp(raw.baseAddress! + field.name.lowerBound + 8, wanted.baseAddress! + 8, wanted.count - 8) == 0
+        }
+        if next < count, !state.hasDuplicates, matches(fields[next]) {
+            state.next = next + 1
+            return next
+        }
+        let found: Int?
+        if let byName = state.byName {
+            found = byName[String(decoding: wanted, as: UTF8.self)]
+        } else {
+            var index = count - 1
+            while index >= 0, !matches(fields[index]) { index -= 1 }
+            found = index >= 0 ? index : nil
+        }
+        if let found { state.next = found + 1 }
+        return found
+    }
+
+    /// The first eight bytes of a name (zeros after a shorter one), little-endian: with its
+    /// length, enough to tell most names apart without reading them again.
+    @inline(__always)
+    static func head(of name: UnsafeRawBufferPointer) -> UInt64 {
+        head(of: name, 0..<name.count)
+    }
+
+    /// The head of the name at `range` of `raw` (within it).
+    @inline(__always)
+    static func head(of raw: UnsafeRawBufferPointer, _ range: Range<Int>) -> UInt64 {
+        let count = range.count
+        if range.lowerBound + 8 <= raw.count {
+            // One load; the bytes past a shorter name (still inside the buffer) masked off.
+            let word = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: range.lowerBound, as: UInt64.self))
+            return count >= 8 ? word : word & ((1 << (8 * UInt64(count))) - 1)
+        }
+        var head: UInt64 = 0
+        for index in 0..<min(count, 8) { head |= UInt64(raw[range.lowerBound + index]) << (8 * UInt64(index)) }
+        return head
+    }
 }
 
 /// What a keyed value's field table knows besides its fields.
@@ -322,22 +453,11 @@ struct RecordFieldsHeader {
     let offset: Int
     let link: CodingPathLink?
     var count = 0
-    /// The field after the last one found: containers ask for fields in the order they
-    /// were written, so the next field is the first place to look.
-    var next = 0
-    /// Field positions by name (the last of each name, as D2 of the decoder says), for
-    /// tables of more than `RecordFields.scanned` fields.
-    var byName: [String: Int]?
-    /// Whether a name occurs twice (no encoder writes that): then only the last counts,
-    /// so lookups never start at `next`.
-    var hasDuplicates = false
+    var lookup = FieldLookupState()
 }
 
 /// A keyed value's fields, in one allocation.
 final class RecordFields: ManagedBuffer<RecordFieldsHeader, RecordField> {
-    /// The most fields looked up by comparing names one by one.
-    static let scanned = 16
-
     static func make(count: Int, bytes: [UInt8], offset: Int, link: CodingPathLink?) -> RecordFields {
         unsafeDowncast(create(minimumCapacity: count) { _ in RecordFieldsHeader(bytes: bytes, offset: offset, link: link) },
                        to: RecordFields.self)
@@ -369,89 +489,12 @@ final class RecordFields: ManagedBuffer<RecordFieldsHeader, RecordField> {
         position(of: name).map { self[$0].value }
     }
 
-    /// Notes names that occur twice, and builds the name table of a large value.
-    fileprivate func findDuplicates(in raw: UnsafeRawBufferPointer) {
-        withUnsafeMutablePointers { header, fields in
-            let count = header.pointee.count
-            guard count > 1 else { return }
-            if count <= Self.scanned {
-                for later in 1..<count {
-                    let name = fields[later].name
-                    for earlier in 0..<later where fields[earlier].head == fields[later].head && fields[earlier].name.count == name.count {
-                        if name.count <= 8
-                            || memcmp(raw.baseAddress! + fields[earlier].name.lowerBound, raw.baseAddress! + name.lowerBound, name.count) == 0 {
-                            header.pointee.hasDuplicates = true
-                            return
-                        }
-                    }
-                }
-            } else {
-                var byName: [String: Int] = [:]
-                byName.reserveCapacity(count)
-                for index in 0..<count {
-                    let field = fields[index]
-                    byName[String(decoding: UnsafeRawBufferPointer(rebasing: raw[field.name]), as: UTF8.self)] = index
-                }
-                header.pointee.hasDuplicates = byName.count < count
-                header.pointee.byName = byName
-            }
-        }
-    }
-
     /// The position of the field named `name` (the last of that name: D2), or nil.
     func position(of name: String) -> Int? {
-        if let found = name.utf8.withContiguousStorageIfAvailable({ position(of: UnsafeRawBufferPointer($0)) }) { return found }
-        var name = name
-        return name.withUTF8 { position(of: UnsafeRawBufferPointer($0)) }
-    }
-
-    private func position(of wanted: UnsafeRawBufferPointer) -> Int? {
-        let head = Self.head(of: wanted)
-        return withUnsafeMutablePointers { header, fields -> Int? in
-            let count = header.pointee.count
-            let next = header.pointee.next
-            func matches(_ field: RecordField) -> Bool {
-                guard field.head == head, field.name.count == wanted.count else { return false }
-                guard wanted.count > 8 else { return true }
-                return header.pointee.bytes.withUnsafeBytes { raw in
-                    memcmp(raw.baseAddress! + field.name.lowerBound + 8, wanted.baseAddress! + 8, wanted.count - 8) == 0
-                }
+        withUnsafeMutablePointers { header, fields in
+            header.pointee.bytes.withUnsafeBytes { raw in
+                FieldLookup(raw: raw, fields: fields, count: header.pointee.count).position(of: name, &header.pointee.lookup)
             }
-            if next < count, !header.pointee.hasDuplicates, matches(fields[next]) {
-                header.pointee.next = next + 1
-                return next
-            }
-            let found: Int?
-            if let byName = header.pointee.byName {
-                found = byName[String(decoding: wanted, as: UTF8.self)]
-            } else {
-                var index = count - 1
-                while index >= 0, !matches(fields[index]) { index -= 1 }
-                found = index >= 0 ? index : nil
-            }
-            if let found { header.pointee.next = found + 1 }
-            return found
         }
-    }
-
-    /// The first eight bytes of a name (zeros after a shorter one), little-endian: with its
-    /// length, enough to tell most names apart without reading them again.
-    @inline(__always)
-    static func head(of name: UnsafeRawBufferPointer) -> UInt64 {
-        head(of: name, 0..<name.count)
-    }
-
-    /// The head of the name at `range` of `raw` (within it).
-    @inline(__always)
-    static func head(of raw: UnsafeRawBufferPointer, _ range: Range<Int>) -> UInt64 {
-        let count = range.count
-        if range.lowerBound + 8 <= raw.count {
-            // One load; the bytes past a shorter name (still inside the buffer) masked off.
-            let word = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: range.lowerBound, as: UInt64.self))
-            return count >= 8 ? word : word & ((1 << (8 * UInt64(count))) - 1)
-        }
-        var head: UInt64 = 0
-        for index in 0..<min(count, 8) { head |= UInt64(raw[range.lowerBound + index]) << (8 * UInt64(index)) }
-        return head
     }
 }

@@ -13,13 +13,13 @@ public struct Repository<R: Record> {
     @usableFromInline let indexes: IndexMaintenance<R>
     @usableFromInline var prefix: [UInt8] { shape.recordPrefix }
     /// How records are read when `R` is `RecordReadable`.
-    private let read: (@Sendable (RecordReader) throws -> R)?
+    @usableFromInline let read: (@Sendable (borrowing RecordReader) throws -> R)?
 
     init(context: Context) {
         self.context = context
         shape = RecordTypeCache.shape(of: R.self)
         indexes = IndexMaintenance(context: context, shape: shape)
-        read = shape.reader as? @Sendable (RecordReader) throws -> R
+        read = shape.reader as? @Sendable (borrowing RecordReader) throws -> R
     }
 
     private func key(_ id: R.ID) -> [UInt8] { prefix + id.keyBytes }
@@ -249,29 +249,32 @@ public struct Repository<R: Record> {
     /// Hands `body` each candidate record's key and bytes that `plan` reads, in the plan's
     /// order, until it returns false.
     @usableFromInline
-    func forEachCandidate(_ plan: QueryPlan, _ body: (_ key: [UInt8], _ bytes: [UInt8]) throws -> Bool) throws {
+    func forEachCandidate(_ plan: QueryPlan, _ body: (_ key: [UInt8], _ bytes: UnsafeRawBufferPointer) throws -> Bool) throws {
+        // Records are handed over where their bytes lie: with nothing staged, in the
+        // memtable or a page of the snapshot (no copy); else as the context reads them.
+        let snapshot = try context.snapshotWhenUnstaged()
+        func read(_ key: [UInt8]) throws -> Bool {
+            if let snapshot {
+                return try snapshot.withValue(forKey: key) { value in try value.withUnsafeBytes { try body(key, $0) } } ?? true
+            }
+            guard let bytes = try context.get(key) else { return true }
+            return try bytes.withUnsafeBytes { try body(key, $0) }
+        }
         switch plan.access {
         case let .point(id):
-            let key = prefix + id
-            if let bytes = try context.get(key) { _ = try body(key, bytes) }
+            _ = try read(prefix + id)
         case let .range(lower, upper):
-            try context.forEach(from: lower.map { prefix + $0 }, to: upper.map { prefix + $0 }, prefix: prefix, body)
+            try context.forEachLent(from: lower.map { prefix + $0 }, to: upper.map { prefix + $0 }, prefix: prefix) { key, value in
+                try value.withUnsafeBytes { try body(key.withUnsafeBytes { Array($0) }, $0) }
+            }
         case let .index(index, lower, upper):
             // Each entry's value is a record id; the records are read in index order.
-            func read(_ id: [UInt8]) throws -> Bool {
-                let key = prefix + id
-                guard let bytes = try context.get(key) else { return true }
-                return try body(key, bytes)
-            }
             guard let sorted = plan.sortedBy, sorted.reverse, !index.isUnique else {
                 // One record key, rewritten for each entry (copied only if `body` keeps it).
                 var key = prefix
-                return try context.withPointReads { get in
-                    try context.forEachLent(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in
-                        id.withUnsafeBytes { key.replaceSubrange(prefix.count..., with: $0) }
-                        guard let bytes = try get(key) else { return true }
-                        return try body(key, bytes)
-                    }
+                return try context.forEachLent(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in
+                    id.withUnsafeBytes { key.replaceSubrange(prefix.count..., with: $0) }
+                    return try read(key)
                 }
             }
             // Backwards, records with equal values still come in id order, as a stable
@@ -281,7 +284,7 @@ public struct Repository<R: Record> {
             var groupValue: ArraySlice<UInt8> = []
             var going = true
             func flush() throws {
-                for id in group.reversed() where going { going = try read(id) }
+                for id in group.reversed() where going { going = try read(prefix + id) }
                 group.removeAll(keepingCapacity: true)
             }
             try context.forEach(from: lower, to: upper, reverse: true) { key, id in
@@ -296,10 +299,11 @@ public struct Repository<R: Record> {
             if going { try flush() }
         case let .indexEntry(_, entry):
             guard let id = try context.get(entry) else { return }
-            let key = prefix + id
-            if let bytes = try context.get(key) { _ = try body(key, bytes) }
+            _ = try read(prefix + id)
         case .scan:
-            try context.forEach(prefix: prefix, body)
+            try context.forEachLent(prefix: prefix) { key, value in
+                try value.withUnsafeBytes { try body(key.withUnsafeBytes { Array($0) }, $0) }
+            }
         }
     }
 
@@ -318,13 +322,28 @@ public struct Repository<R: Record> {
 
     @usableFromInline
     func decode(_ bytes: [UInt8], key: [UInt8]) throws -> R {
+        try bytes.withUnsafeBytes { try decode($0, key: key) }
+    }
+
+    /// The record in `bytes`, read where they lie when `R` is `RecordReadable`.
+    /// Inlinable, so that it is specialized where it is called: run unspecialized, its
+    /// reader's result cost a run-time metadata lookup per record.
+    @inlinable
+    func decode(_ bytes: UnsafeRawBufferPointer, key: [UInt8]) throws -> R {
         do {
-            return try RecordDecoder().decode(R.self, from: bytes, reading: read)
-        } catch let error as RecordError {
-            throw error
+            if let read { return try RecordReader.read(bytes, read) }
+            return try RecordDecoder().decode(R.self, from: Array(bytes))
         } catch {
-            throw RecordError.decoding(entity: RecordTypeCache.entityName(of: R.self), key: renderKey(key), reason: "\(error)")
+            throw decodingError(error, key: key)
         }
+    }
+
+    /// What a failed decode of the record at `key` throws: a `RecordError` as it is, any
+    /// other error as `RecordError.decoding` naming the entity and key.
+    @usableFromInline
+    func decodingError(_ error: any Error, key: [UInt8]) -> any Error {
+        if let error = error as? RecordError { return error }
+        return RecordError.decoding(entity: RecordTypeCache.entityName(of: R.self), key: renderKey(key), reason: "\(error)")
     }
 }
 
