@@ -105,6 +105,37 @@ import Testing
         }
     }
 
+    /// Varints of one to three bytes are read in place (longer ones through `Varint`), in
+    /// their shortest form only: a value padded with a zero byte is malformed, through the
+    /// decoder and a reader alike.
+    @Test func varintsAreReadInTheirShortestFormOnly() throws {
+        /// A record of an unsigned field `x` whose varint is `varint`, then a nil field `y`
+        /// (so the varint is not at the end of the bytes).
+        func record(_ varint: [UInt8]) -> [UInt8] { [1, 9, 2, 1, UInt8(ascii: "x"), 4] + varint + [1, UInt8(ascii: "y"), 0] }
+        func varint(_ value: UInt64) -> [UInt8] {
+            var bytes: [UInt8] = []
+            var rest = value
+            while rest >= 0x80 {
+                bytes.append(UInt8(rest & 0x7F) | 0x80)
+                rest >>= 7
+            }
+            return bytes + [UInt8(rest)]
+        }
+        struct X: Decodable { var x: UInt64 }
+        for value: UInt64 in [0, 1, 127, 128, 300, 16_383, 16_384, 1 << 21 - 1, 1 << 21, 1 << 40, .max] {
+            let bytes = record(varint(value))
+            #expect(try RecordDecoder().decode(X.self, from: bytes).x == value)
+            #expect(try bytes.withUnsafeBytes { raw in try RecordReader.read(raw) { try $0.decode(UInt64.self, forKey: "x") } } == value)
+        }
+        for padded: [UInt8] in [[0x81, 0x00], [0x81, 0x80, 0x00], [0x80, 0x80, 0x80, 0x00]] {
+            let bytes = record(padded)
+            #expect(throws: RecordError.self, "\(padded)") { try RecordDecoder().decode(X.self, from: bytes) }
+            #expect(throws: RecordError.self, "\(padded)") {
+                try bytes.withUnsafeBytes { raw in try RecordReader.read(raw) { try $0.decode(UInt64.self, forKey: "x") } }
+            }
+        }
+    }
+
     /// `init(from:)` takes `any Decoder`: a decoder of more than three words would be
     /// boxed on the heap for every value decoded.
     @Test func aDecoderFitsAnExistentialsInlineBuffer() {

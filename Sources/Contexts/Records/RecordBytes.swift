@@ -226,13 +226,28 @@ struct RecordScanner {
         return raw[offset]
     }
 
-    /// An unsigned LEB128 varint of at most 10 bytes in its shortest form (B2): one byte
-    /// here, longer ones through `Varint`.
+    /// An unsigned LEB128 varint of at most 10 bytes in its shortest form (B2): up to
+    /// three bytes here (a last byte of zero is not the shortest form), longer ones and
+    /// every error through `Varint`.
     @inline(__always)
     mutating func varint() throws(RecordError) -> UInt64 {
-        if offset < raw.count, raw[offset] < 0x80 {
-            defer { offset += 1 }
-            return UInt64(raw[offset])
+        if offset < raw.count {
+            let first = UInt64(raw[offset])
+            if first < 0x80 {
+                offset += 1
+                return first
+            }
+            if offset + 2 < raw.count {
+                let second = UInt64(raw[offset + 1]), third = UInt64(raw[offset + 2])
+                if second < 0x80, second != 0 {
+                    offset += 2
+                    return first & 0x7F | second << 7
+                }
+                if second >= 0x80, third < 0x80, third != 0 {
+                    offset += 3
+                    return first & 0x7F | (second & 0x7F) << 7 | third << 14
+                }
+            }
         }
         let start = offset
         do {
@@ -427,7 +442,18 @@ struct FieldLookup {
     /// length, enough to tell most names apart without reading them again.
     @inline(__always)
     static func head(of name: UnsafeRawBufferPointer) -> UInt64 {
-        head(of: name, 0..<name.count)
+        guard let base = name.baseAddress else { return 0 }
+        let count = name.count
+        if count >= 8 { return UInt64(littleEndian: base.loadUnaligned(as: UInt64.self)) }
+        if count >= 4 {
+            // Two loads of four that overlap when the name is shorter than eight.
+            let low = UInt64(UInt32(littleEndian: base.loadUnaligned(as: UInt32.self)))
+            let high = UInt64(UInt32(littleEndian: base.loadUnaligned(fromByteOffset: count - 4, as: UInt32.self)))
+            return low | high << (8 * UInt64(count - 4))
+        }
+        var head: UInt64 = 0
+        for index in 0..<count { head |= UInt64(base.load(fromByteOffset: index, as: UInt8.self)) << (8 * UInt64(index)) }
+        return head
     }
 
     /// The head of the name at `range` of `raw` (within it).
