@@ -566,6 +566,10 @@ struct MemtableIterator: IteratorProtocol {
     /// than `nearbyBytes` in the arena (-1 once they were too few for reading ahead).
     private var stepped = 0
     private var farSteps = 0
+    /// Batches read so far, and for the last one checked against a bound (`before(_:)`),
+    /// how many of its first nodes come before it.
+    private var batches = 0
+    private var checked: (batch: Int, before: Int) = (0, 0)
     /// Nodes a forward walk follows one by one before it reads ahead: a point lookup
     /// through an index, a walk of one or two nodes, allocates nothing.
     static let lookaheadAfter = 4
@@ -656,10 +660,35 @@ struct MemtableIterator: IteratorProtocol {
             batch = lookahead.unsafelyUnwrapped.batch
         }
         batchCount = lookahead.unsafelyUnwrapped.fill()
+        batches += 1
         batchPosition = 0
         guard batchCount > 0 else { return nil }
         batchPosition = 1
         return batch.unsafelyUnwrapped[0]
+    }
+
+    /// Whether the node `nextNode` returned last comes before `bound`, known without
+    /// comparing its key: the walk took a node after it from the read-ahead batch (the
+    /// first node of the next key, `node`), and that node lies among the batch's first
+    /// nodes that come before `bound`, found once a batch by a binary search (the batch is
+    /// in key order, L1 of MemtableLookahead.swift). `bound` must be the same on every
+    /// call. False when the walk does not read ahead (yet): the caller compares.
+    @inline(__always)
+    mutating func handedOut(before bound: UnsafeRawBufferPointer) -> Bool {
+        guard batchCount > 0 else { return false }
+        if checked.batch != batches { checked = (batches, batchNodes(before: bound)) }
+        return batchPosition - 1 < checked.before
+    }
+
+    /// How many of the current batch's first nodes come before `bound`.
+    private func batchNodes(before bound: UnsafeRawBufferPointer) -> Int {
+        let batch = batch.unsafelyUnwrapped
+        var (low, high) = (0, batchCount)
+        while low < high {
+            let middle = (low + high) / 2
+            if compareBytes(batch[middle].key, bound) < 0 { low = middle + 1 } else { high = middle }
+        }
+        return low
     }
 
     /// Whether the walk reads ahead (tests).

@@ -245,8 +245,8 @@ struct RangeWalk {
         while let (key, value) = try next() {
             guard try deliver(key, value) else { return }
             var stopped = false
-            _ = try merge.continueRun { key, value in
-                switch Self.verdict(key, lower: lower, upper: upper, reverse: reverse) {
+            _ = try merge.continueRun(below: reverse ? nil : upper) { key, value, inRange in
+                switch inRange ? .take : Self.verdict(key, lower: lower, upper: upper, reverse: reverse) {
                 case .stop:
                     stopped = true
                     return false
@@ -331,9 +331,13 @@ struct MergedScan {
     /// After a pair that came from one source alone, hands `visit` the pairs that follow
     /// from that source while they come before every other source's head (one comparison
     /// each), until `visit` returns false. Returns false when `visit` did; true when the run
-    /// ended, and `next()` goes on from there.
+    /// ended, and `next()` goes on from there. With `bound` (a forward walk's upper bound,
+    /// the same on every call), `visit` is also told when a key is known to come before it
+    /// without comparing (`MemtableIterator.handedOut(before:)`): a walk of the active
+    /// memtable that reads ahead compares a few keys a batch, not every key.
     @inline(__always)
-    mutating func continueRun(_ visit: (UnsafeRawBufferPointer, WalkValue?) throws -> Bool) throws -> Bool {
+    mutating func continueRun(below bound: UnsafeRawBufferPointer?,
+                              _ visit: (UnsafeRawBufferPointer, WalkValue?, _ beforeBound: Bool) throws -> Bool) throws -> Bool {
         guard let source = winner else { return true }
         while true {
             guard let key = try advance(source), rival.map({ Self.precedes(key, $0, reverse: reverse) }) ?? true else {
@@ -342,7 +346,8 @@ struct MergedScan {
                 consumed = (false, false, false)
                 return true
             }
-            guard try visit(key, try value(source)) else { return false }
+            let before = if source == .active, let bound { active.handedOut(before: bound) } else { false }
+            guard try visit(key, try value(source), before) else { return false }
         }
     }
 

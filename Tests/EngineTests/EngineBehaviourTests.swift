@@ -34,6 +34,60 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect(try snapshot.count(limit: 0) == 0)
     }
 
+    /// A forward walk of keys written in random order reads ahead, and stops at its upper
+    /// bound without comparing every key to it (`MemtableIterator.handedOut(before:)`):
+    /// counts and walks of random ranges, with rewritten and deleted keys, at an older
+    /// snapshot and the newest, give what the writes left in the range, no key more or less.
+    @Test func aWalkThatReadsAheadStopsAtItsBound() throws {
+        var random = SplitMix64(seed: 12)
+        print("aWalkThatReadsAheadStopsAtItsBound seed 12")
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem())
+        defer { try? engine.close() }
+        func key(_ number: UInt64) -> [UInt8] { Array(String(format: "k%06llu", number).utf8) }
+        var model: [[UInt8]: [UInt8]] = [:]
+        var older: (snapshot: Snapshot, model: [[UInt8]: [UInt8]])?
+        for round in 0..<30 {
+            var batch = WALBatch()
+            var written = Set<[UInt8]>()
+            for _ in 0..<400 {
+                let key = key(random.next() % 20_000)
+                guard written.insert(key).inserted else { continue }
+                if random.next() % 6 == 0 {
+                    batch.delete(key)
+                    model[key] = nil
+                } else {
+                    let value = [UInt8(truncatingIfNeeded: round)]
+                    batch.put(key, value)
+                    model[key] = value
+                }
+            }
+            try engine.commit(batch)
+            if round == 15 { older = (engine.snapshot(), model) }
+        }
+        let newest = (snapshot: engine.snapshot(), model: model)
+        var readAhead = false
+        for (snapshot, model) in [older!, newest] {
+            let sorted = model.keys.sorted { compareKeys($0, $1) < 0 }
+            for _ in 0..<40 {
+                let from = random.next() % 20_000
+                let to = from + random.next() % 3_000
+                let expected = sorted.filter { compareKeys($0, key(from)) >= 0 && compareKeys($0, key(to)) < 0 }
+                let range = KeyRange(from: key(from), to: key(to))
+                #expect(try snapshot.count(range) == expected.count, "\(from)..<\(to)")
+                var walked: [[UInt8]] = []
+                try snapshot.forEach(range) { key, value in
+                    walked.append(key.withUnsafeBytes { Array($0) })
+                    return true
+                }
+                #expect(walked.elementsEqual(expected), "\(from)..<\(to): walked \(walked.count), expected \(expected.count)")
+                var iterator = snapshot.state.active.entries(from: key(from), reverse: false, at: snapshot.version)
+                for _ in 0..<(4 * MemtableIterator.lookaheadAfter) { _ = iterator.next() }
+                readAhead = readAhead || iterator.readsAhead
+            }
+        }
+        #expect(readAhead)
+    }
+
     /// A checkpoint asked for leaves the next memtable's index sparse (no memory until keys
     /// come); one the writes start backs it with memory at once, so that the commits
     /// arriving meanwhile take no page fault per key.
