@@ -260,6 +260,21 @@ final class Memtable: @unchecked Sendable {
         return MemtableIterator(memtable: self, node: node, version: version, reverse: reverse)
     }
 
+    /// How many keys of `range` have a value (their newest change at or below `version` is
+    /// not a delete), counting no further than `limit`: a forward walk that reads ahead and
+    /// compares a few keys a batch to the range's end (`MemtableIterator.handedOut`).
+    func count(_ range: KeyRange, at version: UInt64, limit: Int) -> Int {
+        var iterator = entries(from: range.lower, reverse: false, at: version)
+        var count = 0
+        range.upper.withUnsafeBytesIfPresent { upper in
+            while count < limit, let node = iterator.nextNode() {
+                if let upper, !iterator.handedOut(before: upper), compareBytes(node.key, upper) >= 0 { return }
+                if node.value != nil { count += 1 }
+            }
+        }
+        return count
+    }
+
     /// Checks K1 at every level and the node count (tests only: O(n)).
     func checkInvariants() -> Bool {
         var nodes = 0

@@ -108,6 +108,13 @@ public final class Snapshot: Sendable {
     /// makes, with no pair handed out (a value in overflow pages is not read).
     public func count(_ range: KeyRange = KeyRange(), limit: Int = .max) throws -> Int {
         guard limit > 0 else { return 0 }
+        // All in the active memtable (nothing frozen, no key of the range in the tree):
+        // its own walk, with no merge.
+        if state.frozen?.isEmpty ?? true {
+            var tree = try state.tree.cursor(from: range.lower, reverse: false, file: engine.pageFile)
+            let treeHasNone = try tree.currentKey().map { key in range.upper.map { upper in upper.withUnsafeBytes { compareBytes(key, $0) >= 0 } } ?? false } ?? true
+            if treeHasNone { return state.active.count(range, at: state.version, limit: limit) }
+        }
         var walk = try RangeWalk(snapshot: self, range: range, reverse: false)
         var count = 0
         try walk.forEach { _, _ in
