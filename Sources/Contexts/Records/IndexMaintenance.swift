@@ -94,6 +94,7 @@ struct IndexMaintenance<R: Record> {
 
     /// The indexes a fetch may use: those the manifest lists as built, or all of them
     /// while the entity has no record (nothing can be missing from them). Stages nothing.
+    @usableFromInline
     func usable() throws -> [PlannedIndex] {
         guard !shape.indexes.isEmpty else { return [] }
         let manifest = try context.get(manifestKey)

@@ -59,6 +59,7 @@ struct PlanTerm {
 
 /// The terms anded at the top of a predicate, and how many conjuncts there are in all
 /// (more than terms when some conjunct is not a comparison the planner knows).
+@usableFromInline
 struct PredicateTerms {
     var terms: [PlanTerm] = []
     var conjuncts = 0
@@ -78,10 +79,12 @@ enum NodeShape: Sendable {
     case other
 }
 
+@usableFromInline
 enum PredicateShapes {
     private static let readers = Mutex<[ObjectIdentifier: NodeReader]>([:])
 
     /// The terms of `predicate`'s expression.
+    @usableFromInline
     static func terms<each Input>(of predicate: Predicate<repeat each Input>) -> PredicateTerms {
         read(predicate.expression)
     }

@@ -50,6 +50,7 @@ struct QueryPlan {
 
     /// Plans the read of `shape`'s records for a predicate with `predicate`'s terms (nil:
     /// no predicate, every record) through the `usable` indexes.
+    @usableFromInline
     init(_ predicate: PredicateTerms?, shape: RecordShape, indexes usable: [PlannedIndex]) {
         guard let predicate else {
             isExact = true
@@ -72,6 +73,7 @@ struct QueryPlan {
     /// Reads the records in the order of a single sort on `keyPath` through an index when
     /// one allows it (an indexed key path whose index order is its value order, and a
     /// plan that reads no other index or id range); false when the sort stays in memory.
+    @usableFromInline
     mutating func pushDown(_ keyPath: AnyKeyPath, reverse: Bool, shape: RecordShape, indexes: [PlannedIndex]) -> Bool {
         // The sorted key path must be an index's last component (ties then come in id
         // order, as a stable sort leaves them), with an equality on every one before it.
@@ -143,6 +145,9 @@ struct QueryPlan {
     /// it answers none.
     private static func read(_ index: PlannedIndex, _ terms: [Term])
         -> (lower: [UInt8], upper: [UInt8]?, used: [UsedTerm], equalities: Int, exact: Bool)? {
+        // No term on the first component: the index answers none (checked before anything
+        // is built, as it is for most indexes a plan looks at).
+        guard let first = index.components.first, terms.contains(where: { $0.facts.field == first.field }) else { return nil }
         var base = index.keyPrefix
         var lower = base
         var upper = keyAfterPrefix(base)

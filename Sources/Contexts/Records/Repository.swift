@@ -211,7 +211,10 @@ public struct Repository<R: Record> {
 
     // MARK: Internals
 
-    @usableFromInline
+    /// Inlinable, so that it is specialized where it is called: run unspecialized, it
+    /// looked up the metadata of `Predicate<R>`, `SortDescriptor<R>` and their optionals at
+    /// run time on every query.
+    @inlinable
     func queryPlan(_ predicate: Predicate<R>?, sortBy: [SortDescriptor<R>]) throws -> QueryPlan {
         let usable = try indexes.usable()
         var terms: PredicateTerms?
