@@ -33,8 +33,10 @@ struct QueryPlan {
     /// A term the access uses: the field it is on, its operator, its place in `terms`.
     private typealias UsedTerm = (field: String, op: PlanOperator, term: Int)
 
-    /// A term and what its key path is to the record type.
-    private typealias Term = (term: PlanTerm, facts: RecordShape.KeyPathFacts)
+    /// A term's operator and what its key path is to the record type (its constant stays
+    /// in `terms`, at the same position: copying a term retains its key path and copies its
+    /// constant's box).
+    private typealias Term = (op: PlanOperator, facts: RecordShape.KeyPathFacts)
 
     /// Whether what the access reads is exactly what the predicate holds for: every term
     /// is one the access uses, on an id or index whose bytes order and compare as the
@@ -59,7 +61,7 @@ struct QueryPlan {
         self.terms = predicate.terms
         var terms: [Term] = []
         terms.reserveCapacity(predicate.terms.count)
-        for term in predicate.terms { terms.append((term, shape.facts(term.keyPath))) }
+        for term in predicate.terms { terms.append((term.op, shape.facts(term.keyPath))) }
         let everyTermPlanned = predicate.terms.count == predicate.conjuncts
         if planID(terms, shape: shape) {
             isExact = everyTermPlanned && shape.exactIDs && usedTerms.count == terms.count
@@ -97,10 +99,10 @@ struct QueryPlan {
     private mutating func planID(_ terms: [Term], shape: RecordShape) -> Bool {
         var lower: [UInt8]?
         var upper: [UInt8]?
-        for (position, (term, facts)) in terms.enumerated() where facts.isID {
-            guard let bytes = shape.idBytes(term.constant) else { continue }
-            usedTerms.append(("id", term.op, position))
-            switch term.op {
+        for (position, (op, facts)) in terms.enumerated() where facts.isID {
+            guard let bytes = shape.idBytes(self.terms[position].constant) else { continue }
+            usedTerms.append(("id", op, position))
+            switch op {
             case .equal:
                 access = .point(id: bytes)
                 usedTerms = [("id", .equal, position)]
@@ -125,7 +127,7 @@ struct QueryPlan {
             // Unique indexes with an equality, any with an equality, then ranges.
             let (wantEquality, unique) = (pass < 2, pass % 2 == 0)
             for index in indexes where index.isUnique == unique {
-                guard let reading = Self.read(index, terms) else { continue }
+                guard let reading = Self.read(index, terms, constants: self.terms) else { continue }
                 guard reading.equalities > 0 || !wantEquality else { continue }
                 if index.isUnique && reading.equalities == index.components.count {
                     access = .indexEntry(index, key: reading.lower)
@@ -140,10 +142,10 @@ struct QueryPlan {
         }
     }
 
-    /// How `index` serves `terms`: the range of entries, the terms it answers, how many
-    /// leading components have an equality, and whether it answers them exactly; nil when
-    /// it answers none.
-    private static func read(_ index: PlannedIndex, _ terms: [Term])
+    /// How `index` serves `terms` (whose constants are in `constants`): the range of
+    /// entries, the terms it answers, how many leading components have an equality, and
+    /// whether it answers them exactly; nil when it answers none.
+    private static func read(_ index: PlannedIndex, _ terms: [Term], constants: [PlanTerm])
         -> (lower: [UInt8], upper: [UInt8]?, used: [UsedTerm], equalities: Int, exact: Bool)? {
         // No term on the first component: the index answers none (checked before anything
         // is built, as it is for most indexes a plan looks at).
@@ -157,15 +159,11 @@ struct QueryPlan {
         for component in index.components {
             // An equality fixes this component's value: the next one is read in order
             // under it. (Other terms on the component are left to the evaluation.)
-            var applicable: [(op: PlanOperator, term: Int, bytes: [UInt8])] = []
             var equality: (term: Int, bytes: [UInt8])?
-            for (position, (term, facts)) in terms.enumerated() where facts.field == component.field {
-                guard let bytes = component.constantBytes(term.constant) else { continue }
-                if term.op == .equal {
-                    equality = (position, bytes)
-                    break
-                }
-                applicable.append((term.op, position, bytes))
+            for (position, term) in terms.enumerated() where term.facts.field == component.field && term.op == .equal {
+                guard let bytes = component.constantBytes(constants[position].constant) else { continue }
+                equality = (position, bytes)
+                break
             }
             if let equality {
                 base += equality.bytes
@@ -176,16 +174,17 @@ struct QueryPlan {
                 exact = exact && component.isExact
                 continue
             }
-            for (op, term, bytes) in applicable {
+            for (position, term) in terms.enumerated() where term.facts.field == component.field {
+                guard let bytes = component.constantBytes(constants[position].constant) else { continue }
                 let start = base + bytes
                 let after = keyAfterPrefix(start)
-                switch op {
+                switch term.op {
                 case .greater: if let after { lower = larger(lower, after) } else { upper = lower }
                 case .greaterOrEqual: lower = larger(lower, start)
                 case .less: upper = smallerOptional(upper, start)
                 case .lessOrEqual, .equal: upper = smallerOptional(upper, after)
                 }
-                used.append((component.name, op, term))
+                used.append((component.name, term.op, position))
                 exact = exact && component.rangesExactly
             }
             break
