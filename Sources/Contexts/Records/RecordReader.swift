@@ -233,6 +233,12 @@ extension RecordDecoder {
         return try bytes.withUnsafeBytes { try RecordReader.read($0, read) }
     }
 
+    /// The record in `bytes` read through `T`'s `init(record:)`, as a repository reads it
+    /// (the fuzz targets' way in).
+    package func decode<T: RecordReadable>(reading type: T.Type, from bytes: [UInt8]) throws -> T {
+        try decode(type, from: bytes) { try T(record: $0) }
+    }
+
     /// `init(record:)` of `type` as a function returning `R`, when `type` is `R` and
     /// conforms to `RecordReadable` (found once per type: `RecordShape`).
     static func reading<R>(_ type: R.Type) -> (@Sendable (borrowing RecordReader) throws -> R)? {

@@ -207,12 +207,39 @@ public enum FuzzTargets {
         public var nested: [[Int8]]
     }
 
+    /// `FuzzRecord` read field by field through a `RecordReader`, as a repository reads a
+    /// `RecordReadable` type.
+    public struct FuzzReadRecord: RecordReadable {
+        public var id: Int64
+        public var title: String
+        public var count: UInt32
+        public var kind: FuzzRecord.Kind?
+        public var parts: [FuzzRecord.Part]
+        public var blob: Data
+        public var nested: [[Int8]]
+
+        public init(record: borrowing RecordReader) throws {
+            id = try record.decode(Int64.self, forKey: "id")
+            title = try record.decode(String.self, forKey: "title")
+            count = try record.decode(UInt32.self, forKey: "count")
+            kind = try record.decodeIfPresent(FuzzRecord.Kind.self, forKey: "kind")
+            parts = try record.decode([FuzzRecord.Part].self, forKey: "parts")
+            blob = try record.decode(Data.self, forKey: "blob")
+            nested = try record.decode([[Int8]].self, forKey: "nested")
+        }
+    }
+
     /// Record bytes (FORMAT.md, "Records"): they decode to a record of a many-shaped type or
     /// give a typed error; what decodes re-encodes, decodes and re-encodes to the same bytes
-    /// (compared as bytes: a NaN field is not equal to itself).
+    /// (compared as bytes: a NaN field is not equal to itself). A `RecordReader` reading the
+    /// same fields in place gives a typed error too, or the same record.
     public static func recordDecoder(_ bytes: [UInt8]) {
+        let read = try? RecordDecoder().decode(reading: FuzzReadRecord.self, from: bytes)
         guard let record = try? RecordDecoder().decode(FuzzRecord.self, from: bytes) else { return }
         guard let again = try? RecordEncoder().encode(record) else { preconditionFailure("a decoded record does not encode") }
+        guard let read, (try? RecordEncoder().encode(read)) == again else {
+            preconditionFailure("a record that decodes reads otherwise through a RecordReader")
+        }
         guard let decodedAgain = try? RecordDecoder().decode(FuzzRecord.self, from: again),
               (try? RecordEncoder().encode(decodedAgain)) == again else {
             preconditionFailure("a decoded record does not round-trip")
