@@ -414,6 +414,7 @@ struct FieldLookup {
         return name.withUTF8 { position(of: UnsafeRawBufferPointer($0), &state) }
     }
 
+    @inline(__always)
     func position(of wanted: UnsafeRawBufferPointer, _ state: inout FieldLookupState) -> Int? {
         let head = Self.head(of: wanted)
         let next = state.next
@@ -517,9 +518,15 @@ final class RecordFields: ManagedBuffer<RecordFieldsHeader, RecordField> {
 
     /// The position of the field named `name` (the last of that name: D2), or nil.
     func position(of name: String) -> Int? {
+        if let found = name.utf8.withContiguousStorageIfAvailable({ position(of: UnsafeRawBufferPointer($0)) }) { return found }
+        var name = name
+        return name.withUTF8 { position(of: UnsafeRawBufferPointer($0)) }
+    }
+
+    private func position(of wanted: UnsafeRawBufferPointer) -> Int? {
         withUnsafeMutablePointers { header, fields in
             header.pointee.bytes.withUnsafeBytes { raw in
-                FieldLookup(raw: raw, fields: fields, count: header.pointee.count).position(of: name, &header.pointee.lookup)
+                FieldLookup(raw: raw, fields: fields, count: header.pointee.count).position(of: wanted, &header.pointee.lookup)
             }
         }
     }
