@@ -39,6 +39,9 @@ public final class Context {
     /// This context's staged writes.
     private(set) var overlay = Overlay()
     private var children: [WeakContext] = []
+    /// A read-only context's last answer to which of a record type's indexes a query may
+    /// use, and the version it holds for (`IndexMaintenance.usable`).
+    var usableIndexes: (version: UInt64, shape: RecordShape, indexes: [PlannedIndex])?
 
     init(store: Store, snapshot: Snapshot, mergePolicy: MergePolicy, isReadOnly: Bool = false) {
         self.store = store

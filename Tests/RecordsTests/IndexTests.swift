@@ -1,4 +1,4 @@
-import Strata
+@testable import Strata
 import StrataTesting
 import Foundation
 import TestBackends
@@ -156,12 +156,21 @@ struct PlainMember: Record {
             let before = try store.write { try $0.repository(Member.self).explain(#Predicate<Member> { $0.city == "Rome" }) }
             #expect(before.hasPrefix("read: scan of every Member"), "\(before)")
             #expect(store.version == version)
+            // A read-only context keeps what it learned of the indexes for its version only.
+            let reader = store.makeReadOnlyContext()
+            defer { reader.discard() }
+            let unbuilt = try reader.repository(Member.self).explain(#Predicate<Member> { $0.city == "Rome" })
+            #expect(unbuilt.hasPrefix("read: scan of every Member"), "\(unbuilt)")
             // The first write builds every declared index.
             let plan = try store.write { unit in
                 try unit.repository(Member.self).update(Member(id: 29, email: "p29@x", city: "Oslo", age: 49, nickname: nil))
                 return try unit.repository(Member.self).explain(#Predicate<Member> { $0.city == "Rome" })
             }
             #expect(plan.hasPrefix("read: index city where city == Rome;"), "\(plan)")
+            #expect(try reader.repository(Member.self).explain(#Predicate<Member> { $0.city == "Rome" }) == unbuilt)
+            try reader.refresh()
+            let refreshed = try reader.repository(Member.self).explain(#Predicate<Member> { $0.city == "Rome" })
+            #expect(refreshed.hasPrefix("read: index city where city == Rome;"), "\(refreshed)")
             #expect(try store.makeContext().scan(prefix: [0xFE, UInt8(ascii: "i")]).count == 30 * Member.indexes.count)
             let rome = try store.makeContext().repository(Member.self).fetch(#Predicate<Member> { $0.city == "Rome" })
             #expect(rome.map(\.id) == Array(stride(from: 0, to: 30, by: 2)))

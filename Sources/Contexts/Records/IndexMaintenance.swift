@@ -97,6 +97,21 @@ struct IndexMaintenance<R: Record> {
     @usableFromInline
     func usable() throws -> [PlannedIndex] {
         guard !shape.indexes.isEmpty else { return [] }
+        // A read-only context sees its snapshot and nothing else: the answer holds for
+        // every query at that version (its last answer is kept, per record type).
+        if context.isReadOnly {
+            try context.checkOpen()
+            let version = context.version
+            if let kept = context.usableIndexes, kept.version == version, kept.shape === shape { return kept.indexes }
+            let indexes = try listedUsable()
+            context.usableIndexes = (version, shape, indexes)
+            return indexes
+        }
+        return try listedUsable()
+    }
+
+    /// `usable()` read from the manifest.
+    private func listedUsable() throws -> [PlannedIndex] {
         let manifest = try context.get(manifestKey)
         if let manifest, let all = try shape.allUsable(manifest: manifest, names: { try names(manifest: manifest) }) { return all }
         let have = try manifest.map { try names(manifest: $0) } ?? []

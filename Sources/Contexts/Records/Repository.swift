@@ -217,8 +217,8 @@ public struct Repository<R: Record> {
     @inlinable
     func queryPlan(_ predicate: Predicate<R>?, sortBy: [SortDescriptor<R>]) throws -> QueryPlan {
         let usable = try indexes.usable()
-        var terms: PredicateTerms?
-        if let predicate { terms = PredicateShapes.terms(of: predicate) }
+        // Not `if let`: binding the predicate copies it.
+        let terms = predicate.map { PredicateShapes.terms(of: $0) }
         var plan = QueryPlan(terms, shape: shape, indexes: usable)
         if sortBy.count == 1, let keyPath = sortBy[0].keyPath {
             _ = plan.pushDown(keyPath, reverse: sortBy[0].order == .reverse, shape: shape, indexes: usable)
@@ -231,7 +231,7 @@ public struct Repository<R: Record> {
     func countMatches(_ predicate: Predicate<R>?, upTo limit: Int) throws -> Int {
         let plan = try queryPlan(predicate, sortBy: [])
         var count = 0
-        guard let predicate, !plan.isExact else {
+        guard predicate != nil, !plan.isExact else {
             // Every key or entry the plan reads is a match: count them, read no record.
             switch plan.access {
             case let .point(id): return try context.contains(prefix + id) ? 1 : 0
@@ -242,6 +242,7 @@ public struct Repository<R: Record> {
             case .scan: return try context.countKeys(prefix: prefix, limit: limit)
             }
         }
+        let predicate = predicate!
         try forEachCandidate(plan) { key, bytes in
             if try predicate.evaluate(try decode(bytes, key: key)) { count += 1 }
             return count < limit
