@@ -581,8 +581,8 @@ struct MemtableIterator: IteratorProtocol {
     /// than `nearbyBytes` in the arena (-1 once they were too few for reading ahead).
     private var stepped = 0
     private var farSteps = 0
-    /// Batches read so far, and for the last one checked against a bound (`before(_:)`),
-    /// how many of its first nodes come before it.
+    /// Batches read so far, and for the last one checked against a bound
+    /// (`handedOut(before:)`), how many of its first nodes come before it.
     private var batches = 0
     private var checked: (batch: Int, before: Int) = (0, 0)
     /// Nodes a forward walk follows one by one before it reads ahead: a point lookup
