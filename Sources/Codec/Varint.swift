@@ -11,6 +11,7 @@ public enum Varint {
     @inlinable
     public static func read(_ bytes: UnsafeRawBufferPointer, at offset: inout Int, end: Int? = nil) throws(CodecError) -> UInt64 {
         let end = end ?? bytes.count
+        if let value = readShort(bytes, at: &offset, end: end) { return value }
         let start = offset
         var result: UInt64 = 0
         var shift: UInt64 = 0
@@ -27,5 +28,30 @@ public enum Varint {
             }
             shift += 7
         }
+    }
+
+    /// A varint of one to three bytes in its shortest form (lengths, counts, most ids) read
+    /// in line, or nil, moving nothing, for anything else: a longer one, one not in its
+    /// shortest form, or one the bytes cut short, which `read` reads or rejects.
+    @inlinable @inline(__always)
+    public static func readShort(_ bytes: UnsafeRawBufferPointer, at offset: inout Int, end: Int) -> UInt64? {
+        guard offset < end else { return nil }
+        let first = UInt64(bytes[offset])
+        if first < 0x80 {
+            offset += 1
+            return first
+        }
+        guard offset + 2 < end else { return nil }
+        // A last byte of zero is not the shortest form.
+        let second = UInt64(bytes[offset + 1]), third = UInt64(bytes[offset + 2])
+        if second < 0x80, second != 0 {
+            offset += 2
+            return first & 0x7F | second << 7
+        }
+        if second >= 0x80, third < 0x80, third != 0 {
+            offset += 3
+            return first & 0x7F | (second & 0x7F) << 7 | third << 14
+        }
+        return nil
     }
 }

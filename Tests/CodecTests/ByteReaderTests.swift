@@ -29,6 +29,32 @@ import Testing
         #expect(throws: CodecError.truncated(offset: 0, needed: 5, available: 3)) { try reader.readBytes(count: 5) }
     }
 
+    /// Every two-byte start, followed by bytes that let a three-byte varint end, reads as
+    /// one shortest-form varint or is rejected: `Varint.readShort` (in line) and the loop
+    /// after it accept exactly the bytes that encoding their value writes again.
+    @Test func shortVarintsAreReadInTheirShortestFormOnly() throws {
+        for first in UInt8.min...UInt8.max {
+            for second in UInt8.min...UInt8.max {
+                for third: UInt8 in [0, 1, 0x7F, 0x80] {
+                    let bytes: [UInt8] = [first, second, third, 0x01, 0x01]
+                    var offset = 0
+                    let value = try? bytes.withUnsafeBytes { raw throws(CodecError) in try Varint.read(raw, at: &offset) }
+                    guard let value else { continue }
+                    var writer = ByteWriter()
+                    writer.writeVarint(value)
+                    #expect(writer.bytes == Array(bytes[..<offset]), "\(bytes) read as \(value)")
+                }
+            }
+        }
+        // And the short forms padded with a zero byte are rejected.
+        for padded: [UInt8] in [[0x81, 0x00, 0x01], [0x81, 0x80, 0x00, 0x01]] {
+            var offset = 0
+            #expect(throws: CodecError.malformedVarint(offset: 0)) {
+                try padded.withUnsafeBytes { raw throws(CodecError) in try Varint.read(raw, at: &offset) }
+            }
+        }
+    }
+
     @Test func overlongAndOverflowingVarintsAreRejected() {
         var eleven = ByteReader([UInt8](repeating: 0x80, count: 10) + [0])
         #expect(throws: CodecError.malformedVarint(offset: 0)) { try eleven.readVarint() }

@@ -227,28 +227,11 @@ struct RecordScanner {
     }
 
     /// An unsigned LEB128 varint of at most 10 bytes in its shortest form (B2): up to
-    /// three bytes here (a last byte of zero is not the shortest form), longer ones and
-    /// every error through `Varint`.
+    /// three bytes in line (`Varint.readShort`), longer ones and every error through
+    /// `Varint.read`.
     @inline(__always)
     mutating func varint() throws(RecordError) -> UInt64 {
-        if offset < raw.count {
-            let first = UInt64(raw[offset])
-            if first < 0x80 {
-                offset += 1
-                return first
-            }
-            if offset + 2 < raw.count {
-                let second = UInt64(raw[offset + 1]), third = UInt64(raw[offset + 2])
-                if second < 0x80, second != 0 {
-                    offset += 2
-                    return first & 0x7F | second << 7
-                }
-                if second >= 0x80, third < 0x80, third != 0 {
-                    offset += 3
-                    return first & 0x7F | (second & 0x7F) << 7 | third << 14
-                }
-            }
-        }
+        if let value = Varint.readShort(raw, at: &offset, end: raw.count) { return value }
         let start = offset
         do {
             return try Varint.read(raw, at: &offset)
