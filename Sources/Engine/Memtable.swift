@@ -10,6 +10,8 @@
 //   8  valueLength  Int32   (-1 for a delete)
 //  12  keyLength    UInt16
 //  14  height       UInt8   (1...maxHeight)
+//  15  flags        UInt8   (bit 0, `olderFollows`: the next node at level 0 is an older
+//                            change of the same key, K4)
 //  16  links        height × 8 bytes, atomic: the next node at each level (0 = none)
 //      key bytes, then value bytes
 //
@@ -21,6 +23,10 @@
 //  K3. Versions are inserted in increasing order per key (the engine links batches in
 //      version order: A1 of MemtableApplier.swift), so a reader at version V never misses
 //      a node at or below V.
+//  K4. A node's `olderFollows` flag is set, before it is linked, iff the node then after it
+//      at level 0 has the same key. It stays true: no node ever goes between two changes
+//      of a key (a newer change goes before the newest, K1 and K3), and none is unlinked.
+//      So a walk tells a key's changes apart from the next key without reading keys.
 // Thread-safety: `insert`/`apply` only from one thread at a time (the engine's applier,
 // or recovery before the memtable is shared); every other member from any thread.
 import Atomics
@@ -262,20 +268,13 @@ final class Memtable: @unchecked Sendable {
 
     /// How many keys of `range` have a value (their newest change at or below `version` is
     /// not a delete), counting no further than `limit`: a forward walk that reads ahead and
-    /// compares a few keys a batch to the range's end (`MemtableIterator.handedOut`).
+    /// reads node headers, not keys (`MemtableIterator.countValues`).
     func count(_ range: KeyRange, at version: UInt64, limit: Int) -> Int {
         var iterator = entries(from: range.lower, reverse: false, at: version)
-        var count = 0
-        range.upper.withUnsafeBytesIfPresent { upper in
-            while count < limit, let node = iterator.nextNode() {
-                if let upper, !iterator.handedOut(before: upper), compareBytes(node.key, upper) >= 0 { return }
-                if node.value != nil { count += 1 }
-            }
-        }
-        return count
+        return range.upper.withUnsafeBytesIfPresent { iterator.countValues(below: $0, limit: limit) }
     }
 
-    /// Checks K1 at every level and the node count (tests only: O(n)).
+    /// Checks K1 at every level, K4 and the node count (tests only: O(n)).
     func checkInvariants() -> Bool {
         var nodes = 0
         for level in 0..<Self.maxHeight {
@@ -286,11 +285,13 @@ final class Memtable: @unchecked Sendable {
                 if let previous {
                     let order = previous.compare(with: current.key)
                     guard order < 0 || (order == 0 && previous.version > current.version) else { return false }
+                    guard level > 0 || previous.olderFollows == (order == 0) else { return false }
                 }
                 if level == 0 { nodes += 1 }
                 previous = current
                 node = current.next(level)
             }
+            if level == 0, let previous, previous.olderFollows { return false }
         }
         return nodes == count
     }
@@ -472,6 +473,8 @@ final class Memtable: @unchecked Sendable {
     private func linkAfterFinger(_ inserted: MemtableNode) {
         let key = inserted.key
         let height = inserted.height
+        // K4: the node it goes before is an older change of its key, or of another key.
+        if let older = finger[0].next(0), equalBytes(older.key, key) { inserted.base.storeBytes(of: UInt8(1), toByteOffset: 15, as: UInt8.self) }
         for level in 0..<height {
             inserted.link(level).store(finger[level].link(level).load(ordering: .relaxed), ordering: .relaxed)
         }
@@ -525,6 +528,7 @@ struct MemtableNode: Equatable {
         base.storeBytes(of: Int32(value.map(\.count) ?? -1), toByteOffset: 8, as: Int32.self)
         base.storeBytes(of: UInt16(key.count), toByteOffset: 12, as: UInt16.self)
         base.storeBytes(of: UInt8(height), toByteOffset: 14, as: UInt8.self)
+        base.storeBytes(of: UInt8(0), toByteOffset: 15, as: UInt8.self)
         (base + 16).initializeMemory(as: Int.AtomicRepresentation.self, repeating: .init(0), count: height)
         let keyStart = base + 16 + 8 * height
         if let address = key.baseAddress { keyStart.copyMemory(from: address, byteCount: key.count) }
@@ -535,6 +539,10 @@ struct MemtableNode: Equatable {
     var bits: Int { Int(bitPattern: base) }
     var version: UInt64 { base.load(as: UInt64.self) }
     var height: Int { Int(base.load(fromByteOffset: 14, as: UInt8.self)) }
+    /// Whether the next node at level 0 is an older change of this node's key (K4).
+    var olderFollows: Bool { base.load(fromByteOffset: 15, as: UInt8.self) & 1 != 0 }
+    /// Whether this node is a delete, known from its header alone.
+    var isDelete: Bool { valueCount < 0 }
     private var keyCount: Int { Int(base.load(fromByteOffset: 12, as: UInt16.self)) }
     private var valueCount: Int32 { base.load(fromByteOffset: 8, as: Int32.self) }
 
@@ -610,9 +618,9 @@ struct MemtableIterator: IteratorProtocol {
     /// included), read in place: valid while the memtable lives.
     mutating func nextNode() -> MemtableNode? {
         while let current = node {
-            let key = current.key
             var visible: MemtableNode?
             if reverse {
+                let key = current.key
                 // From the newest change of this key; then to the key before it.
                 var candidate = memtable.firstNode(atLeast: key)
                 while let change = candidate, change.compare(with: key) == 0 {
@@ -621,10 +629,13 @@ struct MemtableIterator: IteratorProtocol {
                 }
                 node = memtable.lastNode(below: key)
             } else {
+                // The key's older changes follow it while each says so (K4).
+                var last = current
                 var candidate = successor(of: current)
                 visible = current.version <= version ? current : nil
-                while let change = candidate, equalBytes(change.key, key) {
+                while last.olderFollows, let change = candidate {
                     if visible == nil && change.version <= version { visible = change }
+                    last = change
                     candidate = successor(of: change)
                 }
                 node = candidate
@@ -652,18 +663,25 @@ struct MemtableIterator: IteratorProtocol {
     /// Counts the step from `node` to `next` and, once the walk has gone far enough and
     /// mostly far in the arena, starts reading ahead at `next` (a node of height 2 or more).
     private mutating func step(from node: MemtableNode, to next: MemtableNode) -> MemtableNode? {
+        guard readsAhead(from: node, to: next) else { return next }
+        lookahead = MemtableLookahead(at: next)
+        batch = lookahead.unsafelyUnwrapped.batch
+        return nextBatch()
+    }
+
+    /// Counts the step from `node` to `next`; true when the walk should read ahead from
+    /// `next`: it has gone `lookaheadAfter` steps, mostly far in the arena, and `next` (a
+    /// node of height 2 or more) starts a segment.
+    private mutating func readsAhead(from node: MemtableNode, to next: MemtableNode) -> Bool {
         if stepped < Self.lookaheadAfter {
             stepped += 1
             if abs(next.bits &- node.bits) > Self.nearbyBytes { farSteps += 1 }
-            guard stepped == Self.lookaheadAfter else { return next }
+            guard stepped == Self.lookaheadAfter else { return false }
             // Decided: a walk that stayed nearby goes on by the links alone.
             if 2 * farSteps < stepped { farSteps = -1 }
         }
         // Segments begin at nodes of height 2 or more (MemtableLookahead.swift).
-        guard farSteps >= 0, next.height >= 2 else { return next }
-        lookahead = MemtableLookahead(at: next)
-        batch = lookahead.unsafelyUnwrapped.batch
-        return nextBatch()
+        return farSteps >= 0 && next.height >= 2
     }
 
     /// The first node of the read-ahead's next batch.
@@ -704,6 +722,36 @@ struct MemtableIterator: IteratorProtocol {
             if compareBytes(batch[middle].key, bound) < 0 { low = middle + 1 } else { high = middle }
         }
         return low
+    }
+
+    /// How many keys from the walk's place on, below `upper` (nil: to the end), have a
+    /// value at the walk's version (the change visible there is not a delete), counting no
+    /// further than `limit`. It reads each node's header (its version, whether it is a
+    /// delete, whether an older change of its key follows it: K4), and keys only to find
+    /// `upper`: node by node while the walk would not read ahead, then segments side by
+    /// side (`MemtableLookahead.countValues`). Forward walks only; it spends the walk.
+    mutating func countValues(below upper: UnsafeRawBufferPointer?, limit: Int) -> Int {
+        precondition(!reverse && lookahead == nil, "a count walks forward from its start")
+        var count = 0
+        // Whether the node before was a visible change of the next node's key (a delete
+        // included): the next one is then older, and hidden by it.
+        var hidden = false
+        var current = node
+        node = nil
+        while let this = current {
+            if let upper, compareBytes(this.key, upper) >= 0 { return count }
+            if count == limit { return count }
+            let visible = this.version <= version
+            if visible && !hidden && !this.isDelete { count += 1 }
+            hidden = visible && this.olderFollows
+            guard let next = this.next(0) else { return count }
+            if (stepped < Self.lookaheadAfter || farSteps >= 0) && readsAhead(from: this, to: next) {
+                return count + MemtableLookahead.countValues(from: next, hidden: hidden, below: upper, at: version,
+                                                             limit: limit - count)
+            }
+            current = next
+        }
+        return count
     }
 
     /// Whether the walk reads ahead (tests).

@@ -134,3 +134,101 @@ final class MemtableLookahead {
         return count
     }
 }
+
+// Counting with read-ahead. A count needs no node in key order, only each node's header,
+// so its lanes hand nothing back: each walks a segment to its end and counts as it goes,
+// and a lane that ends frees its place for the next segment at once (a fill waits for its
+// batch's longest segment). What order still decides is handled where segments meet:
+//  C1. A change is counted iff it is visible at the version, is not a delete, and the node
+//      before it is not a visible change of its key (versions fall along a key's changes,
+//      K1, so that node is the key's visible change and hides it). Inside a segment the
+//      lane knows the node before; a segment's first node is counted by its own lane as
+//      if nothing hid it, and the lane of the segment before takes it back when its last
+//      node was a visible change with an older one after it (K4).
+//  C2. A lane compares its keys with the bound until the segment after it starts, which
+//      is done only once that segment's first key is below the bound: every node of its
+//      own segment is then below it too. A segment whose first key is not below the bound
+//      starts no lane, nor does any after it.
+//  C3. With a limit, the count may stop once it is past the limit by more than the lanes
+//      running, each of which may still take back one node (C1).
+extension MemtableLookahead {
+    private struct CountingLane {
+        var cursor: MemtableNode
+        /// The first node of the next segment (nil: the end of the list).
+        let end: MemtableNode?
+        /// Whether the node before `cursor` was a visible change of its key (C1).
+        var hidden: Bool
+        /// Whether the next segment started, so no key of this one reaches the bound (C2).
+        var endBelowBound: Bool
+    }
+
+    /// How many keys from `start` (a node of height 2 or more) on, below `upper` (nil: to the
+    /// end), have a value at `version`, counting no further than `limit` (C3). `hidden`:
+    /// the node before `start` was a visible change of its key (C1).
+    static func countValues(from start: MemtableNode, hidden: Bool, below upper: UnsafeRawBufferPointer?,
+                            at version: UInt64, limit: Int) -> Int {
+        precondition(start.height >= 2, "a segment starts at a node of height 2 or more")
+        var count = 0
+        withUnsafeTemporaryAllocation(of: CountingLane.self, capacity: lanes) { buffer in
+            let lanes = buffer.baseAddress!
+            // Lanes `0..<running` run; the one started last is at `newest` (-1 when it ended).
+            var running = 0
+            var newest = -1
+            var segment: MemtableNode? = start
+            var firstHidden = hidden
+            func reachesBound(_ node: MemtableNode) -> Bool {
+                guard let upper else { return false }
+                return compareBytes(node.key, upper) >= 0
+            }
+            while true {
+                // Start the next segment's lane when a place is free and its first key is below
+                // the bound (C2); it was prefetched when the segment before it started.
+                if running < Self.lanes, let first = segment {
+                    if reachesBound(first) {
+                        segment = nil
+                    } else {
+                        if newest >= 0 { lanes[newest].endBelowBound = true }
+                        let end = first.next(1)
+                        if let end { prefetch(end) }
+                        (lanes + running).initialize(to: CountingLane(cursor: first, end: end, hidden: firstHidden,
+                                                                      endBelowBound: upper == nil))
+                        firstHidden = false
+                        newest = running
+                        running += 1
+                        segment = end
+                    }
+                }
+                if running == 0 { return }
+                var index = 0
+                while index < running {
+                    let lane = lanes + index
+                    let node = lane.pointee.cursor
+                    if !lane.pointee.endBelowBound && reachesBound(node) {
+                        // This segment holds the bound: no segment after it starts (C2).
+                        segment = nil
+                    } else {
+                        let visible = node.version <= version
+                        if visible && !lane.pointee.hidden && !node.isDelete { count += 1 }
+                        lane.pointee.hidden = visible && node.olderFollows
+                        if let next = node.next(0), next != lane.pointee.end {
+                            lane.pointee.cursor = next
+                            prefetch(next)
+                            index += 1
+                            continue
+                        }
+                        // The next segment's first node is an older change this one's last
+                        // node hides: its own lane counts it (C1).
+                        if lane.pointee.hidden, let end = lane.pointee.end, !end.isDelete { count -= 1 }
+                    }
+                    // The lane ended; the last running lane takes its place.
+                    running -= 1
+                    if newest == index { newest = -1 } else if newest == running { newest = index }
+                    if index != running { lane.pointee = lanes[running] }
+                    (lanes + running).deinitialize(count: 1)
+                }
+                if count - running >= limit { return }
+            }
+        }
+        return min(count, limit)
+    }
+}

@@ -86,6 +86,16 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
                            "seed \(seed), at \(at)")
                 expectSame(walk(memtable, from: start, reverse: true, at: at),
                            view.filter { compareKeys($0.key, start) <= 0 }.reversed(), "seed \(seed), at \(at)")
+                // Counts, with and without a bound and a limit, as the model's view says.
+                let bounds = [key(random.next() % (version * 1_000)), key(random.next() % (version * 1_000))].sorted { compareKeys($0, $1) < 0 }
+                let upper = random.next() % 4 == 0 ? nil : bounds[1]
+                let limit = random.next() % 3 == 0 ? Int(random.next() % 100) : Int.max
+                let values = view.count { change in
+                    compareKeys(change.key, bounds[0]) >= 0 && change.entry.value != nil
+                        && upper.map { compareKeys(change.key, $0) < 0 } ?? true
+                }
+                #expect(memtable.count(KeyRange(from: bounds[0], to: upper), at: at, limit: limit) == min(values, limit),
+                        "seed \(seed), at \(at), limit \(limit)")
                 for _ in 0..<200 {
                     let probe = key(random.next() % (version * 1_000))
                     #expect(memtable.entry(probe, at: at) == model.entry(probe, at: at), "seed \(seed), at \(at)")
@@ -142,6 +152,44 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
             fromSecond.append(second.next()!.key)
         }
         #expect(fromFirst == Array(sorted[100..<600]) && fromSecond == fromFirst)
+    }
+
+    /// A count reads ahead in lanes that count as they go (`MemtableLookahead.countValues`):
+    /// where a segment starts among a key's changes, at any version, with a bound, and with
+    /// a limit just below, at and just above the answer, it counts what the model holds.
+    @Test func aCountThatReadsAheadCountsWhatTheModelHolds() {
+        var random = SplitMix64(seed: 21)
+        print("aCountThatReadsAheadCountsWhatTheModelHolds seed 21")
+        let memtable = Memtable()
+        var model = MemtableModel()
+        func key(_ number: UInt64) -> [UInt8] { Array(String(format: "c%05llu", number).utf8) }
+        for version in UInt64(1)...60 {
+            var batch = WALBatch()
+            for _ in 0..<300 {
+                let number = random.next() % 4_000
+                if random.next() % 8 == 0 { batch.delete(key(number)) } else { batch.put(key(number), [UInt8(truncatingIfNeeded: version)]) }
+            }
+            memtable.apply(batch, version: version)
+            model.apply(batch, version: version)
+        }
+        var readAhead = false
+        for round in 0..<150 {
+            let at = round % 2 == 0 ? 60 : 1 + random.next() % 60
+            let bounds = [random.next() % 4_000, random.next() % 4_000].sorted()
+            let (lower, upper) = (key(bounds[0]), round % 5 == 0 ? nil : key(bounds[1]))
+            let values = model.view(at: at).count { change in
+                compareKeys(change.key, lower) >= 0 && change.entry.value != nil
+                    && upper.map { compareKeys(change.key, $0) < 0 } ?? true
+            }
+            for limit in [values - 1, values, values + 1, Int.max] where limit >= 0 {
+                #expect(memtable.count(KeyRange(from: lower, to: upper), at: at, limit: limit) == min(values, limit),
+                        "at \(at), \(bounds), limit \(limit)")
+            }
+            var walk = memtable.entries(from: lower, reverse: false, at: at)
+            for _ in 0..<(4 * MemtableIterator.lookaheadAfter) { _ = walk.next() }
+            readAhead = readAhead || walk.readsAhead
+        }
+        #expect(readAhead)
     }
 
     /// A sorted run of changes, each at its own version (as recovery inserts them), reads
