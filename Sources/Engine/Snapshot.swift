@@ -84,9 +84,19 @@ public final class Snapshot: Sendable {
     /// The newest change of `key` the memtables hold as of this snapshot's version.
     @inline(__always)
     private func memtableNode(_ key: UnsafeRawBufferPointer) -> MemtableNode? {
-        if !state.active.isEmpty, let node = state.active.newestNode(key, at: state.version) { return node }
-        guard let frozen = state.frozen, !frozen.isEmpty else { return nil }
-        return frozen.newestNode(key, at: state.version)
+        // Borrowed, not retained: this snapshot's `state` holds both memtables for as long
+        // as it lives (a retain and a release of each was a tenth of a range query's time).
+        Unmanaged.passUnretained(state)._withUnsafeGuaranteedRef { state in
+            let version = state.version
+            let found = Unmanaged.passUnretained(state.active)._withUnsafeGuaranteedRef { active in
+                active.isEmpty ? nil : active.newestNode(key, at: version)
+            }
+            if let found { return found }
+            guard let frozen = state.frozen else { return nil }
+            return Unmanaged.passUnretained(frozen)._withUnsafeGuaranteedRef { frozen in
+                frozen.isEmpty ? nil : frozen.newestNode(key, at: version)
+            }
+        }
     }
 
     /// Key/value pairs in key order (descending with `reverse`) with keys in `start..<end`

@@ -63,7 +63,9 @@ public struct RecordReader: ~Copyable {
         // is specialized where it is called.
         var result: T?
         try lend(raw) { result = try body($0) }
-        return result!
+        // Moved out, not copied: a copy retained the record's strings and the optional's
+        // end released them again, two atomic operations each.
+        return result.take()!
     }
 
     /// `read` with no result, the reader lent to `body`.

@@ -137,7 +137,7 @@ public struct Repository<R: Record> {
             let record = try decode(bytes, key: key)
             if filtered, try !filter!.evaluate(record) { return true }
             if anchored, !Self.follows(record, anchor!, sortBy) { return true }
-            records.append(record)
+            records.append(consume record)
             if keepKeys { keys.append(key) }
             return stopAfter.map { records.count < $0 } ?? true
         }
