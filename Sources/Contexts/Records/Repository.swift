@@ -258,8 +258,9 @@ public struct Repository<R: Record> {
         // memtable or a page of the snapshot (no copy); else as the context reads them.
         let snapshot = try context.snapshotWhenUnstaged()
         func read(_ key: [UInt8]) throws -> Bool {
-            if let snapshot {
-                return try snapshot.withValue(forKey: key) { value in try value.withUnsafeBytes { try body(key, $0) } } ?? true
+            // Not `if let`: binding the snapshot retained it per record.
+            if snapshot != nil {
+                return try snapshot.unsafelyUnwrapped.withValue(forKey: key) { value in try value.withUnsafeBytes { try body(key, $0) } } ?? true
             }
             guard let bytes = try context.get(key) else { return true }
             return try bytes.withUnsafeBytes { try body(key, $0) }
