@@ -23,9 +23,10 @@
 //  K3. Versions are inserted in increasing order per key (the engine links batches in
 //      version order: A1 of MemtableApplier.swift), so a reader at version V never misses
 //      a node at or below V.
-//  K4. A node's `olderFollows` flag is set, before it is linked, iff the node then after it
-//      at level 0 has the same key. It stays true: no node ever goes between two changes
-//      of a key (a newer change goes before the newest, K1 and K3), and none is unlinked.
+//  K4. A node's `olderFollows` flag, set before it is linked, says whether the node after
+//      it at level 0 has the same key, and stays right: nothing is ever linked between two
+//      changes of one key (a later change is newer and goes before the newest, K1 and K3),
+//      a node linked after a key's oldest change has another key, and none is unlinked.
 //      So a walk tells a key's changes apart from the next key without reading keys.
 // Thread-safety: `insert`/`apply` only from one thread at a time (the engine's applier,
 // or recovery before the memtable is shared); every other member from any thread.

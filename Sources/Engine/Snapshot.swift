@@ -85,7 +85,8 @@ public final class Snapshot: Sendable {
     @inline(__always)
     private func memtableNode(_ key: UnsafeRawBufferPointer) -> MemtableNode? {
         // Borrowed, not retained: this snapshot's `state` holds both memtables for as long
-        // as it lives (a retain and a release of each was a tenth of a range query's time).
+        // as it lives (a retain and a release of each, per lookup, were ~100 of a range
+        // query's 4,469 instructions a record, and atomic).
         Unmanaged.passUnretained(state)._withUnsafeGuaranteedRef { state in
             let version = state.version
             let found = Unmanaged.passUnretained(state.active)._withUnsafeGuaranteedRef { active in
