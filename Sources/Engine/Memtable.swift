@@ -544,6 +544,17 @@ struct MemtableNode: Equatable {
     var olderFollows: Bool { base.load(fromByteOffset: 15, as: UInt8.self) & 1 != 0 }
     /// Whether this node is a delete, known from its header alone.
     var isDelete: Bool { valueCount < 0 }
+
+    /// Whether a count at `version` counts this node, `hidden` saying whether the node before
+    /// it was a visible change of its key (a delete included), which hides it; `hidden` is
+    /// then set for the node after it. Read from the header alone (K4; C1 of
+    /// MemtableLookahead.swift).
+    @inline(__always)
+    func counts(at version: UInt64, hidden: inout Bool) -> Bool {
+        let visible = self.version <= version
+        defer { hidden = visible && olderFollows }
+        return visible && !hidden && !isDelete
+    }
     private var keyCount: Int { Int(base.load(fromByteOffset: 12, as: UInt16.self)) }
     private var valueCount: Int32 { base.load(fromByteOffset: 8, as: Int32.self) }
 
@@ -734,17 +745,14 @@ struct MemtableIterator: IteratorProtocol {
     mutating func countValues(below upper: UnsafeRawBufferPointer?, limit: Int) -> Int {
         precondition(!reverse && lookahead == nil, "a count walks forward from its start")
         var count = 0
-        // Whether the node before was a visible change of the next node's key (a delete
-        // included): the next one is then older, and hidden by it.
+        // Whether the node before was a visible change of the next node's key (`counts`).
         var hidden = false
         var current = node
         node = nil
         while let this = current {
             if let upper, compareBytes(this.key, upper) >= 0 { return count }
             if count == limit { return count }
-            let visible = this.version <= version
-            if visible && !hidden && !this.isDelete { count += 1 }
-            hidden = visible && this.olderFollows
+            if this.counts(at: version, hidden: &hidden) { count += 1 }
             guard let next = this.next(0) else { return count }
             if (stepped < Self.lookaheadAfter || farSteps >= 0) && readsAhead(from: this, to: next) {
                 return count + MemtableLookahead.countValues(from: next, hidden: hidden, below: upper, at: version,

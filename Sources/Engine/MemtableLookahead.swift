@@ -207,9 +207,7 @@ extension MemtableLookahead {
                         // This segment holds the bound: no segment after it starts (C2).
                         segment = nil
                     } else {
-                        let visible = node.version <= version
-                        if visible && !lane.pointee.hidden && !node.isDelete { count += 1 }
-                        lane.pointee.hidden = visible && node.olderFollows
+                        if node.counts(at: version, hidden: &lane.pointee.hidden) { count += 1 }
                         if let next = node.next(0), next != lane.pointee.end {
                             lane.pointee.cursor = next
                             prefetch(next)
