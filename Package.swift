@@ -2,13 +2,15 @@
 //
 // Strata: an embedded, transactional key/value and record store for Swift with nested
 // contexts and units of work. Layers point downward only (README.md, "Layers"):
-//   strata (CLI) → StrataTesting → Strata → StrataEngine → StrataWAL → StrataFileIO / StrataCodec → C shims.
+//   strata (CLI) → StrataTesting → Strata (umbrella) → StrataRecords → StrataContexts → StrataEngine
+//   → StrataWAL → StrataFileIO / StrataCodec → C shims; StrataEtcd sits beside the engine,
+//   under contexts' storage seam.
 //
 // Products are what an application or its tests use: `Strata` (import Strata) and
 // `StrataTesting` (the crash harness and the decoders' fuzz entry points), plus the
 // `strata` tool. The layers beneath are modules of their own, named `Strata…` so they
 // never clash with an application's targets, and not products: `Strata` re-exports by name
-// the few of their types that appear in its API (Sources/Contexts/Exports.swift). The folder
+// the few of their types that appear in its API (Sources/Strata/Exports.swift). The folder
 // names are fixed by the project card; each target's `path:` maps it to its module name.
 import PackageDescription
 
@@ -30,7 +32,7 @@ let package = Package(
         // The ecosystem's logging API: recovery, checkpoints, recycled segments and failed
         // syncs are logged under the label "strata"; silent unless the app bootstraps a handler.
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
-        // `swift package generate-documentation --target Strata` (Sources/Contexts/Strata.docc).
+        // `swift package generate-documentation --target Strata` (Sources/Strata/Strata.docc).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         // Atomic loads and stores on the memtable's arena memory (its skip list's links).
         .package(url: "https://github.com/apple/swift-atomics", from: "1.3.0"),
@@ -76,18 +78,33 @@ let package = Package(
             ],
             path: "Sources/Engine"
         ),
-        // Nested contexts, units of work, records and the store: the public API.
+        // The store, nested contexts and units of work, observation and the change feed, over
+        // the storage seam (the engine, or etcd); and the `package` seam the records layer uses.
+        .target(
+            name: "StrataContexts",
+            dependencies: ["StrataEngine", "StrataWAL", "StrataFileIO", "StrataLocks"],
+            path: "Sources/Contexts"
+        ),
+        // Records: Codable types, repositories, indexes and the planner, relationships,
+        // aggregates, the typed feed and migrations, above contexts.
+        .target(
+            name: "StrataRecords",
+            dependencies: ["StrataContexts", "StrataEngine", "StrataWAL", "StrataLocks", "StrataCodec"],
+            path: "Sources/Records"
+        ),
+        // What applications import: contexts and records, and the few types of the layers
+        // beneath that their API shows (Sources/Strata/Exports.swift).
         .target(
             name: "Strata",
-            dependencies: ["StrataEngine", "StrataWAL", "StrataFileIO", "StrataLocks", "StrataCodec"],
-            path: "Sources/Contexts"
+            dependencies: ["StrataContexts", "StrataRecords", "StrataEngine", "StrataWAL", "StrataFileIO"],
+            path: "Sources/Strata"
         ),
         // Contexts, units of work and records over etcd v3: a replica of the store's prefix kept
         // current by etcd's Watch serves the reads; root commits are etcd transactions.
         .target(
             name: "StrataEtcd",
             dependencies: [
-                "Strata", "StrataEngine", "StrataWAL", "StrataFileIO",
+                "StrataContexts", "StrataEngine", "StrataWAL", "StrataFileIO",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -132,7 +149,7 @@ let package = Package(
             dependencies: ["Strata", "StrataEtcd", "StrataTesting"],
             path: "Tests/EtcdBankProcess"
         ),
-        .testTarget(name: "RecordsTests", dependencies: ["Strata", "StrataTesting", "TestBackends"]),
+        .testTarget(name: "RecordsTests", dependencies: ["Strata", "StrataRecords", "StrataTesting", "TestBackends"]),
         // Drives the built `strata` executable as a process; checks the repository's docs.
         .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "StrataFileIO", "StrataWAL"]),
     ],

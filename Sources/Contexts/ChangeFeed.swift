@@ -18,9 +18,9 @@ import StrataWAL
 public struct Change: Sendable, Equatable {
     public let key: [UInt8]
     public let value: [UInt8]?
-    /// Whether the store did not hold the key before this commit. Known for records' keys
-    /// only (the record layer's typed feed reads it); false for every other key.
-    let isInsert: Bool
+    /// Whether the store did not hold the key before this commit. Known for keys staged
+    /// with `tracksInsert` (records' keys: the record layer's typed feed reads it).
+    package let isInsert: Bool
 
     public init(key: [UInt8], value: [UInt8]?) {
         self.init(key: key, value: value, isInsert: false)
@@ -31,6 +31,10 @@ public struct Change: Sendable, Equatable {
         self.value = value
         self.isInsert = isInsert
     }
+
+    /// Changes are equal when their keys and values are: `isInsert` is what the record
+    /// layer reads, and a backend may know it for more keys than another.
+    public static func == (lhs: Change, rhs: Change) -> Bool { lhs.key == rhs.key && lhs.value == rhs.value }
 }
 
 /// The changes of one commit.

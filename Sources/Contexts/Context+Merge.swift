@@ -24,12 +24,13 @@ extension Context {
         let before = parent.overlay
         parent.replaceOverlay(merged)
         if !conflicts.isEmpty {
-            // Both sides' versions of a settled record may have left index entries.
+            // Both sides' versions of a settled key may have left what a layer above derived
+            // from them (a record's index entries): the layers settle it.
             let sides: [([UInt8]) throws -> [UInt8]?] = [
                 { key in try parent.read(key, overlay: before) }, { key in try self.get(key) },
                 { key in try self.read(key, overlay: Overlay()) },
             ]
-            do { try parent.repairIndexes(after: conflicts, sides: sides) } catch {
+            do { try store.layers.settle(parent, conflicts: conflicts, sides: sides) } catch {
                 parent.replaceOverlay(before)
                 throw error
             }
@@ -72,13 +73,13 @@ extension Context {
         }
         replaceSnapshot(latest)
         guard !conflicts.isEmpty else { return }
-        // Ours, theirs and the old snapshot's versions of a settled record may each have
-        // left index entries.
+        // Ours, theirs and the old snapshot's versions of a settled key may each have left
+        // what a layer above derived from them: the layers settle it.
         let sides: [([UInt8]) throws -> [UInt8]?] = [
             { key in try self.read(key, overlay: previousOverlay, snapshot: previousSnapshot) },
             { key in try latest.get(key) }, { key in try previousSnapshot.get(key) },
         ]
-        do { try repairIndexes(after: conflicts, sides: sides) } catch {
+        do { try store.layers.settle(self, conflicts: conflicts, sides: sides) } catch {
             replaceOverlay(previousOverlay)
             replaceSnapshot(previousSnapshot)
             throw error
@@ -95,49 +96,5 @@ extension Context {
             layer = current.next
         }
         return try (snapshot ?? self.snapshot).get(key)
-    }
-
-    /// After a merge or refresh settled `conflicts` key by key, makes the index entries of
-    /// every record behind them (a conflicting record key, or the records a conflicting
-    /// index entry named on any side) exactly those its value now implies: entries any
-    /// side's version left that the value does not imply are removed, and its own are
-    /// staged. Throws `RecordError.uniqueViolation` when another record holds one of them,
-    /// a record's decoding error when its value cannot be read as its type.
-    func repairIndexes(after conflicts: [[UInt8]], sides: [([UInt8]) throws -> [UInt8]?]) throws {
-        var records = Set<[UInt8]>()
-        for key in conflicts {
-            if RecordKeys.entityPrefix(of: key, tag: RecordKeys.recordTag) != nil {
-                records.insert(key)
-            } else if let prefix = RecordKeys.recordPrefix(ofIndexKey: key) {
-                for side in sides { if let id = try side(key) { records.insert(prefix + id) } }
-            }
-        }
-        for record in records.sorted(by: { $0.lexicographicallyPrecedes($1) }) {
-            guard let (_, derive) = RecordTypeCache.deriver(forRecordKey: record) else { continue }
-            let implied = try get(record).map(derive) ?? []
-            let keep = Set(implied.map(\.key))
-            for side in sides {
-                // A version that no longer decodes as the type cannot have been indexed by it.
-                guard let bytes = try side(record), let entries = try? derive(bytes) else { continue }
-                for entry in entries where !keep.contains(entry.key) {
-                    if try get(entry.key) == entry.value { try stage(entry.key, nil) }
-                }
-            }
-            for entry in implied {
-                let holder = try get(entry.key)
-                guard holder != entry.value else { continue }
-                if let holder, let prefix = RecordKeys.entityPrefix(of: record, tag: RecordKeys.recordTag),
-                   let other = try get(Array(prefix) + holder),
-                   (try? derive(other))?.contains(where: { $0.key == entry.key }) == true {
-                    throw RecordError.uniqueViolation(entity: entityName(of: record), index: entry.index, value: entry.rendered)
-                }
-                try stage(entry.key, entry.value)
-            }
-        }
-    }
-
-    private func entityName(of recordKey: [UInt8]) -> String {
-        guard let prefix = RecordKeys.entityPrefix(of: recordKey, tag: RecordKeys.recordTag) else { return "record" }
-        return RecordKeys.entityName(ofPrefix: Array(prefix))
     }
 }

@@ -39,9 +39,9 @@ public final class Context {
     /// This context's staged writes.
     private(set) var overlay = Overlay()
     private var children: [WeakContext] = []
-    /// A read-only context's last answer to which of a record type's indexes a query may
-    /// use, and the version it holds for (`IndexMaintenance.usable`).
-    var usableIndexes: (version: UInt64, shape: RecordShape, indexes: [PlannedIndex])?
+    /// What a layer above keeps for this context alone (the records layer: which indexes a
+    /// read-only context's queries may use at its version). Contexts never read it.
+    package var attachment: AnyObject?
 
     init(store: Store, snapshot: Snapshot, mergePolicy: MergePolicy, isReadOnly: Bool = false) {
         self.store = store
@@ -103,7 +103,7 @@ public final class Context {
 
     /// Hands `body` the pairs `scan` would return, one at a time, until it returns false:
     /// the record layer's way to stop early without gathering what it will not use.
-    func forEach(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [], reverse: Bool = false,
+    package func forEach(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [], reverse: Bool = false,
                  _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool) throws {
         try checkOpen()
         let range = KeyRange(from: start, to: end, prefix: prefix)
@@ -121,7 +121,7 @@ public final class Context {
 
     /// `forEach` with the pairs lent rather than copied: with nothing staged at any level,
     /// straight from the snapshot's walk.
-    func forEachLent(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [], reverse: Bool = false,
+    package func forEachLent(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [], reverse: Bool = false,
                      _ body: (_ key: RawSpan, _ value: RawSpan) throws -> Bool) throws {
         try checkOpen()
         let range = KeyRange(from: start, to: end, prefix: prefix)
@@ -135,7 +135,7 @@ public final class Context {
     /// The snapshot reads go straight to when neither this context nor an ancestor staged
     /// anything, else nil: a loop of point reads then reads it directly (no overlay
     /// lookups, no checks per read).
-    func snapshotWhenUnstaged() throws -> Snapshot? {
+    package func snapshotWhenUnstaged() throws -> Snapshot? {
         try checkOpen()
         return stagesNothing ? snapshot : nil
     }
@@ -143,7 +143,7 @@ public final class Context {
     /// How many keys `scan` would return, counting no further than `limit`; with nothing
     /// staged at any level, no key or value is copied.
     @usableFromInline
-    func countKeys(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [], limit: Int = .max) throws -> Int {
+    package func countKeys(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [], limit: Int = .max) throws -> Int {
         try checkOpen()
         var count = 0
         guard limit > 0 else { return 0 }
@@ -187,20 +187,31 @@ public final class Context {
 
     /// Stages a put (or, with nil, a delete) of any key, reserved ones included: the
     /// record layer's way in. An unchecked write (`isChecked: false`) is one whose value
-    /// does not depend on what was read: conflict checks leave it out.
-    func stage(_ key: [UInt8], _ value: [UInt8]?, isChecked: Bool = true) throws {
+    /// does not depend on what was read: conflict checks leave it out. A write that
+    /// `tracksInsert` is logged as an insert when the snapshot does not hold its key, and
+    /// left out when it deletes a key the snapshot does not hold (`rootBatch`), so change
+    /// feeds tell inserts from updates.
+    package func stage(_ key: [UInt8], _ value: [UInt8]?, isChecked: Bool = true, tracksInsert: Bool = false) throws {
         try checkWritable(key)
         if let value, value.count > Limits.maxValueBytes {
             throw EngineError.valueTooLarge(byteCount: value.count, limit: Limits.maxValueBytes)
         }
-        overlay.updateValue(OverlayEntry(value: value, isChecked: isChecked), forKey: key)
+        overlay.updateValue(OverlayEntry(value: value, isChecked: isChecked, tracksInsert: tracksInsert), forKey: key)
+    }
+
+    /// Calls `body` with each key this context staged itself (not its ancestors), in key
+    /// order, and its value (nil for a delete).
+    package func forEachStaged(_ body: (_ key: [UInt8], _ value: [UInt8]?) throws -> Void) rethrows {
+        var iterator = overlay.entries()
+        while let (key, entry) = iterator.next() { try body(key, entry.value) }
     }
 
     private func checkUnreserved(_ key: [UInt8]) throws(ContextError) {
         guard key.first != Self.reservedKeyByte else { throw .reservedKey }
     }
 
-    /// Keys starting with this byte belong to records and their indexes (FORMAT.md, "Records").
+    /// Keys starting with this byte belong to the layers above contexts: records, their
+    /// indexes and bookkeeping (FORMAT.md, "Records").
     public static let reservedKeyByte: UInt8 = 0xFE
 
     // MARK: Children
@@ -284,9 +295,9 @@ public final class Context {
     }
 
     /// The overlay as one batch and its unchecked keys, or nil (and the context ended)
-    /// when it changes nothing. A record's put is an insert when the snapshot does not hold
-    /// its key, and a record's delete is left out when the snapshot does not hold its key
-    /// (a record inserted and deleted in this context): the commit's conflict check vouches
+    /// when it changes nothing. A put that tracks inserts (a record's) is an insert when the
+    /// snapshot does not hold its key, and such a delete is left out when the snapshot does
+    /// not hold its key (a record inserted and deleted in this context): the commit's conflict check vouches
     /// that what the snapshot says of those keys still holds when the batch commits, so
     /// change feeds tell inserted, updated and deleted apart (FORMAT.md, "Batch encoding").
     private func rootBatch() throws -> (WALBatch, Set<[UInt8]>)? {
@@ -300,7 +311,7 @@ public final class Context {
                 batch.operations.append(entry.value.map { .put(key: key, value: $0) } ?? .delete(key: key))
                 continue
             }
-            guard RecordKeys.isRecordKey(key) else {
+            guard entry.tracksInsert else {
                 batch.operations.append(entry.value.map { .put(key: key, value: $0) } ?? .delete(key: key))
                 continue
             }
@@ -357,7 +368,8 @@ public final class Context {
 
     // MARK: Checks
 
-    func checkOpen() throws(ContextError) {
+    @usableFromInline
+    package func checkOpen() throws(ContextError) {
         guard status == .open else { throw .finished(status) }
     }
 

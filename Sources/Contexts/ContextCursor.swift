@@ -3,7 +3,7 @@
 // (C1 of Context.swift).
 import StrataEngine
 
-struct ContextCursor {
+package struct ContextCursor {
     /// The overlays' iterators, nearest level first; the snapshot comes after them.
     private var overlays: [Overlay.Iterator] = []
     private var snapshot: SnapshotCursor
@@ -13,7 +13,7 @@ struct ContextCursor {
     private let range: KeyRange
     private let reverse: Bool
 
-    init(_ context: Context, range: KeyRange, reverse: Bool) throws {
+    package init(_ context: Context, range: KeyRange, reverse: Bool) throws {
         self.range = range
         self.reverse = reverse
         let start = reverse ? range.upper : range.lower
@@ -30,7 +30,7 @@ struct ContextCursor {
     }
 
     /// The next visible pair in the range, or nil.
-    mutating func next() throws -> (key: [UInt8], value: [UInt8])? {
+    package mutating func next() throws -> (key: [UInt8], value: [UInt8])? {
         while true {
             var best: Int?
             for index in heads.indices {

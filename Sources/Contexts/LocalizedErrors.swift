@@ -22,10 +22,6 @@ extension ChangeFeedError: LocalizedError {
     public var errorDescription: String? { description }
 }
 
-extension RecordError: LocalizedError {
-    public var errorDescription: String? { description }
-}
-
 extension EngineError: LocalizedError {
     public var errorDescription: String? { description }
 }

@@ -17,14 +17,18 @@ struct OverlayEntry: Sendable {
     /// False for a write whose value does not depend on what was read (an index
     /// manifest): merges, refreshes and the commit's conflict check leave it out.
     var isChecked: Bool
+    /// Whether the root's batch tells an insert from an update for this key
+    /// (`Context.stage`): records' keys, for the typed change feed.
+    var tracksInsert: Bool
 
     private static let nextStamp = Atomic<UInt64>(1)
 
     /// A write with a fresh stamp.
-    init(value: [UInt8]?, isChecked: Bool = true) {
+    init(value: [UInt8]?, isChecked: Bool = true, tracksInsert: Bool = false) {
         self.value = value
         self.stamp = Self.nextStamp.wrappingAdd(1, ordering: .relaxed).oldValue
         self.isChecked = isChecked
+        self.tracksInsert = tracksInsert
     }
 }
 

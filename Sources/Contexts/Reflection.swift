@@ -43,11 +43,3 @@ extension UnitOfWork: CustomStringConvertible, CustomReflectable {
         Mirror(self, children: ["context": context], displayStyle: .class)
     }
 }
-
-extension Repository: CustomStringConvertible, CustomReflectable {
-    public var description: String { "Repository<\(R.entityName)>(\(context))" }
-
-    public var customMirror: Mirror {
-        Mirror(self, children: ["entity": R.entityName, "context": context], displayStyle: .struct)
-    }
-}

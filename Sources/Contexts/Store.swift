@@ -21,6 +21,8 @@ public final class Store: Sendable {
     /// Where root commits go (StorageBackend.swift): `engine` itself when embedded.
     let backend: any StorageBackend
     let feed: ChangeFeedHub
+    /// What the layers above contexts keep for this store (StoreLayers.swift).
+    package let layers = StoreLayers()
 
     /// A store on `backend`. Embedded stores come from `open` and `inMemory`; other
     /// backends of this package (StrataEtcd) call this.
@@ -83,7 +85,7 @@ public final class Store: Sendable {
         return try body(context)
     }
 
-    func makeReadOnlyContext() -> Context {
+    package func makeReadOnlyContext() -> Context {
         Context(store: self, snapshot: engine.snapshot(), mergePolicy: .error, isReadOnly: true)
     }
 

@@ -14,7 +14,7 @@ public final class UnitOfWork {
     public let context: Context
     private(set) var hooks: [(CommitReceipt) -> Void] = []
 
-    init(context: Context) {
+    package init(context: Context) {
         self.context = context
     }
 

@@ -26,7 +26,7 @@ import Dispatch
 import Foundation
 import Logging
 import NIOCore
-import Strata
+import StrataContexts
 import StrataEngine
 import StrataFileIO
 import StrataWAL
@@ -223,8 +223,9 @@ final class EtcdBackend: StorageBackend {
             guard let key = event.kv.key.bytes.stripping(prefix), !key.isEmpty else { continue }
             if event.type == "DELETE" {
                 batch.operations.append(.delete(key: key))
-            } else if event.kv.version?.value == 1 && RecordKeys.isRecordKey(key) {
-                // Created by this revision: a record's insert, as the embedded store logs it.
+            } else if event.kv.version?.value == 1 {
+                // Created by this revision: an insert, which the typed change feed tells
+                // from an update (the embedded store logs it for records' keys).
                 batch.operations.append(.insert(key: key, value: event.kv.value?.bytes ?? []))
             } else {
                 batch.operations.append(.put(key: key, value: event.kv.value?.bytes ?? []))

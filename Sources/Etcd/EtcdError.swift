@@ -1,7 +1,7 @@
 // The errors and options of a store over etcd. A failed commit says whether anything may
 // have been written: `.unreachable`, `.tooManyOperations`, `.requestTooLarge` and
 // `.server` wrote nothing; `.commitOutcomeUnknown` may have.
-import Strata
+import StrataContexts
 
 /// Failures of a store over etcd, beside the conflicts and errors every store has.
 public enum EtcdError: Error, CustomStringConvertible, CommitOutcomeReporting {

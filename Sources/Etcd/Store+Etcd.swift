@@ -1,6 +1,6 @@
 // Opening a store over etcd: `Store.open(etcd:prefix:)`. Everything after the open is the
 // same API as an embedded store: contexts, units of work, repositories, observation.
-import Strata
+import StrataContexts
 import StrataEngine
 
 extension Store {

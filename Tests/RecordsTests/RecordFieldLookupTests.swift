@@ -1,4 +1,5 @@
-@testable import Strata
+import Strata
+@testable import StrataRecords
 import Testing
 
 /// RecordBytes.swift's field tables: a keyed container looks first at the field after the

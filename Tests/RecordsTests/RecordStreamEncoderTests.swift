@@ -1,4 +1,5 @@
-@testable import Strata
+import Strata
+@testable import StrataRecords
 import StrataTesting
 import Foundation
 import Testing

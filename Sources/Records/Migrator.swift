@@ -7,6 +7,7 @@
 //      commit) leaves the store as it was, and is run again by the next `migrate`.
 //  M2. Steps run in registration order; a store that records a step this migrator does
 //      not know (written by a newer build) is refused, not migrated.
+import StrataContexts
 import StrataEngine
 
 /// Named migration steps for a store, run in order, each once.
@@ -124,9 +125,8 @@ public struct Migrator: Sendable {
     /// Records changed in `context`'s own overlay, by entity.
     private static func recordsChanged(in context: Context) -> [String: Int] {
         var counts: [String: Int] = [:]
-        var iterator = context.overlay.entries()
-        while let (key, _) = iterator.next() {
-            guard let prefix = RecordKeys.entityPrefix(of: key, tag: RecordKeys.recordTag) else { continue }
+        context.forEachStaged { key, _ in
+            guard let prefix = RecordKeys.entityPrefix(of: key, tag: RecordKeys.recordTag) else { return }
             counts[RecordKeys.entityName(ofPrefix: Array(prefix)), default: 0] += 1
         }
         return counts

@@ -2,6 +2,7 @@
 // entries replaced on every write, removed on delete, and built for existing records the
 // first time a context writes the entity while its manifest does not list an index.
 // Reads never stage anything: a fetch uses only indexes the manifest lists.
+import StrataContexts
 import StrataEngine
 
 /// The index work of one repository.
@@ -102,9 +103,11 @@ struct IndexMaintenance<R: Record> {
         if context.isReadOnly {
             try context.checkOpen()
             let version = context.version
-            if let kept = context.usableIndexes, kept.version == version, kept.shape === shape { return kept.indexes }
+            let kept = context.attachment as? UsableIndexes ?? UsableIndexes()
+            if kept.version == version, kept.shape === shape { return kept.indexes }
             let indexes = try listedUsable()
-            context.usableIndexes = (version, shape, indexes)
+            (kept.version, kept.shape, kept.indexes) = (version, shape, indexes)
+            context.attachment = kept
             return indexes
         }
         return try listedUsable()
@@ -126,4 +129,13 @@ struct IndexMaintenance<R: Record> {
     func usableIndexes() throws -> [RecordIndex<R>] {
         try usable().map { declared[$0.position] }
     }
+}
+
+/// A read-only context's last answer to which of a record type's indexes a query may use,
+/// and the version it holds for (`IndexMaintenance.usable`), kept as the context's
+/// attachment. Belongs to the context's task, as the context does.
+final class UsableIndexes {
+    var version: UInt64 = 0
+    var shape: RecordShape?
+    var indexes: [PlannedIndex] = []
 }

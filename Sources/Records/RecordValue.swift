@@ -12,6 +12,7 @@
 //      were encoded), so `decode(encode(v)) == v`, and a decoded record re-encodes to the
 //      same bytes unless its type encodes in an unstable order (a `Dictionary` field).
 // Thread-safety: values are immutable.
+import StrataContexts
 import StrataCodec
 
 /// A record's value tree, as the encoder builds it before writing its bytes.

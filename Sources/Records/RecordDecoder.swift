@@ -10,6 +10,7 @@
 //  D1. Nothing is decoded from bytes that `RecordBytes.validate` has not accepted, so
 //      every offset a container holds starts a well-formed value inside the buffer.
 //  D2. A field name that occurs twice (no encoder writes that) reads as its last value.
+import StrataContexts
 import Foundation
 import StrataCodec
 

@@ -9,6 +9,7 @@
 //      and deleted inside one unit of work never reaches the log (Context.rootBatch), so
 //      it yields nothing. Batches a root commit wrote with log format 1 carry no inserts:
 //      their puts read as `updated`.
+import StrataContexts
 import StrataEngine
 
 /// One record's change in one commit, from `Store.changes(of:since:)`.

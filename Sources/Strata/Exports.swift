@@ -1,7 +1,11 @@
-// The types of the layers beneath that appear in Strata's own API, re-exported by name so
-// that `import Strata` is the only import an application needs. Nothing else of those
-// modules is visible to an application: their other public declarations exist for the
-// modules above them in this package, not as API.
+// What `import Strata` brings: contexts and units of work (StrataContexts), records
+// (StrataRecords), and the types of the layers beneath that appear in their API,
+// re-exported by name so that `import Strata` is the only import an application needs.
+// Nothing else of those modules is visible to an application: their other public
+// declarations exist for the modules above them in this package, not as API.
+
+@_exported import StrataContexts
+@_exported import StrataRecords
 
 // Options, reports and errors of the storage engine; the engine itself is reachable as
 // `Store.engine` for key/value work below contexts (blind batches, snapshots, cursors).

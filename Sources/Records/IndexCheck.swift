@@ -1,6 +1,7 @@
 // Checking that indexes say what their records imply (X1): the typed check a repository
 // runs (`Repository.checkIndexes()`), and the check that needs no type (`Store.checkIndexEntries()`),
 // which `strata verify` runs on any store.
+import StrataContexts
 import Foundation
 import StrataEngine
 

@@ -1,17 +1,17 @@
 // Facts about record types that cost reflection to learn (an index's name from its key
 // path's description, a type's `RecordShape` for the planner, its entity name), learned
-// once per process and kept here.
+// once per process and kept here. A memo of what each type says of itself, never a
+// registry: no answer depends on which other types a process used, or on any store (what
+// a store needs to know of the types written through it is its `RecordCatalog`).
 //
 // Thread-safety: behind a pthread lock; values are immutable once stored.
+import StrataContexts
 import StrataLocks
 
 enum RecordTypeCache {
     private struct Entries {
         var indexes: [ObjectIdentifier: Any] = [:]
         var shapes: [ObjectIdentifier: RecordShape] = [:]
-        /// What a stored record implies for its entity's indexes, by the entity's record-key
-        /// prefix: for merges and refreshes, which see keys, not types.
-        var derivers: [[UInt8]: IndexDeriver] = [:]
         var entityNames: [ObjectIdentifier: String] = [:]
         /// Decoded index manifests by their bytes (few: one per entity and index list).
         var manifests: [[UInt8]: Set<String>] = [:]
@@ -23,19 +23,7 @@ enum RecordTypeCache {
     static func indexes<R: Record>(of type: R.Type) -> [RecordIndex<R>] {
         if let cached = entries.withLock({ $0.indexes[ObjectIdentifier(type)] }) as? [RecordIndex<R>] { return cached }
         let indexes = R.indexes
-        let prefix = RecordKeys.prefix(entity: entityName(of: type))
-        let read = RecordDecoder.reading(R.self)
-        let deriver: IndexDeriver = { bytes in
-            let record = try RecordDecoder().decode(R.self, from: bytes, reading: read)
-            return indexes.map { index in
-                let (key, value) = IndexMaintenance<R>.entry(index, record)
-                return IndexEntry(index: index.name, isUnique: index.isUnique, key: key, value: value, rendered: index.render(record))
-            }
-        }
-        entries.withLock { entries in
-            entries.indexes[ObjectIdentifier(type)] = indexes
-            if !indexes.isEmpty { entries.derivers[prefix] = deriver }
-        }
+        entries.withLock { $0.indexes[ObjectIdentifier(type)] = indexes }
         return indexes
     }
 
@@ -45,14 +33,6 @@ enum RecordTypeCache {
         let shape = RecordShape(type, indexes: indexes(of: type))
         entries.withLock { $0.shapes[ObjectIdentifier(type)] = shape }
         return shape
-    }
-
-    /// The entity and index deriver of a record key, when a type with indexes was used
-    /// for that entity in this process.
-    static func deriver(forRecordKey key: [UInt8]) -> (prefix: [UInt8], derive: IndexDeriver)? {
-        guard let prefix = RecordKeys.entityPrefix(of: key, tag: RecordKeys.recordTag) else { return nil }
-        let record = Array(prefix)
-        return entries.withLock { $0.derivers[record] }.map { (record, $0) }
     }
 
     /// `R.entityName`, evaluated once (the default describes the type, which is slow).

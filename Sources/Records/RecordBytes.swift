@@ -11,6 +11,7 @@
 //      allocation.
 //  B2. Varints are read in their shortest form only (`Varint`, as every reader of the
 //      formats does), so a record has one encoding.
+import StrataContexts
 import Foundation
 import StrataCodec
 

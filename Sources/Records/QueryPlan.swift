@@ -4,6 +4,7 @@
 // plan is exact (`isExact`), every candidate is still evaluated with `Predicate.evaluate`,
 // so such a plan only narrows what is read, never decides a result. Any predicate that compiles runs: shapes the
 // planner does not know fall back to a scan of the entity.
+import StrataContexts
 import StrataEngine
 import Foundation
 

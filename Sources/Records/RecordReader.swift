@@ -12,6 +12,7 @@
 // `borrowing`, so `init(record:)` can neither keep it nor let a closure that outlives the
 // call capture it: the bytes and the field table it points to (on the reading call's
 // stack) are never reached after the call returns.
+import StrataContexts
 import Foundation
 
 /// A record type that reads its stored fields itself, in place of `init(from:)`.

@@ -2,6 +2,7 @@
 // bytes; every other type encodes itself through the usual containers. Values are written
 // straight into bytes (RecordStreamEncoder.swift); the node tree here is for values that
 // encode themselves out of order.
+import StrataContexts
 import Foundation
 
 /// Encodes `Encodable` values to record bytes.

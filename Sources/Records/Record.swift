@@ -1,5 +1,6 @@
 // Records: `Codable`, `Identifiable` values stored under a key made of their entity name
 // and their id (FORMAT.md, "Records"), reached through a repository bound to a context.
+import StrataContexts
 import Foundation
 
 /// A type stored as records. Its entity name must stay stable: it is part of every key.
@@ -110,4 +111,8 @@ public enum RecordError: Error, Sendable, CustomStringConvertible, Equatable {
             "The \(entity) stored under \(key) does not decode as its type (\(reason)); migrate it with Repository.migrate."
         }
     }
+}
+
+extension RecordError: LocalizedError {
+    public var errorDescription: String? { description }
 }

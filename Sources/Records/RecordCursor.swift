@@ -2,6 +2,7 @@
 // order `fetch` would return them. Reads in id order and sorts pushed down to an index
 // walk the keys as they go; a sort done in memory, or an index read put back in id order,
 // has to see every match first and gathers them when the cursor is made.
+import StrataContexts
 import StrataEngine
 import Foundation
 

@@ -6,6 +6,7 @@
 //      holds exactly one entry per record (for a unique index: per value), built from the
 //      record as it is now; an index declared later is built on first use in a writable
 //      context and noted in the entity's manifest.
+import StrataContexts
 import Foundation
 import StrataCodec
 

@@ -8,6 +8,7 @@
 //      one was started and left, a key encoded twice, a container asked for twice in
 //      different kinds, a super encoder — makes it give up (`fellBack`), and the caller
 //      encodes the value again through the node tree.
+import StrataContexts
 import Foundation
 import StrataCodec
 

@@ -12,6 +12,7 @@
 //
 // Thread-safety: readers are immutable once made; the table is behind a `Mutex`. Types
 // are never unloaded, so an `ObjectIdentifier` of one is never reused.
+import StrataContexts
 import Foundation
 import Synchronization
 

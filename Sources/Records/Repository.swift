@@ -1,6 +1,7 @@
 // A repository: a typed view of one entity's records through a context. It sees the
 // context's overlays exactly as the context does, and its writes are the context's
 // staged writes, committed or discarded with it. Cheap to make; make one per unit of work.
+import StrataContexts
 import StrataEngine
 import Foundation
 
@@ -20,6 +21,9 @@ public struct Repository<R: Record> {
         shape = RecordTypeCache.shape(of: R.self)
         indexes = IndexMaintenance(context: context, shape: shape)
         read = shape.reader as? @Sendable (borrowing RecordReader) throws -> R
+        // A writable context may merge: its store's catalog must know the type behind the
+        // keys it stages.
+        if !context.isReadOnly { RecordCatalog.of(context.store).register(R.self, shape: shape) }
     }
 
     private func key(_ id: R.ID) -> [UInt8] { prefix + id.keyBytes }
@@ -55,11 +59,11 @@ public struct Repository<R: Record> {
         guard try context.contains(key(id)) else { throw RecordError.notFound(entity: RecordTypeCache.entityName(of: R.self), id: describe(id)) }
         if indexes.isEmpty {
             // No entries to find: the record need not even decode.
-            return try context.stage(key(id), nil)
+            return try context.stage(key(id), nil, tracksInsert: true)
         }
         try indexes.ensureBuilt()
         if let old = try get(id) { try indexes.remove(old) }
-        try context.stage(key(id), nil)
+        try context.stage(key(id), nil, tracksInsert: true)
     }
 
     /// Stages `record` after `check` saw whether it existed (decoded only when index
@@ -73,7 +77,7 @@ public struct Repository<R: Record> {
             try check(old != nil)
             try indexes.replace(old: old, with: record)
         }
-        try context.stage(key(record.id), try RecordEncoder().encode(record))
+        try context.stage(key(record.id), try RecordEncoder().encode(record), tracksInsert: true)
     }
 
     // MARK: Reading
@@ -203,7 +207,7 @@ public struct Repository<R: Record> {
         let oldRepository = Repository<Old>(context: context)
         let records = try oldRepository.all()
         for record in records {
-            if Old.entityName != RecordTypeCache.entityName(of: R.self) { try context.stage(RecordKeys.key(entity: Old.entityName, id: record.id), nil) }
+            if Old.entityName != RecordTypeCache.entityName(of: R.self) { try context.stage(RecordKeys.key(entity: Old.entityName, id: record.id), nil, tracksInsert: true) }
             try upsert(try transform(record))
         }
         return records.count
@@ -360,4 +364,12 @@ extension Context {
 extension UnitOfWork {
     /// A repository of `type`'s records in this unit of work.
     public func repository<R: Record>(_ type: R.Type) -> Repository<R> { Repository(context: context) }
+}
+
+extension Repository: CustomStringConvertible, CustomReflectable {
+    public var description: String { "Repository<\(R.entityName)>(\(context))" }
+
+    public var customMirror: Mirror {
+        Mirror(self, children: ["entity": R.entityName, "context": context], displayStyle: .struct)
+    }
 }

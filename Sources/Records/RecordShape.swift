@@ -6,6 +6,7 @@
 // measured at ~9,000 per fetch before planning left the generic code).
 //
 // Thread-safety: immutable but for three caches, each behind its `Mutex`.
+import StrataContexts
 import Foundation
 import Synchronization
 
