@@ -46,6 +46,10 @@ struct QueryPlan {
     @usableFromInline private(set) var isExact = false
     /// The index whose order the read follows for a pushed-down sort, and its direction.
     @usableFromInline private(set) var sortedBy: (index: PlannedIndex, reverse: Bool)?
+    /// For a sort on the id read in key order (`pushDown`): whether backwards.
+    @usableFromInline private(set) var sortedByID: Bool?
+    /// Whether the read follows the order a sort asks for (`pushDown` succeeded).
+    @usableFromInline var isSortedByRead: Bool { sortedBy != nil || sortedByID != nil }
     /// How many leading components of the index read have an equality term.
     private var equalityComponents = 0
     /// Whether the index answers every term it uses exactly.
@@ -73,22 +77,38 @@ struct QueryPlan {
         isExact = everyTermPlanned && exactTerms && usedTerms.count == terms.count
     }
 
-    /// Reads the records in the order of a single sort on `keyPath` through an index when
-    /// one allows it (an indexed key path whose index order is its value order, and a
-    /// plan that reads no other index or id range); false when the sort stays in memory.
+    /// Reads the records in the order of `sorts` (key paths and directions, in the order
+    /// the sort compares them) from an index or the ids when one allows it; false when the
+    /// sort stays in memory. An index serves the sorts when its components after those
+    /// the read fixes by equality are exactly the sorted key paths, each of a type Strata
+    /// sorts in index order (`StrataOrdered`), all in one direction: ties then come in id
+    /// order, as a stable sort of the id-ordered records leaves them (a last sort on the
+    /// id, forwards, says just that and is served too). The ids serve a sort on the id
+    /// alone when their key bytes sort as they do (integers, `UUID`).
     @usableFromInline
-    mutating func pushDown(_ keyPath: AnyKeyPath, reverse: Bool, shape: RecordShape, indexes: [PlannedIndex]) -> Bool {
-        // The sorted key path must be an index's last component (ties then come in id
-        // order, as a stable sort leaves them), with an equality on every one before it.
-        guard let field = shape.facts(keyPath).field else { return false }
-        var chosen: PlannedIndex?
-        for index in indexes {
-            guard let last = index.components.last, last.sortsExactly, last.field == field else { continue }
+    mutating func pushDown(_ sorts: [(keyPath: AnyKeyPath, reverse: Bool)], shape: RecordShape, indexes: [PlannedIndex]) -> Bool {
+        var facts = sorts.map { (facts: shape.facts($0.keyPath), reverse: $0.reverse) }
+        if facts.count > 1, let last = facts.last, last.facts.isID, !last.reverse { facts.removeLast() }
+        guard let reverse = facts.first?.reverse, facts.allSatisfy({ $0.reverse == reverse }) else { return false }
+        if facts.count == 1, facts[0].facts.isID {
+            guard shape.idsSortExactly else { return false }
             switch access {
-            case .scan where index.components.count == 1: chosen = index
-            case let .index(used, _, _) where used === index && equalityComponents == index.components.count - 1: chosen = index
+            case .scan, .range, .point: sortedByID = reverse
+            case .index, .indexEntry: return false
+            }
+            return true
+        }
+        var chosen: PlannedIndex?
+        for index in indexes where chosen == nil {
+            let fixed: Int
+            switch access {
+            case .scan: fixed = 0
+            case let .index(used, _, _) where used === index: fixed = equalityComponents
             default: continue
             }
+            let sorted = index.components[fixed...]
+            guard sorted.count == facts.count else { continue }
+            if zip(sorted, facts).allSatisfy({ $0.sortsExactly && $0.field == $1.facts.field }) { chosen = index }
         }
         guard let index = chosen else { return false }
         if case .scan = access { access = .index(index, lower: index.keyPrefix, upper: keyAfterPrefix(index.keyPrefix)) }
@@ -176,7 +196,8 @@ struct QueryPlan {
                 continue
             }
             for (position, term) in terms.enumerated() where term.facts.field == component.field {
-                guard let bytes = component.constantBytes(constants[position].constant) else { continue }
+                if component.nanRanges == .comparableDefaults && term.op == .lessOrEqual { continue }
+                guard let bytes = component.rangeBytes(constants[position].constant) else { continue }
                 let start = base + bytes
                 let after = keyAfterPrefix(start)
                 switch term.op {
@@ -187,6 +208,13 @@ struct QueryPlan {
                 }
                 used.append((component.name, term.op, position))
                 exact = exact && component.rangesExactly
+                // NaNs sort last: a range upwards ends before them unless its operator holds
+                // for them (NaNRanges).
+                switch (component.nanRanges, term.op) {
+                case (.ieee, .greater), (.ieee, .greaterOrEqual), (.comparableDefaults, .greater):
+                    upper = smallerOptional(upper, base + nanIndexBytes)
+                default: break
+                }
             }
             break
         }
@@ -198,11 +226,16 @@ struct QueryPlan {
     /// `entryBytes` gives its value bytes in an index). Elsewhere the caller filters.
     @usableFromInline
     mutating func startAfter(idBytes: [UInt8], inIDOrder: Bool, entryBytes: (PlannedIndex) -> [UInt8]) {
+        let idsForwards = sortedByID == false || (inIDOrder && sortedByID == nil)
         switch access {
-        case let .range(lower, upper) where inIDOrder:
+        case let .range(lower, upper) where idsForwards:
             access = .range(lower: Self.larger(lower, idBytes + [0]), upper: upper)
-        case .scan where inIDOrder:
+        case .scan where idsForwards:
             access = .range(lower: idBytes + [0], upper: nil)
+        case let .range(lower, upper) where sortedByID == true:
+            access = .range(lower: lower, upper: Self.smaller(upper, idBytes))
+        case .scan where sortedByID == true:
+            access = .range(lower: nil, upper: idBytes)
         case let .index(index, lower, upper) where sortedBy.map { !$0.reverse } ?? false:
             // Only from inside the range: on a compound index the read is ordered by the
             // second value under one first value, and an entry elsewhere says nothing of
@@ -232,6 +265,8 @@ struct QueryPlan {
         var text = "read: \(read); \(residual)"
         if let sortedBy {
             text += "; sorted by reading index \(sortedBy.index.name) \(sortedBy.reverse ? "backwards" : "forwards")"
+        } else if let sortedByID {
+            text += "; sorted by reading the ids \(sortedByID ? "backwards" : "forwards")"
         }
         return text
     }

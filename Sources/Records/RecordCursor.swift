@@ -60,16 +60,16 @@ public struct RecordCursor<R: Record> {
 extension Repository {
     /// The records `fetch(predicate, sortBy: sortBy)` would return, as a cursor that
     /// decodes each one when `next()` reaches it. Reads in id order and sorts read from an
-    /// index (`explain` says "sorted by reading index") are lazy: stopping early reads no
-    /// further. Other sorts gather the matches first.
+    /// index or the ids (`explain` says "sorted by reading") are lazy: stopping early reads
+    /// no further. Other sorts gather the matches first.
     public func cursor(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = []) throws -> RecordCursor<R> {
         let plan = try queryPlan(predicate, sortBy: sortBy)
         let range: KeyRange?
         var throughIndex = false
         switch plan.access {
-        case let .range(lower, upper) where sortBy.isEmpty:
+        case let .range(lower, upper) where sortBy.isEmpty || plan.sortedByID != nil:
             range = KeyRange(from: lower.map { recordPrefix + $0 }, to: upper.map { recordPrefix + $0 }, prefix: recordPrefix)
-        case .scan where sortBy.isEmpty: range = KeyRange(prefix: recordPrefix)
+        case .scan where sortBy.isEmpty || plan.sortedByID != nil: range = KeyRange(prefix: recordPrefix)
         case let .index(index, lower, upper) where plan.sortedBy.map { !$0.reverse || index.isUnique } ?? false:
             // (Backwards through a non-unique index, equal values are regrouped into id
             // order: `fetch` does that, a gathered result.)
@@ -82,7 +82,7 @@ extension Repository {
                                 gathered: try fetch(predicate, sortBy: sortBy))
         }
         try context.checkOpen()
-        let walk = try ContextCursor(context, range: range, reverse: plan.sortedBy?.reverse ?? false)
+        let walk = try ContextCursor(context, range: range, reverse: plan.sortedBy?.reverse ?? plan.sortedByID ?? false)
         return RecordCursor(repository: self, predicate: predicate, plan: plan, walk: walk, throughIndex: throughIndex, gathered: [])
     }
 }

@@ -10,114 +10,8 @@ import StrataContexts
 import Foundation
 import StrataCodec
 
-/// A value an index can order: its bytes sort as the values do.
-public protocol IndexableValue: Sendable {
-    /// Order-preserving bytes, self-delimiting so that an id can follow them.
-    var indexBytes: [UInt8] { get }
-}
-
-extension String: IndexableValue {
-    /// The UTF-8 of its canonical composition (NFC) with each zero byte escaped as
-    /// `00 FF`, ended by `00 00`. Strings equal under `==` (canonically equivalent) get
-    /// the same bytes, and the bytes sort as `<` orders strings.
-    public var indexBytes: [UInt8] {
-        // ASCII without zero bytes (most keys) is its own composition and needs no escape.
-        let plain: [UInt8]? = utf8.withContiguousStorageIfAvailable { utf8 in
-            for byte in utf8 where byte == 0 || byte >= 0x80 { return nil }
-            return [UInt8](unsafeUninitializedCapacity: utf8.count + 2) { buffer, count in
-                if let base = utf8.baseAddress { buffer.baseAddress!.update(from: base, count: utf8.count) }
-                buffer[utf8.count] = 0
-                buffer[utf8.count + 1] = 0
-                count = utf8.count + 2
-            }
-        } ?? nil
-        if let plain { return plain }
-        let composed = utf8.allSatisfy { $0 < 0x80 } ? self : precomposedStringWithCanonicalMapping
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(composed.utf8.count + 2)
-        for byte in composed.utf8 {
-            bytes.append(byte)
-            if byte == 0 { bytes.append(0xFF) }
-        }
-        bytes.append(0)
-        bytes.append(0)
-        return bytes
-    }
-}
-
-extension Int: IndexableValue {
-    public var indexBytes: [UInt8] { keyBytes }
-}
-
-extension Int64: IndexableValue {
-    public var indexBytes: [UInt8] { keyBytes }
-}
-
-extension UInt64: IndexableValue {
-    public var indexBytes: [UInt8] { keyBytes }
-}
-
-// Narrower and unsigned integers index as their 64-bit counterparts (8 bytes), so an
-// index keeps its bytes if a field's integer type is widened.
-extension Int8: IndexableValue { public var indexBytes: [UInt8] { Int64(self).keyBytes } }
-extension Int16: IndexableValue { public var indexBytes: [UInt8] { Int64(self).keyBytes } }
-extension Int32: IndexableValue { public var indexBytes: [UInt8] { Int64(self).keyBytes } }
-extension UInt8: IndexableValue { public var indexBytes: [UInt8] { UInt64(self).keyBytes } }
-extension UInt16: IndexableValue { public var indexBytes: [UInt8] { UInt64(self).keyBytes } }
-extension UInt32: IndexableValue { public var indexBytes: [UInt8] { UInt64(self).keyBytes } }
-extension UInt: IndexableValue { public var indexBytes: [UInt8] { UInt64(self).keyBytes } }
-
-extension Date: IndexableValue {
-    /// Its `timeIntervalSinceReferenceDate` as a `Double` index value.
-    public var indexBytes: [UInt8] { timeIntervalSinceReferenceDate.indexBytes }
-}
-
-extension IndexableValue where Self: RawRepresentable, RawValue: IndexableValue {
-    /// An enum with raw values indexes as its raw value: declare
-    /// `extension Status: IndexableValue {}` to index a `Status` field.
-    public var indexBytes: [UInt8] { rawValue.indexBytes }
-}
-
-extension Bool: IndexableValue {
-    public var indexBytes: [UInt8] { [self ? 1 : 0] }
-}
-
-extension Double: IndexableValue {
-    /// IEEE 754 bits, sign bit flipped for positives and every bit for negatives; -0.0
-    /// is written as 0.0, which it equals.
-    public var indexBytes: [UInt8] {
-        let bits = self == 0 ? 0 : bitPattern
-        return UInt64(bits & (1 << 63) == 0 ? bits | (1 << 63) : ~bits).keyBytes
-    }
-}
-
-extension UUID: IndexableValue {
-    public var indexBytes: [UInt8] { keyBytes }
-}
-
-extension Optional: IndexableValue where Wrapped: IndexableValue {
-    /// nil sorts first.
-    public var indexBytes: [UInt8] { map { [1] + $0.indexBytes } ?? [0] }
-}
-
-/// Values whose `==` and `<` agree with the order and equality of their index bytes.
-protocol ExactIndexOrder {}
-extension Int: ExactIndexOrder {}
-extension Int64: ExactIndexOrder {}
-extension UInt64: ExactIndexOrder {}
-extension Int8: ExactIndexOrder {}
-extension Int16: ExactIndexOrder {}
-extension Int32: ExactIndexOrder {}
-extension UInt8: ExactIndexOrder {}
-extension UInt16: ExactIndexOrder {}
-extension UInt32: ExactIndexOrder {}
-extension UInt: ExactIndexOrder {}
-extension Bool: ExactIndexOrder {}
-extension String: ExactIndexOrder {}
-extension Optional: ExactIndexOrder where Wrapped: ExactIndexOrder {}
-
 /// A secondary index of `R`, declared in `R.indexes`: on one key path, or compound on two
-/// (entries ordered by the first value, then the second).
+/// or three (entries ordered by the first value, then the second, then the third).
 public struct RecordIndex<R: Record>: Sendable {
     /// One indexed key path and what the planner knows of its value type.
     struct Component: Sendable {
@@ -127,27 +21,34 @@ public struct RecordIndex<R: Record>: Sendable {
         let name: String
         /// A predicate constant's index bytes, or nil when it is not of the value type.
         let constantBytes: @Sendable (Any) -> [UInt8]?
-        /// Whether the value type's `==` and `<` agree exactly with its index bytes
-        /// (integers, `Bool`, `String`, optionals of them; not `Double` or `Date`, whose
-        /// NaNs do not, nor enums), so the entries of a value are exactly the records
-        /// `==` holds for.
+        /// A range term's constant's index bytes, or nil when a range against it is not
+        /// read from the index (a string that is not ASCII: `ExactIndexRanges`).
+        let rangeBytes: @Sendable (Any) -> [UInt8]?
+        /// Whether the value type's `==` agrees exactly with its index bytes (the scalars
+        /// of IndexableValue.swift and optionals of them; not enums or an app's own types),
+        /// so the entries of a value are exactly the records `==` holds for.
         let isExact: Bool
-        /// Whether ranges (`<`, `>=`, …) are exact too: not for strings, whose `<` in the
-        /// standard library does not always agree with canonical order when a string is
-        /// not in NFC (`"e\u{301}" < "\u{E9}x"` is false though `"e\u{301}" == "\u{E9}"`):
-        /// a string range is read from the index in canonical order and evaluated.
+        /// Whether ranges (`<`, `>=`, …) are exact too (`ExactIndexRanges`: not strings).
         let rangesExactly: Bool
-        /// Whether a `SortDescriptor` on the key path orders as the index does: an exact
-        /// integer (a string sort compares in a locale's order by default).
+        /// Whether the value type sorts in the order of its index bytes (`StrataOrdered`),
+        /// so that a sort on the key path can be read from the index.
         let sortsExactly: Bool
+        /// How ranges of the value type treat NaNs, which sort last in an index.
+        let nanRanges: NaNRanges
 
         init<V: IndexableValue>(_ keyPath: KeyPath<R, V> & Sendable, _ type: V.Type) {
             self.keyPath = keyPath
             name = RecordIndex.lastName(keyPath)
             constantBytes = RecordIndex.constantBytes(V.self)
-            isExact = V.self is any ExactIndexOrder.Type
-            rangesExactly = isExact && V.self != String.self && V.self != String?.self
-            sortsExactly = isExact && V.self is any FixedWidthInteger.Type
+            if V.self == String.self {
+                rangeBytes = { ($0 as? String).flatMap { text in text.utf8.allSatisfy { $0 < 0x80 } ? text.indexBytes : nil } }
+            } else {
+                rangeBytes = constantBytes
+            }
+            isExact = V.self is any ExactIndexEquality.Type
+            rangesExactly = V.self is any ExactIndexRanges.Type
+            sortsExactly = V.self is any StrataOrdered.Type
+            nanRanges = V.self == Date.self ? .comparableDefaults : V.self is any FloatingIndexValue.Type ? .ieee : .none
         }
     }
 
@@ -155,17 +56,28 @@ public struct RecordIndex<R: Record>: Sendable {
     /// their own: one made here for any `V` runs unspecialized (a metadata lookup and a
     /// generic cast each time, ~700 instructions more per term).
     fileprivate static func constantBytes<V: IndexableValue>(_ type: V.Type) -> @Sendable (Any) -> [UInt8]? {
+        // A NaN equals nothing and is in no range: it is never read from an index (the
+        // term is evaluated on each candidate instead).
         switch type {
         case is String.Type: { ($0 as? String)?.indexBytes }
         case is Int.Type: { ($0 as? Int)?.indexBytes }
         case is Int64.Type: { ($0 as? Int64)?.indexBytes }
         case is UInt64.Type: { ($0 as? UInt64)?.indexBytes }
-        case is Double.Type: { ($0 as? Double)?.indexBytes }
-        case is Date.Type: { ($0 as? Date)?.indexBytes }
+        case is Double.Type: { ($0 as? Double).flatMap { $0.isNaN ? nil : $0.indexBytes } }
+        case is Float.Type: { ($0 as? Float).flatMap { $0.isNaN ? nil : $0.indexBytes } }
+        case is Date.Type: { ($0 as? Date).flatMap { $0.timeIntervalSinceReferenceDate.isNaN ? nil : $0.indexBytes } }
         case is Bool.Type: { ($0 as? Bool)?.indexBytes }
         case is UUID.Type: { ($0 as? UUID)?.indexBytes }
-        default: { ($0 as? V)?.indexBytes }
+        default: { constant in (constant as? V).flatMap { isNaN($0) ? nil : $0.indexBytes } }
         }
+    }
+
+    /// Whether `value` is a floating-point NaN, or an optional holding one.
+    private static func isNaN(_ value: Any) -> Bool {
+        if let value = value as? Double { return value.isNaN }
+        if let value = value as? Float { return value.isNaN }
+        if let value = value as? Date { return value.timeIntervalSinceReferenceDate.isNaN }
+        return false
     }
 
     /// The index's name: part of its keys, so keep it stable.
@@ -207,7 +119,7 @@ public struct RecordIndex<R: Record>: Sendable {
     /// A compound index on `first`, then `second` (named "first+second" unless `name` is
     /// given). A query with `first == constant` reads only that value's entries, ordered by
     /// `second`: a range on `second` and a sort on it (`SortDescriptor(\.second)`) are
-    /// read from the index, as is a range on `first` alone.
+    /// read from the index, as are a range on `first` alone and a sort on both.
     public static func index<A: IndexableValue, B: IndexableValue>(_ first: KeyPath<R, A> & Sendable,
                                                                    _ second: KeyPath<R, B> & Sendable,
                                                                    name: String? = nil, unique: Bool = false) -> RecordIndex<R> {
@@ -215,6 +127,19 @@ public struct RecordIndex<R: Record>: Sendable {
         return RecordIndex(name: name ?? components[0].name + "+" + components[1].name, isUnique: unique, components: components,
                     bytes: { $0[keyPath: first].indexBytes + $0[keyPath: second].indexBytes },
                     render: { "(\($0[keyPath: first]), \($0[keyPath: second]))" })
+    }
+
+    /// A compound index on `first`, `second`, then `third` (named "first+second+third"
+    /// unless `name` is given): equalities on leading key paths narrow the read to one
+    /// value's entries, ordered by the key paths after them, as for two.
+    public static func index<A: IndexableValue, B: IndexableValue, C: IndexableValue>(
+        _ first: KeyPath<R, A> & Sendable, _ second: KeyPath<R, B> & Sendable, _ third: KeyPath<R, C> & Sendable,
+        name: String? = nil, unique: Bool = false
+    ) -> RecordIndex<R> {
+        let components = [Component(first, A.self), Component(second, B.self), Component(third, C.self)]
+        return RecordIndex(name: name ?? components.map(\.name).joined(separator: "+"), isUnique: unique, components: components,
+                    bytes: { $0[keyPath: first].indexBytes + $0[keyPath: second].indexBytes + $0[keyPath: third].indexBytes },
+                    render: { "(\($0[keyPath: first]), \($0[keyPath: second]), \($0[keyPath: third]))" })
     }
 }
 

@@ -27,6 +27,9 @@ final class RecordShape: Sendable {
     /// Whether ids are integers, whose key bytes order and compare as the ids do (a String
     /// id's key bytes are its UTF-8 as given, while `==` is canonical equivalence).
     let exactIDs: Bool
+    /// Whether ids sort as their key bytes do (integers and `UUID`: a `String` id's key
+    /// bytes are its UTF-8 as given, not in canonical order), so an id sort reads in key order.
+    let idsSortExactly: Bool
     /// Whether a key path is the record's id, from its description (slow: cached below).
     private let describesID: @Sendable (AnyKeyPath) -> Bool
     /// The indexed key paths, each once: a component's `field` is a position here.
@@ -60,8 +63,9 @@ final class RecordShape: Sendable {
                     return fields.count - 1
                 }()
                 return PlannedIndex.Component(field: field, name: component.name, constantBytes: component.constantBytes,
+                                              rangeBytes: component.rangeBytes,
                                               isExact: component.isExact, rangesExactly: component.rangesExactly,
-                                              sortsExactly: component.sortsExactly)
+                                              sortsExactly: component.sortsExactly, nanRanges: component.nanRanges)
             }
             planned.append(PlannedIndex(position: position, name: index.name, isUnique: index.isUnique,
                                         keyPrefix: index.keyPrefix, components: components))
@@ -71,6 +75,7 @@ final class RecordShape: Sendable {
         reader = RecordDecoder.reading(R.self)
         idBytes = { ($0 as? R.ID)?.keyBytes }
         exactIDs = R.ID.self == Int.self || R.ID.self == Int64.self || R.ID.self == UInt64.self
+        idsSortExactly = exactIDs || R.ID.self == UUID.self
         let typeName = String(describing: R.self)
         // `\Book.id` written for the concrete type is recognised by its last component; in
         // generic code (`#Predicate<T> { $0.id == id }`) the key path goes through the
@@ -135,9 +140,11 @@ final class PlannedIndex: Sendable {
         let field: Int
         let name: String
         let constantBytes: @Sendable (Any) -> [UInt8]?
+        let rangeBytes: @Sendable (Any) -> [UInt8]?
         let isExact: Bool
         let rangesExactly: Bool
         let sortsExactly: Bool
+        let nanRanges: NaNRanges
     }
 
     init(position: Int, name: String, isUnique: Bool, keyPrefix: [UInt8], components: [Component]) {

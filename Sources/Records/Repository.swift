@@ -99,9 +99,12 @@ public struct Repository<R: Record> {
     /// order when empty), skipping `offset`, at most `limit` (a negative one of either is
     /// `RecordError.invalidQuery`). An `id == constant` term anded at the top of the
     /// predicate becomes a point lookup, id range terms a key range and terms on an
-    /// indexed key path an index range; the rest is evaluated on each record. A sort on
-    /// one indexed integer key path reads that index in order (backwards for `.reverse`),
-    /// so `limit` stops the read early. `explain` shows which is which.
+    /// indexed key path an index range; the rest is evaluated on each record. Sorts are in
+    /// Strata's order (RecordOrder.swift: by index bytes for the scalars Strata defines,
+    /// NaN last), stable, ties in id order; a sort whose key paths an index holds in that
+    /// order (after the components an equality fixes) reads that index in order (backwards
+    /// for `.reverse`), and a sort on the id reads the ids in order, so `limit` stops the
+    /// read early. `explain` shows which is which.
     ///
     /// `after` pages by key (keyset pagination): only records that come after it in this
     /// order (ties in id order) are returned, so the last record of one page fetches the
@@ -122,7 +125,7 @@ public struct Repository<R: Record> {
         // limit can stop them early; an index plan reads in index order and is put back
         // in id order first. A pushed-down sort reads in the sort's order.
         let inIndexOrder = if case .index = plan.access { true } else { false }
-        let sortedByRead = plan.sortedBy != nil
+        let sortedByRead = plan.isSortedByRead
         let orderedByRead = sortedByRead || (unsorted && !inIndexOrder)
         let stopAfter = orderedByRead ? limit.map { offset + $0 } : nil
         if stopAfter == 0 { return [] }
@@ -137,10 +140,11 @@ public struct Repository<R: Record> {
         // Tested once here: `if let` in the loop copied the optional predicate and
         // record for every candidate, nil or not.
         let (filtered, anchored) = (filter != nil, anchor != nil)
+        let order = unsorted ? nil : RecordOrder(sortBy)
         try forEachCandidate(plan) { key, bytes in
             let record = try decode(bytes, key: key)
             if filtered, try !filter!.evaluate(record) { return true }
-            if anchored, !Self.follows(record, anchor!, sortBy) { return true }
+            if anchored, !Self.follows(record, anchor!, order) { return true }
             records.append(consume record)
             if keepKeys { keys.append(key) }
             return stopAfter.map { records.count < $0 } ?? true
@@ -150,21 +154,15 @@ public struct Repository<R: Record> {
             let unordered = records
             for (position, index) in order.enumerated() { records[position] = unordered[index] }
         }
-        if !unsorted && !sortedByRead { records.sort(using: sortBy) }
+        if let order, !sortedByRead { order.sort(&records) }
         if offset == 0 && records.count <= limit ?? .max { return records }
         return Array(records.dropFirst(offset).prefix(limit ?? .max))
     }
 
-    /// Whether `record` comes after `anchor` in `sortBy` order, ties in id order.
+    /// Whether `record` comes after `anchor` in `order` (id order when nil), ties in id order.
     @usableFromInline
-    static func follows(_ record: R, _ anchor: R, _ sortBy: [SortDescriptor<R>]) -> Bool {
-        for descriptor in sortBy {
-            switch descriptor.compare(record, anchor) {
-            case .orderedAscending: return false
-            case .orderedDescending: return true
-            case .orderedSame: continue
-            }
-        }
+    static func follows(_ record: R, _ anchor: R, _ order: RecordOrder<R>?) -> Bool {
+        if let order { return order.follows(record, anchor) }
         let (mine, theirs) = (record.id.keyBytes, anchor.id.keyBytes)
         return mine != theirs && !mine.lexicographicallyPrecedes(theirs)
     }
@@ -195,7 +193,7 @@ public struct Repository<R: Record> {
     public func explain(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = []) throws -> String {
         let plan = try queryPlan(predicate, sortBy: sortBy)
         var text = plan.description(entity: shape.entityName, predicate: predicate.map { "\($0)" })
-        if !sortBy.isEmpty && plan.sortedBy == nil { text += "; sorted in memory" }
+        if !sortBy.isEmpty && !plan.isSortedByRead { text += "; sorted in memory" }
         return text
     }
 
@@ -224,8 +222,8 @@ public struct Repository<R: Record> {
         // Not `if let`: binding the predicate copies it.
         let terms = predicate.map { PredicateShapes.terms(of: $0) }
         var plan = QueryPlan(terms, shape: shape, indexes: usable)
-        if sortBy.count == 1, let keyPath = sortBy[0].keyPath {
-            _ = plan.pushDown(keyPath, reverse: sortBy[0].order == .reverse, shape: shape, indexes: usable)
+        if !sortBy.isEmpty, let sorts = RecordOrder.readable(sortBy) {
+            _ = plan.pushDown(sorts, shape: shape, indexes: usable)
         }
         return plan
     }
@@ -273,7 +271,8 @@ public struct Repository<R: Record> {
         case let .point(id):
             _ = try read(prefix + id)
         case let .range(lower, upper):
-            try context.forEachLent(from: lower.map { prefix + $0 }, to: upper.map { prefix + $0 }, prefix: prefix) { key, value in
+            try context.forEachLent(from: lower.map { prefix + $0 }, to: upper.map { prefix + $0 }, prefix: prefix,
+                                    reverse: plan.sortedByID ?? false) { key, value in
                 try value.withUnsafeBytes { try body(key.withUnsafeBytes { Array($0) }, $0) }
             }
         case let .index(index, lower, upper):
@@ -310,7 +309,7 @@ public struct Repository<R: Record> {
             guard let id = try context.get(entry) else { return }
             _ = try read(prefix + id)
         case .scan:
-            try context.forEachLent(prefix: prefix) { key, value in
+            try context.forEachLent(prefix: prefix, reverse: plan.sortedByID ?? false) { key, value in
                 try value.withUnsafeBytes { try body(key.withUnsafeBytes { Array($0) }, $0) }
             }
         }

@@ -60,6 +60,21 @@ import Testing
         // not always agree with canonical order: "e\u{301}" < "\u{E9}x" is false.)
         Self.checkOrder(strings, "String", less: { $0.precomposedStringWithCanonicalMapping < $1.precomposedStringWithCanonicalMapping },
                         equal: ==)
+        // Floating-point values in Strata's order: -0 equal to 0, every NaN equal and last.
+        let nans: [Double] = [.nan, -.nan, Double(bitPattern: 0x7FF0_0000_0000_0001), Double(bitPattern: 0xFFF8_0000_0000_0042)]
+        let strataLess: (Double, Double) -> Bool = { a, b in a.isNaN ? false : b.isNaN ? true : a < b }
+        let strataEqual: (Double, Double) -> Bool = { a, b in a.isNaN ? b.isNaN : a == b }
+        Self.checkOrder(doubles + nans, "Double with NaNs", less: strataLess, equal: strataEqual)
+        Self.checkOrder((doubles + nans).map(Float.init), "Float", less: { strataLess(Double($0), Double($1)) },
+                        equal: { strataEqual(Double($0), Double($1)) })
+        Self.checkOrder((doubles + nans).map { Date(timeIntervalSinceReferenceDate: $0) }, "Date with NaNs",
+                        less: { strataLess($0.timeIntervalSinceReferenceDate, $1.timeIntervalSinceReferenceDate) },
+                        equal: { strataEqual($0.timeIntervalSinceReferenceDate, $1.timeIntervalSinceReferenceDate) })
+        let blobs = [Data(), Data([0]), Data([0, 0]), Data([0, 1]), Data([0, 0xFF]), Data([1]), Data([0xFF]), Data([0xFF, 0])]
+            + (0..<30).map { _ in Data((0..<Int(random.next() % 4)).map { _ in [0, 1, 0xFF][Int(random.next() % 3)] }) }
+        Self.checkOrder(blobs, "Data", less: { $0.lexicographicallyPrecedes($1) }, equal: ==)
+        Self.checkOrder([false, true], "Bool", less: { !$0 && $1 }, equal: ==)
+        Self.checkOrder((0..<20).map { _ in UUID() }, "UUID")
         Self.checkOrder(values(Int.self).map { Optional($0) } + [nil], "Int?")
         Self.checkOrder(strings.map { Optional($0.precomposedStringWithCanonicalMapping) } + [Optional<String>.none], "String?")
     }
