@@ -95,6 +95,8 @@ public enum RecordError: Error, Sendable, CustomStringConvertible, Equatable {
     /// A record's bytes hold a different shape than its type (a renamed field, a changed
     /// type): what the decoder said.
     case decoding(entity: String, key: String, reason: String)
+    /// A sum of a field does not fit in its integer type.
+    case overflow(entity: String, field: String, type: String)
 
     public var description: String {
         switch self {
@@ -107,6 +109,8 @@ public enum RecordError: Error, Sendable, CustomStringConvertible, Equatable {
             "The query cannot run: \(reason)."
         case let .uniqueViolation(entity, index, value):
             "Another \(entity) already has \(value) in unique index \(index); change the value or update that record."
+        case let .overflow(entity, field, type):
+            "The sum of \(entity).\(field) does not fit in \(type); sum it as a wider type (map the records) or narrow the predicate."
         case let .decoding(entity, key, reason):
             "The \(entity) stored under \(key) does not decode as its type (\(reason)); migrate it with Repository.migrate."
         }

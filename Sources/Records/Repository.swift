@@ -131,7 +131,7 @@ public struct Repository<R: Record> {
         if stopAfter == 0 { return [] }
         var records: [R] = []
         // A limit read in order is what the result grows to, unless fewer match.
-        if let stopAfter { records.reserveCapacity(min(stopAfter, 256)) }
+        if let stopAfter { records.reserveCapacity(Swift.min(stopAfter, 256)) }
         // Index order is put back in id order (only needed with more than one match),
         // before any in-memory sort too: ties keep id order, as the sort is stable.
         var keys: [[UInt8]] = []
