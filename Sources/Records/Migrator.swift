@@ -15,6 +15,7 @@ import StrataEngine
 ///     var migrator = Migrator()
 ///     migrator.register("v1: todos") { unit in try unit.repository(Todo.self).insert(…) }
 ///     migrator.register("v2: reindex todos", Migrator.reindex(Todo.self))
+///     migrator.register("v3: due dates", Migrator.migrate(from: TodoV2.self, to: Todo.self) { Todo($0, due: nil) })
 ///     try migrator.migrate(store)
 public struct Migrator: Sendable {
     /// A step: it changes the store through the unit of work it is handed.
@@ -85,6 +86,18 @@ public struct Migrator: Sendable {
     /// declaration (a new key path under an old name, a unique index made plain) whose
     /// entries the manifest would otherwise keep.
     public static func reindex<R: Record>(_ type: R.Type) -> Step {
+        reindexStep(type)
+    }
+
+    /// A step that rewrites every record stored as `Old` as `New` with `transform`
+    /// (`Repository.migrate(from:_:)`): fields gained, lost, renamed or retyped, and
+    /// indexes added or dropped on either side.
+    public static func migrate<Old: Record, New: Record>(from old: Old.Type, to new: New.Type,
+                                                         _ transform: @escaping @Sendable (Old) throws -> New) -> Step {
+        { unit in try unit.repository(New.self).migrate(from: Old.self, transform) }
+    }
+
+    private static func reindexStep<R: Record>(_ type: R.Type) -> Step {
         { unit in
             let entity = RecordTypeCache.entityName(of: type)
             let context = unit.context

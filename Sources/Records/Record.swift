@@ -97,6 +97,10 @@ public enum RecordError: Error, Sendable, CustomStringConvertible, Equatable {
     case decoding(entity: String, key: String, reason: String)
     /// A sum of a field does not fit in its integer type.
     case overflow(entity: String, field: String, type: String)
+    /// `Repository.migrate(from:)` could not rewrite this record: it does not decode as
+    /// the old type (the field names where, when the decoder knows), or its new value
+    /// collides in a unique index.
+    case migrationFailed(entity: String, id: String, field: String?, reason: String)
 
     public var description: String {
         switch self {
@@ -111,6 +115,8 @@ public enum RecordError: Error, Sendable, CustomStringConvertible, Equatable {
             "Another \(entity) already has \(value) in unique index \(index); change the value or update that record."
         case let .overflow(entity, field, type):
             "The sum of \(entity).\(field) does not fit in \(type); sum it as a wider type (map the records) or narrow the predicate."
+        case let .migrationFailed(entity, id, field, reason):
+            "Migrating \(entity) \(id) failed" + (field.map { " at field \($0)" } ?? "") + ": \(reason). Nothing was migrated."
         case let .decoding(entity, key, reason):
             "The \(entity) stored under \(key) does not decode as its type (\(reason)); migrate it with Repository.migrate."
         }

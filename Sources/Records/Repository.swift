@@ -197,20 +197,6 @@ public struct Repository<R: Record> {
         return text
     }
 
-    /// Rewrites every record stored as `Old` (its entity, in id order) as `R` with
-    /// `transform`, inside this repository's context; when the entity names differ the
-    /// old records are removed (a rename). Returns how many were migrated.
-    @discardableResult
-    public func migrate<Old: Record>(from old: Old.Type, _ transform: (Old) throws -> R) throws -> Int {
-        let oldRepository = Repository<Old>(context: context)
-        let records = try oldRepository.all()
-        for record in records {
-            if Old.entityName != RecordTypeCache.entityName(of: R.self) { try context.stage(RecordKeys.key(entity: Old.entityName, id: record.id), nil, tracksInsert: true) }
-            try upsert(try transform(record))
-        }
-        return records.count
-    }
-
     // MARK: Internals
 
     /// Inlinable, so that it is specialized where it is called: run unspecialized, it
