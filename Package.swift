@@ -136,7 +136,7 @@ let package = Package(
         ),
         // Contexts and records are tested through the public API only, as an app uses them
         // (`import Strata`, plus `StrataTesting` for the crash harness).
-        .testTarget(name: "ContextsTests", dependencies: ["Strata", "StrataTesting", "TestBackends"]),
+        .testTarget(name: "ContextsTests", dependencies: ["Strata", "StrataContexts", "StrataTesting", "TestBackends"]),
         .testTarget(name: "StrataTestingTests", dependencies: ["StrataTesting"]),
         // What only a store over etcd has, and the two-process bank test; the tests start etcd.
         .testTarget(name: "EtcdTests", dependencies: ["Strata", "StrataEtcd", "StrataTesting", "TestBackends", "EtcdBankProcess"]),

@@ -5,7 +5,9 @@ import StrataEngine
 
 extension Context {
     /// Merges this child's overlay into `parent` (no I/O) under `mergePolicy` and ends
-    /// the child. O(k log n) for k staged keys.
+    /// the child. O(k log n) for k staged keys. A key the parent wrote since the fork in a
+    /// range the child read (C4) is no conflict of keys: the layers above settle it
+    /// (`ContextSettling`), under the merge policy too.
     func merge(into parent: Context) throws -> CommitReceipt {
         try parent.checkOpen()
         let forkOverlay = base?.overlay ?? Overlay()
@@ -13,6 +15,7 @@ extension Context {
         if !conflicts.isEmpty && mergePolicy == .error {
             throw ContextError.mergeConflict(keys: conflicts)
         }
+        let readConflicts = parent.overlay.keysChanged(since: forkOverlay, in: readRanges)
         let skipped = mergePolicy == .parentWins ? Set(conflicts) : []
         var merged = parent.overlay
         var iterator = overlay.entries()
@@ -21,17 +24,21 @@ extension Context {
         }
         let receipt = CommitReceipt(version: snapshot.version, changeCount: overlay.count - skipped.count,
                                     rawByteCount: 0, storedByteCount: 0, groupSize: 0, latency: .zero)
-        let before = parent.overlay
+        let (before, beforeRanges) = (parent.overlay, parent.readRanges)
         parent.replaceOverlay(merged)
-        if !conflicts.isEmpty {
+        parent.replaceReadRanges(beforeRanges + readRanges)
+        if !conflicts.isEmpty || !readConflicts.isEmpty {
             // Both sides' versions of a settled key may have left what a layer above derived
             // from them (a record's index entries): the layers settle it.
             let sides: [([UInt8]) throws -> [UInt8]?] = [
                 { key in try parent.read(key, overlay: before) }, { key in try self.get(key) },
                 { key in try self.read(key, overlay: Overlay()) },
             ]
-            do { try store.layers.settle(parent, conflicts: conflicts, sides: sides) } catch {
+            do {
+                try store.layers.settle(parent, conflicts: conflicts, readConflicts: readConflicts, policy: mergePolicy, sides: sides)
+            } catch {
                 parent.replaceOverlay(before)
+                parent.replaceReadRanges(beforeRanges)
                 throw error
             }
         }
@@ -42,7 +49,9 @@ extension Context {
     /// Moves this root context to the store's latest version, keeping its staged writes.
     /// A key it wrote that another commit changed since its snapshot is settled by
     /// `mergePolicy`: `.error` throws `ContextError.mergeConflict` and changes nothing,
-    /// `.childWins` keeps this context's write, `.parentWins` drops it. Throws
+    /// `.childWins` keeps this context's write, `.parentWins` drops it; a key another
+    /// commit wrote in a range this context read (C4) is settled by the layers above.
+    /// Throws
     /// `ContextError.notRoot`, `.childrenOpen`, `.finished`, or `EngineError`.
     public func refresh() throws {
         try checkOpen()
@@ -54,6 +63,8 @@ extension Context {
         while let (key, entry) = iterator.next() {
             if entry.isChecked, try latest.lastWriteVersion(key) > snapshot.version { conflicts.append(key) }
         }
+        var readConflicts = Set<[UInt8]>()
+        for range in readRanges { readConflicts.formUnion(try latest.keysWritten(in: range, after: snapshot.version)) }
         let (previousOverlay, previousSnapshot) = (overlay, snapshot)
         if !conflicts.isEmpty {
             switch mergePolicy {
@@ -72,14 +83,15 @@ extension Context {
             }
         }
         replaceSnapshot(latest)
-        guard !conflicts.isEmpty else { return }
+        guard !conflicts.isEmpty || !readConflicts.isEmpty else { return }
         // Ours, theirs and the old snapshot's versions of a settled key may each have left
         // what a layer above derived from them: the layers settle it.
         let sides: [([UInt8]) throws -> [UInt8]?] = [
             { key in try self.read(key, overlay: previousOverlay, snapshot: previousSnapshot) },
             { key in try latest.get(key) }, { key in try previousSnapshot.get(key) },
         ]
-        do { try store.layers.settle(self, conflicts: conflicts, sides: sides) } catch {
+        let settledReads = readConflicts.sorted { compareKeys($0, $1) < 0 }
+        do { try store.layers.settle(self, conflicts: conflicts, readConflicts: settledReads, policy: mergePolicy, sides: sides) } catch {
             replaceOverlay(previousOverlay)
             replaceSnapshot(previousSnapshot)
             throw error

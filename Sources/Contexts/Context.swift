@@ -10,6 +10,10 @@
 //  C3. A context with open children can be neither committed nor refreshed. Discarding
 //      a context discards its open children. A child that is dropped without a commit is
 //      discarded (a cancelled form is a child context simply thrown away).
+//  C4. A read range (`addReadRange`) makes a key written inside it by anyone else after
+//      this context read it a conflict, as a key both wrote is: at a child's merge (the
+//      parent's writes since the fork), at `refresh()` and at a root's commit (other
+//      commits since the snapshot). A merge hands the child's ranges to the parent.
 // Thread-safety: not `Sendable`; a context belongs to the task that uses it, like a
 // transaction. The store beneath it is shared.
 import StrataEngine
@@ -38,6 +42,9 @@ public final class Context {
     let base: OverlayLayer?
     /// This context's staged writes.
     private(set) var overlay = Overlay()
+    /// Key ranges its staged writes depend on without writing them (C4), its children's
+    /// included once they merged.
+    private(set) var readRanges: [KeyRange] = []
     private var children: [WeakContext] = []
     /// What a layer above keeps for this context alone (the records layer: which indexes a
     /// read-only context's queries may use at its version). Contexts never read it.
@@ -199,6 +206,19 @@ public final class Context {
         overlay.updateValue(OverlayEntry(value: value, isChecked: isChecked, tracksInsert: tracksInsert), forKey: key)
     }
 
+    /// Notes that this context's staged writes depend on what `range` holds, though they
+    /// may write none of it (C4): a relationship's target must still exist, no referrer
+    /// may have joined the ones a delete rule saw. Costs nothing until a merge or commit.
+    package func addReadRange(_ range: KeyRange) throws {
+        try checkOpen()
+        readRanges.append(range)
+    }
+
+    /// `addReadRange` of the one key `key`.
+    package func addReadRange(key: [UInt8]) throws {
+        try addReadRange(KeyRange(from: key, to: key + [0]))
+    }
+
     /// Calls `body` with each key this context staged itself (not its ancestors), in key
     /// order, and its value (nil for a delete).
     package func forEachStaged(_ body: (_ key: [UInt8], _ value: [UInt8]?) throws -> Void) rethrows {
@@ -241,6 +261,7 @@ public final class Context {
         for child in children { child.context?.discard() }
         children.removeAll()
         overlay = Overlay()
+        readRanges = []
         status = .discarded
     }
 
@@ -259,7 +280,7 @@ public final class Context {
         case let .done(receipt):
             return receipt
         case let .durable(batch, unchecked, start):
-            do { return finished(try store.backend.commit(batch, readAt: snapshot, unchecked: unchecked), since: start) } catch {
+            do { return finished(try store.backend.commit(batch, readAt: snapshot, unchecked: unchecked, readRanges: readRanges), since: start) } catch {
                 throw endAfterFailedCommit(error)
             }
         }
@@ -273,7 +294,7 @@ public final class Context {
         case let .done(receipt):
             return receipt
         case let .durable(batch, unchecked, start):
-            do { return finished(try await store.backend.commit(batch, readAt: snapshot, unchecked: unchecked), since: start) } catch {
+            do { return finished(try await store.backend.commit(batch, readAt: snapshot, unchecked: unchecked, readRanges: readRanges), since: start) } catch {
                 throw endAfterFailedCommit(error)
             }
         }
@@ -341,6 +362,7 @@ public final class Context {
                                     latency: ContinuousClock.now - start)
         status = .committed
         overlay = Overlay()
+        readRanges = []
         return receipt
     }
 
@@ -359,10 +381,13 @@ public final class Context {
 
     func replaceOverlay(_ overlay: Overlay) { self.overlay = overlay }
 
+    func replaceReadRanges(_ ranges: [KeyRange]) { readRanges = ranges }
+
     func replaceSnapshot(_ snapshot: Snapshot) { self.snapshot = snapshot }
 
     func endCommitted() {
         overlay = Overlay()
+        readRanges = []
         status = .committed
     }
 

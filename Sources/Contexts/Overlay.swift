@@ -47,6 +47,20 @@ final class OverlayLayer: Sendable {
 }
 
 extension Overlay {
+    /// The keys in `ranges` whose entries differ between this overlay and `earlier`:
+    /// written after `earlier` was captured (O1). O(r log n + k); O(1) when nothing changed.
+    func keysChanged(since earlier: Overlay, in ranges: [KeyRange]) -> [[UInt8]] {
+        guard !isIdentical(to: earlier), !ranges.isEmpty else { return [] }
+        var changed = Set<[UInt8]>()
+        for range in ranges {
+            var iterator = entries(from: range.lower)
+            while let (key, entry) = iterator.next(), range.upper.map({ compareKeys(key, $0) < 0 }) ?? true {
+                if earlier[key]?.stamp != entry.stamp { changed.insert(key) }
+            }
+        }
+        return changed.sorted { compareKeys($0, $1) < 0 }
+    }
+
     /// The keys whose entries differ between this overlay and `earlier`, among `keys`:
     /// written after `earlier` was captured (O1). O(k log n); O(1) when nothing changed.
     func keysChanged(since earlier: Overlay, among keys: Overlay) -> [[UInt8]] {

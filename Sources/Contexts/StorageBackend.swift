@@ -6,9 +6,10 @@
 //    embedded backend that engine is the store itself; a networked backend keeps it as a
 //    replica of its data, current to some version, and makes it move only forward, whole
 //    commits at a time.
-//  - A root commit hands the backend a write set read at a snapshot; the backend checks it
-//    against everything committed after that snapshot (first committer wins, except the
-//    `unchecked` keys), makes it durable, and returns once the local engine shows it.
+//  - A root commit hands the backend a write set read at a snapshot, and the key ranges it
+//    depends on without writing them; the backend checks both against everything committed
+//    after that snapshot (first committer wins, except the `unchecked` keys), makes the
+//    write set durable, and returns once the local engine shows it.
 //  - Committed versions reach observers and change feeds through the local engine's
 //    commit hook and log (`observeCommits`, `history`), on every backend alike.
 //
@@ -24,16 +25,17 @@ package protocol StorageBackend: AnyObject, Sendable {
     var localEngine: StorageEngine { get }
 
     /// Makes `batch`, read at `snapshot`, durable as one commit once no key of it outside
-    /// `unchecked` was written by another commit after `snapshot`, and returns when new
+    /// `unchecked`, and no key in `readRanges` (ranges the batch depends on without writing
+    /// them), was written by another commit after `snapshot`, and returns when new
     /// snapshots of `localEngine` show it. Throws `EngineError.conflict` naming such keys
     /// (nothing written), an error whose `CommitOutcomeReporting.isCommitOutcomeUnknown`
     /// is true when the commit may or may not have been made durable, or another error
     /// when nothing was written.
     /// Blocks the calling thread meanwhile.
-    func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) throws -> CommitResult
+    func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>, readRanges: [KeyRange]) throws -> CommitResult
 
     /// `commit` for async code: suspends, never blocking a thread of the cooperative pool.
-    func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) async throws -> CommitResult
+    func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>, readRanges: [KeyRange]) async throws -> CommitResult
 
     /// Stops the backend; later commits throw `EngineError.closed`.
     func close() throws

@@ -6,14 +6,20 @@
 import Synchronization
 
 /// A layer above contexts that must act after a child's merge or a root's `refresh()`
-/// settled conflicting keys one by one under a merge policy: the records layer repairs the
-/// index entries (and relationships) of the records behind those keys, in the same context.
+/// settled conflicting keys one by one under a merge policy, or met keys the other side
+/// wrote in ranges this side read (C4 of Context.swift): the records layer repairs the
+/// index entries of the records behind those keys, and keeps relationships whole, in the
+/// same context.
 package protocol ContextSettling: AnyObject, Sendable {
     /// Called on `context` (the parent of a merge, or the refreshed root) after its staged
-    /// writes took the merge's result. `sides` read a key as each side of the merge saw it
-    /// (this context before, the other side, and what both started from). Throwing undoes
-    /// the merge or refresh and reaches its caller.
-    func settle(_ context: Context, conflicts: [[UInt8]], sides: [([UInt8]) throws -> [UInt8]?]) throws
+    /// writes took the merge's result. `conflicts` are keys both sides wrote (settled by
+    /// `policy`), `readConflicts` keys the other side wrote in a range this side read.
+    /// `sides` read a key as each side of the merge saw it (this context before, the other
+    /// side, and what both started from). Throwing undoes the merge or refresh and reaches
+    /// its caller (`ContextError.mergeConflict` where `policy` is `.error` and keeping the
+    /// layer's rules would need a side chosen).
+    func settle(_ context: Context, conflicts: [[UInt8]], readConflicts: [[UInt8]], policy: MergePolicy,
+                sides: [([UInt8]) throws -> [UInt8]?]) throws
 }
 
 /// The state that layers above contexts keep for one store, one object per layer type.
@@ -40,8 +46,11 @@ package final class StoreLayers: Sendable {
     }
 
     /// Runs every attached layer's `settle` (in the order they attached).
-    func settle(_ context: Context, conflicts: [[UInt8]], sides: [([UInt8]) throws -> [UInt8]?]) throws {
+    func settle(_ context: Context, conflicts: [[UInt8]], readConflicts: [[UInt8]], policy: MergePolicy,
+                sides: [([UInt8]) throws -> [UInt8]?]) throws {
         let settling = attached.withLock { $0.settling }
-        for layer in settling { try layer.settle(context, conflicts: conflicts, sides: sides) }
+        for layer in settling {
+            try layer.settle(context, conflicts: conflicts, readConflicts: readConflicts, policy: policy, sides: sides)
+        }
     }
 }

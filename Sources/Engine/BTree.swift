@@ -124,6 +124,16 @@ struct TreeCursor {
         }
     }
 
+    /// The version of the change (value or tombstone) at the cursor, which must be on a cell.
+    mutating func currentVersion() throws -> UInt64 {
+        let leaf = leaf!
+        do {
+            return try leaf.leafCell(position).version
+        } catch {
+            throw file.corrupt(leafID, error)
+        }
+    }
+
     /// The key at the cursor, or nil past the end (valid until the cursor moves): the
     /// cell's key only, for a merge that needs the value of the winner alone.
     mutating func currentKey() throws -> UnsafeRawBufferPointer? {

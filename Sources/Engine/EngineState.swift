@@ -29,3 +29,30 @@ final class EngineState: Sendable {
                     frozen: frozen ?? self.frozen, active: active ?? self.active)
     }
 }
+
+extension EngineState {
+    /// The keys in `range` that a change newer than `version` wrote (a put or a delete),
+    /// in key order and each once: in either memtable every change of a key is a node,
+    /// and the tree keeps each key's last change with its version, tombstones included,
+    /// until no snapshot older than them lives (so a snapshot at `version` keeps what it
+    /// needs). O(log n + k) for the k changes the range holds.
+    func keysWritten(in range: KeyRange, after version: UInt64, file: PageFile) throws -> [[UInt8]] {
+        var found = Set<[UInt8]>()
+        let lower = range.lower ?? []
+        for memtable in [active, frozen].compactMap({ $0 }) where !memtable.isEmpty {
+            var node = lower.withUnsafeBytes { memtable.firstNode(atLeast: $0) }
+            while let current = node {
+                if let upper = range.upper, upper.withUnsafeBytes({ current.compare(with: $0) >= 0 }) { break }
+                if current.version > version { found.insert(Array(current.key)) }
+                node = current.next(0)
+            }
+        }
+        var cursor = try tree.cursor(from: range.lower, reverse: false, file: file)
+        while let key = try cursor.currentKey() {
+            if let upper = range.upper, upper.withUnsafeBytes({ compareBytes(key, $0) >= 0 }) { break }
+            if try cursor.currentVersion() > version { found.insert(Array(key)) }
+            try cursor.advance()
+        }
+        return found.sorted { compareKeys($0, $1) < 0 }
+    }
+}

@@ -81,6 +81,14 @@ public final class Snapshot: Sendable {
         }
     }
 
+    /// The keys in `range` that a commit after `version` (and at or below this snapshot's)
+    /// wrote, in key order: what another commit changed in a range read at `version`.
+    public func keysWritten(in range: KeyRange, after version: UInt64) throws -> [[UInt8]] {
+        let keys = try state.keysWritten(in: range, after: version, file: engine.pageFile)
+        // Nodes linked ahead of their publication are newer than this snapshot: not its.
+        return try keys.filter { try lastWriteVersion($0) > version }
+    }
+
     /// The newest change of `key` the memtables hold as of this snapshot's version.
     @inline(__always)
     private func memtableNode(_ key: UnsafeRawBufferPointer) -> MemtableNode? {

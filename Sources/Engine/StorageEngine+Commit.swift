@@ -17,10 +17,14 @@ extension StorageEngine {
 
     /// `commit(_:readAt:)` whose conflict check leaves out the keys in `unchecked`: writes
     /// whose value does not depend on what was read, so the last one may simply win (the
-    /// record layer's index manifests, which every writer of a type writes alike).
+    /// record layer's index manifests, which every writer of a type writes alike). A key in
+    /// one of `readRanges` written by another commit after the snapshot is a conflict too,
+    /// though this batch does not write it: the batch depends on what those ranges held
+    /// (a relationship's target, the referrers a delete rule saw).
     @discardableResult
-    public func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) throws -> CommitResult {
-        try finishCommit(submit(batch, readVersion: snapshot.version, unchecked: unchecked))
+    public func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>,
+                       readRanges: [KeyRange] = []) throws -> CommitResult {
+        try finishCommit(submit(batch, readVersion: snapshot.version, unchecked: unchecked, readRanges: readRanges))
     }
 
     /// Commits `batch` without a conflict check (a blind write: it read nothing, so the
@@ -38,12 +42,13 @@ extension StorageEngine {
         try await commit(batch, readAt: snapshot, unchecked: [])
     }
 
-    /// `commit(_:readAt:unchecked:)` for async code, as `commit(_:readAt:) async`.
+    /// `commit(_:readAt:unchecked:readRanges:)` for async code, as `commit(_:readAt:) async`.
     @discardableResult
-    public func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) async throws -> CommitResult {
+    public func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>,
+                       readRanges: [KeyRange] = []) async throws -> CommitResult {
         let submission: Submission
         do {
-            submission = try beginCommit(batch, readVersion: snapshot.version, unchecked: unchecked)
+            submission = try beginCommit(batch, readVersion: snapshot.version, unchecked: unchecked, readRanges: readRanges)
         } catch let unsettled as UnsettledConflict {
             // Settled on the waiter's thread, never on the cooperative pool's.
             let waiter = try writableLog().waiter
@@ -65,9 +70,10 @@ extension StorageEngine {
 
     /// `beginCommit`, and for a conflict with commits still in flight, the wait until they
     /// are published (`UnsettledConflict`) before the conflict is thrown.
-    private func submit(_ batch: WALBatch, readVersion: UInt64?, unchecked: Set<[UInt8]> = []) throws -> Submission {
+    private func submit(_ batch: WALBatch, readVersion: UInt64?, unchecked: Set<[UInt8]> = [],
+                        readRanges: [KeyRange] = []) throws -> Submission {
         do {
-            return try beginCommit(batch, readVersion: readVersion, unchecked: unchecked)
+            return try beginCommit(batch, readVersion: readVersion, unchecked: unchecked, readRanges: readRanges)
         } catch let unsettled as UnsettledConflict {
             settle(through: unsettled.through)
             throw unsettled.conflict
@@ -88,7 +94,8 @@ extension StorageEngine {
     /// Checks conflicts and limits, takes the next version and queues the batch's frame.
     /// A blind write (no `readVersion`) hashes no key: only a commit that read checks,
     /// against the batches still in flight and the versions the memtables and tree hold.
-    private func beginCommit(_ batch: WALBatch, readVersion: UInt64?, unchecked: Set<[UInt8]> = []) throws -> Submission {
+    private func beginCommit(_ batch: WALBatch, readVersion: UInt64?, unchecked: Set<[UInt8]> = [],
+                             readRanges: [KeyRange] = []) throws -> Submission {
         let log = try writableLog().log
         let measure = batch.measure
         try Self.checkLimits(measure)
@@ -112,6 +119,12 @@ extension StorageEngine {
                 let latest = stateLock.withLock { $0.current }
                 for key in keys where !conflicts.contains(key) {
                     if try lastWriteVersion(key, state: latest) > readVersion { conflicts.insert(key) }
+                }
+                for range in readRanges {
+                    for other in commits.inFlight.values {
+                        for operation in other.operations where range.contains(operation.key) { conflicts.insert(operation.key) }
+                    }
+                    conflicts.formUnion(try latest.keysWritten(in: range, after: readVersion, file: pageFile))
                 }
                 guard conflicts.isEmpty else {
                     let conflict = EngineError.conflict(keys: conflicts.sorted { compareKeys($0, $1) < 0 }, readVersion: readVersion)

@@ -269,8 +269,8 @@ final class EtcdBackend: StorageBackend {
 
     // MARK: Committing
 
-    func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) throws -> CommitResult {
-        let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked)
+    func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>, readRanges: [KeyRange]) throws -> CommitResult {
+        let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked, readRanges: readRanges)
         let response: TxnResponse
         do { response = try client.txn(prepared.body).wait() } catch { throw Self.unwrap(error) }
         guard let revision = try outcome(of: response, prepared, snapshot: snapshot) else { return unchanged(prepared) }
@@ -280,8 +280,9 @@ final class EtcdBackend: StorageBackend {
         return result(prepared, revision: revision)
     }
 
-    func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) async throws -> CommitResult {
-        let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked)
+    func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>,
+                readRanges: [KeyRange]) async throws -> CommitResult {
+        let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked, readRanges: readRanges)
         let response: TxnResponse
         do { response = try await client.txn(prepared.body).get() } catch { throw Self.unwrap(error) }
         guard let revision = try outcome(of: response, prepared, snapshot: snapshot) else { return unchanged(prepared) }
@@ -293,6 +294,8 @@ final class EtcdBackend: StorageBackend {
         var body: [UInt8]
         /// The checked keys and whether the snapshot held them, in the failure branch's order.
         var checked: [(key: [UInt8], present: Bool)]
+        /// The read ranges, after the checked keys in the failure branch's order.
+        var readRanges: [KeyRange]
         var readRevision: Int64
         var changeCount: Int
         /// Whether the transaction puts a key (then it always makes a revision of its own).
@@ -302,7 +305,8 @@ final class EtcdBackend: StorageBackend {
     /// Builds the transaction (compares, puts and deletes, and the failure branch's reads),
     /// after the checks that need no round trip: closed, too old, a conflict the replica
     /// already shows, etcd's limits.
-    private func prepare(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>) throws -> Prepared {
+    private func prepare(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>,
+                         readRanges: [KeyRange]) throws -> Prepared {
         let readRevision = try state.withLock { state throws -> Int64 in
             guard !state.closed else { throw EngineError.closed }
             if let failure = state.failure { throw EngineError.storeFailed(reason: failure) }
@@ -338,20 +342,32 @@ final class EtcdBackend: StorageBackend {
                 compares.append(Compare(key: etcdKey, result: .EQUAL, mod_revision: EtcdInt(0)))
             }
         }
+        // A read range: no key in it modified after the snapshot's revision (a key deleted
+        // from it meanwhile leaves no revision to compare: the replica's own history, checked
+        // here, sees the deletes it has applied).
+        for range in readRanges {
+            known += try latest.keysWritten(in: range, after: snapshot.version)
+            compares.append(Compare(key: EtcdBytes(prefix + (range.lower ?? [])), range_end: EtcdBytes(rangeEnd(range)),
+                                    result: .LESS, mod_revision: EtcdInt(readRevision + 1)))
+        }
         guard known.isEmpty else {
-            throw EngineError.conflict(keys: known.sorted { $0.lexicographicallyPrecedes($1) }, readVersion: snapshot.version)
+            throw EngineError.conflict(keys: Set(known).sorted { $0.lexicographicallyPrecedes($1) }, readVersion: snapshot.version)
         }
         let limit = client.options.maxTxnOps
         let operations = max(compares.count, success.count)
         guard operations <= limit else { throw EtcdError.tooManyOperations(count: operations, limit: limit) }
         let failure = checked.map { RequestOp(request_range: RangeRequest(key: EtcdBytes(prefix + $0.key), keys_only: true)) }
+            + readRanges.map { range in
+                RequestOp(request_range: RangeRequest(key: EtcdBytes(prefix + (range.lower ?? [])), range_end: EtcdBytes(rangeEnd(range)),
+                                                      keys_only: true))
+            }
         let body = try client.encode(TxnRequest(compare: compares, success: success, failure: failure))
         // The gateway's JSON is larger than the protobuf the server limits: a bound, not a count.
         let estimate = body.count * 3 / 4
         guard estimate <= client.options.maxRequestBytes else {
             throw EtcdError.requestTooLarge(byteCount: estimate, limit: client.options.maxRequestBytes)
         }
-        return Prepared(body: body, checked: checked, readRevision: readRevision, changeCount: batch.operations.count,
+        return Prepared(body: body, checked: checked, readRanges: readRanges, readRevision: readRevision, changeCount: batch.operations.count,
                         puts: batch.operations.contains { $0.value != nil })
     }
 
@@ -376,8 +392,14 @@ final class EtcdBackend: StorageBackend {
             let unchanged = key.present ? (modRevision > 0 && modRevision <= prepared.readRevision) : modRevision == 0
             if !unchanged { changed.append(key.key) }
         }
+        for (offset, _) in prepared.readRanges.enumerated() {
+            let index = prepared.checked.count + offset
+            for kv in (index < reads.count ? reads[index].response_range?.kvs : nil) ?? [] where (kv.mod_revision?.value ?? 0) > prepared.readRevision {
+                if let key = kv.key.bytes.stripping(prefix) { changed.append(key) }
+            }
+        }
         // Changed back between the compare and the reads: every checked key is a suspect.
-        if changed.isEmpty { changed = prepared.checked.map(\.key) }
+        if changed.isEmpty { changed = prepared.checked.map(\.key) + prepared.readRanges.compactMap(\.lower) }
         throw EngineError.conflict(keys: changed.sorted { $0.lexicographicallyPrecedes($1) }, readVersion: snapshot.version)
     }
 
@@ -407,6 +429,12 @@ final class EtcdBackend: StorageBackend {
         }
         return CommitResult(version: version, rawByteCount: prepared.body.count, storedByteCount: prepared.body.count,
                             groupSize: 1)
+    }
+
+    /// The etcd key just past `range`: its upper bound under the prefix, or the end of the
+    /// prefix when it has none.
+    private func rangeEnd(_ range: KeyRange) -> [UInt8] {
+        range.upper.map { prefix + $0 } ?? prefixEnd
     }
 
     private static func unwrap(_ error: any Error) -> any Error {

@@ -74,9 +74,18 @@ struct RangeResponse: Decodable, Sendable {
 struct Compare: Encodable {
     enum Result: String, Encodable { case EQUAL, GREATER, LESS }
     var key: EtcdBytes
+    /// With an end, the compare holds for every key in `key..<range_end`.
+    var range_end: EtcdBytes?
     var target = "MOD"
     var result: Result
     var mod_revision: EtcdInt
+
+    init(key: EtcdBytes, range_end: EtcdBytes? = nil, result: Result, mod_revision: EtcdInt) {
+        self.key = key
+        self.range_end = range_end
+        self.result = result
+        self.mod_revision = mod_revision
+    }
 }
 
 struct PutRequest: Encodable {

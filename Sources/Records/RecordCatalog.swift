@@ -57,7 +57,8 @@ final class RecordCatalog: ContextSettling {
     /// side's version left that the value does not imply are removed, and its own are
     /// staged. Throws `RecordError.uniqueViolation` when another record holds one of them,
     /// a record's decoding error when its value cannot be read as its type.
-    func settle(_ context: Context, conflicts: [[UInt8]], sides: [([UInt8]) throws -> [UInt8]?]) throws {
+    func settle(_ context: Context, conflicts: [[UInt8]], readConflicts: [[UInt8]], policy: MergePolicy,
+                sides: [([UInt8]) throws -> [UInt8]?]) throws {
         var records = Set<[UInt8]>()
         for key in conflicts {
             if RecordKeys.entityPrefix(of: key, tag: RecordKeys.recordTag) != nil {
