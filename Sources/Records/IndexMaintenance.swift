@@ -33,11 +33,24 @@ struct IndexMaintenance<R: Record> {
 
     private func entry(_ index: RecordIndex<R>, _ record: R) -> (key: [UInt8], value: [UInt8]) { Self.entry(index, record) }
 
+    /// Every entry `record` has in `index`: one, or one per distinct element of an array.
+    static func entries(_ index: RecordIndex<R>, _ record: R) -> [(key: [UInt8], value: [UInt8])] {
+        guard let elementBytes = index.elementBytes else { return [entry(index, record)] }
+        let id = record.id.keyBytes
+        var seen = Set<[UInt8]>()
+        return elementBytes(record).compactMap { bytes in
+            seen.insert(bytes).inserted ? (index.isUnique ? index.keyPrefix + bytes : index.keyPrefix + bytes + id, id) : nil
+        }
+    }
+
     /// Replaces `old`'s entries (if any) with `new`'s. Throws `RecordError.uniqueViolation`
     /// before staging anything. An entry `old` already had (its indexed values unchanged)
     /// is neither checked nor staged again: the stored one stands.
     func replace(old: R?, with new: R) throws {
-        let changes = declared.map { index in (index: index, next: entry(index, new), previous: old.map { entry(index, $0) }) }
+        if declared.contains(where: \.isMultiValued) { try replaceElements(old: old, with: new) }
+        let changes = declared.filter { !$0.isMultiValued }.map { index in
+            (index: index, next: entry(index, new), previous: old.map { entry(index, $0) })
+        }
         for change in changes where change.index.isUnique && change.previous?.key != change.next.key {
             if let holder = try context.get(change.next.key), holder != change.next.value {
                 throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: change.index.name, value: change.index.render(new))
@@ -52,9 +65,33 @@ struct IndexMaintenance<R: Record> {
         }
     }
 
+    /// The entries of indexes with one per element (or none, for a unique optional key
+    /// that is nil): those `old` had and `new` has not are removed, the new ones staged,
+    /// after every unique one was checked.
+    private func replaceElements(old: R?, with new: R) throws {
+        let changes = declared.filter(\.isMultiValued).map { index in
+            (index: index, next: Self.entries(index, new), previous: Set((old.map { Self.entries(index, $0) } ?? []).map(\.key)))
+        }
+        for change in changes where change.index.isUnique {
+            for entry in change.next where !change.previous.contains(entry.key) {
+                if let holder = try context.get(entry.key), holder != entry.value {
+                    throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: change.index.name,
+                                                      value: change.index.render(new))
+                }
+            }
+        }
+        for change in changes {
+            let kept = Set(change.next.map(\.key))
+            for key in change.previous where !kept.contains(key) { try context.stage(key, nil) }
+            for entry in change.next where !change.previous.contains(entry.key) { try context.stage(entry.key, entry.value) }
+        }
+    }
+
     /// Removes `record`'s entries.
     func remove(_ record: R) throws {
-        for index in declared { try context.stage(entry(index, record).key, nil) }
+        for index in declared {
+            for entry in Self.entries(index, record) { try context.stage(entry.key, nil) }
+        }
     }
 
     /// The names of the indexes built for this entity, from its manifest.
@@ -64,7 +101,7 @@ struct IndexMaintenance<R: Record> {
     }
 
     private func names(manifest bytes: [UInt8]) throws -> Set<String> {
-        try RecordTypeCache.manifest(bytes) { Set(try RecordDecoder().decode([String].self, from: bytes)) }
+        try RecordTypeCache.manifest(bytes) { Set(try RecordManifest(bytes).indexes) }
     }
 
     /// Before a write: builds every declared index the manifest does not list yet (X1), in
@@ -81,16 +118,16 @@ struct IndexMaintenance<R: Record> {
         for (_, bytes) in records {
             let record = try RecordDecoder().decode(R.self, from: bytes, reading: read)
             for index in missing {
-                let next = entry(index, record)
-                if index.isUnique, let holder = try context.get(next.key), holder != next.value {
-                    throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: index.name, value: index.render(record))
+                for next in Self.entries(index, record) {
+                    if index.isUnique, let holder = try context.get(next.key), holder != next.value {
+                        throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: index.name, value: index.render(record))
+                    }
+                    try context.stage(next.key, next.value)
                 }
-                try context.stage(next.key, next.value)
             }
         }
-        let names = (have.union(missing.map(\.name))).sorted()
-        try context.stage(manifestKey, try RecordEncoder().encode(names),
-                          isChecked: false)
+        let built = have.union(missing.map(\.name))
+        try context.stage(manifestKey, try RecordManifest(indexes: built, declared: declared).encoded(), isChecked: false)
     }
 
     /// The indexes a fetch may use: those the manifest lists as built, or all of them

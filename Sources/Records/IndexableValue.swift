@@ -37,18 +37,18 @@ extension String: IndexableValue {
         } ?? nil
         if let plain { return plain }
         let composed = utf8.allSatisfy { $0 < 0x80 } ? self : precomposedStringWithCanonicalMapping
-        return escaped(composed.utf8)
+        return escapedIndexBytes(composed.utf8)
     }
 }
 
 extension Data: IndexableValue {
     /// Its bytes with each zero byte escaped as `00 FF`, ended by `00 00`.
-    public var indexBytes: [UInt8] { escaped(self) }
+    public var indexBytes: [UInt8] { escapedIndexBytes(self) }
 }
 
 /// `bytes` with each zero byte written `00 FF`, then `00 00`: self-delimiting, and in the
 /// order of the bytes (a shorter run sorts before any longer one it starts).
-private func escaped(_ bytes: some Collection<UInt8>) -> [UInt8] {
+func escapedIndexBytes(_ bytes: some Collection<UInt8>) -> [UInt8] {
     var escaped: [UInt8] = []
     escaped.reserveCapacity(bytes.count + 2)
     for byte in bytes {
@@ -214,3 +214,26 @@ extension Date: StrataOrdered {}
 extension UUID: StrataOrdered {}
 extension Data: StrataOrdered {}
 extension Optional: StrataOrdered where Wrapped: StrataOrdered {}
+
+/// The bytes `escapedIndexBytes` wrote at the start of `bytes`, and where they end (after
+/// the closing `00 00`); nil when `bytes` does not start with such a run.
+func unescapedIndexBytes(_ bytes: ArraySlice<UInt8>) -> (bytes: [UInt8], end: Int)? {
+    var plain: [UInt8] = []
+    var index = bytes.startIndex
+    while index < bytes.endIndex {
+        let byte = bytes[index]
+        guard byte == 0 else {
+            plain.append(byte)
+            index += 1
+            continue
+        }
+        guard index + 1 < bytes.endIndex else { return nil }
+        switch bytes[index + 1] {
+        case 0: return (plain, index + 2)
+        case 0xFF: plain.append(0)
+        default: return nil
+        }
+        index += 2
+    }
+    return nil
+}

@@ -9,6 +9,8 @@ public protocol Record: Codable, Identifiable, Sendable where ID: RecordID {
     static var entityName: String { get }
     /// The secondary indexes kept for this type (default: none). See `RecordIndex`.
     static var indexes: [RecordIndex<Self>] { get }
+    /// The relationships of this type (default: none). See `toOne` and `toMany`.
+    static var relationships: [any RecordRelationship<Self>] { get }
 }
 
 extension Record {
@@ -97,6 +99,14 @@ public enum RecordError: Error, Sendable, CustomStringConvertible, Equatable {
     case decoding(entity: String, key: String, reason: String)
     /// A sum of a field does not fit in its integer type.
     case overflow(entity: String, field: String, type: String)
+    /// A record names, in a relationship it holds, a record that does not exist (insert the
+    /// target first, in the same unit of work or before it).
+    case relatedNotFound(entity: String, id: String, foreignKey: String, target: String, targetID: String)
+    /// A delete rule `.deny` refused to delete a record: `count` records are related to it
+    /// through `foreignKey`.
+    case deleteDenied(entity: String, id: String, foreignKey: String, count: Int)
+    /// A relationship is not declared as Strata needs it (the text says what to change).
+    case invalidRelationship(String)
     /// `Repository.migrate(from:)` could not rewrite this record: it does not decode as
     /// the old type (the field names where, when the decoder knows), or its new value
     /// collides in a unique index.
@@ -115,6 +125,12 @@ public enum RecordError: Error, Sendable, CustomStringConvertible, Equatable {
             "Another \(entity) already has \(value) in unique index \(index); change the value or update that record."
         case let .overflow(entity, field, type):
             "The sum of \(entity).\(field) does not fit in \(type); sum it as a wider type (map the records) or narrow the predicate."
+        case let .relatedNotFound(entity, id, foreignKey, target, targetID):
+            "\(entity) \(id) refers to \(target) \(targetID) through \(foreignKey), but there is no such \(target); insert it first, or refer to one that exists."
+        case let .deleteDenied(entity, id, foreignKey, count):
+            "\(entity) \(id) cannot be deleted: \(count) record(s) are related to it through \(foreignKey), whose delete rule is deny; delete or detach them first."
+        case let .invalidRelationship(reason):
+            "A relationship is declared incompletely: \(reason)."
         case let .migrationFailed(entity, id, field, reason):
             "Migrating \(entity) \(id) failed" + (field.map { " at field \($0)" } ?? "") + ": \(reason). Nothing was migrated."
         case let .decoding(entity, key, reason):

@@ -1,7 +1,8 @@
 // What the records layer keeps for one store: the record types written through it, by
 // entity, so that after a merge or refresh settled conflicting keys one by one it can find
 // the type behind a key and make the records' index entries exactly what their values
-// imply (RecordIndex.swift, X1). It is attached to the store (`StoreLayers`) by the first
+// imply (RecordIndex.swift, X1), and keep relationships whole where the other side wrote
+// in a range a relationship read (RelationshipLink.swift). It is attached to the store (`StoreLayers`) by the first
 // repository made on a writable context of it, and dies with the store: nothing is kept
 // per process.
 //
@@ -16,39 +17,101 @@ import Synchronization
 
 /// The record types a store's writable contexts have used, by entity.
 final class RecordCatalog: ContextSettling {
-    /// What a stored record implies for its entity's indexes, by the entity's record-key
-    /// prefix, and the type that says so: the last one registered for the entity (two
-    /// shapes of one entity meet only in a migration, which writes the newer one last).
-    private let derivers = Mutex<[[UInt8]: (type: ObjectIdentifier, derive: IndexDeriver)]>([:])
+    /// What the catalog can do with a record of an entity without its type.
+    private struct TypeOps {
+        /// The type it was learned from: the last one registered for the entity (two shapes
+        /// of one entity meet only in a migration, which writes the newer one last).
+        let type: ObjectIdentifier
+        /// What a stored record implies for its entity's indexes (nil: it has none).
+        let derive: IndexDeriver?
+        /// `RelationshipLink.settleDeleted` for each inverse relationship, given an id's key bytes.
+        let settleDeleted: @Sendable ([UInt8], Context, () throws -> Void) throws -> Void
+        /// `RelationshipLink.settleTargets` for each relationship the record holds, given its key.
+        let settleTargets: @Sendable ([UInt8], Context, () throws -> Void) throws -> Void
+    }
+
+    private let types = Mutex<[[UInt8]: TypeOps]>([:])
 
     /// The catalog of `store`, attached on first use.
     static func of(_ store: Store) -> RecordCatalog {
         store.layers.attached(RecordCatalog.self) { RecordCatalog() }
     }
 
-    /// Notes `type` (whose planner facts are `shape`) as one written through this store. A
-    /// type without indexes needs no repair and is not kept.
+    /// Notes `type` (whose planner facts are `shape`) as one written through this store,
+    /// and the types its relationships reach. A type without indexes or relationships
+    /// needs nothing settled and is not kept.
     func register<R: Record>(_ type: R.Type, shape: RecordShape) {
-        guard !shape.indexes.isEmpty else { return }
+        guard !shape.indexes.isEmpty || shape.hasRelationships else { return }
         let prefix = shape.recordPrefix
-        guard derivers.withLock({ $0[prefix]?.type != ObjectIdentifier(type) }) else { return }
-        let indexes = RecordTypeCache.indexes(of: type)
-        let read = RecordDecoder.reading(R.self)
-        let deriver: IndexDeriver = { bytes in
-            let record = try RecordDecoder().decode(R.self, from: bytes, reading: read)
-            return indexes.map { index in
-                let (key, value) = IndexMaintenance<R>.entry(index, record)
-                return IndexEntry(index: index.name, isUnique: index.isUnique, key: key, value: value, rendered: index.render(record))
-            }
-        }
-        derivers.withLock { $0[prefix] = (ObjectIdentifier(type), deriver) }
+        guard types.withLock({ $0[prefix]?.type != ObjectIdentifier(type) }) else { return }
+        let links = (try? RecordTypeCache.links(of: R.self)) ?? []
+        types.withLock { $0[prefix] = Self.ops(R.self, links: links, prefix: prefix) }
+        // After this type is kept, so that a relationship back to it ends the walk.
+        for link in links { link.register(in: self) }
     }
 
-    /// The index deriver of a record key, when a type of its entity was registered.
-    private func deriver(forRecordKey key: [UInt8]) -> IndexDeriver? {
+    private static func ops<R: Record>(_ type: R.Type, links: [any RelationshipLink<R>], prefix: [UInt8]) -> TypeOps {
+        let indexes = RecordTypeCache.indexes(of: type)
+        let read = RecordDecoder.reading(R.self)
+        var derive: IndexDeriver?
+        if !indexes.isEmpty {
+            derive = { bytes in
+                let record = try RecordDecoder().decode(R.self, from: bytes, reading: read)
+                var entries: [IndexEntry] = []
+                for index in indexes {
+                    for entry in IndexMaintenance<R>.entries(index, record) {
+                        entries.append(IndexEntry(index: index.name, isUnique: index.isUnique, key: entry.key, value: entry.value,
+                                                  rendered: index.render(record)))
+                    }
+                }
+                return entries
+            }
+        }
+        let held = HeldLinks(links: links)
+        return TypeOps(type: ObjectIdentifier(type), derive: derive, settleDeleted: { idBytes, context, change in
+            guard let id = R.ID(keyBytes: idBytes), try !context.contains(prefix + idBytes) else { return }
+            for link in held.links where link.side == .inverse { try link.settleDeleted(id, in: context, change: change) }
+        }, settleTargets: { key, context, change in
+            guard let bytes = try context.get(key) else { return }
+            let record = try RecordDecoder().decode(R.self, from: bytes, reading: read)
+            for link in held.links where link.side == .via { try link.settleTargets(of: record, in: context, change: change) }
+        })
+    }
+
+    /// What the catalog knows of a record key's entity.
+    private func ops(forRecordKey key: [UInt8]) -> (prefix: [UInt8], ops: TypeOps)? {
         guard let prefix = RecordKeys.entityPrefix(of: key, tag: RecordKeys.recordTag) else { return nil }
         let record = Array(prefix)
-        return derivers.withLock { $0[record]?.derive }
+        return types.withLock { $0[record] }.map { (record, $0) }
+    }
+
+    func settle(_ context: Context, conflicts: [[UInt8]], readConflicts: [[UInt8]], policy: MergePolicy,
+                sides: [([UInt8]) throws -> [UInt8]?]) throws {
+        if !conflicts.isEmpty { try repairIndexes(context, after: conflicts, sides: sides) }
+        if !readConflicts.isEmpty { try keepRelationships(context, after: readConflicts, policy: policy, sides: sides) }
+    }
+
+    /// After the other side of a merge or refresh wrote in ranges a relationship's check or
+    /// delete rule read (L1, L2 of RelationshipLink.swift): a record this side relied on that
+    /// is gone gets its delete rules applied to the records still naming it, and a record
+    /// the other side made refer to one this side deleted gets that record's rule. Under
+    /// `.error`, any such change is a merge conflict instead, naming the keys.
+    private func keepRelationships(_ context: Context, after readConflicts: [[UInt8]], policy: MergePolicy,
+                                   sides: [([UInt8]) throws -> [UInt8]?]) throws {
+        let change: () throws -> Void = {
+            if policy == .error { throw ContextError.mergeConflict(keys: readConflicts) }
+        }
+        var referrers = Set<[UInt8]>()
+        for key in readConflicts {
+            if let (prefix, ops) = ops(forRecordKey: key) {
+                try ops.settleDeleted(Array(key[prefix.count...]), context, change)
+            } else if let records = RecordKeys.recordPrefix(ofIndexKey: key) {
+                for side in sides { if let id = try side(key) { referrers.insert(records + id) } }
+            }
+        }
+        for key in referrers.sorted(by: { $0.lexicographicallyPrecedes($1) }) {
+            try ops(forRecordKey: key)?.ops.settleTargets(key, context, change)
+        }
     }
 
     /// After a merge or refresh settled `conflicts` key by key, makes the index entries of
@@ -57,8 +120,7 @@ final class RecordCatalog: ContextSettling {
     /// side's version left that the value does not imply are removed, and its own are
     /// staged. Throws `RecordError.uniqueViolation` when another record holds one of them,
     /// a record's decoding error when its value cannot be read as its type.
-    func settle(_ context: Context, conflicts: [[UInt8]], readConflicts: [[UInt8]], policy: MergePolicy,
-                sides: [([UInt8]) throws -> [UInt8]?]) throws {
+    private func repairIndexes(_ context: Context, after conflicts: [[UInt8]], sides: [([UInt8]) throws -> [UInt8]?]) throws {
         var records = Set<[UInt8]>()
         for key in conflicts {
             if RecordKeys.entityPrefix(of: key, tag: RecordKeys.recordTag) != nil {
@@ -68,7 +130,7 @@ final class RecordCatalog: ContextSettling {
             }
         }
         for record in records.sorted(by: { $0.lexicographicallyPrecedes($1) }) {
-            guard let derive = deriver(forRecordKey: record) else { continue }
+            guard let derive = ops(forRecordKey: record)?.ops.derive else { continue }
             let implied = try context.get(record).map(derive) ?? []
             let keep = Set(implied.map(\.key))
             for side in sides {
@@ -95,4 +157,10 @@ final class RecordCatalog: ContextSettling {
         guard let prefix = RecordKeys.entityPrefix(of: recordKey, tag: RecordKeys.recordTag) else { return "record" }
         return RecordKeys.entityName(ofPrefix: Array(prefix))
     }
+}
+
+/// A type's relationships, held by closures that run on any thread: they are immutable
+/// once declared.
+private struct HeldLinks<R: Record>: @unchecked Sendable {
+    let links: [any RelationshipLink<R>]
 }

@@ -36,6 +36,18 @@ public struct RecordIndex<R: Record>: Sendable {
         /// How ranges of the value type treat NaNs, which sort last in an index.
         let nanRanges: NaNRanges
 
+        init(keyPath: AnyKeyPath & Sendable, constantBytes: @escaping @Sendable (Any) -> [UInt8]?,
+             rangeBytes: @escaping @Sendable (Any) -> [UInt8]?, isExact: Bool, rangesExactly: Bool, sortsExactly: Bool) {
+            self.keyPath = keyPath
+            name = RecordIndex.lastName(keyPath)
+            self.constantBytes = constantBytes
+            self.rangeBytes = rangeBytes
+            self.isExact = isExact
+            self.rangesExactly = rangesExactly
+            self.sortsExactly = sortsExactly
+            nanRanges = .none
+        }
+
         init<V: IndexableValue>(_ keyPath: KeyPath<R, V> & Sendable, _ type: V.Type) {
             self.keyPath = keyPath
             name = RecordIndex.lastName(keyPath)
@@ -90,17 +102,28 @@ public struct RecordIndex<R: Record>: Sendable {
     let keyPrefix: [UInt8]
     /// A record's value bytes (each component's index bytes, in order).
     @usableFromInline let bytes: @Sendable (R) -> [UInt8]
+    /// For an index with an entry per element of an array (a to-many relationship's ids):
+    /// a record's value bytes, one per element (`bytes` is then unused).
+    let elementBytes: (@Sendable (R) -> [[UInt8]])?
     let render: @Sendable (R) -> String
+    /// For a relationship's index: what its entries refer to (the manifest lists it).
+    let reference: ManifestReference?
 
-    private init(name: String, isUnique: Bool, components: [Component], bytes: @escaping @Sendable (R) -> [UInt8],
-                 render: @escaping @Sendable (R) -> String) {
+    init(name: String, isUnique: Bool, components: [Component], bytes: @escaping @Sendable (R) -> [UInt8],
+         elementBytes: (@Sendable (R) -> [[UInt8]])? = nil, render: @escaping @Sendable (R) -> String,
+         reference: ManifestReference? = nil) {
         self.name = name
         self.isUnique = isUnique
         self.components = components
         keyPrefix = RecordKeys.indexPrefix(entity: RecordTypeCache.entityName(of: R.self), index: name)
         self.bytes = bytes
+        self.elementBytes = elementBytes
         self.render = render
+        self.reference = reference
     }
+
+    /// Whether a record has an entry per element of an array here.
+    var isMultiValued: Bool { elementBytes != nil }
 
     /// The last component of a key path's description: `\Todo.title` is "title".
     static func lastName(_ keyPath: AnyKeyPath) -> String {

@@ -27,6 +27,8 @@ final class RecordShape: Sendable {
     /// Whether ids are integers, whose key bytes order and compare as the ids do (a String
     /// id's key bytes are its UTF-8 as given, while `==` is canonical equivalence).
     let exactIDs: Bool
+    /// Whether the type declares relationships (their links: `RecordTypeCache.links`).
+    let hasRelationships: Bool
     /// Whether ids sort as their key bytes do (integers and `UUID`: a `String` id's key
     /// bytes are its UTF-8 as given, not in canonical order), so an id sort reads in key order.
     let idsSortExactly: Bool
@@ -76,6 +78,7 @@ final class RecordShape: Sendable {
         idBytes = { ($0 as? R.ID)?.keyBytes }
         exactIDs = R.ID.self == Int.self || R.ID.self == Int64.self || R.ID.self == UInt64.self
         idsSortExactly = exactIDs || R.ID.self == UUID.self
+        hasRelationships = !R.relationships.isEmpty
         let typeName = String(describing: R.self)
         // `\Book.id` written for the concrete type is recognised by its last component; in
         // generic code (`#Predicate<T> { $0.id == id }`) the key path goes through the

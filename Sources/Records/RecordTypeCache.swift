@@ -11,6 +11,8 @@ import StrataLocks
 enum RecordTypeCache {
     private struct Entries {
         var indexes: [ObjectIdentifier: Any] = [:]
+        /// A type's relationships, checked (`Result<[any RelationshipLink<R>], RecordError>`).
+        var links: [ObjectIdentifier: Any] = [:]
         var shapes: [ObjectIdentifier: RecordShape] = [:]
         var entityNames: [ObjectIdentifier: String] = [:]
         /// Decoded index manifests by their bytes (few: one per entity and index list).
@@ -19,12 +21,41 @@ enum RecordTypeCache {
 
     private static let entries = Locked(Entries())
 
-    /// `R.indexes`, evaluated once.
+    /// `R.indexes`, then the index of each foreign key `R` holds (`RelationshipLink.foreignKeyIndex`),
+    /// evaluated once.
     static func indexes<R: Record>(of type: R.Type) -> [RecordIndex<R>] {
         if let cached = entries.withLock({ $0.indexes[ObjectIdentifier(type)] }) as? [RecordIndex<R>] { return cached }
-        let indexes = R.indexes
+        var indexes = R.indexes
+        for relationship in R.relationships {
+            if let index = relationship.declaration.link.foreignKeyIndex(), !indexes.contains(where: { $0.name == index.name }) {
+                indexes.append(index)
+            }
+        }
         entries.withLock { $0.indexes[ObjectIdentifier(type)] = indexes }
         return indexes
+    }
+
+    /// `R.relationships`, each checked to be declared whole (`RelationshipLink.validate`), once.
+    /// Throws `RecordError.invalidRelationship` saying what to change.
+    static func links<R: Record>(of type: R.Type) throws -> [any RelationshipLink<R>] {
+        if let cached = entries.withLock({ $0.links[ObjectIdentifier(type)] }) as? Result<[any RelationshipLink<R>], RecordError> { return try cached.get() }
+        let result: Result<[any RelationshipLink<R>], RecordError>
+        do {
+            result = .success(try checkedLinks(of: type))
+        } catch {
+            result = .failure(error as? RecordError ?? .invalidRelationship("\(error)"))
+        }
+        entries.withLock { $0.links[ObjectIdentifier(type)] = result }
+        return try result.get()
+    }
+
+    private static func checkedLinks<R: Record>(of type: R.Type) throws -> [any RelationshipLink<R>] {
+        let links = R.relationships.map { $0.declaration.link }
+        for link in links { try link.validate() }
+        for index in R.indexes where links.contains(where: { $0.side == .via && $0.indexName == index.name }) {
+            throw RecordError.invalidRelationship("\(R.self) declares an index named \(index.name), which Strata keeps for its relationship; rename the index")
+        }
+        return links
     }
 
     /// What the planner knows of `R`, learned once.

@@ -53,10 +53,27 @@ public struct Repository<R: Record> {
         try write(record) { _ in }
     }
 
-    /// Stages the removal of the record with `id` and its index entries. Throws
-    /// `RecordError.notFound` when there is none.
+    /// Stages the removal of the record with `id` and its index entries, and applies the
+    /// delete rules of its type's relationships (cascades, nullifications; RelationshipLink.swift,
+    /// L2), all or nothing. Throws `RecordError.notFound` when there is none,
+    /// `.deleteDenied` when a `.deny` rule refuses it.
     public func delete(_ id: R.ID) throws {
         guard try context.contains(key(id)) else { throw RecordError.notFound(entity: RecordTypeCache.entityName(of: R.self), id: describe(id)) }
+        if shape.hasRelationships {
+            _ = try RecordTypeCache.links(of: R.self)
+            guard let record = try get(id) else { return }
+            // In a child, so that a rule refusing part way (a cascade reaching a `.deny`)
+            // leaves this context as it was.
+            let child = try context.makeChild()
+            do {
+                try Repository(context: child).deleteApplyingRules(record)
+                try child.commit()
+            } catch {
+                child.discard()
+                throw error
+            }
+            return
+        }
         if indexes.isEmpty {
             // No entries to find: the record need not even decode.
             return try context.stage(key(id), nil, tracksInsert: true)
@@ -66,8 +83,28 @@ public struct Repository<R: Record> {
         try context.stage(key(id), nil, tracksInsert: true)
     }
 
+    /// Deletes `record` (which exists) with its index entries and applies its type's delete
+    /// rules (L2): every `.deny` first, then the record, then cascades and nullifications.
+    func deleteApplyingRules(_ record: R) throws {
+        let links = try RecordTypeCache.links(of: R.self)
+        for link in links where link.deleteRule == .deny {
+            let count = try link.blockingCount(record, in: context)
+            if count > 0 {
+                throw RecordError.deleteDenied(entity: RecordTypeCache.entityName(of: R.self), id: describe(record.id),
+                                               foreignKey: link.foreignKeyName, count: count)
+            }
+        }
+        if !indexes.isEmpty {
+            try indexes.ensureBuilt()
+            try indexes.remove(record)
+        }
+        try context.stage(key(record.id), nil, tracksInsert: true)
+        for link in links { try link.applyDeleteRule(to: record, in: context) }
+    }
+
     /// Stages `record` after `check` saw whether it existed (decoded only when index
-    /// entries must be replaced, so records of an older shape can be overwritten).
+    /// entries must be replaced, so records of an older shape can be overwritten), after
+    /// the targets of its relationships were checked (L1).
     private func write(_ record: R, check: (Bool) throws -> Void) throws {
         if indexes.isEmpty {
             try check(try context.contains(key(record.id)))
@@ -75,6 +112,9 @@ public struct Repository<R: Record> {
             try indexes.ensureBuilt()
             let old = try get(record.id)
             try check(old != nil)
+            if shape.hasRelationships {
+                for link in try RecordTypeCache.links(of: R.self) { try link.checkTargets(old: old, new: record, in: context) }
+            }
             try indexes.replace(old: old, with: record)
         }
         try context.stage(key(record.id), try RecordEncoder().encode(record), tracksInsert: true)
