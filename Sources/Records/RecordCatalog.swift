@@ -72,9 +72,12 @@ final class RecordCatalog: ContextSettling {
             guard let id = R.ID(keyBytes: idBytes), try !context.contains(prefix + idBytes) else { return }
             for link in held.links where link.side == .inverse { try link.settleDeleted(id, in: context, change: change) }
         }, settleTargets: { key, context, change in
-            guard let bytes = try context.get(key) else { return }
-            let record = try RecordDecoder().decode(R.self, from: bytes, reading: read)
-            for link in held.links where link.side == .via { try link.settleTargets(of: record, in: context, change: change) }
+            for link in held.links where link.side == .via {
+                // Read for each: the one before may have changed or deleted the record.
+                guard let bytes = try context.get(key) else { return }
+                let record = try RecordDecoder().decode(R.self, from: bytes, reading: read)
+                try link.settleTargets(of: record, in: context, change: change)
+            }
         })
     }
 

@@ -218,17 +218,17 @@ final class Link<Source: Record, Target: Record>: RelationshipLink, @unchecked S
         case (.via, .cascade):
             let targets = Repository<Target>(context: context)
             for id in targetIDs?(record) ?? [] {
-                if let target = try targets.get(id) { try targets.deleteApplyingRules(target) }
+                try targets.deleteApplyingRules(id)
             }
         case (.inverse, .cascade), (.inverse, .nullify):
             try context.addReadRange(referrerRange(of: record.id))
             let targets = Repository<Target>(context: context)
             try targets.indexes.ensureBuilt()
-            for referrer in try referrers(of: record.id, in: context) {
+            // Each read again when its turn comes: an earlier one's rules may have changed it.
+            for referrer in try referrers(of: record.id, in: context).map(\.id) {
                 if deleteRule == .cascade {
                     try targets.deleteApplyingRules(referrer)
-                } else if let clear {
-                    var cleared = referrer
+                } else if let clear, var cleared = try targets.get(referrer) {
                     clear(&cleared, record.id)
                     try targets.update(cleared)
                 }
@@ -251,10 +251,10 @@ final class Link<Source: Record, Target: Record>: RelationshipLink, @unchecked S
         case .deny:
             throw RecordError.deleteDenied(entity: "\(Source.self)", id: "\(id)", foreignKey: foreignKeyName, count: holders.count)
         case .cascade:
-            for holder in holders { try targets.deleteApplyingRules(holder) }
+            for holder in holders { try targets.deleteApplyingRules(holder.id) }
         case .nullify:
             for holder in holders {
-                var cleared = holder
+                guard var cleared = try targets.get(holder.id) else { continue }
                 clear?(&cleared, id)
                 try targets.update(cleared)
             }
@@ -276,7 +276,7 @@ final class Link<Source: Record, Target: Record>: RelationshipLink, @unchecked S
         case .deny:
             throw RecordError.deleteDenied(entity: targetEntity, id: "\(first)", foreignKey: foreignKeyName, count: 1)
         case .cascade:
-            try sources.deleteApplyingRules(record)
+            try sources.deleteApplyingRules(record.id)
         case .nullify:
             var cleared = record
             for id in missing { other.clear?(&cleared, id) }

@@ -61,12 +61,11 @@ public struct Repository<R: Record> {
         guard try context.contains(key(id)) else { throw RecordError.notFound(entity: RecordTypeCache.entityName(of: R.self), id: describe(id)) }
         if shape.hasRelationships {
             _ = try RecordTypeCache.links(of: R.self)
-            guard let record = try get(id) else { return }
             // In a child, so that a rule refusing part way (a cascade reaching a `.deny`)
             // leaves this context as it was.
             let child = try context.makeChild()
             do {
-                try Repository(context: child).deleteApplyingRules(record)
+                try Repository(context: child).deleteApplyingRules(id)
                 try child.commit()
             } catch {
                 child.discard()
@@ -83,9 +82,12 @@ public struct Repository<R: Record> {
         try context.stage(key(id), nil, tracksInsert: true)
     }
 
-    /// Deletes `record` (which exists) with its index entries and applies its type's delete
+    /// Deletes the record with `id` with its index entries and applies its type's delete
     /// rules (L2): every `.deny` first, then the record, then cascades and nullifications.
-    func deleteApplyingRules(_ record: R) throws {
+    /// Reads the record as the context holds it now (a rule applied before, in the same
+    /// cascade, may have changed it, or deleted it: then there is nothing to do).
+    func deleteApplyingRules(_ id: R.ID) throws {
+        guard let record = try get(id) else { return }
         let links = try RecordTypeCache.links(of: R.self)
         for link in links where link.deleteRule == .deny {
             let count = try link.blockingCount(record, in: context)
