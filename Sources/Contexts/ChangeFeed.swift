@@ -192,7 +192,7 @@ final class ChangeFeedHub: Sendable {
         var nextID = 0
         var byID: [Int: ChangeFeedSubscriber] = [:]
         var observers: [Int: @Sendable (ChangeSet) -> Void] = [:]
-        var signals: [Int: VersionSignal] = [:]
+        var signals: [Int: ObservationSignal] = [:]
         var finished = false
     }
 
@@ -203,7 +203,7 @@ final class ChangeFeedHub: Sendable {
     }
 
     /// Adds an observed query's signal (Observation.swift); a finished hub finishes it.
-    func add(_ signal: VersionSignal) -> Int {
+    func add(_ signal: ObservationSignal) -> Int {
         register({ $0.signals[$1] = signal }, whenFinished: signal.finish)
     }
 
@@ -247,7 +247,10 @@ final class ChangeFeedHub: Sendable {
         let (current, observers, signals) = subscribers.withLock {
             (Array($0.byID.values), Array($0.observers.values), Array($0.signals.values))
         }
-        if let last = batches.last?.version { for signal in signals { signal.publish(last) } }
+        if !signals.isEmpty {
+            let published = batches.compactMap { PublishedBatch(version: $0.version, batch: $0.batch) }
+            for signal in signals { signal.publish(published) }
+        }
         guard !current.isEmpty || !observers.isEmpty else { return }
         for (version, batch) in batches {
             let changeSet = ChangeSet(version: version, batch: batch)

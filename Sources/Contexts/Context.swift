@@ -14,6 +14,10 @@
 //      this context read it a conflict, as a key both wrote is: at a child's merge (the
 //      parent's writes since the fork), at `refresh()` and at a root's commit (other
 //      commits since the snapshot). A merge hands the child's ranges to the parent.
+//  C5. A context made for an observed query (`Store.observe`) notes in its recorder every
+//      key it looks up and every range it walks, as far as the walk went, whatever layer
+//      reads through it; nothing it reads bypasses the note (`snapshotWhenUnstaged` is
+//      then nil, and a cursor notes its whole range).
 // Thread-safety: not `Sendable`; a context belongs to the task that uses it, like a
 // transaction. The store beneath it is shared.
 import StrataEngine
@@ -49,8 +53,10 @@ public final class Context {
     /// What a layer above keeps for this context alone (the records layer: which indexes a
     /// read-only context's queries may use at its version). Contexts never read it.
     package var attachment: AnyObject?
+    /// For an observed query's context: what it reads (C5).
+    let readRecorder: ReadRecorder?
 
-    init(store: Store, snapshot: Snapshot, mergePolicy: MergePolicy, isReadOnly: Bool = false) {
+    init(store: Store, snapshot: Snapshot, mergePolicy: MergePolicy, isReadOnly: Bool = false, recorder: ReadRecorder? = nil) {
         self.store = store
         self.parent = nil
         self.snapshot = snapshot
@@ -58,6 +64,7 @@ public final class Context {
         self.mergePolicy = mergePolicy
         self.depth = 0
         self.isReadOnly = isReadOnly
+        readRecorder = recorder
     }
 
     private init(parent: Context, mergePolicy: MergePolicy) {
@@ -68,6 +75,7 @@ public final class Context {
         self.mergePolicy = mergePolicy
         self.depth = parent.depth + 1
         self.isReadOnly = parent.isReadOnly
+        readRecorder = parent.readRecorder
     }
 
     /// The version of the store this context reads.
@@ -85,6 +93,7 @@ public final class Context {
     /// Throws `ContextError.finished`, or `EngineError` for a corrupt page.
     public func get(_ key: [UInt8]) throws -> [UInt8]? {
         try checkOpen()
+        readRecorder?.note(key)
         return try read(key, overlay: overlay)
     }
 
@@ -114,6 +123,7 @@ public final class Context {
                  _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool) throws {
         try checkOpen()
         let range = KeyRange(from: start, to: end, prefix: prefix)
+        if let readRecorder { return try recordedWalk(range, reverse: reverse, into: readRecorder, body) }
         if stagesNothing {
             // Nothing to merge: the snapshot's own walk, copying each pair once.
             return try snapshot.forEach(range, reverse: reverse) { key, value in
@@ -132,6 +142,9 @@ public final class Context {
                      _ body: (_ key: RawSpan, _ value: RawSpan) throws -> Bool) throws {
         try checkOpen()
         let range = KeyRange(from: start, to: end, prefix: prefix)
+        if let readRecorder {
+            return try recordedWalk(range, reverse: reverse, into: readRecorder) { key, value in try body(key.span.bytes, value.span.bytes) }
+        }
         if stagesNothing { return try snapshot.forEach(range, reverse: reverse, body) }
         var cursor = try ContextCursor(self, range: range, reverse: reverse)
         while let pair = try cursor.next() {
@@ -139,12 +152,24 @@ public final class Context {
         }
     }
 
+    /// A walk of `range` that notes in `recorder` what it read (C5): up to the key at which
+    /// `body` stopped it, or all of it.
+    private func recordedWalk(_ range: KeyRange, reverse: Bool, into recorder: ReadRecorder,
+                              _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool) throws {
+        var cursor = try ContextCursor(self, range: range, reverse: reverse, notesRange: false)
+        while let pair = try cursor.next() {
+            guard try body(pair.key, pair.value) else { return recorder.noteWalk(range, reverse: reverse, stoppedAfter: pair.key) }
+        }
+        recorder.noteWalk(range, reverse: reverse, stoppedAfter: nil)
+    }
+
     /// The snapshot reads go straight to when neither this context nor an ancestor staged
     /// anything, else nil: a loop of point reads then reads it directly (no overlay
     /// lookups, no checks per read).
     package func snapshotWhenUnstaged() throws -> Snapshot? {
         try checkOpen()
-        return stagesNothing ? snapshot : nil
+        // An observed query's reads are noted, so they go through the context.
+        return stagesNothing && readRecorder == nil ? snapshot : nil
     }
 
     /// How many keys `scan` would return, counting no further than `limit`; with nothing
@@ -155,6 +180,13 @@ public final class Context {
         var count = 0
         guard limit > 0 else { return 0 }
         let range = KeyRange(from: start, to: end, prefix: prefix)
+        if readRecorder != nil {
+            try forEach(from: start, to: end, prefix: prefix) { _, _ in
+                count += 1
+                return count < limit
+            }
+            return count
+        }
         if stagesNothing { return try snapshot.count(range, limit: limit) }
         var cursor = try ContextCursor(self, range: range, reverse: false)
         while try cursor.next() != nil {

@@ -13,9 +13,13 @@ package struct ContextCursor {
     private let range: KeyRange
     private let reverse: Bool
 
-    package init(_ context: Context, range: KeyRange, reverse: Bool) throws {
+    /// A cursor over what `context` sees of `range`. For an observed query's context it
+    /// notes the whole range as read (C5), since it may be stopped anywhere, unless the
+    /// caller notes what it walked itself (`notesRange: false`).
+    package init(_ context: Context, range: KeyRange, reverse: Bool, notesRange: Bool = true) throws {
         self.range = range
         self.reverse = reverse
+        if notesRange { context.readRecorder?.note(lower: range.lower, upper: range.upper) }
         let start = reverse ? range.upper : range.lower
         var levels = [context.overlay]
         var layer = context.base

@@ -85,8 +85,8 @@ public final class Store: Sendable {
         return try body(context)
     }
 
-    package func makeReadOnlyContext() -> Context {
-        Context(store: self, snapshot: engine.snapshot(), mergePolicy: .error, isReadOnly: true)
+    package func makeReadOnlyContext(recorder: ReadRecorder? = nil) -> Context {
+        Context(store: self, snapshot: engine.snapshot(), mergePolicy: .error, isReadOnly: true, recorder: recorder)
     }
 
     /// Checkpoints, ends every change feed and closes the store. Later use throws
