@@ -7,6 +7,7 @@ import Foundation
 /// Why a use case refused.
 public enum BookshelfError: Error, Equatable {
     case noSuchFile(UUID)
+    case noSuchFolder(UUID)
     case nobodyIsHungry
     case noBananas
 }
@@ -29,6 +30,25 @@ public struct RemoveFiles {
                 freed += file.byteCount
                 try files.delete(id)
             }
+            return freed
+        }
+    }
+}
+
+/// Removes a folder and everything in it: its files go by the folder's delete rule
+/// (`Folder.files`, `.cascade`), in the same commit.
+public struct RemoveFolder {
+    public let store: Store
+
+    public init(store: Store) { self.store = store }
+
+    /// Removes the folder with `id` and its files; returns the bytes freed.
+    @discardableResult
+    public func callAsFunction(_ id: Folder.ID) throws -> Int {
+        try store.write { unit in
+            guard let folder = try unit.repository(Folder.self).get(id) else { throw BookshelfError.noSuchFolder(id) }
+            let freed = try folder.files(in: unit).reduce(0) { $0 + $1.byteCount }
+            try unit.repository(Folder.self).delete(id)
             return freed
         }
     }

@@ -4,14 +4,17 @@ import Foundation
 import Testing
 
 @Suite struct BookshelfTests {
+    static let drafts = Folder(name: "drafts")
+
     func shelf() throws -> (Store, [BookFile]) {
         let store = try Store.inMemory()
-        let files = [BookFile(bookID: 1, name: "cover.png", byteCount: 300),
-                           BookFile(bookID: 1, name: "notes.txt", byteCount: 20),
-                           BookFile(bookID: 2, name: "map.pdf", byteCount: 900)]
+        let files = [BookFile(bookID: 1, folderID: Self.drafts.id, name: "cover.png", byteCount: 300),
+                     BookFile(bookID: 1, folderID: Self.drafts.id, name: "notes.txt", byteCount: 20),
+                     BookFile(bookID: 2, name: "map.pdf", byteCount: 900)]
         try store.write { unit in
             try unit.repository(Book.self).insert(Book(id: 1, title: "A Wizard of Earthsea", author: "Le Guin"))
             try unit.repository(Book.self).insert(Book(id: 2, title: "Invisible Cities", author: "Calvino"))
+            try unit.repository(Folder.self).insert(Self.drafts)
             for file in files { try unit.repository(BookFile.self).insert(file) }
             try unit.repository(Child.self).insert(Child(id: "ann", hunger: 5))
             try unit.repository(Child.self).insert(Child(id: "bob", hunger: 9))
@@ -31,6 +34,26 @@ import Testing
         let missing = UUID()
         #expect(throws: BookshelfError.noSuchFile(missing)) { try remove([files[2].id, missing]) }
         #expect(try left.count() == 1)
+    }
+
+    @Test func removingAFolderRemovesItsFilesInTheSameCommit() throws {
+        let (store, files) = try shelf()
+        let version = store.version
+        #expect(try RemoveFolder(store: store)(Self.drafts.id) == 320)
+        #expect(store.version == version + 1, "one commit")
+        let context = store.makeContext()
+        #expect(try context.repository(BookFile.self).all().map(\.id) == [files[2].id])
+        #expect(try context.repository(Folder.self).all().isEmpty)
+        #expect(throws: BookshelfError.noSuchFolder(Self.drafts.id)) { try RemoveFolder(store: store)(Self.drafts.id) }
+        // A file names its book, which must exist; the book's files go with it.
+        #expect(throws: RecordError.self) {
+            try store.write { unit in try unit.repository(BookFile.self).insert(BookFile(bookID: 9, name: "x", byteCount: 1)) }
+        }
+        try store.write { unit in
+            #expect(try unit.repository(BookFile.self).get(files[2].id)?.book(in: unit)?.title == "Invisible Cities")
+            try unit.repository(Book.self).delete(2)
+        }
+        #expect(try store.makeContext().repository(BookFile.self).count() == 0)
     }
 
     @Test func theHungriestChildGetsTheBiggestBananaAndTheEventFollowsTheCommit() throws {
