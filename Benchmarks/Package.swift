@@ -12,6 +12,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         // Latency percentiles per workload (HdrHistogram).
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+        // The `grdb` engine of the record workloads: the Swift SQLite library app developers know.
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
         // The peers, through their C APIs (Debian/Ubuntu: libsqlite3-dev, liblmdb-dev,
@@ -31,6 +33,7 @@ let package = Package(
                 .product(name: "StrataTesting", package: "Strata"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "GRDB", package: "GRDB.swift"),
             ],
             path: "Sources/StrataBench"
         ),

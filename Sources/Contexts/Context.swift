@@ -138,6 +138,7 @@ public final class Context {
 
     /// `forEach` with the pairs lent rather than copied: with nothing staged at any level,
     /// straight from the snapshot's walk.
+    @usableFromInline
     package func forEachLent(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [], reverse: Bool = false,
                      _ body: (_ key: RawSpan, _ value: RawSpan) throws -> Bool) throws {
         try checkOpen()
@@ -166,6 +167,7 @@ public final class Context {
     /// The snapshot reads go straight to when neither this context nor an ancestor staged
     /// anything, else nil: a loop of point reads then reads it directly (no overlay
     /// lookups, no checks per read).
+    @usableFromInline
     package func snapshotWhenUnstaged() throws -> Snapshot? {
         try checkOpen()
         // An observed query's reads are noted, so they go through the context.

@@ -18,7 +18,7 @@ public func compareKeys(_ lhs: [UInt8], _ rhs: [UInt8]) -> Int {
 /// common bytes (most keys) are compared eight bytes at a time in place, as big-endian
 /// integers: a call to memcmp cost more than the comparison (perf, readseq, 2026-11-23).
 @inlinable @inline(__always)
-func compareBytes(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) -> Int {
+package func compareBytes(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) -> Int {
     let common = min(lhs.count, rhs.count)
     guard common <= 32 else {
         let order = Int(memcmp(lhs.baseAddress!, rhs.baseAddress!, common))

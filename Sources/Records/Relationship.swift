@@ -56,13 +56,13 @@ public struct RelationshipDeclaration<Source: Record>: Sendable {
 
 /// A relationship to at most one `Target`.
 public struct ToOne<Source: Record, Target: Record>: RecordRelationship {
-    let link: Link<Source, Target>
+    @usableFromInline let link: Link<Source, Target>
     public var declaration: RelationshipDeclaration<Source> { RelationshipDeclaration(link: link) }
 }
 
 /// A relationship to any number of `Target`s.
 public struct ToMany<Source: Record, Target: Record>: RecordRelationship {
-    let link: Link<Source, Target>
+    @usableFromInline let link: Link<Source, Target>
     public var declaration: RelationshipDeclaration<Source> { RelationshipDeclaration(link: link) }
 }
 

@@ -16,9 +16,11 @@
 import StrataContexts
 import StrataEngine
 import Foundation
+import Synchronization
 
 /// Which of a relationship's two sides a declaration is: the record holds the ids (`via`),
 /// or the targets hold the record's id (`inverse`).
+@usableFromInline
 enum LinkSide: Sendable {
     case via
     case inverse
@@ -62,8 +64,9 @@ extension RelationshipLink {
 }
 
 /// A relationship from `Source` to `Target`.
+@usableFromInline
 final class Link<Source: Record, Target: Record>: RelationshipLink, @unchecked Sendable {
-    let side: LinkSide
+    @usableFromInline let side: LinkSide
     let isToOne: Bool
     let deleteRule: DeleteRule
     let foreignKey: AnyKeyPath & Sendable
@@ -77,6 +80,8 @@ final class Link<Source: Record, Target: Record>: RelationshipLink, @unchecked S
     /// `inverse`: the source ids a target holds, and how to clear one (nil: it cannot be).
     private let sourceIDs: (@Sendable (Target) -> [Source.ID])?
     private let clear: (@Sendable (inout Target, Source.ID) -> Void)?
+    /// `referrerIndex()`, learned on first use (the counterpart is found by reflection).
+    private let referrerIndexCache = Mutex<ReferrerIndex?>(nil)
 
     init(via keyPath: AnyKeyPath & Sendable, kind: LinkKind, rule: DeleteRule, unique: Bool, optional: Bool, elements: Bool = false,
          _ ids: @escaping @Sendable (Source) -> [Target.ID]) {
@@ -310,6 +315,7 @@ final class Link<Source: Record, Target: Record>: RelationshipLink, @unchecked S
     }
 
     /// The target ids `record` holds (`via`).
+    @usableFromInline
     func heldIDs(_ record: Source) -> [Target.ID] { targetIDs?(record) ?? [] }
 
     /// The source ids `target` holds (`inverse`).
@@ -318,9 +324,27 @@ final class Link<Source: Record, Target: Record>: RelationshipLink, @unchecked S
     /// Where the index entries of the targets holding `id` lie (`inverse`): the foreign
     /// key's index on `Target`, under `id`'s bytes.
     func referrerRange(of id: Source.ID) -> KeyRange {
-        let value = counterpart?.entryValue(for: id) ?? ForeignKey.bytes(id)
+        referrerIndex().range(of: id.keyBytes)
+    }
+
+    /// Where the referrers of a record lie in `Target`'s foreign-key index (`inverse`),
+    /// without the types: what a read through the relationship needs per record.
+    func referrerIndex() -> ReferrerIndex {
+        if let known = referrerIndexCache.withLock({ $0 }) { return known }
         let prefix = RecordKeys.indexPrefix(entity: targetEntity, index: "ref:" + RecordIndex<Target>.lastName(foreignKey))
-        return KeyRange(prefix: prefix + value)
+        let other = counterpart
+        let layout = ReferrerIndex(prefix: prefix, escaped: ForeignKey.width(Source.ID.self) == nil,
+                                   marked: other.map { $0.isOptional && !$0.isElements && !$0.isUnique } ?? false)
+        referrerIndexCache.withLock { $0 = layout }
+        return layout
+    }
+
+    /// `referrerIndex()` when `Target`'s manifest lists the index (nil: read every target).
+    @usableFromInline
+    func usableReferrerIndex(in context: Context) throws -> ReferrerIndex? {
+        let indexName = "ref:" + RecordIndex<Target>.lastName(foreignKey)
+        guard try Repository<Target>(context: context).indexes.usable().contains(where: { $0.name == indexName }) else { return nil }
+        return referrerIndex()
     }
 
     /// How a target id begins an entry of the foreign key's index (`via`): behind the
@@ -337,6 +361,7 @@ final class Link<Source: Record, Target: Record>: RelationshipLink, @unchecked S
 
     /// `referrers(of:in:)` of each of `ids`, with one look at the manifest, and one read of
     /// every target when the index is not built.
+    @usableFromInline
     func referrers(ofAll ids: [Source.ID], in context: Context) throws -> [[Target]] {
         let targets = Repository<Target>(context: context)
         let indexName = "ref:" + RecordIndex<Target>.lastName(foreignKey)
@@ -358,6 +383,23 @@ final class Link<Source: Record, Target: Record>: RelationshipLink, @unchecked S
             }
             return try holders.compactMap { try targets.get(keyBytes: $0) }
         }
+    }
+}
+
+/// Where the records holding a given id lie in a relationship's foreign-key index: under
+/// the index's prefix, the id's bytes (escaped unless fixed-width, after `01` when the key
+/// is optional and the index holds nil), then each holder's id.
+@usableFromInline
+struct ReferrerIndex: Sendable {
+    let prefix: [UInt8]
+    let escaped: Bool
+    let marked: Bool
+
+    /// The entries of the records holding the id whose key bytes are `id`.
+    @usableFromInline
+    func range(of id: [UInt8]) -> KeyRange {
+        let bytes = escaped ? escapedIndexBytes(id) : id
+        return KeyRange(prefix: prefix + (marked ? [1] + bytes : bytes))
     }
 }
 

@@ -8,11 +8,13 @@ import Foundation
 extension Record {
     /// The record `relationship` relates this one to, as `context` sees it, or nil. Throws
     /// `RecordError.invalidRelationship` when the relationship is not declared whole.
+    @inlinable
     public func related<Target>(_ relationship: ToOne<Self, Target>, in context: Context) throws -> Target? {
-        try RelatedRecords(relationship.link, context: context).of([self])[0].first
+        try context.repository(Self.self).related(of: [self], through: relationship.link)[0].first
     }
 
     /// The record `relationship` relates this one to in `unit`, or nil.
+    @inlinable
     public func related<Target>(_ relationship: ToOne<Self, Target>, in unit: UnitOfWork) throws -> Target? {
         try related(relationship, in: unit.context)
     }
@@ -20,14 +22,16 @@ extension Record {
     /// The records `relationship` relates this one to, as `context` sees them, sorted by
     /// `sortBy` (for an inverse: id order when empty; for ids the record holds: their order
     /// there), at most `limit`.
+    @inlinable
     public func related<Target>(_ relationship: ToMany<Self, Target>, in context: Context, sortBy: [SortDescriptor<Target>] = [],
                                 limit: Int? = nil) throws -> [Target] {
-        var records = try RelatedRecords(relationship.link, context: context).of([self])[0]
+        var records = try context.repository(Self.self).related(of: [self], through: relationship.link)[0]
         if !sortBy.isEmpty { RecordOrder(sortBy).sort(&records) }
         return Array(records.prefix(limit ?? .max))
     }
 
     /// The records `relationship` relates this one to in `unit`.
+    @inlinable
     public func related<Target>(_ relationship: ToMany<Self, Target>, in unit: UnitOfWork, sortBy: [SortDescriptor<Target>] = [],
                                 limit: Int? = nil) throws -> [Target] {
         try related(relationship, in: unit.context, sortBy: sortBy, limit: limit)
@@ -38,18 +42,20 @@ extension Repository {
     /// The records `fetch(predicate, sortBy:, limit:)` returns, each with the records
     /// `relationship` relates it to, read in one pass over the page: every related record
     /// is read once, through the foreign key's index, however many records share it.
+    @inlinable
     public func fetch<Target>(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = [], limit: Int? = nil,
                               including relationship: ToMany<R, Target>) throws -> [(record: R, related: [Target])] {
         let records = try fetch(predicate, sortBy: sortBy, limit: limit)
-        return zip(records, try RelatedRecords(relationship.link, context: context).of(records)).map { ($0, $1) }
+        return zip(records, try related(of: records, through: relationship.link)).map { ($0, $1) }
     }
 
     /// The records `fetch(predicate, sortBy:, limit:)` returns, each with the record
     /// `relationship` relates it to (nil: none), read in one pass over the page.
+    @inlinable
     public func fetch<Target>(_ predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = [], limit: Int? = nil,
                               including relationship: ToOne<R, Target>) throws -> [(record: R, related: Target?)] {
         let records = try fetch(predicate, sortBy: sortBy, limit: limit)
-        return zip(records, try RelatedRecords(relationship.link, context: context).of(records)).map { ($0, $1.first) }
+        return zip(records, try related(of: records, through: relationship.link)).map { ($0, $1.first) }
     }
 
     /// The records `predicate` holds for (all when nil) whose record related through
@@ -103,35 +109,93 @@ extension Repository {
     }
 }
 
-/// The related records of a page of records through one relationship, each read once.
-struct RelatedRecords<Source: Record, Target: Record> {
-    let link: Link<Source, Target>
-    let context: Context
-
-    init(_ link: Link<Source, Target>, context: Context) throws {
-        _ = try RecordTypeCache.links(of: Source.self)
-        self.link = link
-        self.context = context
-    }
-
-    /// For each of `records`, its related records: for ids a record holds, in their order
-    /// there; for an inverse, in id order.
-    func of(_ records: [Source]) throws -> [[Target]] {
+extension Repository {
+    /// For each of `records`, its related records through `link`: for ids a record holds,
+    /// in their order there, each distinct target read once; for an inverse, in id order,
+    /// from the foreign key's index (or, before it is built, one read of every target).
+    /// Inlinable, so that it is specialized for both record types where it is called: run
+    /// unspecialized, each record read looked up generic metadata at run time.
+    @inlinable
+    func related<Target>(of records: [R], through link: Link<R, Target>) throws -> [[Target]] {
+        try checkRelationshipsDeclared()
         let targets = Repository<Target>(context: context)
+        let snapshot = try context.snapshotWhenUnstaged()
         switch link.side {
         case .via:
-            // Each distinct target once, however many records hold it.
             var read: [Target.ID: Target?] = [:]
             return try records.map { record in
                 try link.heldIDs(record).compactMap { id in
                     if let known = read[id] { return known }
-                    let target = try targets.get(id)
+                    let target = try targets.record(keyBytes: id.keyBytes, snapshot: snapshot)
                     read[id] = target
                     return target
                 }
             }
         case .inverse:
-            return try link.referrers(ofAll: records.map(\.id), in: context)
+            guard let index = try link.usableReferrerIndex(in: context) else {
+                return try link.referrers(ofAll: records.map { $0.id }, in: context)
+            }
+            let ranges = records.map { index.range(of: $0.id.keyBytes) }
+            var related = Array(repeating: [Target](), count: records.count)
+            // Records in key order (a page read in id order) are served by one walk of the
+            // index; where their entries lie apart, the walk stops and another starts.
+            var done = 0
+            while done < ranges.count { done += try targets.walkReferrers(ranges[done...], into: &related, snapshot: snapshot) }
+            return related
         }
     }
+
+    /// Reads the records whose ids are the values of the index entries in each of `ranges`
+    /// (the referrers of a page of records) into the same place of `related`, in one walk
+    /// from the first range to the last of those that follow it in ascending order.
+    /// Returns how many of the ranges it finished (at least one): it stops early, between
+    /// two ranges, once it has passed more entries outside them than it read inside (the
+    /// records lie apart, and a walk from the next one costs less).
+    @inlinable
+    func walkReferrers(_ ranges: ArraySlice<KeyRange>, into related: inout [[R]], snapshot: Snapshot?) throws -> Int {
+        let start = ranges.startIndex
+        var last = start
+        while last + 1 < ranges.endIndex, let upper = ranges[last].upper, let lower = ranges[last + 1].lower,
+              compareKeys(upper, lower) <= 0 { last += 1 }
+        var position = start
+        var (read, passed, gaveUp) = (0, 0, false)
+        var key = prefix
+        try context.forEachLent(from: ranges[start].lower, to: ranges[last].upper) { entry, id in
+            try entry.withUnsafeBytes { entry in
+                while position <= last, let upper = ranges[position].upper, upper.withUnsafeBytes({ compareBytes(entry, $0) >= 0 }) {
+                    position += 1
+                }
+                guard position <= last else { return false }
+                guard let lower = ranges[position].lower, lower.withUnsafeBytes({ compareBytes(entry, $0) >= 0 }) else {
+                    // Between two ranges: an entry of a record not asked for.
+                    passed += 1
+                    gaveUp = passed > read + 8
+                    return !gaveUp
+                }
+                read += 1
+                id.withUnsafeBytes { key.replaceSubrange(prefix.count..., with: $0) }
+                if let record = try record(key: key, snapshot: snapshot) { related[position].append(record) }
+                return true
+            }
+        }
+        // Giving up, the walk stood before `position`'s range, none of which it had read.
+        return (gaveUp ? position : last + 1) - start
+    }
+
+    /// The record whose id key bytes are `id`, or nil: read where it lies when the context
+    /// staged nothing (`snapshot`), else as the context reads it.
+    @inlinable
+    func record(keyBytes id: [UInt8], snapshot: Snapshot?) throws -> R? {
+        try record(key: prefix + id, snapshot: snapshot)
+    }
+
+    /// The record under `key` (a record key of this entity), or nil.
+    @inlinable
+    func record(key: [UInt8], snapshot: Snapshot?) throws -> R? {
+        if let snapshot {
+            return try snapshot.withValue(forKey: key) { value in try value.withUnsafeBytes { try decode($0, key: key) } }
+        }
+        return try context.get(key).map { try decode($0, key: key) }
+    }
+
 }

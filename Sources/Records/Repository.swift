@@ -16,6 +16,7 @@ public struct Repository<R: Record> {
     /// How records are read when `R` is `RecordReadable`.
     @usableFromInline let read: (@Sendable (borrowing RecordReader) throws -> R)?
 
+    @usableFromInline
     init(context: Context) {
         self.context = context
         shape = RecordTypeCache.shape(of: R.self)
@@ -27,6 +28,13 @@ public struct Repository<R: Record> {
     }
 
     private func key(_ id: R.ID) -> [UInt8] { prefix + id.keyBytes }
+
+    /// Throws `RecordError.invalidRelationship` when `R`'s relationships are not declared
+    /// whole (checked once per type).
+    @usableFromInline
+    func checkRelationshipsDeclared() throws {
+        _ = try RecordTypeCache.links(of: R.self)
+    }
 
     private func describe(_ id: R.ID) -> String { "\(id)" }
 

@@ -233,6 +233,41 @@ struct Orphan: Record {
         parent.discard()
     }
 
+    /// A page prefetched with its related records equals each record's own traversal,
+    /// whatever order the page comes in and however far apart its records lie (one walk of
+    /// the index for a page in order, another where entries of other records lie between).
+    @Test(arguments: [UInt64(7), 8])
+    func aPrefetchedPageEqualsEachRecordsOwnTraversal(seed: UInt64) throws {
+        print("RelationshipTests prefetch seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let store = try Store.inMemory()
+        try store.write { unit in
+            for id in 0..<200 { try unit.repository(Writer.self).insert(Writer(id: id, name: "w\(id)")) }
+            for id in 0..<1_500 {
+                let writer = random.next() % 5 == 0 ? nil : Int(random.next() % 200)
+                try unit.repository(Volume.self).insert(Volume(id: id, title: "v\(id)", writerID: writer))
+            }
+        }
+        let context = store.makeContext()
+        let writers = context.repository(Writer.self)
+        let everyOther = #Predicate<Writer> { $0.id % 7 == 0 }
+        for (predicate, sort) in [(nil, []), (everyOther, []), (nil, [SortDescriptor(\Writer.id, order: .reverse)]),
+                                  (everyOther, [SortDescriptor(\Writer.name)])] as [(Predicate<Writer>?, [SortDescriptor<Writer>])] {
+            let page = try writers.fetch(predicate, sortBy: sort, including: Writer.books)
+            #expect(!page.isEmpty)
+            for (writer, books) in page { #expect(books == (try writer.related(Writer.books, in: context)), "writer \(writer.id)") }
+            let expected = try page.map { writer, _ in
+                let id: Int? = writer.id
+                return try context.repository(Volume.self).fetch(#Predicate<Volume> { $0.writerID == id })
+            }
+            #expect(page.map(\.related) == expected)
+        }
+        // Staged changes are seen too.
+        try context.repository(Volume.self).upsert(Volume(id: 5_000, title: "new", writerID: 3))
+        let three = try writers.fetch(#Predicate { $0.id >= 2 && $0.id < 5 }, including: Writer.books)
+        #expect(three[1].related.map(\.id).contains(5_000))
+    }
+
     /// A store that lost a writer behind Strata's back (a blind write beneath contexts):
     /// the checks that know no type and the typed ones both report the book naming it.
     @Test func checksReportAReferenceToARecordThatIsGone() throws {

@@ -1,6 +1,6 @@
 // The record workloads: typed records with three secondary indexes (a unique email, a
 // city shared by a hundred, an age shared by ~1,400) on Strata's repositories, next to
-// SQLite doing the same with an indexed table (`people(id INTEGER PRIMARY KEY, email TEXT
+// GRDB (GRDBWorkloads.swift) and SQLite doing the same with an indexed table (`people(id INTEGER PRIMARY KEY, email TEXT
 // UNIQUE, city TEXT, age INTEGER)` plus indexes on city and age, prepared statements, one
 // transaction per batch). Every workload but records-insert runs after an untimed insert,
 // and each read workload after one untimed query on each side: SQLite prepared its
@@ -73,6 +73,8 @@ struct RecordWorkloads {
 
     /// The workloads that only read, each a run of queries after one untimed warm-up query.
     static let reads: Set<String> = ["records-fetch", "records-range", "records-count"]
+    /// The workloads on the library's authors and books (LibraryWorkloads.swift).
+    static let library: Set<String> = ["records-relations", "records-sort-text"]
 
     /// The age bands of records-range: five years starting at 18 ... 82, in a fixed order.
     static func band(_ query: Int) -> Int { 18 + (query * 37) % 65 }
@@ -84,6 +86,14 @@ struct RecordWorkloads {
         var order = Array(0..<count)
         var shuffler = SplitMix64(seed: options.seed)
         order.shuffle(using: &shuffler)
+        if engine == "grdb" {
+            let (seconds, queries) = try GRDBWorkloads(workload: workload, directory: directory, batch: options.batch, seed: options.seed)
+                .run(count: count, order: order, timed: timed)
+            return result(seconds: seconds, queries: queries)
+        }
+        if Self.library.contains(workload) {
+            return result(seconds: try runLibrary(directory: directory, count: count), queries: max(1, count / 100))
+        }
         let queries = workload == "records-range" || workload == "records-count" ? max(1, count / 100) : count
         let perCity = count / 1_000   // when count is a multiple of 1,000
         let seconds: Double
@@ -177,6 +187,11 @@ struct RecordWorkloads {
                 }
             }
         }
+        return result(seconds: seconds, queries: queries)
+    }
+
+    /// The measurement of `queries` operations in `seconds`.
+    private func result(seconds: Double, queries: Int) -> Result {
         let batched = workload == "records-insert" || workload == "records-update"
         return Result(engine: engine, bench: workload, num: queries, batch: batched ? options.batch : 1,
                       valueSize: 0, seconds: seconds, bytesOnDisk: 0, fdatasyncs: nil)
@@ -194,7 +209,7 @@ struct RecordWorkloads {
         }
     }
 
-    private func timed(_ body: () throws -> Void) throws -> Double {
+    func timed(_ body: () throws -> Void) throws -> Double {
         let elapsed = try ContinuousClock().measure(body)
         return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
     }

@@ -17,10 +17,10 @@ struct StrataBench: ParsableCommand {
         commandName: "strata-bench",
         abstract: "Strata next to SQLite, LMDB, LevelDB, RocksDB and the disk's raw fdatasync rate, and Strata over etcd.")
 
-    static let allEngines = ["strata", "strata-relaxed", "sqlite", "lmdb", "leveldb", "rocksdb", "fdatasync", "etcd"]
+    static let allEngines = ["strata", "strata-relaxed", "sqlite", "grdb", "lmdb", "leveldb", "rocksdb", "fdatasync", "etcd"]
     static let allWorkloads = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readrandom",
                                "readseq", "deleterandom", "nested", "recover", "reopen", "records-insert", "records-fetch",
-                               "records-range", "records-count", "records-update"]
+                               "records-range", "records-count", "records-update", "records-relations", "records-sort-text"]
 
     /// The engines a run takes when none are named: etcd only on request (it needs `etcd`
     /// installed, and its fills are slow enough to want a smaller --num).
@@ -91,8 +91,9 @@ struct StrataBench: ParsableCommand {
                 // (`nested` needs transactions inside transactions, which the LSM engines lack.)
                 if workload == "nested" && (engine == "leveldb" || engine == "rocksdb") { continue }
                 if (workload == "recover" || workload == "reopen") && !engine.hasPrefix("strata") { continue }
-                // The record workloads compare Strata's repositories with an indexed SQLite table.
-                if workload.hasPrefix("records-") && engine != "strata" && engine != "sqlite" { continue }
+                // The record workloads compare Strata's repositories with an indexed SQLite table
+                // and with GRDB's records on it; GRDB runs nothing else.
+                if workload.hasPrefix("records-") ? !["strata", "sqlite", "grdb"].contains(engine) : engine == "grdb" { continue }
                 plan.append((engine, workload))
             }
         }
