@@ -47,9 +47,9 @@ struct IndexMaintenance<R: Record> {
     /// before staging anything. An entry `old` already had (its indexed values unchanged)
     /// is neither checked nor staged again: the stored one stands.
     func replace(old: R?, with new: R) throws {
-        if declared.contains(where: \.isMultiValued) { try replaceElements(old: old, with: new) }
-        let changes = declared.filter { !$0.isMultiValued }.map { index in
-            (index: index, next: entry(index, new), previous: old.map { entry(index, $0) })
+        if shape.hasElementIndexes { try replaceElements(old: old, with: new) }
+        let changes = declared.compactMap { index in
+            index.isMultiValued ? nil : (index: index, next: entry(index, new), previous: old.map { entry(index, $0) })
         }
         for change in changes where change.index.isUnique && change.previous?.key != change.next.key {
             if let holder = try context.get(change.next.key), holder != change.next.value {
@@ -69,8 +69,8 @@ struct IndexMaintenance<R: Record> {
     /// that is nil): those `old` had and `new` has not are removed, the new ones staged,
     /// after every unique one was checked.
     private func replaceElements(old: R?, with new: R) throws {
-        let changes = declared.filter(\.isMultiValued).map { index in
-            (index: index, next: Self.entries(index, new), previous: Set((old.map { Self.entries(index, $0) } ?? []).map(\.key)))
+        let changes = declared.compactMap { index in
+            index.isMultiValued ? (index: index, next: Self.entries(index, new), previous: Set((old.map { Self.entries(index, $0) } ?? []).map { $0.key })) : nil
         }
         for change in changes where change.index.isUnique {
             for entry in change.next where !change.previous.contains(entry.key) {
@@ -81,7 +81,7 @@ struct IndexMaintenance<R: Record> {
             }
         }
         for change in changes {
-            let kept = Set(change.next.map(\.key))
+            let kept = Set(change.next.map { $0.key })
             for key in change.previous where !kept.contains(key) { try context.stage(key, nil) }
             for entry in change.next where !change.previous.contains(entry.key) { try context.stage(entry.key, entry.value) }
         }
@@ -94,12 +94,6 @@ struct IndexMaintenance<R: Record> {
         }
     }
 
-    /// The names of the indexes built for this entity, from its manifest.
-    private func built() throws -> Set<String> {
-        guard let bytes = try context.get(manifestKey) else { return [] }
-        return try names(manifest: bytes)
-    }
-
     private func names(manifest bytes: [UInt8]) throws -> Set<String> {
         try RecordTypeCache.manifest(bytes) { Set(try RecordManifest(bytes).indexes) }
     }
@@ -110,7 +104,14 @@ struct IndexMaintenance<R: Record> {
     /// type, so concurrent first writers never conflict over it.
     func ensureBuilt() throws {
         guard !declared.isEmpty else { return }
-        let have = try built()
+        // The usual case, a manifest that lists every declared index: known by its bytes.
+        guard let manifest = try context.get(manifestKey) else { return try build(having: []) }
+        if try shape.allUsable(manifest: manifest, names: { try names(manifest: manifest) }) != nil { return }
+        try build(having: try names(manifest: manifest))
+    }
+
+    /// Builds the declared indexes not in `have` for the entity's records, and lists them.
+    private func build(having have: Set<String>) throws {
         let missing = declared.filter { !have.contains($0.name) }
         guard !missing.isEmpty else { return }
         let records = try context.scan(prefix: RecordKeys.prefix(entity: RecordTypeCache.entityName(of: R.self)))
@@ -126,7 +127,7 @@ struct IndexMaintenance<R: Record> {
                 }
             }
         }
-        let built = have.union(missing.map(\.name))
+        let built = have.union(missing.map { $0.name })
         try context.stage(manifestKey, try RecordManifest(indexes: built, declared: declared).encoded(), isChecked: false)
     }
 

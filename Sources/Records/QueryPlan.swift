@@ -144,30 +144,34 @@ struct QueryPlan {
     /// narrow the entries to one value's, and the next component's terms a range of them.
     private mutating func planIndex(_ terms: [Term], indexes: [PlannedIndex]) {
         guard !indexes.isEmpty, !terms.isEmpty else { return }
-        for pass in 0..<4 {
-            // Unique indexes with an equality, any with an equality, then ranges.
-            let (wantEquality, unique) = (pass < 2, pass % 2 == 0)
-            for index in indexes where index.isUnique == unique {
-                guard let reading = Self.read(index, terms, constants: self.terms) else { continue }
-                guard reading.equalities > 0 || !wantEquality else { continue }
-                if index.isUnique && reading.equalities == index.components.count {
-                    access = .indexEntry(index, key: reading.lower)
-                } else {
-                    access = .index(index, lower: reading.lower, upper: reading.upper)
-                }
-                equalityComponents = reading.equalities
-                usedTerms = reading.used
-                exactTerms = reading.exact
-                return
-            }
+        // Unique indexes with an equality first, then any with an equality, then unique
+        // ranges, then any range; the first index declared among equals. Each index is
+        // read once.
+        var best: (rank: Int, index: PlannedIndex, reading: Reading)?
+        for index in indexes {
+            guard let reading = Self.read(index, terms, constants: self.terms) else { continue }
+            let rank = (reading.equalities > 0 ? 0 : 2) + (index.isUnique ? 0 : 1)
+            if rank < best?.rank ?? 4 { best = (rank, index, reading) }
+            if rank == 0 { break }
         }
+        guard let (_, index, reading) = best else { return }
+        if index.isUnique && reading.equalities == index.components.count {
+            access = .indexEntry(index, key: reading.lower)
+        } else {
+            access = .index(index, lower: reading.lower, upper: reading.upper)
+        }
+        equalityComponents = reading.equalities
+        usedTerms = reading.used
+        exactTerms = reading.exact
     }
+
+    /// How an index serves a predicate's terms (`read`).
+    private typealias Reading = (lower: [UInt8], upper: [UInt8]?, used: [UsedTerm], equalities: Int, exact: Bool)
 
     /// How `index` serves `terms` (whose constants are in `constants`): the range of
     /// entries, the terms it answers, how many leading components have an equality, and
     /// whether it answers them exactly; nil when it answers none.
-    private static func read(_ index: PlannedIndex, _ terms: [Term], constants: [PlanTerm])
-        -> (lower: [UInt8], upper: [UInt8]?, used: [UsedTerm], equalities: Int, exact: Bool)? {
+    private static func read(_ index: PlannedIndex, _ terms: [Term], constants: [PlanTerm]) -> Reading? {
         // No term on the first component: the index answers none (checked before anything
         // is built, as it is for most indexes a plan looks at).
         guard let first = index.components.first, terms.contains(where: { $0.facts.field == first.field }) else { return nil }

@@ -9,6 +9,14 @@
 import StrataContexts
 import Foundation
 
+/// `.lexical` in each direction, made once.
+private let lexicalForward = String.StandardComparator.lexical
+private let lexicalReverse: String.StandardComparator = {
+    var lexical = String.StandardComparator.lexical
+    lexical.order = .reverse
+    return lexical
+}()
+
 /// The order of a fetch's `sortBy`, as Strata sorts.
 @usableFromInline
 struct RecordOrder<R: Record> {
@@ -33,12 +41,11 @@ struct RecordOrder<R: Record> {
     /// does, so that a read in index or key order may serve it (`QueryPlan.pushDown`);
     /// nil when one compares as Foundation does.
     @usableFromInline
-    static func readable(_ sortBy: [SortDescriptor<R>]) -> [(keyPath: AnyKeyPath, reverse: Bool)]? {
+    static func readable(_ sortBy: [SortDescriptor<R>], shape: RecordShape) -> [(keyPath: AnyKeyPath, reverse: Bool)]? {
         var sorts: [(keyPath: AnyKeyPath, reverse: Bool)] = []
         sorts.reserveCapacity(sortBy.count)
         for descriptor in sortBy {
-            guard comparesAsStrata(descriptor), let keyPath = descriptor.keyPath,
-                  type(of: keyPath).valueType is any StrataOrdered.Type else { return nil }
+            guard comparesAsStrata(descriptor), let keyPath = descriptor.keyPath, shape.facts(keyPath).sortsAsStrata else { return nil }
             sorts.append((keyPath, descriptor.order == .reverse))
         }
         return sorts
@@ -48,9 +55,7 @@ struct RecordOrder<R: Record> {
     /// is neither localized nor case-folding (`.lexical`), or `Comparable`'s.
     private static func comparesAsStrata(_ descriptor: SortDescriptor<R>) -> Bool {
         guard let comparator = descriptor.stringComparator else { return true }
-        var lexical = String.StandardComparator.lexical
-        lexical.order = comparator.order
-        return comparator == lexical
+        return comparator == (comparator.order == .forward ? lexicalForward : lexicalReverse)
     }
 
     /// The index bytes of the value at `keyPath`, when its type is one Strata orders.

@@ -29,6 +29,8 @@ final class RecordShape: Sendable {
     let exactIDs: Bool
     /// Whether the type declares relationships (their links: `RecordTypeCache.links`).
     let hasRelationships: Bool
+    /// Whether an index has an entry per element of an array (a to-many relationship's ids).
+    let hasElementIndexes: Bool
     /// Whether ids sort as their key bytes do (integers and `UUID`: a `String` id's key
     /// bytes are its UTF-8 as given, not in canonical order), so an id sort reads in key order.
     let idsSortExactly: Bool
@@ -50,6 +52,8 @@ final class RecordShape: Sendable {
         let isID: Bool
         /// The indexed key path it equals (a position in `fields`), if any.
         let field: Int?
+        /// Whether its value type is one Strata sorts in index-byte order (`StrataOrdered`).
+        let sortsAsStrata: Bool
     }
 
     init<R: Record>(_ type: R.Type, indexes: [RecordIndex<R>]) {
@@ -79,6 +83,7 @@ final class RecordShape: Sendable {
         exactIDs = R.ID.self == Int.self || R.ID.self == Int64.self || R.ID.self == UInt64.self
         idsSortExactly = exactIDs || R.ID.self == UUID.self
         hasRelationships = !R.relationships.isEmpty
+        hasElementIndexes = indexes.contains { $0.isMultiValued }
         let typeName = String(describing: R.self)
         // `\Book.id` written for the concrete type is recognised by its last component; in
         // generic code (`#Predicate<T> { $0.id == id }`) the key path goes through the
@@ -97,7 +102,8 @@ final class RecordShape: Sendable {
         if let known = facts.withLock({ $0[id]?.facts }) { return known }
         let held = HeldKeyPath(keyPath: keyPath)
         if let known = factsByValue.withLock({ $0[held] }) { return known }
-        let learned = KeyPathFacts(isID: describesID(keyPath), field: fields.firstIndex { $0 == keyPath })
+        let learned = KeyPathFacts(isID: describesID(keyPath), field: fields.firstIndex { $0 == keyPath },
+                                   sortsAsStrata: type(of: keyPath).valueType is any StrataOrdered.Type)
         facts.withLock { facts in
             if facts.count >= 1_024 { facts.removeAll() }   // objects made at run time, many
             facts[id] = (held, learned)

@@ -193,7 +193,9 @@ final class Link<Source: Record, Target: Record>: RelationshipLink, @unchecked S
     /// L1: every target `new` holds and `old` did not exists, and is read.
     func checkTargets(old: Source?, new: Source, in context: Context) throws {
         guard side == .via, let targetIDs else { return }
-        let before = Set(old.map(targetIDs) ?? [])
+        // (An array searched, not a set: a record holds few ids, and a set built per write
+        // cost more than the search.)
+        let before: [Target.ID] = if let old { targetIDs(old) } else { [] }
         for id in targetIDs(new) where !before.contains(id) {
             let key = RecordKeys.key(entity: targetEntity, id: id)
             guard try context.contains(key) else {

@@ -190,7 +190,8 @@ public struct Repository<R: Record> {
         // Tested once here: `if let` in the loop copied the optional predicate and
         // record for every candidate, nil or not.
         let (filtered, anchored) = (filter != nil, anchor != nil)
-        let order = unsorted ? nil : RecordOrder(sortBy)
+        // The order, when a comparison needs it: a sort done here, or an anchor to follow.
+        let order = unsorted || (sortedByRead && !anchored) ? nil : RecordOrder(sortBy)
         try forEachCandidate(plan) { key, bytes in
             let record = try decode(bytes, key: key)
             if filtered, try !filter!.evaluate(record) { return true }
@@ -204,7 +205,7 @@ public struct Repository<R: Record> {
             let unordered = records
             for (position, index) in order.enumerated() { records[position] = unordered[index] }
         }
-        if let order, !sortedByRead { order.sort(&records) }
+        if !sortedByRead, let order { order.sort(&records) }
         if offset == 0 && records.count <= limit ?? .max { return records }
         return Array(records.dropFirst(offset).prefix(limit ?? .max))
     }
@@ -258,7 +259,7 @@ public struct Repository<R: Record> {
         // Not `if let`: binding the predicate copies it.
         let terms = predicate.map { PredicateShapes.terms(of: $0) }
         var plan = QueryPlan(terms, shape: shape, indexes: usable)
-        if !sortBy.isEmpty, let sorts = RecordOrder.readable(sortBy) {
+        if !sortBy.isEmpty, let sorts = RecordOrder.readable(sortBy, shape: shape) {
             _ = plan.pushDown(sorts, shape: shape, indexes: usable)
         }
         return plan

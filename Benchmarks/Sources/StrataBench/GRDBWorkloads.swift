@@ -110,7 +110,7 @@ struct GRDBWorkloads {
             try pool.write { db in for id in start..<min(count, start + batch) { try library.book(id).insert(db) } }
         }
         let sortedTitles = workload == "records-sort-text" ? (0..<count).map { library.book($0).title }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) } : []
-        let queries = max(1, count / 100)
+        let queries = library.queries(workload)
         func read(_ query: Int, _ db: Database) throws {
             if workload == "records-relations" {
                 let page = library.page(query)

@@ -7,7 +7,7 @@
 //  - records-relations: N / 100 queries, each a page of 100 authors (by id) with all their
 //    books, prefetched: Strata's `fetch(_:including:)`, SQLite's and GRDB's two queries
 //    (the authors, then the books `WHERE author_id IN (…)`, grouped by author);
-//  - records-sort-text: N / 100 queries of the first 20 books by title from a title
+//  - records-sort-text: N / 10 queries of the first 20 books by title from a title
 //    prefix on (`title >= p` sorted by title, limit 20), read from the title index.
 // Every answer is checked. Expectation: index reads and record decoding, CPU-bound.
 import Strata
@@ -79,6 +79,9 @@ struct Library {
         return start..<min(authors, start + 100)
     }
 
+    /// How many queries `workload` runs.
+    func queries(_ workload: String) -> Int { max(1, workload == "records-sort-text" ? books / 10 : books / 100) }
+
     /// Query `query` of records-sort-text: a two-letter title prefix.
     func prefix(_ query: Int) -> String { String(words[(query * 31) % words.count].prefix(2)) }
 
@@ -105,7 +108,7 @@ extension RecordWorkloads {
     /// records-relations and records-sort-text on Strata or SQLite (GRDB: GRDBWorkloads.swift).
     func runLibrary(directory: String, count: Int) throws -> Double {
         let library = Library(books: count, seed: options.seed)
-        let queries = max(1, count / 100)
+        let queries = library.queries(workload)
         let sortedTitles = workload == "records-sort-text" ? (0..<count).map { library.book($0).title }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) } : []
         func checkTitles(_ titles: [String], _ query: Int) throws {
             guard titles == library.expectedTitles(from: library.prefix(query), among: sortedTitles) else {

@@ -92,7 +92,8 @@ struct RecordWorkloads {
             return result(seconds: seconds, queries: queries)
         }
         if Self.library.contains(workload) {
-            return result(seconds: try runLibrary(directory: directory, count: count), queries: max(1, count / 100))
+            return result(seconds: try runLibrary(directory: directory, count: count),
+                          queries: Library(books: count, seed: options.seed).queries(workload))
         }
         let queries = workload == "records-range" || workload == "records-count" ? max(1, count / 100) : count
         let perCity = count / 1_000   // when count is a multiple of 1,000
