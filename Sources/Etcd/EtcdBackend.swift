@@ -11,10 +11,11 @@
 // written key outside `unchecked`), compare its current mod_revision with what it was at
 // the snapshot's revision R: for a key present at R, 0 < mod_revision < R + 1 (so neither
 // changed nor deleted since); for a key absent at R, mod_revision = 0 (not created since).
-// Then the puts and deletes. When a compare fails nothing is written, and the failure
-// branch's reads name the keys that changed. When it succeeds the commit returns once the
-// replica has applied the transaction's revision (read-your-writes); one that changed
-// nothing (its deletes found no key) makes no revision and returns at once.
+// Then the puts and deletes. When a compare fails nothing is written, the failure branch's
+// reads name the keys that changed, and the conflict is thrown once the replica has applied
+// the latest of those changes (so a retry reads them). When it succeeds the commit returns
+// once the replica has applied the transaction's revision (read-your-writes); one that
+// changed nothing (its deletes found no key) makes no revision and returns at once.
 //
 // Invariants:
 //  E1. Only the applier queue commits to the replica, in etcd revision order; each local
@@ -273,10 +274,12 @@ final class EtcdBackend: StorageBackend {
         let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked, readRanges: readRanges)
         let response: TxnResponse
         do { response = try client.txn(prepared.body).wait() } catch { throw Self.unwrap(error) }
-        guard let revision = try outcome(of: response, prepared, snapshot: snapshot) else { return unchanged(prepared) }
+        let outcome = try outcome(of: response, prepared, snapshot: snapshot)
+        guard let revision = outcome.revision else { return unchanged(prepared) }
         let arrived = DispatchSemaphore(value: 0)
         waitForReplica(revision) { arrived.signal() }
         _ = arrived.wait(timeout: .now() + .nanoseconds(Int(client.options.requestTimeout.nanoseconds)))
+        if case let .conflict(error, _) = outcome { throw error }
         return result(prepared, revision: revision)
     }
 
@@ -285,8 +288,10 @@ final class EtcdBackend: StorageBackend {
         let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked, readRanges: readRanges)
         let response: TxnResponse
         do { response = try await client.txn(prepared.body).get() } catch { throw Self.unwrap(error) }
-        guard let revision = try outcome(of: response, prepared, snapshot: snapshot) else { return unchanged(prepared) }
+        let outcome = try outcome(of: response, prepared, snapshot: snapshot)
+        guard let revision = outcome.revision else { return unchanged(prepared) }
         await withCheckedContinuation { continuation in waitForReplica(revision) { continuation.resume() } }
+        if case let .conflict(error, _) = outcome { throw error }
         return result(prepared, revision: revision)
     }
 
@@ -371,36 +376,61 @@ final class EtcdBackend: StorageBackend {
                         puts: batch.operations.contains { $0.value != nil })
     }
 
-    /// The transaction's revision when it succeeded and changed a key, nil when it succeeded
-    /// and changed none (its deletes found no key: etcd made no revision, and the answer's
-    /// revision is the whole server's, which this prefix's watch may never reach);
-    /// otherwise the conflict, naming the keys the failure branch found changed since the
-    /// snapshot.
-    private func outcome(of response: TxnResponse, _ prepared: Prepared, snapshot: Snapshot) throws -> Int64? {
+    /// What a transaction's answer says.
+    private enum Outcome {
+        /// It succeeded and changed a key at this revision.
+        case applied(Int64)
+        /// It succeeded and changed none (its deletes found no key): etcd made no revision,
+        /// and the answer's revision is the whole server's, which this prefix's watch may
+        /// never reach.
+        case unchanged
+        /// A compare failed: the conflict, naming the keys the failure branch found changed
+        /// since the snapshot, and the latest revision among those changes (nil when they
+        /// were all deletes, whose revisions the reads cannot tell).
+        case conflict(any Error, seen: Int64?)
+
+        /// The revision the replica must reach before the commit returns or throws.
+        var revision: Int64? {
+            switch self {
+            case let .applied(revision): revision
+            case .unchanged: nil
+            case let .conflict(_, seen): seen
+            }
+        }
+    }
+
+    /// Reads the transaction's answer. A conflict waits, like a success, for the replica to
+    /// show what it found (its `seen` revision), so a retry's fresh context reads the keys
+    /// that beat it instead of conflicting again on a replica that lags behind etcd.
+    private func outcome(of response: TxnResponse, _ prepared: Prepared, snapshot: Snapshot) throws -> Outcome {
         if response.succeeded == true {
             guard let revision = response.header?.revision?.value else {
                 throw EtcdError.badResponse("a successful transaction answered without a revision")
             }
             let deleted = (response.responses ?? []).contains { ($0.response_delete_range?.deleted?.value ?? 0) > 0 }
-            return prepared.puts || deleted ? revision : nil
+            return prepared.puts || deleted ? .applied(revision) : .unchanged
         }
         let reads = response.responses ?? []
         var changed: [[UInt8]] = []
+        var seen: Int64?
         for (index, key) in prepared.checked.enumerated() {
             let kv = index < reads.count ? reads[index].response_range?.kvs?.first : nil
             let modRevision = kv?.mod_revision?.value ?? 0
             let unchanged = key.present ? (modRevision > 0 && modRevision <= prepared.readRevision) : modRevision == 0
             if !unchanged { changed.append(key.key) }
+            if modRevision > prepared.readRevision { seen = max(seen ?? 0, modRevision) }
         }
         for (offset, _) in prepared.readRanges.enumerated() {
             let index = prepared.checked.count + offset
             for kv in (index < reads.count ? reads[index].response_range?.kvs : nil) ?? [] where (kv.mod_revision?.value ?? 0) > prepared.readRevision {
                 if let key = kv.key.bytes.stripping(prefix) { changed.append(key) }
+                seen = max(seen ?? 0, kv.mod_revision?.value ?? 0)
             }
         }
         // Changed back between the compare and the reads: every checked key is a suspect.
         if changed.isEmpty { changed = prepared.checked.map(\.key) + prepared.readRanges.compactMap(\.lower) }
-        throw EngineError.conflict(keys: changed.sorted { $0.lexicographicallyPrecedes($1) }, readVersion: snapshot.version)
+        let conflict = EngineError.conflict(keys: changed.sorted { $0.lexicographicallyPrecedes($1) }, readVersion: snapshot.version)
+        return .conflict(conflict, seen: seen)
     }
 
     /// Calls `resume` once the replica shows `revision` (at once if it does), or when the
