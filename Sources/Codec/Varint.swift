@@ -41,13 +41,15 @@ public enum Varint {
             offset += 1
             return first
         }
-        guard offset + 2 < end else { return nil }
+        guard offset + 1 < end else { return nil }
         // A last byte of zero is not the shortest form.
-        let second = UInt64(bytes[offset + 1]), third = UInt64(bytes[offset + 2])
+        let second = UInt64(bytes[offset + 1])
         if second < 0x80, second != 0 {
             offset += 2
             return first & 0x7F | second << 7
         }
+        guard offset + 2 < end else { return nil }
+        let third = UInt64(bytes[offset + 2])
         if second >= 0x80, third < 0x80, third != 0 {
             offset += 3
             return first & 0x7F | (second & 0x7F) << 7 | third << 14

@@ -14,7 +14,7 @@ extension Repository {
     /// not built yet and not checked. Stages nothing.
     public func checkIndexes() throws -> [String] {
         let entity = RecordTypeCache.entityName(of: R.self)
-        let built = try IndexMaintenance<R>(context: context, shape: shape).usableIndexes()
+        let built = try indexes.usableIndexes()
         var problems = try checkRelationships()
         guard !built.isEmpty else { return problems }
         var implied = Set<[UInt8]>()

@@ -15,10 +15,10 @@ struct IndexMaintenance<R: Record> {
     /// Where the entity's manifest lies (empty when it declares no index).
     private var manifestKey: [UInt8] { shape.manifestKey }
 
-    init(context: Context, shape: RecordShape) {
+    init(context: Context, shape: RecordShape, declared: [RecordIndex<R>]) {
         self.context = context
         self.shape = shape
-        declared = RecordTypeCache.indexes(of: R.self)
+        self.declared = declared
     }
 
     /// Whether the entity declares no index.

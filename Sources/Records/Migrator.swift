@@ -105,7 +105,7 @@ public struct Migrator: Sendable {
                 try context.stage(key, nil)
             }
             try context.stage(RecordKeys.manifest(entity: entity), nil)
-            try IndexMaintenance<R>(context: context, shape: RecordTypeCache.shape(of: R.self)).ensureBuilt()
+            try Repository<R>(context: context).indexes.ensureBuilt()
         }
     }
 

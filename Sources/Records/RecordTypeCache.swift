@@ -14,6 +14,8 @@ enum RecordTypeCache {
         /// A type's relationships, checked (`Result<[any RelationshipLink<R>], RecordError>`).
         var links: [ObjectIdentifier: Any] = [:]
         var shapes: [ObjectIdentifier: RecordShape] = [:]
+        /// A type's `TypedRecordFacts<R>`, keyed by `R`.
+        var typed: [ObjectIdentifier: AnyObject] = [:]
         var entityNames: [ObjectIdentifier: String] = [:]
         /// Decoded index manifests by their bytes (few: one per entity and index list).
         var manifests: [[UInt8]: Set<String>] = [:]
@@ -66,6 +68,19 @@ enum RecordTypeCache {
         return shape
     }
 
+    /// What a repository of `R` needs, typed: one lookup, no dynamic cast.
+    static func facts<R: Record>(of type: R.Type) -> TypedRecordFacts<R> {
+        if let cached = entries.withLock({ $0.typed[ObjectIdentifier(type)] }) {
+            // Stored under `R`'s identifier by the line below, so of this type.
+            return unsafeDowncast(cached, to: TypedRecordFacts<R>.self)
+        }
+        let shape = shape(of: type)
+        let facts = TypedRecordFacts(shape: shape, indexes: indexes(of: type),
+                                     read: shape.reader as? @Sendable (borrowing RecordReader) throws -> R)
+        entries.withLock { $0.typed[ObjectIdentifier(type)] = facts }
+        return facts
+    }
+
     /// `R.entityName`, evaluated once (the default describes the type, which is slow).
     static func entityName<R: Record>(of type: R.Type) -> String {
         if let cached = entries.withLock({ $0.entityNames[ObjectIdentifier(type)] }) { return cached }
@@ -100,3 +115,16 @@ struct IndexEntry {
 
 /// The entries a stored record's bytes imply for every index of its type.
 typealias IndexDeriver = @Sendable ([UInt8]) throws -> [IndexEntry]
+
+/// A record type's facts as its repositories use them (`RecordTypeCache.facts(of:)`).
+final class TypedRecordFacts<R: Record>: Sendable {
+    let shape: RecordShape
+    let indexes: [RecordIndex<R>]
+    let read: (@Sendable (borrowing RecordReader) throws -> R)?
+
+    init(shape: RecordShape, indexes: [RecordIndex<R>], read: (@Sendable (borrowing RecordReader) throws -> R)?) {
+        self.shape = shape
+        self.indexes = indexes
+        self.read = read
+    }
+}

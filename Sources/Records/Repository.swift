@@ -19,9 +19,10 @@ public struct Repository<R: Record> {
     @usableFromInline
     init(context: Context) {
         self.context = context
-        shape = RecordTypeCache.shape(of: R.self)
-        indexes = IndexMaintenance(context: context, shape: shape)
-        read = shape.reader as? @Sendable (borrowing RecordReader) throws -> R
+        let facts = RecordTypeCache.facts(of: R.self)
+        shape = facts.shape
+        indexes = IndexMaintenance(context: context, shape: shape, declared: facts.indexes)
+        read = facts.read
         // A writable context may merge: its store's catalog must know the type behind the
         // keys it stages.
         if !context.isReadOnly { RecordCatalog.of(context.store).register(R.self, shape: shape) }

@@ -55,6 +55,24 @@ import Testing
         }
     }
 
+    /// A one- or two-byte varint that ends the buffer (a record's last field) is read in
+    /// line too; one the end cuts short is left to `Varint.read`, which rejects it.
+    @Test func aShortVarintAtTheEndOfTheBytesIsReadInLine() {
+        for value: UInt64 in [0, 1, 127, 128, 3_800, 16_383] {
+            var writer = ByteWriter()
+            writer.writeVarint(value)
+            let bytes = writer.bytes
+            var offset = 0
+            let read = bytes.withUnsafeBytes { Varint.readShort($0, at: &offset, end: $0.count) }
+            #expect(read == value && offset == bytes.count, "\(bytes)")
+        }
+        for cut: [UInt8] in [[0x80], [0x80, 0x80]] {
+            var offset = 0
+            #expect(cut.withUnsafeBytes { Varint.readShort($0, at: &offset, end: $0.count) } == nil && offset == 0)
+            #expect(throws: CodecError.self) { try cut.withUnsafeBytes { raw throws(CodecError) in try Varint.read(raw, at: &offset) } }
+        }
+    }
+
     @Test func overlongAndOverflowingVarintsAreRejected() {
         var eleven = ByteReader([UInt8](repeating: 0x80, count: 10) + [0])
         #expect(throws: CodecError.malformedVarint(offset: 0)) { try eleven.readVarint() }
