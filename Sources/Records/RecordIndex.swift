@@ -10,57 +10,63 @@ import StrataContexts
 import Foundation
 import StrataCodec
 
+/// What the planner knows of an indexed key path's value type: the same for an index of
+/// any record type (`RecordIndex.Component`) and for its plan (`PlannedIndex.Component`).
+struct IndexComponentTraits: Sendable {
+    /// The key path's last component ("title" for `\Todo.title`), for `explain`.
+    let name: String
+    /// A predicate constant's index bytes, or nil when it is not of the value type.
+    let constantBytes: @Sendable (Any) -> [UInt8]?
+    /// A range term's constant's index bytes, or nil when a range against it is not read
+    /// from the index (a string that is not ASCII: `ExactIndexRanges`).
+    let rangeBytes: @Sendable (Any) -> [UInt8]?
+    /// Whether the value type's `==` agrees exactly with its index bytes (the scalars of
+    /// IndexableValue.swift and optionals of them; not enums or an app's own types), so the
+    /// entries of a value are exactly the records `==` holds for.
+    let isExact: Bool
+    /// Whether ranges (`<`, `>=`, …) are exact too (`ExactIndexRanges`: not strings).
+    let rangesExactly: Bool
+    /// Whether the value type sorts in the order of its index bytes (`StrataOrdered`), so
+    /// that a sort on the key path can be read from the index.
+    let sortsExactly: Bool
+    /// How ranges of the value type treat NaNs, which sort last in an index.
+    let nanRanges: NaNRanges
+}
+
 /// A secondary index of `R`, declared in `R.indexes`: on one key path, or compound on two
 /// or three (entries ordered by the first value, then the second, then the third).
 public struct RecordIndex<R: Record>: Sendable {
-    /// One indexed key path and what the planner knows of its value type.
+    /// One indexed key path and what the planner knows of its value type (its `traits`,
+    /// read as its own properties).
+    @dynamicMemberLookup
     struct Component: Sendable {
         /// The indexed key path, as the predicate planner sees it.
         let keyPath: AnyKeyPath & Sendable
-        /// The key path's last component ("title" for `\Todo.title`), for `explain`.
-        let name: String
-        /// A predicate constant's index bytes, or nil when it is not of the value type.
-        let constantBytes: @Sendable (Any) -> [UInt8]?
-        /// A range term's constant's index bytes, or nil when a range against it is not
-        /// read from the index (a string that is not ASCII: `ExactIndexRanges`).
-        let rangeBytes: @Sendable (Any) -> [UInt8]?
-        /// Whether the value type's `==` agrees exactly with its index bytes (the scalars
-        /// of IndexableValue.swift and optionals of them; not enums or an app's own types),
-        /// so the entries of a value are exactly the records `==` holds for.
-        let isExact: Bool
-        /// Whether ranges (`<`, `>=`, …) are exact too (`ExactIndexRanges`: not strings).
-        let rangesExactly: Bool
-        /// Whether the value type sorts in the order of its index bytes (`StrataOrdered`),
-        /// so that a sort on the key path can be read from the index.
-        let sortsExactly: Bool
-        /// How ranges of the value type treat NaNs, which sort last in an index.
-        let nanRanges: NaNRanges
+        let traits: IndexComponentTraits
+
+        subscript<T>(dynamicMember member: KeyPath<IndexComponentTraits, T>) -> T { traits[keyPath: member] }
 
         init(keyPath: AnyKeyPath & Sendable, constantBytes: @escaping @Sendable (Any) -> [UInt8]?,
              rangeBytes: @escaping @Sendable (Any) -> [UInt8]?, isExact: Bool, rangesExactly: Bool, sortsExactly: Bool) {
             self.keyPath = keyPath
-            name = RecordIndex.lastName(keyPath)
-            self.constantBytes = constantBytes
-            self.rangeBytes = rangeBytes
-            self.isExact = isExact
-            self.rangesExactly = rangesExactly
-            self.sortsExactly = sortsExactly
-            nanRanges = .none
+            traits = IndexComponentTraits(name: RecordIndex.lastName(keyPath), constantBytes: constantBytes, rangeBytes: rangeBytes,
+                                          isExact: isExact, rangesExactly: rangesExactly, sortsExactly: sortsExactly, nanRanges: .none)
         }
 
         init<V: IndexableValue>(_ keyPath: KeyPath<R, V> & Sendable, _ type: V.Type) {
             self.keyPath = keyPath
-            name = RecordIndex.lastName(keyPath)
-            constantBytes = RecordIndex.constantBytes(V.self)
+            let constantBytes = RecordIndex.constantBytes(V.self)
+            let rangeBytes: @Sendable (Any) -> [UInt8]?
             if V.self == String.self {
                 rangeBytes = { ($0 as? String).flatMap { text in text.utf8.allSatisfy { $0 < 0x80 } ? text.indexBytes : nil } }
             } else {
                 rangeBytes = constantBytes
             }
-            isExact = V.self is any ExactIndexEquality.Type
-            rangesExactly = V.self is any ExactIndexRanges.Type
-            sortsExactly = V.self is any StrataOrdered.Type
-            nanRanges = V.self == Date.self ? .comparableDefaults : V.self is any FloatingIndexValue.Type ? .ieee : .none
+            traits = IndexComponentTraits(
+                name: RecordIndex.lastName(keyPath), constantBytes: constantBytes, rangeBytes: rangeBytes,
+                isExact: V.self is any ExactIndexEquality.Type, rangesExactly: V.self is any ExactIndexRanges.Type,
+                sortsExactly: V.self is any StrataOrdered.Type,
+                nanRanges: V.self == Date.self ? .comparableDefaults : V.self is any FloatingIndexValue.Type ? .ieee : .none)
         }
     }
 

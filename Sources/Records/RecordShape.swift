@@ -68,10 +68,7 @@ final class RecordShape: Sendable {
                     fields.append(component.keyPath)
                     return fields.count - 1
                 }()
-                return PlannedIndex.Component(field: field, name: component.name, constantBytes: component.constantBytes,
-                                              rangeBytes: component.rangeBytes,
-                                              isExact: component.isExact, rangesExactly: component.rangesExactly,
-                                              sortsExactly: component.sortsExactly, nanRanges: component.nanRanges)
+                return PlannedIndex.Component(field: field, traits: component.traits)
             }
             planned.append(PlannedIndex(position: position, name: index.name, isUnique: index.isUnique,
                                         keyPrefix: index.keyPrefix, components: components))
@@ -143,17 +140,15 @@ final class PlannedIndex: Sendable {
     let keyPrefix: [UInt8]
     let components: [Component]
 
-    /// An indexed key path (see `RecordIndex.Component`).
+    /// An indexed key path (see `RecordIndex.Component`), its traits read as its own
+    /// properties.
+    @dynamicMemberLookup
     struct Component: Sendable {
         /// Which of the type's indexed key paths (`RecordShape.KeyPathFacts.field`).
         let field: Int
-        let name: String
-        let constantBytes: @Sendable (Any) -> [UInt8]?
-        let rangeBytes: @Sendable (Any) -> [UInt8]?
-        let isExact: Bool
-        let rangesExactly: Bool
-        let sortsExactly: Bool
-        let nanRanges: NaNRanges
+        let traits: IndexComponentTraits
+
+        subscript<T>(dynamicMember member: KeyPath<IndexComponentTraits, T>) -> T { traits[keyPath: member] }
     }
 
     init(position: Int, name: String, isUnique: Bool, keyPrefix: [UInt8], components: [Component]) {

@@ -33,6 +33,22 @@ protocol BenchEngine: AnyObject, Sendable {
     func close() throws
 }
 
+/// Runs `sql` on `db`; throws SQLite's message when it fails.
+func sqliteExec(_ db: OpaquePointer?, _ sql: String) throws {
+    guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else {
+        throw BenchError(description: "sqlite: \(sql): \(String(cString: sqlite3_errmsg(db)))")
+    }
+}
+
+/// `sql` prepared on `db`.
+func sqlitePrepare(_ db: OpaquePointer?, _ sql: String) throws -> OpaquePointer? {
+    var statement: OpaquePointer?
+    guard sqlite3_prepare_v2(db, sql, -1, &statement, nil) == SQLITE_OK else {
+        throw BenchError(description: "sqlite: prepare \(sql): \(String(cString: sqlite3_errmsg(db)))")
+    }
+    return statement
+}
+
 struct BenchError: Error, CustomStringConvertible {
     let description: String
 }
@@ -119,19 +135,9 @@ final class SQLiteBench: BenchEngine, @unchecked Sendable {
         get = try prepare("SELECT v FROM kv WHERE k = ?")
     }
 
-    private func exec(_ sql: String) throws {
-        guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else {
-            throw BenchError(description: "sqlite: \(sql): \(String(cString: sqlite3_errmsg(db)))")
-        }
-    }
+    private func exec(_ sql: String) throws { try sqliteExec(db, sql) }
 
-    private func prepare(_ sql: String) throws -> OpaquePointer? {
-        var statement: OpaquePointer?
-        guard sqlite3_prepare_v2(db, sql, -1, &statement, nil) == SQLITE_OK else {
-            throw BenchError(description: "sqlite: prepare \(sql) failed")
-        }
-        return statement
-    }
+    private func prepare(_ sql: String) throws -> OpaquePointer? { try sqlitePrepare(db, sql) }
 
     func write(_ keys: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {
         lock.lock()

@@ -191,17 +191,9 @@ final class LibraryTables {
         byTitle = try prepare("SELECT id, author_id, title, year FROM book WHERE title >= ? ORDER BY title LIMIT 20")
     }
 
-    private func exec(_ sql: String) throws {
-        guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else {
-            throw BenchError(description: "sqlite: \(sql): \(String(cString: sqlite3_errmsg(db)))")
-        }
-    }
+    private func exec(_ sql: String) throws { try sqliteExec(db, sql) }
 
-    private func prepare(_ sql: String) throws -> OpaquePointer? {
-        var statement: OpaquePointer?
-        guard sqlite3_prepare_v2(db, sql, -1, &statement, nil) == SQLITE_OK else { throw BenchError(description: "prepare \(sql)") }
-        return statement
-    }
+    private func prepare(_ sql: String) throws -> OpaquePointer? { try sqlitePrepare(db, sql) }
 
     func insert(_ library: Library, batch: Int) throws {
         for start in stride(from: 0, to: library.authors, by: batch) {
