@@ -201,3 +201,76 @@ struct TreeCursor {
         do { return try body(held.page) } catch let defect as PageDefect { throw file.corrupt(held.id, defect) }
     }
 }
+
+/// What finds a key's leaf cell for a point read: a descent from the root, or a finger.
+protocol LeafCellFinder {
+    mutating func withCell<Result>(_ key: UnsafeRawBufferPointer, _ body: (LeafCell?) throws -> Result) throws -> Result
+}
+
+/// `BTree.withCell`, as a `LeafCellFinder`.
+struct TreeDescent: LeafCellFinder {
+    let tree: BTree
+    let file: PageFile
+
+    @inline(__always)
+    func withCell<Result>(_ key: UnsafeRawBufferPointer, _ body: (LeafCell?) throws -> Result) throws -> Result {
+        try tree.withCell(key, file: file, body)
+    }
+}
+
+/// Point lookups made one after another, in ascending key order where they can be: keeps
+/// the leaf the last lookup ended in and looks the next key up there, with no descent from
+/// the root, when it lies between that leaf's first and last keys (T2: no other leaf can
+/// hold it). A key outside them descends as `withCell` does, so any order is answered
+/// correctly; ascending keys that lie close together cost one descent per leaf.
+/// The held leaf stays valid while the snapshot that gave the tree lives (P1 of PageFile.swift).
+struct LeafFinger: LeafCellFinder {
+    let tree: BTree
+    let file: PageFile
+    private var leaf: HeldPage?
+
+    init(tree: BTree, file: PageFile) {
+        self.tree = tree
+        self.file = file
+    }
+
+    /// `BTree.withCell`, from the held leaf when it brackets `key`.
+    @inline(__always)
+    mutating func withCell<Result>(_ key: UnsafeRawBufferPointer, _ body: (LeafCell?) throws -> Result) throws -> Result {
+        if let held = leaf, try brackets(held, key) {
+            let cell: LeafCell?
+            do { cell = try held.page.leafCell(for: key) } catch { throw file.corrupt(held.id, error) }
+            return try body(cell)
+        }
+        guard tree.root != .none else { return try body(nil) }
+        guard tree.height >= 1 else { throw corrupt(file, tree.root, "a tree of height \(tree.height) has a root") }
+        var id = tree.root
+        for _ in 1..<tree.height {
+            id = try file.withPage(id) { page in
+                guard page.type == .branch else { throw PageDefect("a leaf above the bottom level") }
+                return try page.child(for: key)
+            }
+        }
+        let held = try file.holdPage(id)
+        guard held.page.type == .leaf else { throw corrupt(file, id, "a branch where a leaf belongs") }
+        leaf = held
+        let cell: LeafCell?
+        do { cell = try held.page.leafCell(for: key) } catch { throw file.corrupt(id, error) }
+        return try body(cell)
+    }
+
+    /// Whether `key` lies between the first and last keys of `held` (inclusive).
+    @inline(__always)
+    private func brackets(_ held: HeldPage, _ key: UnsafeRawBufferPointer) throws -> Bool {
+        let page = held.page
+        guard page.count > 0 else { return false }
+        do {
+            let last = try PageCodec.keyLocation(page.bytes, index: page.count - 1, count: page.count)
+            guard compareBytes(key, UnsafeRawBufferPointer(rebasing: page.bytes[last.start..<(last.start + last.length)])) <= 0 else { return false }
+            let first = try PageCodec.keyLocation(page.bytes, index: 0, count: page.count)
+            return compareBytes(key, UnsafeRawBufferPointer(rebasing: page.bytes[first.start..<(first.start + first.length)])) >= 0
+        } catch {
+            throw file.corrupt(held.id, error)
+        }
+    }
+}

@@ -48,12 +48,21 @@ public final class Snapshot: Sendable {
     /// `withValue` over raw buffers (the engine's and the contexts' own hot paths).
     @inline(__always)
     func withValueBytes<Result>(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Result) throws -> Result? {
+        var descent = TreeDescent(tree: state.tree, file: engine.pageFile)
+        return try withValueBytes(key, body, cells: &descent)
+    }
+
+    /// `withValueBytes` with the tree's cells found by `cells` (a descent from the root, or
+    /// an `OrderedReader`'s finger).
+    @inline(__always)
+    func withValueBytes<Result, Cells: LeafCellFinder>(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Result,
+                                                       cells: inout Cells) throws -> Result? {
         if let node = memtableNode(key) {
             guard let value = node.value else { return nil }
             return try body(value)
         }
         var overflow: (first: PageID, byteCount: Int)?
-        let result = try state.tree.withCell(key, file: engine.pageFile) { cell -> Result? in
+        let result = try cells.withCell(key) { cell -> Result? in
             switch cell?.payload {
             case let .inline(value): return try body(value)
             case let .overflow(first, byteCount):
@@ -164,6 +173,41 @@ public final class Snapshot: Sendable {
                 try file.overflowValue(first: first, byteCount: byteCount).withUnsafeBytes { value in try body(key.bytes, value.bytes) }
             }
         }
+    }
+}
+
+extension Snapshot {
+    /// A reader of many keys, one after another, for a caller that has them in ascending
+    /// order (a page of records' related records, sorted): a key that falls within the
+    /// data file's leaf page the previous one was found in is looked up there, without a
+    /// descent from the root. Keys in any order are answered correctly, only slower.
+    public func orderedReader() -> OrderedReader { OrderedReader(snapshot: self) }
+}
+
+/// Point reads of one snapshot in ascending key order (`Snapshot.orderedReader()`); it
+/// keeps the snapshot alive. Answers exactly what `Snapshot.withValue` answers.
+public struct OrderedReader {
+    private let snapshot: Snapshot
+    private var finger: LeafFinger
+
+    init(snapshot: Snapshot) {
+        self.snapshot = snapshot
+        finger = LeafFinger(tree: snapshot.state.tree, file: snapshot.engine.pageFile)
+    }
+
+    /// `Snapshot.withValue(forKey:_:)`: calls `body` with the bytes of `key`'s value where
+    /// they lie and returns its result, or nil when `key` has no value.
+    @inlinable
+    public mutating func withValue<Result>(forKey key: RawSpan, _ body: (RawSpan) throws -> Result) throws -> Result? {
+        var result: Result?
+        _ = try key.withUnsafeBytes { key in try visitValue(key) { value in result = try body(value.bytes) } }
+        return result
+    }
+
+    /// Calls `body` with `key`'s value where it lies and returns true, or returns false.
+    @usableFromInline
+    mutating func visitValue(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> Bool {
+        try snapshot.withValueBytes(key, body, cells: &finger) != nil
     }
 }
 

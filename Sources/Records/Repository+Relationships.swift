@@ -158,10 +158,10 @@ extension Repository {
         while last + 1 < ranges.endIndex, let upper = ranges[last].upper, let lower = ranges[last + 1].lower,
               compareKeys(upper, lower) <= 0 { last += 1 }
         var position = start
-        var (read, passed, gaveUp) = (0, 0, false)
-        var key = prefix
+        var (passed, gaveUp) = (0, false)
+        var found = FoundReferrers()
         try context.forEachLent(from: ranges[start].lower, to: ranges[last].upper) { entry, id in
-            try entry.withUnsafeBytes { entry in
+            entry.withUnsafeBytes { entry in
                 while position <= last, let upper = ranges[position].upper, upper.withUnsafeBytes({ compareBytes(entry, $0) >= 0 }) {
                     position += 1
                 }
@@ -169,17 +169,41 @@ extension Repository {
                 guard let lower = ranges[position].lower, lower.withUnsafeBytes({ compareBytes(entry, $0) >= 0 }) else {
                     // Between two ranges: an entry of a record not asked for.
                     passed += 1
-                    gaveUp = passed > read + 8
+                    gaveUp = passed > found.count + 8
                     return !gaveUp
                 }
-                read += 1
-                id.withUnsafeBytes { key.replaceSubrange(prefix.count..., with: $0) }
-                if let record = try record(key: key, snapshot: snapshot) { related[position].append(record) }
+                id.withUnsafeBytes { found.append($0, to: position - start) }
                 return true
             }
         }
+        try read(found, into: &related, from: start, snapshot: snapshot)
         // Giving up, the walk stood before `position`'s range, none of which it had read.
         return (gaveUp ? position : last + 1) - start
+    }
+
+    /// Reads the records `found` names into their places of `related`, counted from
+    /// `base` (each place's in the order found). From a snapshot they are read in key order through one
+    /// `OrderedReader`: ids of neighbouring records share a leaf page, looked up there
+    /// without a descent from the root per record.
+    @inlinable
+    func read(_ found: FoundReferrers, into related: inout [[R]], from base: Int, snapshot: Snapshot?) throws {
+        var key = prefix
+        guard let snapshot else {
+            for index in 0..<found.count {
+                found.withID(index) { id in key.replaceSubrange(prefix.count..., with: id) }
+                if let record = try record(key: key, snapshot: nil) { related[base + found.place(index)].append(record) }
+            }
+            return
+        }
+        var records = [R?](repeating: nil, count: found.count)
+        var reader = snapshot.orderedReader()
+        for index in found.keyOrder() {
+            found.withID(index) { id in key.replaceSubrange(prefix.count..., with: id) }
+            records[index] = try reader.withValue(forKey: key.span.bytes) { value in try value.withUnsafeBytes { try decode($0, key: key) } }
+        }
+        for index in 0..<found.count {
+            if let record = records[index].take() { related[base + found.place(index)].append(record) }
+        }
     }
 
     /// The record whose id key bytes are `id`, or nil: read where it lies when the context
@@ -198,4 +222,66 @@ extension Repository {
         return try context.get(key).map { try decode($0, key: key) }
     }
 
+}
+
+/// The record ids an index walk found, each with the place (a page's record) it belongs
+/// to, in the order found: their bytes in one buffer, not an array each.
+@usableFromInline
+struct FoundReferrers {
+    @usableFromInline var bytes: [UInt8] = []
+    /// Per id: where its bytes end in `bytes` (they start where the previous one's end) and
+    /// its place.
+    @usableFromInline var ids: [(end: Int, place: Int)] = []
+
+    @inlinable init() {}
+
+    @inlinable var count: Int { ids.count }
+
+    @inlinable mutating func append(_ id: UnsafeRawBufferPointer, to place: Int) {
+        bytes.append(contentsOf: id)
+        ids.append((bytes.count, place))
+    }
+
+    @inlinable func place(_ index: Int) -> Int { ids[index].place }
+
+    @inlinable func withID<T>(_ index: Int, _ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
+        let start = index == 0 ? 0 : ids[index - 1].end
+        return try bytes.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[start..<ids[index].end])) }
+    }
+
+    /// The indexes of the ids in ascending key order (equal ids in the order found). Sorted
+    /// by their first sixteen bytes as two integers (a comparison that captures nothing),
+    /// then the rare runs that tie there by all their bytes.
+    @inlinable func keyOrder() -> [Int] {
+        bytes.withUnsafeBytes { bytes in
+            func id(_ index: Int) -> UnsafeRawBufferPointer {
+                UnsafeRawBufferPointer(rebasing: bytes[(index == 0 ? 0 : ids[index - 1].end)..<ids[index].end])
+            }
+            var order = ids.indices.map { index in (head: Self.word(id(index), 0), tail: Self.word(id(index), 8), index: index) }
+            order.sort { lhs, rhs in
+                lhs.head != rhs.head ? lhs.head < rhs.head : lhs.tail != rhs.tail ? lhs.tail < rhs.tail : lhs.index < rhs.index
+            }
+            var start = 0
+            while start < order.count {
+                var end = start + 1
+                while end < order.count && order[end].head == order[start].head && order[end].tail == order[start].tail { end += 1 }
+                if end - start > 1 {
+                    order[start..<end].sort { lhs, rhs in
+                        let compared = compareBytes(id(lhs.index), id(rhs.index))
+                        return compared != 0 ? compared < 0 : lhs.index < rhs.index
+                    }
+                }
+                start = end
+            }
+            return order.map(\.index)
+        }
+    }
+
+    /// Bytes `offset ..< offset + 8` of `id` as a big-endian integer, zeros past its end:
+    /// integers that order as the bytes do, until they tie.
+    @inlinable static func word(_ id: UnsafeRawBufferPointer, _ offset: Int) -> UInt64 {
+        var word: UInt64 = 0
+        for index in offset..<(offset + 8) { word = word << 8 | UInt64(index < id.count ? id[index] : 0) }
+        return word
+    }
 }

@@ -78,6 +78,17 @@ import Testing
                 #expect(try snapshot.withValue(forKey: key) { $0.withUnsafeBytes { Array($0) } } == expected)
                 #expect(try snapshot.contains(key) == (expected != nil))
             }
+            // An ordered reader answers as `withValue` does, from its finger or a descent:
+            // in key order, in a shuffled order, and for keys the store never held.
+            var keys = (0..<2_000).map { Array("k\($0)".utf8) } + (0..<50).map { Array("k\($0)x".utf8) } + [[], [0xFF]]
+            keys.sort { compareKeys($0, $1) < 0 }
+            for order in [keys, keys.shuffled(using: &random)] {
+                var reader = snapshot.orderedReader()
+                for key in order {
+                    let found = try reader.withValue(forKey: key.span.bytes) { $0.withUnsafeBytes { Array($0) } }
+                    #expect(found == model[key], "round \(round) ordered read of \(key)")
+                }
+            }
             let forward = try walk(snapshot)
             #expect(forward.map(\.0) == sorted.map(\.0) && forward.map(\.1) == sorted.map(\.1), "round \(round)")
             let backward = try walk(snapshot, reverse: true)
