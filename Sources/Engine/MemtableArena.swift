@@ -13,7 +13,11 @@ struct MemtableArena {
     /// Blocks start small (a store holding a handful of keys stays small) and double up to
     /// this size; a request above a quarter of the next block's size gets a block of its
     /// own (large values), so at most a quarter of a block is ever left unused at its end.
-    static let largestBlockBytes = 1 << 20
+    /// One huge page: a full memtable's blocks are backed by huge pages (`MappedMemory`),
+    /// and a skip-list search, which touches nodes all over them, misses the TLB far less
+    /// (records-sort-text at 1M keys, five alternating runs each: 20.5k → 23.0k queries/s
+    /// on average, from 1 MiB blocks).
+    static let largestBlockBytes = 2 << 20
     static let firstBlockBytes = 4 << 10
 
     private var blocks: [(start: UnsafeMutableRawPointer, byteCount: Int)] = []
@@ -60,7 +64,7 @@ struct MemtableArena {
 /// and freeing one large mapped chunk raises the size below which later requests come from
 /// a heap), so the memtables a checkpoint had dropped stayed in the process — 84 MB of
 /// anonymous memory after a 1M-key fill whose live memtable held 8 MB. A mapping costs a
-/// system call per block (1 MiB at most, see `MemtableArena`), nothing per node.
+/// system call per block (2 MiB at most, see `MemtableArena`), nothing per node.
 enum MappedMemory {
     /// `byteCount` (> 0) zeroed bytes, page aligned; free them with `deallocate`. `populated`
     /// backs them with memory at once: for blocks about to be filled, not for sparse tables.
