@@ -237,6 +237,8 @@ struct LeafFinger: LeafCellFinder {
     /// `BTree.withCell`, from the held leaf when it brackets `key`.
     @inline(__always)
     mutating func withCell<Result>(_ key: UnsafeRawBufferPointer, _ body: (LeafCell?) throws -> Result) throws -> Result {
+        // A leaf held from before the store closed is not read (as `withPage` reads none).
+        guard !file.isClosed else { throw EngineError.closed }
         if let held = leaf, try brackets(held, key) {
             let cell: LeafCell?
             do { cell = try held.page.leafCell(for: key) } catch { throw file.corrupt(held.id, error) }

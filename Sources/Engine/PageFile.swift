@@ -128,6 +128,9 @@ final class PageFile: Sendable {
     /// Marks the file closed: later tree reads throw `EngineError.closed`.
     func markClosed() { closed.store(true, ordering: .relaxed) }
 
+    /// Whether the store closed the file (a page held from before may not be read).
+    var isClosed: Bool { closed.load(ordering: .relaxed) }
+
     /// Page `id` in the mapping, verified once (P2, P3).
     @inline(__always)
     private func mappedPage(_ id: PageID, _ region: Region) throws -> TreePage {

@@ -130,6 +130,9 @@ import Testing
             try engine.checkpoint()
         }
         let snapshot = engine.snapshot()
+        // A reader that holds a leaf from before the close reads no more from it.
+        var reader = snapshot.orderedReader()
+        #expect(try reader.withValue(forKey: Array("key1".utf8).span.bytes) { $0.byteCount } == 60)
         try engine.commit(round(3))
         let dataPath = joinPath(path, StorageEngine.dataFileName)
         let sizeBefore = try fileSystem.open(dataPath, options: []).size()
@@ -142,6 +145,7 @@ import Testing
         #expect { try snapshot.get(Array("key7".utf8)) } throws: { isClosed($0) }
         #expect { try snapshot.forEach { _, _ in true } } throws: { isClosed($0) }
         #expect { _ = try snapshot.cursor() } throws: { isClosed($0) }
+        #expect { try reader.withValue(forKey: Array("key10".utf8).span.bytes) { $0.byteCount } } throws: { isClosed($0) }
 
         (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem)
         #expect(engine.verify().isValid)

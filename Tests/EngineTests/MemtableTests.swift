@@ -280,3 +280,39 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
         #expect(shared.memtable.checkInvariants() && shared.memtable.count == keys.count * Int(lastVersion))
     }
 }
+
+/// The memory the memtable maps: a populated table large enough for huge pages is, like a
+/// small one, zeroed and backed whole at once (every page resident before it is touched);
+/// a sparse one is backed only where written.
+@Suite struct MappedMemoryTests {
+    #if os(Linux)
+    /// How many of the pages of `byteCount` bytes at `start` are resident.
+    private func residentPages(_ start: UnsafeMutableRawPointer, _ byteCount: Int) -> Int {
+        let pageBytes = Int(getpagesize())
+        var flags = [UInt8](repeating: 0, count: (byteCount + pageBytes - 1) / pageBytes)
+        #expect(mincore(start, byteCount, &flags) == 0)
+        return flags.filter { $0 & 1 != 0 }.count
+    }
+
+    @Test(arguments: [64 << 10, 2 << 20, 6 << 20])
+    func populatedMemoryIsZeroedAndResident(byteCount: Int) {
+        let start = MappedMemory.allocate(byteCount, populated: true)
+        defer { MappedMemory.deallocate(start, byteCount: byteCount) }
+        let pages = byteCount / Int(getpagesize())
+        #expect(residentPages(start, byteCount) == pages)
+        let bytes = UnsafeMutableRawBufferPointer(start: start, count: byteCount)
+        #expect(bytes.allSatisfy { $0 == 0 })
+        bytes[byteCount - 1] = 7
+        #expect(bytes[byteCount - 1] == 7)
+    }
+
+    @Test func sparseMemoryIsBackedOnlyWhereWritten() {
+        let byteCount = 6 << 20
+        let start = MappedMemory.allocate(byteCount)
+        defer { MappedMemory.deallocate(start, byteCount: byteCount) }
+        #expect(residentPages(start, byteCount) == 0)
+        start.storeBytes(of: 1, toByteOffset: 0, as: UInt8.self)
+        #expect(residentPages(start, byteCount) < byteCount / Int(getpagesize()) / 2)
+    }
+    #endif
+}
