@@ -492,9 +492,10 @@ final class Memtable: @unchecked Sendable {
     /// How many keys ahead a run of inserts prefetches the filter and index lines.
     static let prefetchDistance = 16
 
-    /// Starts loading the filter word and the index slot `key` will touch when linked.
+    /// Starts loading the filter word and the index slot `key` will touch when linked or
+    /// looked up.
     @inline(__always)
-    private func prefetch(_ key: UnsafeRawBufferPointer) {
+    func prefetch(_ key: UnsafeRawBufferPointer) {
         let hash = hashKey(key)
         filter.prefetch(hash)
         index.prefetch(hash)

@@ -25,6 +25,7 @@
 //      knows it (set at open, raised after a write past the end, lowered before a cut).
 // Thread-safety: reads from any thread; writes only from the one running checkpoint.
 import Atomics
+import CStrataPlatform
 import StrataFileIO
 import Synchronization
 
@@ -123,6 +124,21 @@ final class PageFile: Sendable {
         }
         let cached = try cachedPage(id)
         return HeldPage(id: id, page: cached.page, owner: cached)
+    }
+
+    /// Starts loading the first `lines` cache lines of page `id` where it is mapped: its
+    /// header and the start of its slots, which a lookup in the page reads first. A hint
+    /// for lookups made side by side (`Snapshot.withValues`): it reads nothing, verifies
+    /// nothing and never faults; a page outside the mapping or read through the cache is
+    /// left alone.
+    @inline(__always)
+    func prefetch(_ id: PageID, lines: Int) {
+        let address = currentRegion.load(ordering: .acquiring)
+        guard address != 0 else { return }
+        let region = UnsafePointer<Region>(bitPattern: address)!.pointee
+        guard id >= .firstDataPage, id.rawValue < UInt64(region.pages) else { return }
+        let page = region.base + Int(truncatingIfNeeded: id.rawValue) * pageBytes
+        for line in 0..<min(lines, pageBytes / 64) { cplatform_prefetch(page + line * 64) }
     }
 
     /// Marks the file closed: later tree reads throw `EngineError.closed`.

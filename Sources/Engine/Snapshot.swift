@@ -100,7 +100,7 @@ public final class Snapshot: Sendable {
 
     /// The newest change of `key` the memtables hold as of this snapshot's version.
     @inline(__always)
-    private func memtableNode(_ key: UnsafeRawBufferPointer) -> MemtableNode? {
+    func memtableNode(_ key: UnsafeRawBufferPointer) -> MemtableNode? {
         // Borrowed, not retained: this snapshot's `state` holds both memtables for as long
         // as it lives (a retain and a release of each, per lookup, were ~100 of a range
         // query's 4,469 instructions a record, and atomic).

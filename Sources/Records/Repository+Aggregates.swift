@@ -131,7 +131,7 @@ extension Repository {
     func forEachMatch(_ predicate: Predicate<R>?, _ body: (R) throws -> Void) throws {
         let plan = try queryPlan(predicate, sortBy: [])
         let filter = plan.isExact ? nil : predicate
-        try forEachCandidate(plan) { key, bytes in
+        try forEachCandidate(plan, expected: nil) { key, bytes in
             let record = try decode(bytes, key: key)
             if let filter, try !filter.evaluate(record) { return true }
             try body(record)

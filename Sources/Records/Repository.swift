@@ -193,7 +193,7 @@ public struct Repository<R: Record> {
         let (filtered, anchored) = (filter != nil, anchor != nil)
         // The order, when a comparison needs it: a sort done here, or an anchor to follow.
         let order = unsorted || (sortedByRead && !anchored) ? nil : RecordOrder(sortBy)
-        try forEachCandidate(plan) { key, bytes in
+        try forEachCandidate(plan, expected: stopAfter) { key, bytes in
             let record = try decode(bytes, key: key)
             if filtered, try !filter!.evaluate(record) { return true }
             if anchored, !Self.follows(record, anchor!, order) { return true }
@@ -283,7 +283,7 @@ public struct Repository<R: Record> {
             }
         }
         let predicate = predicate!
-        try forEachCandidate(plan) { key, bytes in
+        try forEachCandidate(plan, expected: limit) { key, bytes in
             if try predicate.evaluate(try decode(bytes, key: key)) { count += 1 }
             return count < limit
         }
@@ -291,9 +291,13 @@ public struct Repository<R: Record> {
     }
 
     /// Hands `body` each candidate record's key and bytes that `plan` reads, in the plan's
-    /// order, until it returns false.
+    /// order, until it returns false. `expected`: how many candidates the caller means to
+    /// take at most (nil: all it can), so that records found through an index are read
+    /// that many at a time (`Snapshot.withValues`: their lookups overlap their cache
+    /// misses) without reading many past the last one taken.
     @usableFromInline
-    func forEachCandidate(_ plan: QueryPlan, _ body: (_ key: [UInt8], _ bytes: UnsafeRawBufferPointer) throws -> Bool) throws {
+    func forEachCandidate(_ plan: QueryPlan, expected: Int?,
+                          _ body: (_ key: [UInt8], _ bytes: UnsafeRawBufferPointer) throws -> Bool) throws {
         // Records are handed over where their bytes lie: with nothing staged, in the
         // memtable or a page of the snapshot (no copy); else as the context reads them.
         let snapshot = try context.snapshotWhenUnstaged()
@@ -318,6 +322,19 @@ public struct Repository<R: Record> {
             guard let sorted = plan.sortedBy, sorted.reverse, !index.isUnique else {
                 // One record key, rewritten for each entry (copied only if `body` keeps it).
                 var key = prefix
+                let batchSize = Swift.min(expected ?? .max, Self.largestReadBatch)
+                if snapshot != nil && batchSize > 1 {
+                    // The records of `batchSize` entries at a time, read side by side.
+                    var batch = KeyBatch()
+                    var going = true
+                    try context.forEachLent(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in
+                        batch.append(prefix, id)
+                        if batch.count == batchSize { going = try readRecords(&batch, from: snapshot.unsafelyUnwrapped, key: &key, body) }
+                        return going
+                    }
+                    if going && !batch.isEmpty { _ = try readRecords(&batch, from: snapshot.unsafelyUnwrapped, key: &key, body) }
+                    return
+                }
                 return try context.forEachLent(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in
                     id.withUnsafeBytes { key.replaceSubrange(prefix.count..., with: $0) }
                     return try read(key)
@@ -352,6 +369,26 @@ public struct Repository<R: Record> {
             }
         }
     }
+
+    /// Hands `body` the records `batch` names (record keys), read side by side, in order
+    /// until it returns false, and empties the batch; returns whether `body` asked for more.
+    /// `key` is the record key handed to `body`, rewritten for each record.
+    private func readRecords(_ batch: inout KeyBatch, from snapshot: Snapshot, key: inout [UInt8],
+                      _ body: (_ key: [UInt8], _ bytes: UnsafeRawBufferPointer) throws -> Bool) throws -> Bool {
+        var going = true
+        try snapshot.withValues(forKeys: batch) { index, value in
+            guard let value else { return true }
+            let read = batch[index]
+            key.replaceSubrange(prefix.count..., with: read[(read.startIndex + prefix.count)...])
+            going = try value.withUnsafeBytes { try body(key, $0) }
+            return going
+        }
+        batch.removeAll()
+        return going
+    }
+
+    /// The most records an index walk reads at a time.
+    static var largestReadBatch: Int { 64 }
 
     /// The record-key prefix of `R`'s entity.
     var recordPrefix: [UInt8] { prefix }

@@ -89,6 +89,32 @@ import Testing
                     #expect(found == model[key], "round \(round) ordered read of \(key)")
                 }
             }
+            // Batched reads answer as `withValue` does, in the batch's order, in batches of
+            // sizes around the number of keys looked up side by side; a stop is a stop.
+            let shuffled = keys.shuffled(using: &random)
+            for size in [1, 7, Snapshot.batchLanes, Snapshot.batchLanes + 1, 100] {
+                var batch = KeyBatch()
+                for start in stride(from: 0, to: shuffled.count, by: size) {
+                    let chunk = Array(shuffled[start..<min(start + size, shuffled.count)])
+                    batch.removeAll()
+                    for key in chunk { batch.append(key.span.bytes) }
+                    #expect((0..<batch.count).map { Array(batch[$0]) } == chunk)
+                    var answered = 0
+                    try snapshot.withValues(forKeys: batch) { index, value in
+                        #expect(index == answered)
+                        #expect(value?.withUnsafeBytes { Array($0) } == model[chunk[index]], "round \(round) batched read of \(chunk[index])")
+                        answered += 1
+                        return true
+                    }
+                    #expect(answered == chunk.count)
+                }
+                var answered = 0
+                try snapshot.withValues(forKeys: batch) { _, _ in
+                    answered += 1
+                    return answered < 3
+                }
+                #expect(answered == min(3, batch.count))
+            }
             let forward = try walk(snapshot)
             #expect(forward.map(\.0) == sorted.map(\.0) && forward.map(\.1) == sorted.map(\.1), "round \(round)")
             let backward = try walk(snapshot, reverse: true)
@@ -146,6 +172,9 @@ import Testing
         #expect { try snapshot.forEach { _, _ in true } } throws: { isClosed($0) }
         #expect { _ = try snapshot.cursor() } throws: { isClosed($0) }
         #expect { try reader.withValue(forKey: Array("key10".utf8).span.bytes) { $0.byteCount } } throws: { isClosed($0) }
+        var batch = KeyBatch()
+        for index in [5, 2_000, 17] { batch.append(Array("key\(index)".utf8).span.bytes) }
+        #expect { try snapshot.withValues(forKeys: batch) { _, _ in true } } throws: { isClosed($0) }
 
         (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem)
         #expect(engine.verify().isValid)
