@@ -112,31 +112,34 @@ extension Snapshot {
                     // The values, in order.
                     for lane in 0..<lanes {
                         let index = start + lane
-                        var going = true
+                        // nil: the key has no value, which `body` hears of too.
+                        let answered: Bool?
                         if let node = nodes[lane] {
-                            going = try body(index, node.value)
-                        } else if tree.root == .none {
-                            going = try body(index, nil)
+                            answered = try body(index, node.value)
                         } else {
-                            let overflow = try file.withPage(pages[lane]) { page -> (first: PageID, byteCount: Int)? in
-                                guard page.type == .leaf else { throw PageDefect("a branch where a leaf belongs") }
-                                switch try page.leafCell(for: key(index))?.payload {
-                                case let .inline(value): going = try body(index, value)
-                                case let .overflow(first, byteCount): return (first, byteCount)
-                                case .tombstone, nil: going = try body(index, nil)
-                                }
-                                return nil
-                            }
-                            // A value in overflow pages is read out of the page's borrow.
-                            if let overflow {
-                                going = try file.overflowValue(first: overflow.first, byteCount: overflow.byteCount)
-                                    .withUnsafeBytes { try body(index, $0) }
-                            }
+                            var leaf = KnownLeaf(id: pages[lane], file: file)
+                            answered = try withTreeValue(key(index), { try body(index, $0) }, cells: &leaf)
                         }
-                        if !going { return }
+                        guard try answered ?? body(index, nil) else { return }
                     }
                 }
             }
+        }
+    }
+}
+
+/// The leaf a batch's descent found for a key (`PageID.none` for an empty tree), as a
+/// `LeafCellFinder`.
+private struct KnownLeaf: LeafCellFinder {
+    let id: PageID
+    let file: PageFile
+
+    @inline(__always)
+    func withCell<Result>(_ key: UnsafeRawBufferPointer, _ body: (LeafCell?) throws -> Result) throws -> Result {
+        guard id != .none else { return try body(nil) }
+        return try file.withPage(id) { page in
+            guard page.type == .leaf else { throw PageDefect("a branch where a leaf belongs") }
+            return try body(page.leafCell(for: key))
         }
     }
 }

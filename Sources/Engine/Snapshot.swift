@@ -61,6 +61,13 @@ public final class Snapshot: Sendable {
             guard let value = node.value else { return nil }
             return try body(value)
         }
+        return try withTreeValue(key, body, cells: &cells)
+    }
+
+    /// `withValueBytes` for a key the memtables do not hold: its value in the tree.
+    @inline(__always)
+    func withTreeValue<Result, Cells: LeafCellFinder>(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Result,
+                                                      cells: inout Cells) throws -> Result? {
         var overflow: (first: PageID, byteCount: Int)?
         let result = try cells.withCell(key) { cell -> Result? in
             switch cell?.payload {

@@ -229,6 +229,13 @@ import Testing
         // The same error through the borrowed paths; other leaves still read.
         #expect(throws: EngineError.self) { try snapshot.withValue(forKey: key) { _ in 0 } }
         #expect(throws: EngineError.self) { try snapshot.forEach { _, _ in true } }
+        var batch = KeyBatch()
+        batch.append(Array("key0".utf8).span.bytes)
+        batch.append(key.span.bytes)
+        #expect { try snapshot.withValues(forKeys: batch) { _, _ in true } } throws: { error in
+            guard case let EngineError.corruptPage(errorPath, errorOffset, _) = error else { return false }
+            return errorPath == data && errorOffset == offset
+        }
         let others = try (0..<2_000).filter { index in
             let other = Array("key\(index)".utf8)
             let inLeaf = try other.withUnsafeBytes { other in
