@@ -9,6 +9,9 @@ public enum CodecError: Error, Equatable, Sendable, CustomStringConvertible {
     case truncated(offset: Int, needed: Int, available: Int)
     /// A variable-length integer at `offset` is longer than 10 bytes or overflows 64 bits.
     case malformedVarint(offset: Int)
+    /// A variable-length integer at `offset` is not in its shortest form (its last byte is
+    /// zero): every value has exactly one encoding.
+    case nonShortestVarint(offset: Int)
     /// A length or count read at `offset` is `value`, above the limit `limit` for that field.
     case lengthOverLimit(offset: Int, value: UInt64, limit: UInt64)
     /// An LZ4 block of `compressedCount` bytes did not decompress to exactly `expectedCount` bytes.
@@ -22,6 +25,8 @@ public enum CodecError: Error, Equatable, Sendable, CustomStringConvertible {
             "The input ends at offset \(offset): a field needs \(needed) bytes but only \(available) remain."
         case let .malformedVarint(offset):
             "The variable-length integer at offset \(offset) is malformed (longer than 10 bytes or over 64 bits)."
+        case let .nonShortestVarint(offset):
+            "The variable-length integer at offset \(offset) is not in its shortest form (its last byte is zero)."
         case let .lengthOverLimit(offset, value, limit):
             "The length \(value) at offset \(offset) is above the limit of \(limit)."
         case let .malformedLZ4Block(compressedCount, expectedCount):

@@ -6,8 +6,8 @@
 public enum Varint {
     /// Reads the varint at `offset` of `bytes[..<end]` (all of `bytes` by default) and moves
     /// `offset` past what it read. Throws `CodecError.truncated` when the bytes end first
-    /// and `.malformedVarint` (at the varint's start) for one longer than ten bytes, over 64
-    /// bits or not in its shortest form.
+    /// `.malformedVarint` (at the varint's start) for one longer than ten bytes or over 64
+    /// bits, and `.nonShortestVarint` for one not in its shortest form.
     @inlinable
     public static func read(_ bytes: UnsafeRawBufferPointer, at offset: inout Int, end: Int? = nil) throws(CodecError) -> UInt64 {
         let end = end ?? bytes.count
@@ -23,7 +23,7 @@ public enum Varint {
             if shift == 63 && byte > 1 { throw .malformedVarint(offset: start) }
             result |= UInt64(byte & 0x7F) << shift
             if byte & 0x80 == 0 {
-                guard byte != 0 || shift == 0 else { throw .malformedVarint(offset: start) }
+                guard byte != 0 || shift == 0 else { throw .nonShortestVarint(offset: start) }
                 return result
             }
             shift += 7

@@ -1,13 +1,16 @@
 // Every size limit of the engine, in one place. Input over a limit is refused with an
 // error that states the limit (`EngineError.keyTooLarge`, `.valueTooLarge`).
 
+import StrataWAL
+
 /// The engine's size limits.
 public enum Limits {
     /// The longest key, in bytes. A leaf cell with a key this long and an overflow
-    /// reference still leaves room for four cells in the smallest page.
-    public static let maxKeyBytes = 768
+    /// reference still leaves room for four cells in the smallest page. The log's format
+    /// holds the same limit, so a batch read back obeys it (`WALFormat.maxKeyBytes`).
+    public static let maxKeyBytes = WALFormat.maxKeyBytes
     /// The longest value, in bytes (large values live in overflow pages).
-    public static let maxValueBytes = 64 << 20
+    public static let maxValueBytes = WALFormat.maxValueBytes
     /// The page sizes a data file may use: a power of two in this range.
     public static let pageBytesRange = 4096...65536
     /// The page size of new data files.

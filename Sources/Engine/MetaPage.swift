@@ -65,7 +65,10 @@ struct MetaPage: Equatable, Sendable {
         do {
             let version = try reader.readUInt16()
             guard version <= Self.version else { throw MetaDefect.newerVersion(version) }
-            _ = try reader.readUInt16()
+            // Bytes 5–7, 18–19 and 80 on are zero in every meta page a format wrote.
+            guard try reader.readUInt16() == 0, page[5..<8].allSatisfy({ $0 == 0 }), page[80...].allSatisfy({ $0 == 0 }) else {
+                throw MetaDefect.invalid("its reserved bytes (5–7, 18–19, 80 on) are not zero")
+            }
             let meta = MetaPage(pageBytes: Int(try reader.readUInt32()), generation: try reader.readUInt64(),
                                 root: PageID(try reader.readUInt64()), freeListHead: PageID(try reader.readUInt64()),
                                 checkpointVersion: try reader.readUInt64(), pageCount: try reader.readUInt64(),
@@ -75,7 +78,10 @@ struct MetaPage: Equatable, Sendable {
                   meta.freeListHead == .none
                     || (meta.freeListHead >= .firstDataPage && meta.freeListHead.rawValue < meta.pageCount),
                   meta.height <= 64, (meta.root == .none) == (meta.height == 0),
-                  meta.generation < UInt64.max / 2, meta.checkpointVersion < UInt64.max / 2 else {
+                  meta.generation < UInt64.max / 2, meta.checkpointVersion < UInt64.max / 2,
+                  // No page holds more keys than it has bytes: a count above that is damage
+                  // (and this bound keeps counting on it from overflowing).
+                  meta.keyCount <= meta.pageCount * UInt64(meta.pageBytes) else {
                 throw MetaDefect.invalid("its page references or counts are out of range")
             }
             return meta

@@ -149,8 +149,12 @@ enum PageCodec {
         }
         let storedID = UInt64(littleEndian: page.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
         guard storedID == id.rawValue else { throw PageDefect("it says it is page \(storedID)") }
-        return (type, Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: 6, as: UInt16.self))),
-                UInt64(littleEndian: page.loadUnaligned(fromByteOffset: 24, as: UInt64.self)))
+        let count = Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: 6, as: UInt16.self)))
+        let word = UInt64(littleEndian: page.loadUnaligned(fromByteOffset: 24, as: UInt64.self))
+        // An overflow page counts nothing and a leaf links nowhere: both fields are zero.
+        guard type != .overflow || count == 0 else { throw PageDefect("its count is \(count), not zero as an overflow page's") }
+        guard type != .leaf || word == 0 else { throw PageDefect("its header word is \(word), not zero as a leaf's") }
+        return (type, count, word)
     }
 
     // MARK: Leaves

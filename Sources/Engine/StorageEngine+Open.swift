@@ -80,11 +80,9 @@ extension StorageEngine {
             logOptions.replayFrom = LSN(meta.checkpointVersion + 1)
             // Replayed changes are made into nodes as they are read, sorted once and linked as
             // one sorted run (O(1) per key), the last change of each key only (ReplayedChanges.swift).
-            let active = Memtable(budgetBytes: options.checkpointMemtableBytes)
-            let changes = ReplayedChanges(into: active)
+            let changes = ReplayedChanges(budgetBytes: options.checkpointMemtableBytes)
             var replayed = 0
             let replay = { (record: WALRecord) throws in
-                try record.forEachOperation { _, key, value in try checkReplayed(key, value, in: record) }
                 guard record.lsn.rawValue > meta.checkpointVersion else { return }
                 changes.append(record, version: record.lsn.rawValue)
                 replayed += 1
@@ -104,7 +102,7 @@ extension StorageEngine {
                                                                       options: logOptions, replay: replay)
                 logAccess = .reader(extent)
             }
-            changes.linkLatest()
+            let active = changes.linkLatest()
             let version = max(meta.checkpointVersion, logReport.lastLSN.rawValue)
             let state = EngineState(version: version, tree: BTree(root: meta.root, height: Int(meta.height)),
                                     treeGeneration: meta.generation, frozen: nil, active: active)
@@ -219,19 +217,6 @@ extension StorageEngine {
         let holder = text.flatMap { Int32($0) }.map { "process \($0)" } ?? "another process"
         return "\(holder) has it open for writing; run the command there (in its shell or through its API), "
             + "or close the store in that process and retry"
-    }
-
-    /// A batch read from the log must obey the limits every commit obeys (a key of 1 to
-    /// `Limits.maxKeyBytes` bytes, a value of at most `Limits.maxValueBytes`): a checksummed
-    /// frame that breaks them was not written by Strata, and applying it could make a
-    /// checkpoint write pages no reader accepts. Throws `.corruptBatch` naming file and offset.
-    @inline(__always)
-    static func checkReplayed(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?, in record: WALRecord) throws {
-        guard key.isEmpty || key.count > Limits.maxKeyBytes || (value?.count ?? 0) > Limits.maxValueBytes else { return }
-        let reason = key.isEmpty || key.count > Limits.maxKeyBytes
-            ? "a key of \(key.count) bytes is outside the limit of 1 to \(Limits.maxKeyBytes) bytes"
-            : "a value of \(value?.count ?? 0) bytes is over the limit of \(Limits.maxValueBytes) bytes"
-        throw WALError.corruptBatch(path: record.path, offset: record.offset, lsn: record.lsn, reason: reason)
     }
 
     /// Writes a new data file whole under a temporary name, then renames it into place,

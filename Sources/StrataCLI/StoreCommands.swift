@@ -32,7 +32,9 @@ struct StatCommand: ParsableCommand {
             let status = try store.engine.status()
             let check = store.engine.verify()
             let keyCount = try store.read { try $0.scan().count }
-            let log = try WriteAheadLog.read(directory: path + "/wal") { _ in }
+            // What the open read of the log (batches the data file holds verified by their
+            // frames, not decoded again, as every command reads them).
+            let log = store.recoveryReport.log
             if json {
                 print(try jsonLine(StatLine(
                     version: status.version, checkpointVersion: status.checkpointVersion, pageBytes: status.pageBytes,
@@ -312,10 +314,12 @@ struct SalvageCommand: ParsableCommand {
         discussion: """
             A store whose log is damaged in the middle does not open: the damage shows that commits once made durable \
             are unreadable. Salvage opens it with a recovery mode that steps over the damage, prints every damage it \
-            found (file, offset, LSN, bytes) and writes what it recovered as a new store at DESTINATION, leaving the \
-            damaged store as it is. Modes: tolerate-tail (cut corruption in the last segment as if it were a torn \
-            tail), point-in-time (stop at the first damage anywhere; later segments are ignored), skip-corrupted \
-            (keep every batch that verifies, leaving holes). With --in-place the store itself is opened with the mode \
+            found (file, offset, LSN, bytes) and every batch it replayed or left out after it, and writes what it \
+            recovered as a new store at DESTINATION, leaving the damaged store as it is. Damage is a frame that does \
+            not verify or a batch whose frames verify but whose bytes do not decode. Modes: tolerate-tail (cut \
+            corruption in the last segment as if it were a torn tail), point-in-time (stop at the first damage \
+            anywhere; every batch before it is kept, later segments are ignored), skip-corrupted (keep every batch \
+            that verifies and decodes, leaving holes). With --in-place the store itself is opened with the mode \
             and checkpointed, which discards the damaged frames for good.
             """)
 
@@ -359,6 +363,8 @@ struct SalvageCommand: ParsableCommand {
             let damage = source.recoveryReport.log.damage
             for item in damage { print("damage: \(item)") }
             if damage.isEmpty { print("no damage found in the log") }
+            // What the log held after the damage: each batch replayed, each one left out.
+            for batch in source.recoveryReport.log.batchesAfterDamage { print("after the damage: \(batch)") }
             if inPlace {
                 try source.engine.checkpoint()
                 try source.close()

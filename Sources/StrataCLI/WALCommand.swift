@@ -18,6 +18,14 @@ struct WALCommand: ParsableCommand {
         let checksum: String
     }
 
+    /// The line of `--json` for a batch whose frames verify but whose bytes do not decode.
+    private struct DamagedLine: Encodable {
+        let lsn: UInt64
+        let offset: Int64
+        let file: String
+        let damaged: String
+    }
+
     /// The closing line of `--json`: what recovery found.
     private struct ReportLine: Encodable {
         let segments: Int
@@ -50,8 +58,9 @@ struct WALCommand: ParsableCommand {
         let report: WALRecoveryReport
         do {
             report = try WriteAheadLog.read(directory: directory) { record in
-                let puts = record.operationLocations.filter { $0.value != nil }.count
-                let deletes = record.operationLocations.count - puts
+                var puts = 0
+                record.forEachOperation { _, _, value in puts += value == nil ? 0 : 1 }
+                let deletes = record.operationCount - puts
                 if json {
                     print(try jsonLine(BatchLine(lsn: record.lsn.rawValue, puts: puts, deletes: deletes,
                                                  rawBytes: record.rawBytes, storedBytes: record.storedBytes,
@@ -62,6 +71,14 @@ struct WALCommand: ParsableCommand {
                 }
             }
         } catch {
+            if case let WALError.corruptBatch(path, offset, lsn, reason) = error {
+                // Its frames verify but its bytes do not decode: listed in its place, marked.
+                if json {
+                    print(try jsonLine(DamagedLine(lsn: lsn.rawValue, offset: offset, file: path, damaged: reason)))
+                } else {
+                    print("\(lsn)  DAMAGED: \(reason)  at \((path as NSString).lastPathComponent):\(offset)")
+                }
+            }
             printError("\(error)")
             throw ExitCode.failure
         }

@@ -64,7 +64,7 @@ struct FrameHeader: Equatable {
         }
         let header = parse(bytes, at: offset)
         guard header.salt == salt else { return (header, "its salt is not the segment's") }
-        guard header.lsn > .none, header.lsn.rawValue < UInt64.max,
+        guard header.lsn > .none, header.lsn.rawValue < WALFormat.lsnLimit, header.durableLSN.rawValue < WALFormat.lsnLimit,
               header.rawBytes > 0, header.rawBytes <= UInt32(WALFormat.maxFragmentBytes),
               header.storedBytes > 0, header.storedBytes <= header.rawBytes,
               header.batchBytes >= header.rawBytes, header.batchBytes <= UInt32(WALFormat.maxBatchBytes),
@@ -72,6 +72,9 @@ struct FrameHeader: Equatable {
               header.isCompressed || header.storedBytes == header.rawBytes,
               FragmentKind(rawValue: header.kind) != nil else {
             return (header, "its LSN, length, flag or kind fields are out of range")
+        }
+        guard bytes.loadUnaligned(fromByteOffset: offset + 38, as: UInt16.self) == 0 else {
+            return (header, "its reserved bytes 38–39 are not zero")
         }
         let end = offset + WALFormat.frameHeaderBytes + Int(header.storedBytes)
         guard end <= bytes.count else { return (header, "its payload runs past the end of the segment") }

@@ -60,8 +60,16 @@ struct SegmentHeader: Equatable {
             let header = SegmentHeader(salt: try reader.readUInt32(), sequence: try reader.readUInt64(),
                                        firstLSN: LSN(try reader.readUInt64()), capacityBytes: try reader.readUInt64(),
                                        version: version)
-            guard header.salt != 0, header.firstLSN > .none, header.firstLSN.rawValue < UInt64.max else {
+            guard header.salt != 0, header.firstLSN > .none, header.firstLSN.rawValue < WALFormat.lsnLimit else {
                 throw WALError.corruptSegmentHeader(path: path, reason: "its salt or first LSN is out of range")
+            }
+            guard header.capacityBytes >= UInt64(size), header.capacityBytes <= UInt64(WALFormat.maxSegmentFileBytes) else {
+                throw WALError.corruptSegmentHeader(path: path, reason:
+                    "its capacity of \(header.capacityBytes) bytes is outside \(size) … \(WALFormat.maxSegmentFileBytes)")
+            }
+            // Bytes 40–59 are reserved: zero in every header this format writes.
+            guard bytes[40..<(size - 4)].allSatisfy({ $0 == 0 }) else {
+                throw WALError.corruptSegmentHeader(path: path, reason: "its reserved bytes 40–59 are not zero")
             }
             return header
         } catch let error as WALError {

@@ -4,7 +4,8 @@
 // Invariants:
 //  1. `decode(encode(b)) == b` for every batch.
 //  2. `decode` is total: any bytes give a batch or a `CodecError`, never a trap; counts and
-//     lengths are checked against the bytes that remain before anything is allocated.
+//     lengths are checked against the format's limits and the bytes that remain before
+//     anything is allocated (BatchStream.swift).
 import StrataCodec
 
 /// The operations of one commit, in the order they were made.
@@ -56,6 +57,15 @@ public struct WALBatch: Sendable, Equatable {
                 try key.withUnsafeBytes { key in try value.withUnsafeBytes { value in try body(key, value) } }
             case .delete(let key):
                 try key.withUnsafeBytes { key in try body(key, nil) }
+            }
+        }
+
+        /// The operation a decoded kind byte, key and value (nil for a delete) stand for.
+        init(kind: UInt8, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?) {
+            switch (kind, value) {
+            case let (WALFormat.insertOperation, value?): self = .insert(key: Array(key), value: Array(value))
+            case let (_, value?): self = .put(key: Array(key), value: Array(value))
+            case (_, nil): self = .delete(key: Array(key))
             }
         }
 
@@ -183,7 +193,7 @@ public struct WALBatch: Sendable, Equatable {
     }
 
     /// Where one operation of an encoded batch lies: its kind byte and the byte ranges of
-    /// its key and value (nil for a delete), read in place by `locateOperations`.
+    /// its key and value (nil for a delete), for the memtable to read in place.
     public struct OperationLocation: Sendable, Equatable {
         /// `WALFormat.putOperation`, `.deleteOperation` or `.insertOperation`.
         public let kind: UInt8
@@ -191,58 +201,22 @@ public struct WALBatch: Sendable, Equatable {
         public let value: Range<Int>?
     }
 
-    /// Decodes a batch from exactly `bytes`; trailing bytes are an error.
+    /// Decodes a batch from exactly `bytes` (`BatchStream`, the one decoder of batches):
+    /// trailing bytes, a key of 0 or more than `WALFormat.maxKeyBytes` bytes and a value
+    /// over `WALFormat.maxValueBytes` are errors.
     public static func decode(_ bytes: [UInt8]) throws(CodecError) -> WALBatch {
-        WALBatch(operations(of: bytes, at: try locateOperations(bytes)))
-    }
-
-    /// The operations of the batch encoded in `bytes`, checked as `decode` checks them but
-    /// not copied out: recovery reads keys and values where they lie (a million replayed
-    /// operations were two million arrays made and freed).
-    public static func locateOperations(_ bytes: [UInt8]) throws(CodecError) -> [OperationLocation] {
-        var reader = ByteReader(bytes)
-        let count = Int(try reader.readUInt32())
-        // Every operation takes at least 2 bytes, so a larger count cannot be honest.
-        guard count <= reader.remaining / 2 else {
-            throw .lengthOverLimit(offset: 0, value: UInt64(count), limit: UInt64(reader.remaining / 2))
-        }
-        var locations: [OperationLocation] = []
-        locations.reserveCapacity(count)
-        for _ in 0..<count {
-            let kindOffset = reader.offset
-            let kind = try reader.readUInt8()
-            let keyCount = try reader.readLength(limit: reader.remaining)
-            let key = reader.offset..<(reader.offset + keyCount)
-            try reader.skip(keyCount)
-            switch kind {
-            case WALFormat.putOperation, WALFormat.insertOperation:
-                let valueCount = try reader.readLength(limit: reader.remaining)
-                let value = reader.offset..<(reader.offset + valueCount)
-                try reader.skip(valueCount)
-                locations.append(OperationLocation(kind: kind, key: key, value: value))
-            case WALFormat.deleteOperation:
-                locations.append(OperationLocation(kind: kind, key: key, value: nil))
-            default:
-                throw .invalidValue(offset: kindOffset, value: UInt64(kind), field: "operation kind")
+        var operations: [Operation] = []
+        var stream = BatchStream(batchBytes: bytes.count)
+        do {
+            try bytes.withUnsafeBytes { bytes in
+                try stream.feed(bytes) { kind, key, value in operations.append(Operation(kind: kind, key: key, value: value)) }
             }
+            try stream.finish()
+        } catch {
+            // The visit throws nothing: only the stream's errors come through.
+            throw error as! CodecError
         }
-        guard reader.isAtEnd else {
-            throw .invalidValue(offset: reader.offset, value: UInt64(reader.remaining), field: "trailing byte count")
-        }
-        return locations
-    }
-
-    /// The operations `locations` name, copied out; `locations` come from
-    /// `locateOperations(bytes)` on these very bytes (internal: other ranges could trap).
-    static func operations(of bytes: [UInt8], at locations: [OperationLocation]) -> [Operation] {
-        locations.map { location in
-            let key = Array(bytes[location.key])
-            switch (location.kind, location.value) {
-            case let (WALFormat.insertOperation, value?): return .insert(key: key, value: Array(bytes[value]))
-            case let (_, value?): return .put(key: key, value: Array(bytes[value]))
-            case (_, nil): return .delete(key: key)
-            }
-        }
+        return WALBatch(operations)
     }
 }
 

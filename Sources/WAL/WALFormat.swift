@@ -19,12 +19,21 @@ public enum WALFormat {
     public static let maxFragmentBytes = 1 << 20
     /// The largest encoded batch the log accepts (and a reader believes).
     public static let maxBatchBytes = 256 << 20
+    /// The longest key an operation carries (keys are 1 to this many bytes): a reader
+    /// refuses a batch with a longer one the moment it reads the key's length.
+    public static let maxKeyBytes = 768
+    /// The longest value an operation carries.
+    public static let maxValueBytes = 64 << 20
     /// The largest segment file a reader loads (a batch of the maximum size, fragmented,
     /// fits in one segment with room to spare).
     public static let maxSegmentFileBytes: Int64 = 1 << 30
     /// Segment sequence numbers stay below this (one segment a nanosecond would take 146
     /// years to reach it); a larger one is damage, and it leaves room to count on safely.
     public static let maxSegmentSequence: UInt64 = 1 << 62
+
+    /// LSNs stay below this (as a data file's versions do): a larger one in a header is
+    /// damage, and the LSNs after it can be counted without overflow.
+    public static let lsnLimit: UInt64 = 1 << 63
 
     /// Frame flag bit 0: the payload is an LZ4 block.
     static let compressedFlag: UInt8 = 1

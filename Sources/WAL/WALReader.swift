@@ -65,7 +65,7 @@ struct WALReader {
                     path: path, offset: Int64(fileBytes), expectedLSN: segment.expected,
                     reason: "the file is \(fileBytes) bytes but was made \(header.capacityBytes) bytes long; "
                         + "batches from \(segment.expected) on that were in its missing end are lost",
-                    kind: .truncated, byteCount: Int(header.capacityBytes) - fileBytes))
+                    kind: .truncated, byteCount: Int(header.capacityBytes) - fileBytes)) // capacity ≤ 1 GiB (SegmentHeader)
             }
             expected = segment.expected
             tail.salt = header.salt
@@ -124,12 +124,25 @@ struct SegmentScan {
     private struct Partial {
         var lsn: LSN
         var offset: Int
-        var raw: [UInt8]
+        /// Decodes the fragments as they come, checking every field at once.
+        var stream: BatchStream
+        /// The stored payloads of the fragments so far (a batch of several frames).
+        var fragments: [WALRecord.Fragment] = []
         /// Decompressed bytes of the fragments so far, as their headers declare.
         var rawSeen = 0
         var batchBytes: Int
-        var frames: Int
-        var stored: Int
+        var frames = 0
+        var stored = 0
+        /// Why the batch does not decode, once a fragment showed it: the rest of its frames
+        /// are verified but not decoded.
+        var defect: String?
+
+        init(lsn: LSN, offset: Int, batchBytes: Int) {
+            self.lsn = lsn
+            self.offset = offset
+            self.batchBytes = batchBytes
+            stream = BatchStream(batchBytes: batchBytes)
+        }
     }
 
     private var partial: Partial?
@@ -149,13 +162,22 @@ struct SegmentScan {
         while true {
             let (header, defect) = try check(at: offset)
             if let header, defect == nil {
-                try accept(header, report: &report, visit: visit)
+                guard let damaged = try accept(header, report: &report, visit: visit) else { continue }
+                if let outcome = try settle(damaged, mode: mode, nextFirstLSN: nextFirstLSN, report: &report) {
+                    return outcome
+                }
                 continue
             }
             // R3: the bytes here do not continue the log. What they mean depends on what follows.
             let cutOffset = partial?.offset ?? offset
-            let reason = defect ?? "the frame does not follow the one before it"
-            let cleanEnd = try partial == nil && isEndMarker(at: offset)
+            let ending = try isEndMarker(at: offset)
+            let cleanEnd = partial == nil && ending
+            var reason = defect ?? "the frame does not follow the one before it"
+            if let partial {
+                // The batch in progress is what is damaged: say so, not what the bytes after it are.
+                reason = "the batch of \(partial.lsn) stops after \(partial.frames) of its fragments "
+                    + "(\(partial.rawSeen) of its \(partial.batchBytes) bytes)" + (ending ? "" : ": the next frame \(reason)")
+            }
             if let nextFirstLSN, nextFirstLSN == expected {
                 // R4: the next segment continues at exactly this LSN; the rest of this one is unused
                 // (normal rotation) or was abandoned by an earlier recovery.
@@ -186,7 +208,13 @@ struct SegmentScan {
             if !remnants.vouched {
                 // R5: nothing later vouches for this frame: a torn tail of a group never acknowledged.
                 if cleanEnd && remnants.end == offset { return .cleanEnd }
-                let end = max(remnants.end, min(window.size, offset + WALFormat.frameHeaderBytes))
+                // The bad frame's own bytes go with it: all of them when its header is this
+                // segment's and its length in range, else the header's.
+                let frameBytes = header.flatMap { header in
+                    header.salt == salt && header.storedBytes > 0 && header.storedBytes <= UInt32(WALFormat.maxFragmentBytes)
+                        ? WALFormat.frameBytes(payloadBytes: Int(header.storedBytes)) : nil
+                } ?? WALFormat.frameHeaderBytes
+                let end = max(remnants.end, min(window.size, offset + frameBytes))
                 report.damage.append(damage(at: cutOffset, reason: reason, corruption: false, end: end))
                 partial = nil
                 offset = cutOffset
@@ -290,59 +318,66 @@ struct SegmentScan {
         return (header, nil)
     }
 
-    /// Takes a verified frame: decompresses it, completes its batch, and visits the batch.
+    /// A batch whose frames verify but whose bytes do not decode.
+    private struct DamagedBatch {
+        var lsn: LSN
+        var offset: Int
+        var reason: String
+    }
+
+    /// Takes a verified frame: decodes it as part of its batch (checking every field as it
+    /// is read), and visits the batch once its last frame was read. Returns the batch when
+    /// its bytes do not decode, for the recovery mode to decide.
     private mutating func accept(_ header: FrameHeader, report: inout WALRecoveryReport,
-                                 visit: (WALRecord) throws -> Void) throws {
+                                 visit: (WALRecord) throws -> Void) throws -> DamagedBatch? {
         let payloadStart = offset + WALFormat.frameHeaderBytes
-        let payloadEnd = payloadStart + Int(header.storedBytes)
+        let payloadCount = Int(header.storedBytes)
         let skipped = header.lsn < replayFrom
-        let raw: [UInt8]
-        if skipped {
-            // Verified by its checksum (R1); its bytes are not needed.
-            raw = []
-        } else if header.isCompressed {
+        let kind = FragmentKind(rawValue: header.kind)!
+        var current = partial ?? Partial(lsn: header.lsn, offset: offset, batchBytes: Int(header.batchBytes))
+        partial = nil
+        proof.read(FrameExtent(path: path, offset: offset, end: offset + WALFormat.frameBytes(payloadBytes: payloadCount),
+                               lsn: header.lsn), vouching: header.durableLSN)
+        // Batches before `replayFrom` are verified by their checksums (R1); their bytes are
+        // not needed. The others are decoded fragment by fragment: a field over a limit is
+        // refused before anything is built for it, and only a batch of one frame keeps its
+        // decoded bytes (a larger one keeps its stored payloads, decoded again when visited).
+        var whole: [UInt8]?
+        if !skipped && current.defect == nil {
             do {
-                raw = try window.withBytes(at: payloadStart, count: payloadEnd - payloadStart) { buffer, index in
-                    try LZ4Block.decompress(UnsafeRawBufferPointer(rebasing: buffer[index..<(index + payloadEnd - payloadStart)]),
-                                            decompressedCount: Int(header.rawBytes))
+                try window.withBytes(at: payloadStart, count: payloadCount) { buffer, index in
+                    let payload = UnsafeRawBufferPointer(rebasing: buffer[index..<(index + payloadCount)])
+                    let raw = header.isCompressed
+                        ? try LZ4Block.decompress(payload, decompressedCount: Int(header.rawBytes)) : Array(payload)
+                    try raw.withUnsafeBytes { try current.stream.feed($0) { _, _, _ in } }
+                    if kind == .full {
+                        whole = raw
+                    } else {
+                        current.fragments.append(WALRecord.Fragment(payload: header.isCompressed ? Array(payload) : raw,
+                                                                    rawBytes: raw.count, compressed: header.isCompressed))
+                    }
                 }
-            } catch let error as WALError {
-                throw error
-            } catch {
-                throw WALError.corruptBatch(path: path, offset: Int64(offset), lsn: header.lsn, reason: "\(error)")
-            }
-        } else {
-            raw = try window.withBytes(at: payloadStart, count: payloadEnd - payloadStart) { buffer, index in
-                Array(buffer[index..<(index + payloadEnd - payloadStart)])
+            } catch let error as CodecError {
+                current.defect = "\(error)"
+                current.fragments = []
             }
         }
-        let kind = FragmentKind(rawValue: header.kind)!
-        var current = partial ?? Partial(lsn: header.lsn, offset: offset, raw: [], batchBytes: Int(header.batchBytes),
-                                         frames: 0, stored: 0)
-        // The batch grows as its fragments arrive: no reservation from the header's batch
-        // length, which may claim 256 MiB that the file does not hold.
-        proof.read(FrameExtent(path: path, offset: offset, end: offset + WALFormat.frameBytes(payloadBytes: Int(header.storedBytes)),
-                               lsn: header.lsn), vouching: header.durableLSN)
-        // A whole batch's frame (the common case) hands its array over instead of copying it.
-        if current.raw.isEmpty { current.raw = raw } else { current.raw += raw }
         current.rawSeen += Int(header.rawBytes)
         current.frames += 1
-        current.stored += Int(header.storedBytes)
-        offset += WALFormat.frameBytes(payloadBytes: Int(header.storedBytes))
+        current.stored += payloadCount
+        offset += WALFormat.frameBytes(payloadBytes: payloadCount)
         guard kind == .full || kind == .last else {
             partial = current
-            return
+            return nil
         }
-        partial = nil
-        guard current.rawSeen == current.batchBytes else {
-            throw WALError.corruptBatch(path: path, offset: Int64(current.offset), lsn: current.lsn,
-                                        reason: "its fragments hold \(current.rawSeen) bytes, not \(current.batchBytes)")
+        if current.defect == nil && current.rawSeen != current.batchBytes {
+            current.defect = "its fragments hold \(current.rawSeen) bytes, not \(current.batchBytes)"
         }
-        var locations: [WALBatch.OperationLocation]?
-        if !skipped {
-            do { locations = try WALBatch.locateOperations(current.raw) } catch {
-                throw WALError.corruptBatch(path: path, offset: Int64(current.offset), lsn: current.lsn, reason: "\(error)")
-            }
+        if !skipped && current.defect == nil {
+            do { try current.stream.finish() } catch { current.defect = "\(error)" }
+        }
+        if let defect = current.defect {
+            return DamagedBatch(lsn: current.lsn, offset: current.offset, reason: defect)
         }
         if report.firstLSN == .none { report.firstLSN = current.lsn }
         report.lastLSN = current.lsn
@@ -351,10 +386,43 @@ struct SegmentScan {
         report.rawBytes += current.batchBytes
         report.storedBytes += current.stored
         expected = current.lsn.next
-        guard let locations else { return }
-        try visit(WALRecord(lsn: current.lsn, encoded: current.raw, operationLocations: locations, path: path,
-                            offset: Int64(current.offset),
-                            frameCount: current.frames, rawBytes: current.batchBytes, storedBytes: current.stored))
+        guard !skipped else { return nil }
+        let record = WALRecord(lsn: current.lsn, path: path, offset: Int64(current.offset), frameCount: current.frames,
+                               rawBytes: current.batchBytes, storedBytes: current.stored,
+                               operationCount: current.stream.operationsRead,
+                               body: whole.map { .whole($0) } ?? .fragments(current.fragments))
+        if report.damage.contains(where: \.mayHaveLostCommits) {
+            report.batchesAfterDamage.append(WALBatchAfterDamage(lsn: record.lsn, path: path, offset: record.offset,
+                                                                 operationCount: record.operationCount, outcome: .applied))
+        }
+        try visit(record)
+        return nil
+    }
+
+    /// What the recovery mode makes of a batch whose frames verify but whose bytes do not
+    /// decode (`offset` is just after its last frame): nil to read on, or how the segment ends.
+    private mutating func settle(_ batch: DamagedBatch, mode: RecoveryMode, nextFirstLSN: LSN?,
+                                 report: inout WALRecoveryReport) throws -> SegmentOutcome? {
+        // R4: the next segment continues at exactly this batch: the rest of this one was
+        // abandoned (by a point-in-time salvage that cut the log here).
+        if nextFirstLSN == batch.lsn { return .cleanEnd }
+        let reason = "the batch does not decode: \(batch.reason)"
+        switch mode {
+        case .strict:
+            throw WALError.corruptBatch(path: path, offset: Int64(batch.offset), lsn: batch.lsn, reason: batch.reason)
+        case .tolerateCorruptedTail where nextFirstLSN != nil:
+            throw WALError.corruptBatch(path: path, offset: Int64(batch.offset), lsn: batch.lsn, reason: batch.reason)
+        case .tolerateCorruptedTail, .pointInTime:
+            report.damage.append(damage(at: batch.offset, reason: reason, kind: .corruption, end: window.size))
+            offset = batch.offset
+            return mode == .pointInTime && nextFirstLSN != nil ? .stopHere : .cut
+        case .skipCorrupted:
+            report.damage.append(damage(at: batch.offset, reason: reason, kind: .corruption, end: offset))
+            report.batchesAfterDamage.append(WALBatchAfterDamage(lsn: batch.lsn, path: path, offset: Int64(batch.offset),
+                                                                 operationCount: 0, outcome: .skipped(reason: batch.reason)))
+            expected = batch.lsn.next
+            return nil
+        }
     }
 
     /// Whether the bytes at `offset` are where the log's data ends in this file: the end of

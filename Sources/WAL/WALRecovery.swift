@@ -1,13 +1,11 @@
 // What reading a log found: the batches (through a visitor), a report for people, and the
 // tail where appending resumes.
+import StrataCodec
 
 /// One batch read back from the log.
 public struct WALRecord: Sendable {
     /// The batch's LSN.
     public let lsn: LSN
-    /// The batch's encoding, and where each of its operations lies in it (checked).
-    public let encoded: [UInt8]
-    public let operationLocations: [WALBatch.OperationLocation]
     /// The segment file holding its first frame, and that frame's offset.
     public let path: String
     public let offset: Int64
@@ -15,19 +13,87 @@ public struct WALRecord: Sendable {
     public let frameCount: Int
     public let rawBytes: Int
     public let storedBytes: Int
+    /// The operations the batch holds (checked when it was read).
+    public let operationCount: Int
+    /// The batch's bytes as they are kept: decoded for a batch of one frame, as stored
+    /// (each frame's payload) for a larger one, decoded again one frame at a time when its
+    /// operations are read. A record holds at most its stored bytes and one frame's.
+    let body: Body
 
-    /// The operations, copied out of `encoded` on each access (read them in place with
-    /// `forEachOperation`, or count them with `operationLocations`).
-    public var batch: WALBatch { WALBatch(WALBatch.operations(of: encoded, at: operationLocations)) }
+    enum Body: Sendable {
+        case whole([UInt8])
+        case fragments([Fragment])
+    }
 
-    /// Calls `body` with each operation's kind, key and value (nil for a delete) where they
-    /// lie in `encoded`, in commit order.
-    public func forEachOperation(_ body: (_ kind: UInt8, _ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?) throws -> Void) rethrows {
-        try encoded.withUnsafeBytes { bytes in
-            for location in operationLocations {
-                try body(location.kind, UnsafeRawBufferPointer(rebasing: bytes[location.key]),
-                         location.value.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) })
+    /// One frame's payload of a batch of several frames.
+    struct Fragment: Sendable {
+        let payload: [UInt8]
+        let rawBytes: Int
+        let compressed: Bool
+
+        /// The fragment's decoded bytes.
+        func withDecoded<T>(_ body: (UnsafeRawBufferPointer) throws -> T) throws -> T {
+            guard compressed else { return try payload.withUnsafeBytes(body) }
+            return try LZ4Block.decompress(payload, decompressedCount: rawBytes).withUnsafeBytes(body)
+        }
+    }
+
+    /// The operations, copied out.
+    public var batch: WALBatch {
+        var operations: [WALBatch.Operation] = []
+        operations.reserveCapacity(operationCount)
+        forEachOperation { kind, key, value in operations.append(WALBatch.Operation(kind: kind, key: key, value: value)) }
+        return WALBatch(operations)
+    }
+
+    /// Calls `body` with each operation's kind, key and value (nil for a delete), valid
+    /// during the call only, in commit order; throws what `body` throws. The bytes were
+    /// checked when the batch was read: they decode again the same way.
+    public func forEachOperation<E: Error>(
+        _ body: (_ kind: UInt8, _ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?) throws(E) -> Void
+    ) throws(E) {
+        var stream = BatchStream(batchBytes: rawBytes)
+        do {
+            switch self.body {
+            case let .whole(bytes):
+                try bytes.withUnsafeBytes { try stream.feed($0) { kind, key, value in try body(kind, key, value) } }
+            case let .fragments(fragments):
+                for fragment in fragments {
+                    try fragment.withDecoded { try stream.feed($0) { kind, key, value in try body(kind, key, value) } }
+                }
             }
+            try stream.finish()
+        } catch let error as E {
+            throw error
+        } catch {
+            preconditionFailure("the batch of \(lsn) decoded when it was read, but not again: \(error)")
+        }
+    }
+}
+
+/// A batch read after damage that a salvage mode stepped over: what the store got from the
+/// rest of the log, so that an operator sees what a damaged (or forged) stretch held.
+public struct WALBatchAfterDamage: Sendable, Equatable, CustomStringConvertible {
+    public enum Outcome: Sendable, Equatable {
+        /// The batch verified and decoded, and was replayed.
+        case applied
+        /// Its frames verified but the batch does not decode (the reason says why): it was
+        /// left out.
+        case skipped(reason: String)
+    }
+
+    public let lsn: LSN
+    /// The segment file holding its first frame, and that frame's offset.
+    public let path: String
+    public let offset: Int64
+    /// Operations the batch holds (0 for a skipped batch).
+    public let operationCount: Int
+    public let outcome: Outcome
+
+    public var description: String {
+        switch outcome {
+        case .applied: "applied \(lsn) (\(operationCount) operations) at offset \(offset) of \(path)"
+        case let .skipped(reason): "skipped \(lsn) at offset \(offset) of \(path): \(reason)"
         }
     }
 }
@@ -95,6 +161,10 @@ public struct WALRecoveryReport: Sendable {
     public var damage: [WALDamage] = []
     /// Segment files removed by `.pointInTime` recovery, and leftover temporary files removed.
     public var discardedFiles: [String] = []
+    /// In a salvage mode, every batch read after the first damage that may have cost
+    /// commits: each one replayed, and each one whose frames verify but which does not
+    /// decode, left out.
+    public var batchesAfterDamage: [WALBatchAfterDamage] = []
 
     /// Bytes discarded by recovery.
     public var discardedBytes: Int { damage.reduce(0) { $0 + $1.byteCount } }

@@ -49,7 +49,7 @@ import Testing
         // And the short forms padded with a zero byte are rejected.
         for padded: [UInt8] in [[0x81, 0x00, 0x01], [0x81, 0x80, 0x00, 0x01]] {
             var offset = 0
-            #expect(throws: CodecError.malformedVarint(offset: 0)) {
+            #expect(throws: CodecError.nonShortestVarint(offset: 0)) {
                 try padded.withUnsafeBytes { raw throws(CodecError) in try Varint.read(raw, at: &offset) }
             }
         }
@@ -87,7 +87,8 @@ import Testing
     @Test(arguments: [[UInt8]([0x83, 0x00]), [0x80, 0x00], [0xFF, 0x80, 0x00]])
     func nonMinimalVarintsAreRejected(bytes: [UInt8]) {
         var reader = ByteReader(bytes)
-        #expect(throws: CodecError.malformedVarint(offset: 0)) { try reader.readVarint() }
+        #expect(throws: CodecError.nonShortestVarint(offset: 0)) { try reader.readVarint() }
+        #expect("\(CodecError.nonShortestVarint(offset: 0))".contains("shortest form"))
     }
 
     @Test func zeroAndOneByteValuesStillDecode() throws {

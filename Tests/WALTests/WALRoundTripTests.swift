@@ -109,7 +109,11 @@ import Testing
             let encoding = batch.encoding()
             #expect(encoding.bytes.count == batch.measure.encodedByteCount)
             #expect(try WALBatch.decode(encoding.bytes) == batch)
-            #expect(try WALBatch.locateOperations(encoding.bytes) == encoding.operationLocations)
+            let located = encoding.operationLocations.map { location in
+                WALBatch.Operation(kind: location.kind, key: encoding.bytes.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[location.key]) },
+                                   value: location.value.map { range in encoding.bytes.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[range]) } })
+            }
+            #expect(located == batch.operations)
         }
         let empty = WALBatch().encoding()
         #expect(empty.bytes == [0, 0, 0, 0] && empty.operationLocations.isEmpty)

@@ -42,7 +42,10 @@ public enum FuzzTargets {
             _ = try? WriteAheadLog.read(directory: "/wal", fileSystem: fileSystem, mode: recoveryMode) { record in
                 precondition(recoveryMode == .skipCorrupted || record.lsn == expected, "batches out of order")
                 precondition(record.lsn >= expected, "LSN went backwards")
-                precondition(record.batch.encoded().count == record.rawBytes, "batch size mismatch")
+                // A batch the reader handed over decodes again, to exactly its size.
+                let batch = record.batch
+                precondition(batch.encoded().count == record.rawBytes, "batch size mismatch")
+                precondition(batch.operations.count == record.operationCount, "operation count mismatch")
                 expected = record.lsn.next
             }
         }
