@@ -150,8 +150,10 @@ let package = Package(
             path: "Tests/EtcdBankProcess"
         ),
         .testTarget(name: "RecordsTests", dependencies: ["Strata", "StrataRecords", "StrataTesting", "TestBackends"]),
+        // Runs a program and reports its own peak memory (the replay-memory tests).
+        .executableTarget(name: "PeakMemory", path: "Tests/PeakMemory"),
         // Drives the built `strata` executable as a process; checks the repository's docs.
-        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "StrataFileIO", "StrataWAL"]),
+        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "StrataFileIO", "StrataWAL", "StrataTesting", "PeakMemory"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -6,7 +6,7 @@ import PackageDescription
 let package = Package(
     name: "StrataFuzz",
     dependencies: [.package(name: "Strata", path: "..")],
-    targets: ["WALFramesFuzz", "LZ4BlockFuzz", "EnginePageFuzz", "EngineOpenFuzz", "RecordDecoderFuzz", "StoreLogFuzz"].map { name in
+    targets: ["WALFramesFuzz", "LZ4BlockFuzz", "EnginePageFuzz", "EngineOpenFuzz", "RecordDecoderFuzz", "StoreLogFuzz", "StoreFieldsFuzz"].map { name in
         .executableTarget(name: name, dependencies: [.product(name: "StrataTesting", package: "Strata")])
     }
 )

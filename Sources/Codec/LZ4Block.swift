@@ -55,9 +55,18 @@ public enum LZ4Block {
 
     /// Compresses a byte array; `nil` when compression does not make it smaller.
     public static func compress(_ input: [UInt8]) -> [UInt8]? {
-        var output: [UInt8] = []
-        let count = input.withUnsafeBytes { compress($0, appendingTo: &output) }
-        return count == nil ? nil : output
+        guard !input.isEmpty else { return nil }
+        // Written in place into a new array (no zero fill first: a debug build fills one
+        // element at a time).
+        let output = [UInt8](unsafeUninitializedCapacity: compressBound(input.count)) { buffer, count in
+            let written = input.withUnsafeBytes { input in
+                Int(LZ4_compress_fast(input.baseAddress!.assumingMemoryBound(to: CChar.self),
+                                      UnsafeMutableRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self),
+                                      Int32(input.count), Int32(buffer.count), Self.acceleration))
+            }
+            count = written > 0 && written < input.count ? written : 0
+        }
+        return output.isEmpty ? nil : output
     }
 
     /// Decompresses one block that must expand to exactly `decompressedCount` bytes.
@@ -67,14 +76,17 @@ public enum LZ4Block {
               input.count > 0, input.count <= maxInputCount else {
             throw .malformedLZ4Block(compressedCount: input.count, expectedCount: decompressedCount)
         }
-        var output = [UInt8](repeating: 0, count: decompressedCount)
-        let produced = output.withUnsafeMutableBytes { destination in
-            LZ4_decompress_safe(
+        // Decoded in place into a new array, with no zero fill first: a block that does not
+        // produce exactly `decompressedCount` bytes leaves an empty array and throws.
+        var produced: Int32 = 0
+        let output = [UInt8](unsafeUninitializedCapacity: decompressedCount) { buffer, count in
+            produced = LZ4_decompress_safe(
                 input.baseAddress!.assumingMemoryBound(to: CChar.self),
-                destination.baseAddress!.assumingMemoryBound(to: CChar.self),
+                UnsafeMutableRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self),
                 Int32(input.count), Int32(decompressedCount))
+            count = produced == Int32(decompressedCount) ? decompressedCount : 0
         }
-        guard produced == Int32(decompressedCount) else {
+        guard produced == Int32(decompressedCount), output.count == decompressedCount else {
             throw .malformedLZ4Block(compressedCount: input.count, expectedCount: decompressedCount)
         }
         return output

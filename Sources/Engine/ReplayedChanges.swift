@@ -7,23 +7,24 @@
 // each page) was most of recovery's time.
 //
 // Memory is bounded by what the replay keeps, not by how many changes the log holds: when
-// the nodes made reach `compactionBytes` (and twice what the last compaction kept), the
-// last change of each key is copied into a fresh memtable and the old one is freed. A log
-// that writes a few keys millions of times (a 64 MiB batch of 4-byte operations compresses
-// to 288 KB) then costs what its keys cost, not 100 bytes a change (FORMAT.md, "Replay
-// memory").
+// the nodes made reach `compactionBytes` (and four times what the last compaction kept),
+// the last change of each key is copied into a fresh memtable and the old one is freed. A
+// log that writes a few keys millions of times (a 64 MiB batch of 4-byte operations is
+// stored in 340 KB) then costs what its keys cost, not ~100 bytes a change (FORMAT.md,
+// "Replay memory").
 import CStrataPlatform
 import StrataWAL
 
 final class ReplayedChanges {
     /// The node bytes at which a replay first compacts.
-    static let compactionBytes = 64 << 20
+    static let compactionBytes = 16 << 20
 
     private let budgetBytes: Int
     private(set) var memtable: Memtable
     private var nodes: [MemtableNode] = []
     /// Node bytes that trigger the next compaction.
     private var compactAt: Int
+    private let compactionBytes: Int
     /// Compactions made (for tests).
     private(set) var compactions = 0
 
@@ -33,6 +34,7 @@ final class ReplayedChanges {
         self.budgetBytes = budgetBytes
         memtable = Memtable(budgetBytes: budgetBytes)
         compactAt = compactionBytes
+        self.compactionBytes = compactionBytes
     }
 
     /// Adds the operations of `record` at `version`; later changes of a key win over
@@ -47,20 +49,9 @@ final class ReplayedChanges {
 
     /// Links the last change of each key into the memtable, in key order, and returns it.
     func linkLatest() -> Memtable {
-        let latest = latestPositions(sorted: true)
-        nodes.withUnsafeBufferPointer { nodes in
-            memtable.link(sortedUniqueCount: latest.count) { nodes[latest[$0]] }
-        }
-        nodes = []
-        return memtable
-    }
-
-    /// The positions in `nodes` of each key's last change: in key order when `sorted`, else
-    /// in log order.
-    private func latestPositions(sorted: Bool) -> [Int] {
         nodes.withUnsafeBufferPointer { nodes in
             let order = positionsInKeyOrder(count: nodes.count) { nodes[$0].key }
-            // Ask for a node a few places ahead (see positionsInKeyOrder).
+            // Both passes ask for a node a few places ahead (see positionsInKeyOrder).
             let ahead = 8
             var latest: [Int] = []
             latest.reserveCapacity(order.count)
@@ -71,15 +62,33 @@ final class ReplayedChanges {
                     latest.append(index)
                 }
             }
-            if !sorted { latest.sort() }
-            return latest
+            memtable.link(sortedUniqueCount: latest.count) { nodes[latest[$0]] }
         }
+        nodes = []
+        return memtable
     }
 
     /// Copies the last change of each key into a fresh memtable (in log order, so later
     /// changes still come after them) and frees the old one with every superseded change.
+    /// The last changes are found through a hash table of positions (no sort: the nodes of
+    /// a log that writes few keys over and over are mostly superseded).
     private func compact() {
-        let latest = latestPositions(sorted: false)
+        var latest: [Int] = []
+        nodes.withUnsafeBufferPointer { nodes in
+            var slots = 16
+            while slots < 2 * nodes.count { slots *= 2 }
+            let mask = slots - 1
+            // Slot → 1 + the position of the newest node of its key so far (0 = empty).
+            var table = [Int](repeating: 0, count: slots)
+            for position in nodes.indices {
+                let key = nodes[position].key
+                var slot = Int(truncatingIfNeeded: hashKey(key)) & mask
+                while table[slot] != 0 && compareBytes(nodes[table[slot] - 1].key, key) != 0 { slot = (slot + 1) & mask }
+                table[slot] = position + 1
+            }
+            latest = table.compactMap { $0 == 0 ? nil : $0 - 1 }
+        }
+        latest.sort()
         let fresh = Memtable(budgetBytes: budgetBytes)
         let kept = latest.map { position in
             let node = nodes[position]
@@ -88,6 +97,8 @@ final class ReplayedChanges {
         nodes = kept
         memtable = fresh
         compactions += 1
-        compactAt = max(compactAt, 2 * fresh.byteCount)
+        // A log of changes that are mostly the last of their key (a normal one) is not
+        // compacted again until it has grown fourfold: copying stays a fraction of replay.
+        compactAt = max(compactionBytes, 4 * fresh.byteCount)
     }
 }

@@ -99,8 +99,13 @@ struct LimitedRun {
 
 /// Runs `strata arguments…` in `directory`, killing it once `seconds` have passed.
 func runStrata(_ arguments: [String], in directory: URL, limit seconds: Double) throws -> LimitedRun {
+    try runProgram(strataExecutable, arguments, in: directory, limit: seconds)
+}
+
+/// Runs `program arguments…` in `directory`, killing it once `seconds` have passed.
+func runProgram(_ program: URL, _ arguments: [String], in directory: URL, limit seconds: Double) throws -> LimitedRun {
     let process = Process()
-    process.executableURL = strataExecutable
+    process.executableURL = program
     process.arguments = arguments
     process.currentDirectoryURL = directory
     process.environment = toolEnvironment()

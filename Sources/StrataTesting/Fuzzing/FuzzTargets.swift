@@ -18,6 +18,7 @@ public enum FuzzTargets {
     public static let all: [(name: String, run: @Sendable ([UInt8]) -> Void)] = [
         ("WALFrames", walFrames), ("LZ4Block", lz4Block), ("EnginePage", enginePage),
         ("EngineOpen", engineOpen), ("RecordDecoder", recordDecoder), ("StoreLog", storeLog),
+        ("StoreFields", storeFields),
     ]
 
     // MARK: WALFrames
