@@ -238,6 +238,7 @@ extension StorageEngine {
     /// The newest valid meta page, and why the other was rejected.
     static func readMeta(_ file: any OpenFile, path: String) throws -> (MetaPage, String?) {
         let head = try file.read(count: Limits.pageBytesRange.lowerBound, at: 0)
+        let fileBytes = UInt64(max(0, try file.size()))
         var candidates: [(slot: Int, result: Result<MetaPage, MetaDefect>)] = []
         let declared = MetaPage.declaredPageBytes(head)
         for slot in 0..<2 {
@@ -248,7 +249,14 @@ extension StorageEngine {
             for size in sizes {
                 let bytes = try file.read(count: size, at: Int64(slot * size))
                 guard bytes.count == size else { continue }
-                let result = Result { () throws(MetaDefect) in try MetaPage.decode(bytes) }
+                var result = Result { () throws(MetaDefect) in try MetaPage.decode(bytes) }
+                // A checkpoint writes (and syncs) every page it counts before its meta page:
+                // one that counts pages past the file's end was not written by a checkpoint
+                // (its pages would be written at that offset: terabytes of a sparse file).
+                if case let .success(meta) = result, meta.pageCount * UInt64(meta.pageBytes) > fileBytes {
+                    result = .failure(.invalid("it counts \(meta.pageCount) pages of \(meta.pageBytes) bytes, "
+                                                + "but the file holds \(fileBytes) bytes"))
+                }
                 if case .success = result { best = result; break }
                 if case .failure(.newerVersion) = result { best = result; break }
                 // The reason at the first size tried (the declared one, when slot 0 says it)
