@@ -249,14 +249,7 @@ extension StorageEngine {
             for size in sizes {
                 let bytes = try file.read(count: size, at: Int64(slot * size))
                 guard bytes.count == size else { continue }
-                var result = Result { () throws(MetaDefect) in try MetaPage.decode(bytes) }
-                // A checkpoint writes (and syncs) every page it counts before its meta page:
-                // one that counts pages past the file's end was not written by a checkpoint
-                // (its pages would be written at that offset: terabytes of a sparse file).
-                if case let .success(meta) = result, meta.pageCount * UInt64(meta.pageBytes) > fileBytes {
-                    result = .failure(.invalid("it counts \(meta.pageCount) pages of \(meta.pageBytes) bytes, "
-                                                + "but the file holds \(fileBytes) bytes"))
-                }
+                let result = Result { () throws(MetaDefect) in try MetaPage.decode(bytes) }
                 if case .success = result { best = result; break }
                 if case .failure(.newerVersion) = result { best = result; break }
                 // The reason at the first size tried (the declared one, when slot 0 says it)
@@ -274,6 +267,14 @@ extension StorageEngine {
         }
         let valid = candidates.compactMap { try? $0.result.get() }
         if let newest = valid.max(by: { $0.generation < $1.generation }) {
+            // A checkpoint writes (and syncs) every page it counts before its meta page: a
+            // file that ends inside them was cut short, or the meta page is forged (its new
+            // pages would be written past the end: terabytes of a sparse file).
+            guard newest.pageCount * UInt64(newest.pageBytes) <= fileBytes else {
+                throw EngineError.corruptPage(path: path, offset: Int64(fileBytes), reason:
+                    "the file ends inside the \(newest.pageCount) pages of \(newest.pageBytes) bytes its meta page counts "
+                        + "(at \(fileBytes) bytes): it was cut short, or that meta page was not written by a checkpoint")
+            }
             // A new data file has one meta page (generation 0) and a zeroed page 1 until
             // its first checkpoint: that page is not damage.
             if newest.generation == 0, let pageBytes = declared,

@@ -147,3 +147,48 @@ func runMeasured(_ arguments: [String], in directory: URL, limit seconds: Double
     return MeasuredRun(status: run.run.status, stdout: run.run.stdout, stderr: lines.dropLast().joined(separator: "\n"),
                        peakRSS: peak, timedOut: run.timedOut)
 }
+
+/// A store whose log holds a damaged batch between good ones, met as an operator meets it:
+/// `get` refuses it naming the batch, `wal` marks it and exits 1, and `salvage` recovers
+/// every earlier key (point-in-time) or the later ones too (skip-corrupted), listing what
+/// it stepped over.
+@Suite(.serialized) struct DamagedBatchToolTests {
+    @Test func salvageStepsOverABatchThatDoesNotDecode() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        for index in 0..<5 {
+            #expect(try runStrata(["put", "--store", "s.db", "before\(index)", "v\(index)"], in: directory).status == 0)
+        }
+        let store = directory.appendingPathComponent("s.db")
+        var image = try StoreImage(directory: store)
+        // LSN 6: a key of 769 bytes; 7 and 8: good batches a salvage can keep.
+        let bad = WALBatch([.put(key: [UInt8](repeating: 0x61, count: 769), value: [1])]).encoded()
+        let later = (0..<2).map { WALBatch([.put(key: Array("after\($0)".utf8), value: Array("w\($0)".utf8))]).encoded() }
+        ForgedStore.appendSegment(batches: [bad] + later, after: 5, compress: true, to: &image)
+        try image.write(to: store)
+
+        let get = try runStrata(["get", "--store", "s.db", "before0"], in: directory)
+        #expect(get.status == 2 && get.stderr.contains("LSN 6") && get.stderr.contains("above the limit of 768"), "\(get.stderr)")
+        let wal = try runStrata(["wal", "s.db"], in: directory)
+        #expect(wal.status == 1 && wal.stdout.contains("LSN 6  DAMAGED"), "\(wal.stdout) \(wal.stderr)")
+
+        let pointInTime = try runStrata(["salvage", "--mode", "point-in-time", "--store", "s.db", "early.db"], in: directory)
+        #expect(pointInTime.status == 0 && pointInTime.stdout.contains("does not decode"), "\(pointInTime.stdout) \(pointInTime.stderr)")
+        for index in 0..<5 {
+            #expect(try runStrata(["get", "--store", "early.db", "before\(index)"], in: directory).lines == ["v\(index)"])
+        }
+        #expect(try runStrata(["get", "--store", "early.db", "after0"], in: directory).status == 1)
+
+        let skip = try runStrata(["salvage", "--mode", "skip-corrupted", "--store", "s.db", "all.db"], in: directory)
+        #expect(skip.status == 0, "\(skip.stderr)")
+        let listed = skip.stdout.split(separator: "\n").filter { $0.hasPrefix("after the damage: ") }
+        #expect(listed.count == 3 && listed[0].contains("skipped LSN 6") && listed[1].contains("applied LSN 7")
+                    && listed[2].contains("applied LSN 8"), "\(skip.stdout)")
+        for index in 0..<5 {
+            #expect(try runStrata(["get", "--store", "all.db", "before\(index)"], in: directory).lines == ["v\(index)"])
+        }
+        for index in 0..<2 {
+            #expect(try runStrata(["get", "--store", "all.db", "after\(index)"], in: directory).lines == ["w\(index)"])
+        }
+    }
+}
