@@ -171,6 +171,34 @@ import Testing
         }
     }
 
+    /// A meta page whose reserved bytes are not zero (checksum resealed) is invalid, named
+    /// for them; so is a page whose overflow count or leaf word is not zero.
+    @Test(arguments: [5, 7, 18, 19, 80, 4095])
+    func aMetaPageWithNonZeroReservedBytesIsInvalid(offset: Int) throws {
+        var meta = MetaPage(pageBytes: 4096, generation: 3, root: .none, freeListHead: .none, checkpointVersion: 9,
+                            pageCount: 2, keyCount: 0, height: 0).encoded()
+        #expect((try? MetaPage.decode(meta)) != nil)
+        meta[offset] = 1
+        let checksum = CRC32C.checksum(meta[4...])
+        meta.replaceSubrange(0..<4, with: withUnsafeBytes(of: checksum.littleEndian) { Array($0) })
+        #expect {
+            try MetaPage.decode(meta)
+        } throws: { error in
+            "\(error)".contains("reserved bytes (5–7, 18–19, 80 on) are not zero")
+        }
+    }
+
+    @Test func anOverflowPageWithACountAndALeafWithAWordAreCorrupt() throws {
+        var overflow = PageCodec.encodeOverflow([UInt8]([1, 2, 3]), next: .none, id: PageID(5), generation: 1, pageBytes: 4096)
+        overflow[6] = 1
+        overflow.replaceSubrange(0..<4, with: withUnsafeBytes(of: CRC32C.checksum(overflow[4...]).littleEndian) { Array($0) })
+        #expect { try PageCodec.verify(overflow, id: PageID(5), expected: [.overflow]) } throws: { "\($0)".contains("not zero as an overflow page's") }
+        var leaf = PageCodec.encodeLeaf([LeafEntry]()[...], id: PageID(6), generation: 1, pageBytes: 4096)
+        leaf[24] = 9
+        leaf.replaceSubrange(0..<4, with: withUnsafeBytes(of: CRC32C.checksum(leaf[4...]).littleEndian) { Array($0) })
+        #expect { try PageCodec.verify(leaf, id: PageID(6), expected: [.leaf]) } throws: { "\($0)".contains("not zero as a leaf's") }
+    }
+
     @Test func aMetaPageWithABadChecksumIsReportedAsSuch() throws {
         let fileSystem = SimulatedFileSystem()
         // Two checkpoints, so both meta pages are valid; then flip a byte inside the newer one.

@@ -191,4 +191,26 @@ func runMeasured(_ arguments: [String], in directory: URL, limit seconds: Double
             #expect(try runStrata(["get", "--store", "all.db", "after\(index)"], in: directory).lines == ["w\(index)"])
         }
     }
+
+    /// A damaged batch the data file's checkpoint already covers costs nothing: every
+    /// command reads the store, `stat` included (it re-read the whole log and failed).
+    @Test func aDamagedBatchTheCheckpointCoversFailsNoCommand() throws {
+        let directory = try scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        for index in 0..<3 {
+            #expect(try runStrata(["put", "--store", "s.db", "key\(index)", "v\(index)"], in: directory).status == 0)
+        }
+        let store = directory.appendingPathComponent("s.db")
+        var image = try StoreImage(directory: store)
+        let bad = WALBatch([.put(key: [UInt8](repeating: 0x61, count: 769), value: [1])]).encoded()
+        ForgedStore.appendSegment(batches: [bad], after: 3, compress: false, to: &image)
+        // The checkpoint now says it holds LSN 4, the damaged batch.
+        let checkpoint = try #require(ForgedStore.fields.first { $0.structure == .metaPage && $0.name == "checkpointVersion" })
+        #expect(ForgedStore.write(4, into: checkpoint, of: &image))
+        try image.write(to: store)
+        for arguments in [["stat", "s.db"], ["verify", "s.db"], ["dump", "s.db"], ["get", "--store", "s.db", "key2"]] {
+            let run = try runStrata(arguments, in: directory)
+            #expect(run.status == 0, "\(arguments[0]) exited \(run.status): \(run.stderr)")
+        }
+    }
 }
