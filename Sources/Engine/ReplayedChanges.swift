@@ -7,8 +7,9 @@
 // each page) was most of recovery's time.
 //
 // Memory is bounded by what the replay keeps, not by how many changes the log holds: when
-// the nodes made reach `compactionBytes` (and four times what the last compaction kept),
-// the last change of each key is copied into a fresh memtable and the old one is freed. A
+// the nodes made reach `compactionBytes` (then four times what the last look kept), and at
+// least half of them are superseded, the last change of each key is copied into a fresh
+// memtable and the old one is freed. A
 // log that writes a few keys millions of times (a 64 MiB batch of 4-byte operations is
 // stored in 340 KB) then costs what its keys cost, not ~100 bytes a change (FORMAT.md,
 // "Replay memory").
@@ -69,7 +70,8 @@ final class ReplayedChanges {
     }
 
     /// Copies the last change of each key into a fresh memtable (in log order, so later
-    /// changes still come after them) and frees the old one with every superseded change.
+    /// changes still come after them) and frees the old one with every superseded change,
+    /// when at least half the changes are superseded.
     /// The last changes are found through a hash table of positions (no sort: the nodes of
     /// a log that writes few keys over and over are mostly superseded).
     private func compact() {
@@ -88,6 +90,13 @@ final class ReplayedChanges {
             }
             latest = table.compactMap { $0 == 0 ? nil : $0 - 1 }
         }
+        compactions += 1
+        guard 2 * latest.count <= nodes.count else {
+            // Most changes are the last of their key (a normal log): a copy would free little
+            // and touch as much fresh memory as it keeps. Look again once it has grown fourfold.
+            compactAt = 4 * memtable.byteCount
+            return
+        }
         latest.sort()
         let fresh = Memtable(budgetBytes: budgetBytes)
         let kept = latest.map { position in
@@ -96,9 +105,7 @@ final class ReplayedChanges {
         }
         nodes = kept
         memtable = fresh
-        compactions += 1
-        // A log of changes that are mostly the last of their key (a normal one) is not
-        // compacted again until it has grown fourfold: copying stays a fraction of replay.
+        // What was kept is not looked at again until the replay has made three times as much.
         compactAt = max(compactionBytes, 4 * fresh.byteCount)
     }
 }

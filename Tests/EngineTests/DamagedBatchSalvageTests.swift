@@ -69,10 +69,16 @@ import Testing
     /// The hostile batch's LSN: after `before` commits.
     private let damagedLSN = LSN(7)
 
-    @Test(arguments: shapes)
-    func aStrictOpenRefusesTheBatchNamingFileOffsetAndLSN(shape: String) throws {
+    /// `damagedStore` with the batch of `shape` at `damagedLSN`.
+    private func damagedStore(_ shape: String) throws -> SimulatedFileSystem {
         let fileSystem = try damagedStore(hostile: [Self.hostile(shape)])
         if shape == "count" { try rewriteCount(of: damagedLSN, in: fileSystem) }
+        return fileSystem
+    }
+
+    @Test(arguments: shapes)
+    func aStrictOpenRefusesTheBatchNamingFileOffsetAndLSN(shape: String) throws {
+        let fileSystem = try damagedStore(shape)
         #expect {
             try open(fileSystem, .strict)
         } throws: { error in
@@ -83,8 +89,7 @@ import Testing
 
     @Test(arguments: shapes)
     func pointInTimeKeepsEveryBatchBeforeTheDamagedOne(shape: String) throws {
-        let fileSystem = try damagedStore(hostile: [Self.hostile(shape)])
-        if shape == "count" { try rewriteCount(of: damagedLSN, in: fileSystem) }
+        let fileSystem = try damagedStore(shape)
         let (engine, report) = try open(fileSystem, .pointInTime)
         defer { try? engine.close(checkpoint: false) }
         #expect(try keys(engine, "before", 6) == Array(repeating: true, count: 6))
@@ -96,8 +101,7 @@ import Testing
 
     @Test(arguments: shapes)
     func skipCorruptedKeepsTheLaterBatchesAndListsWhatItSteppedOver(shape: String) throws {
-        let fileSystem = try damagedStore(hostile: [Self.hostile(shape)])
-        if shape == "count" { try rewriteCount(of: damagedLSN, in: fileSystem) }
+        let fileSystem = try damagedStore(shape)
         let (engine, report) = try open(fileSystem, .skipCorrupted)
         defer { try? engine.close(checkpoint: false) }
         #expect(try keys(engine, "before", 6) == Array(repeating: true, count: 6))

@@ -153,13 +153,21 @@ func runMeasured(_ arguments: [String], in directory: URL, limit seconds: Double
 /// every earlier key (point-in-time) or the later ones too (skip-corrupted), listing what
 /// it stepped over.
 @Suite(.serialized) struct DamagedBatchToolTests {
+    /// `s.db` in `directory`, made by one `strata put` per key (`prefix` + index, value
+    /// "v" + index), each its own commit, closed with a checkpoint.
+    private func storeOfPuts(_ keys: KeyValuePairs<String, Int>, in directory: URL) throws -> URL {
+        for (prefix, count) in keys {
+            for index in 0..<count {
+                #expect(try runStrata(["put", "--store", "s.db", "\(prefix)\(index)", "v\(index)"], in: directory).status == 0)
+            }
+        }
+        return directory.appendingPathComponent("s.db")
+    }
+
     @Test func salvageStepsOverABatchThatDoesNotDecode() throws {
         let directory = try scratchDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        for index in 0..<5 {
-            #expect(try runStrata(["put", "--store", "s.db", "before\(index)", "v\(index)"], in: directory).status == 0)
-        }
-        let store = directory.appendingPathComponent("s.db")
+        let store = try storeOfPuts(["before": 5], in: directory)
         var image = try StoreImage(directory: store)
         // LSN 6: a key of 769 bytes; 7 and 8: good batches a salvage can keep.
         let bad = WALBatch([.put(key: [UInt8](repeating: 0x61, count: 769), value: [1])]).encoded()
@@ -197,10 +205,7 @@ func runMeasured(_ arguments: [String], in directory: URL, limit seconds: Double
     @Test func aDamagedBatchTheCheckpointCoversFailsNoCommand() throws {
         let directory = try scratchDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        for index in 0..<3 {
-            #expect(try runStrata(["put", "--store", "s.db", "key\(index)", "v\(index)"], in: directory).status == 0)
-        }
-        let store = directory.appendingPathComponent("s.db")
+        let store = try storeOfPuts(["key": 3], in: directory)
         var image = try StoreImage(directory: store)
         let bad = WALBatch([.put(key: [UInt8](repeating: 0x61, count: 769), value: [1])]).encoded()
         ForgedStore.appendSegment(batches: [bad], after: 3, compress: false, to: &image)

@@ -23,6 +23,11 @@ import Testing
         bytes.replaceSubrange(offset..<(offset + 4), with: withUnsafeBytes(of: checksum.littleEndian) { Array($0) })
     }
 
+    /// Reseals the segment header's checksum (bytes 60–63 over 0–59).
+    private func resealSegmentHeader(_ bytes: inout [UInt8]) {
+        bytes.replaceSubrange(60..<64, with: withUnsafeBytes(of: CRC32C.checksum(bytes[0..<60]).littleEndian) { Array($0) })
+    }
+
     @Test func aFrameWithNonZeroReservedBytesDoesNotVerify() throws {
         var generator = BatchGenerator(seed: 5)
         let (fileSystem, records) = try log((0..<3).map { _ in generator.batch() })
@@ -36,14 +41,39 @@ import Testing
         #expect(report.damage.count == 1 && report.damage[0].reason.contains("reserved bytes 38–39"), "\(report.damage)")
     }
 
+    /// LSNs stay below 2^63 (FORMAT.md, R1): a last frame claiming 2^63 (checksum resealed)
+    /// does not verify, and a segment header starting there is corruption.
+    @Test func lsnsFromTwoToTheSixtyThirdAreRefused() throws {
+        var generator = BatchGenerator(seed: 9)
+        let (fileSystem, records) = try log((0..<2).map { _ in generator.batch() })
+        let last = records[1]
+        #expect(fileSystem.modify(last.path) { bytes in
+            let at = Int(last.offset)
+            bytes.replaceSubrange((at + 8)..<(at + 16), with: withUnsafeBytes(of: (UInt64(1) << 63).littleEndian) { Array($0) })
+            resealFrame(&bytes, at: at)
+        })
+        let (after, report) = try readLog(fileSystem)
+        #expect(after.count == 1)
+        #expect(report.damage.first?.reason.contains("out of range") == true, "\(report.damage)")
+        #expect(fileSystem.modify(last.path) { bytes in
+            bytes.replaceSubrange(24..<32, with: withUnsafeBytes(of: (UInt64(1) << 63).littleEndian) { Array($0) })
+            resealSegmentHeader(&bytes)
+        })
+        #expect {
+            try readLog(fileSystem)
+        } throws: { error in
+            guard case let WALError.corruptSegmentHeader(_, reason) = error else { return false }
+            return reason.contains("first LSN is out of range")
+        }
+    }
+
     @Test(arguments: [UInt64(0), 63, (1 << 30) + 1, 1 << 63, UInt64.max] as [UInt64])
     func aSegmentCapacityOutOfRangeIsCorruptionNotATrap(capacity: UInt64) throws {
         var generator = BatchGenerator(seed: 6)
         let (fileSystem, records) = try log([generator.batch()])
         #expect(fileSystem.modify(records[0].path) { bytes in
             bytes.replaceSubrange(32..<40, with: withUnsafeBytes(of: capacity.littleEndian) { Array($0) })
-            let checksum = CRC32C.checksum(bytes[0..<60])
-            bytes.replaceSubrange(60..<64, with: withUnsafeBytes(of: checksum.littleEndian) { Array($0) })
+            resealSegmentHeader(&bytes)
         })
         #expect {
             try readLog(fileSystem)
@@ -58,8 +88,7 @@ import Testing
         let (fileSystem, records) = try log([generator.batch()])
         #expect(fileSystem.modify(records[0].path) { bytes in
             bytes[50] = 0x80
-            let checksum = CRC32C.checksum(bytes[0..<60])
-            bytes.replaceSubrange(60..<64, with: withUnsafeBytes(of: checksum.littleEndian) { Array($0) })
+            resealSegmentHeader(&bytes)
         })
         #expect {
             try readLog(fileSystem)

@@ -123,19 +123,25 @@ public enum ForgedStore {
         let last = image.lastSegment
         let sequence = last.flatMap { UInt64($0.dropFirst("wal/wal-".count).prefix(16), radix: 16) }.map { $0 + 1 } ?? 1
         let salt: UInt32 = 0x464F_5247
-        var segment = Array("STRATWAL".utf8) + littleEndian(WALFormat.version) + littleEndian(UInt16(64)) + littleEndian(salt)
-        segment += littleEndian(sequence) + littleEndian(lastLSN + 1)
-        let capacityOffset = segment.count
-        segment += littleEndian(UInt64(0)) + [UInt8](repeating: 0, count: 20) + [0, 0, 0, 0]
+        var body: [UInt8] = []
         for (index, batch) in batches.enumerated() {
-            segment += frames(of: batch, lsn: lastLSN + 1 + UInt64(index), durable: lastLSN + UInt64(index), salt: salt,
-                              compress: compress)
+            body += frames(of: batch, lsn: lastLSN + 1 + UInt64(index), durable: lastLSN + UInt64(index), salt: salt,
+                           compress: compress)
         }
-        segment += [UInt8](repeating: 0, count: (4096 - segment.count % 4096) % 4096 + 4096)
-        store(UInt64(segment.count), in: &segment, at: capacityOffset)
-        store(CRC32C.checksum(segment[0..<60]), in: &segment, at: 60)
+        let size = (WALFormat.segmentHeaderBytes + body.count + 4095) / 4096 * 4096 + 4096
+        var segment = segmentHeader(version: WALFormat.version, sequence: sequence, firstLSN: lastLSN + 1, salt: salt,
+                                    capacity: UInt64(size)) + body
+        segment += [UInt8](repeating: 0, count: size - segment.count)
         let digits = String(sequence, radix: 16)
         image.files["wal/wal-" + String(repeating: "0", count: 16 - digits.count) + digits + ".seg"] = segment
+    }
+
+    /// A segment header (FORMAT.md, "Segment header") with these fields, its checksum valid.
+    static func segmentHeader(version: UInt16, sequence: UInt64, firstLSN: UInt64, salt: UInt32, capacity: UInt64) -> [UInt8] {
+        var header = Array("STRATWAL".utf8) + littleEndian(version) + littleEndian(UInt16(WALFormat.segmentHeaderBytes))
+        header += littleEndian(salt) + littleEndian(sequence) + littleEndian(firstLSN) + littleEndian(capacity)
+        header += [UInt8](repeating: 0, count: WALFormat.segmentHeaderBytes - 4 - header.count)
+        return header + littleEndian(CRC32C.checksum(header))
     }
 
     /// `batch` as the frames of `lsn`, with valid checksums.

@@ -54,11 +54,9 @@ public enum FuzzTargets {
 
     private static let salt: UInt32 = 0x5354_5241
 
+    /// The segment header every `walFrames` input follows: format version 1, salt `salt`.
     private static func segmentHeader() -> [UInt8] {
-        var header = Array("STRATWAL".utf8) + littleEndian(UInt16(1)) + littleEndian(UInt16(64)) + littleEndian(salt)
-        header += littleEndian(UInt64(1)) + littleEndian(UInt64(1)) + littleEndian(UInt64(4096))
-        header += [UInt8](repeating: 0, count: 60 - header.count)
-        return header + littleEndian(CRC32C.checksum(header))
+        ForgedStore.segmentHeader(version: 1, sequence: 1, firstLSN: 1, salt: salt, capacity: 4096)
     }
 
     private static func framesWithValidChecksums(_ input: ArraySlice<UInt8>) -> [UInt8] {
@@ -316,9 +314,9 @@ public enum FuzzTargets {
             for name in try fileSystem.contentsOfDirectory("/s/wal") where name.hasSuffix(".seg") {
                 try fileSystem.removeFile("/s/wal/" + name)
             }
-            var segment = storeLogSegmentHeader(sequence: sequence)
+            var segment = ForgedStore.segmentHeader(version: WALFormat.version, sequence: sequence, firstLSN: 1, salt: salt, capacity: 4096)
             for (index, batch) in batches.enumerated() {
-                segment += framed(batch, lsn: UInt64(index + 1), compress: flags & 2 != 0)
+                segment += ForgedStore.frames(of: batch, lsn: UInt64(index + 1), durable: UInt64(index), salt: salt, compress: flags & 2 != 0)
             }
             let digits = String(sequence, radix: 16)
             let file = try fileSystem.open("/s/wal/wal-" + String(repeating: "0", count: 16 - digits.count) + digits + ".seg",
@@ -351,32 +349,6 @@ public enum FuzzTargets {
         } catch {
             preconditionFailure("a store that checkpointed and closed does not reopen: \(error)")
         }
-    }
-
-    /// A valid segment header: salt `salt`, first LSN 1, capacity 4096.
-    private static func storeLogSegmentHeader(sequence: UInt64) -> [UInt8] {
-        var header = Array("STRATWAL".utf8) + littleEndian(WALFormat.version) + littleEndian(UInt16(64)) + littleEndian(salt)
-        header += littleEndian(sequence) + littleEndian(UInt64(1)) + littleEndian(UInt64(4096))
-        header += [UInt8](repeating: 0, count: 60 - header.count)
-        return header + littleEndian(CRC32C.checksum(header))
-    }
-
-    /// `batch` as the frames of LSN `lsn` (fragments of at most 1 MiB), with valid checksums.
-    private static func framed(_ batch: [UInt8], lsn: UInt64, compress: Bool) -> [UInt8] {
-        var frames: [UInt8] = []
-        let pieceBytes = 1 << 20
-        let pieces = stride(from: 0, to: batch.count, by: pieceBytes).map { Array(batch[$0..<min(batch.count, $0 + pieceBytes)]) }
-        for (index, piece) in pieces.enumerated() {
-            let kind: UInt8 = pieces.count == 1 ? 1 : index == 0 ? 2 : index == pieces.count - 1 ? 4 : 3
-            let compressed = compress ? LZ4Block.compress(piece) : nil
-            let payload = compressed ?? piece
-            var fields = littleEndian(salt) + littleEndian(lsn) + littleEndian(lsn - 1) + littleEndian(UInt32(payload.count))
-            fields += littleEndian(UInt32(piece.count)) + littleEndian(UInt32(batch.count))
-            fields += [compressed == nil ? 0 : 1, kind, 0, 0]
-            frames += littleEndian(CRC32C.extend(CRC32C.checksum(fields), payload)) + fields + payload
-            frames += [UInt8](repeating: 0, count: (8 - frames.count % 8) % 8)
-        }
-        return frames
     }
 
     private static func varint(_ value: Int) -> [UInt8] {
