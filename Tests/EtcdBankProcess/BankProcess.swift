@@ -1,7 +1,8 @@
 // One bank process of the two-process bank test (Tests/EtcdTests/TwoProcessBankTests.swift):
-// opens the store over etcd and, until its time is up, moves random amounts between random
-// accounts, one unit of work per transfer, which also writes the transfer itself under
-// `xfer/<name>/<n>`. It checks the total of the accounts in a snapshot before every
+// opens the store over etcd and, until its time is up and at least one transfer was
+// acknowledged (a loaded machine may need longer than the time), moves random amounts
+// between random accounts, one unit of work per transfer, which also writes the transfer
+// itself under `xfer/<name>/<n>`. It checks the total of the accounts in a snapshot before every
 // transfer, and appends each transfer to its acknowledgement log only after its commit
 // returned, so every line there is a transfer the store acknowledged.
 //
@@ -29,8 +30,8 @@ import StrataTesting
             ackLog.seekToEndOfFile()
             var random = SplitMix64(seed: seed)
             let deadline = Date().addingTimeInterval(seconds)
-            var count = 0
-            while Date() < deadline {
+            var count = 0, acknowledged = 0
+            while Date() < deadline || acknowledged == 0 {
                 let from = Int(random.next() % UInt64(accounts))
                 let to = (from + 1 + Int(random.next() % UInt64(accounts - 1))) % accounts
                 let amount = 1 + Int(random.next() % 50)
@@ -56,6 +57,7 @@ import StrataTesting
                 // One write(2) per line: a kill leaves whole lines.
                 ackLog.write(Data("\(key) \(record)\n".utf8))
                 count += 1
+                acknowledged += 1
             }
             try store.close()
             print("\(name): \(count) transfers")

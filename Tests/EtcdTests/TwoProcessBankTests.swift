@@ -52,13 +52,17 @@ import Testing
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let bank = BankProcesses(endpoint: server.endpoint, prefix: prefix, directory: directory, total: total)
-        let first = try bank.start("a1", seconds: 30, seed: seed)
+        // The first runs until it is killed: on a loaded machine 20 transfers can take longer
+        // than any time it would be given.
+        let first = try bank.start("a1", seconds: 3_600, seed: seed)
+        defer { if first.isRunning { kill(first.processIdentifier, SIGKILL) } }
         let second = try bank.start("b1", seconds: 6, seed: seed &+ 1)
         // Kill the first once it has acknowledged transfers, while it is still making them.
         #expect(try await bank.waitForAcknowledgements(of: "a1", atLeast: 20))
         kill(first.processIdentifier, SIGKILL)
         first.waitUntilExit()
-        #expect(first.terminationReason == .uncaughtSignal, "the first process ended before it was killed")
+        #expect(first.terminationReason == .uncaughtSignal,
+                "the first process ended before it was killed: \(bank.errors(of: "a1"))")
         let restarted = try bank.start("a2", seconds: 3, seed: seed &+ 2)
         for (name, process) in [("b1", second), ("a2", restarted)] {
             while process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
