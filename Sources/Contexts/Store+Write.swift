@@ -101,6 +101,18 @@ extension Store {
         return try await body(context)
     }
 
+    /// `read` from async code with a body that does not suspend: `try await store.read {
+    /// … }` picks this overload, as it does for `write`, instead of the blocking-free but
+    /// synchronous one (which would draw "no 'async' operations occur within 'await'").
+    public func read<T>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: (Context) throws -> T
+    ) async rethrows -> T {
+        let context = makeReadOnlyContext()
+        defer { context.discard() }
+        return try body(context)
+    }
+
     private func checkRetries(_ retries: Int) throws(UnitOfWorkError) {
         guard retries >= 0 else { throw .invalidRequest("retries is \(retries); give 0 or more") }
     }

@@ -28,7 +28,7 @@ private struct UseCaseFailed: Error {}
         try writer.close()
         let changesBefore = FileOperation.allCases.filter(\.isMutating).map { fileSystem.count(of: $0) }
         let store = try Store.open(path: "/db", mode: .readOnly, fileSystem: fileSystem)
-        #expect(try store.read { try $0.get(bytes("kept")) } == bytes("1"))
+        #expect(try await store.read { try $0.get(bytes("kept")) } == bytes("1"))
         var ran = false
         #expect {
             try store.write { unit in

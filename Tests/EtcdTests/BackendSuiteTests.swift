@@ -36,12 +36,12 @@ func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             }
         }
         // A new context sees the commit at once (read-your-writes) and nothing of the rollback.
-        let pairs = try store.read { try $0.scan() }
+        let pairs = try await store.read { try $0.scan() }
         #expect(pairs.map(\.key) == [bytes("a"), bytes("b")])
         #expect(pairs.map(\.value) == [bytes("1"), bytes("2")])
         try await store.write { unit in try unit.delete(bytes("a")) }
-        #expect(try store.read { try $0.get(bytes("a")) } == nil)
-        #expect(try store.read { try $0.get(bytes("b")) } == bytes("2"))
+        #expect(try await store.read { try $0.get(bytes("a")) } == nil)
+        #expect(try await store.read { try $0.get(bytes("b")) } == bytes("2"))
     }
 
     @Test(arguments: Backend.allCases)
@@ -56,9 +56,9 @@ func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         let form = try context.makeChild()
         try form.put(bytes("cancelled"), bytes("3"))
         form.discard()
-        #expect(try store.read { try $0.get(bytes("kept")) } == nil, "nothing is visible before the root commits")
+        #expect(try await store.read { try $0.get(bytes("kept")) } == nil, "nothing is visible before the root commits")
         try await context.commit()
-        #expect(try store.read { try $0.scan().map(\.key) } == [bytes("child"), bytes("kept")])
+        #expect(try await store.read { try $0.scan().map(\.key) } == [bytes("child"), bytes("kept")])
     }
 
     @Test(arguments: Backend.allCases)
@@ -84,9 +84,9 @@ func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             }
             slow.discard()
         }
-        #expect(try store.read { try $0.get(bytes("changed")) } == bytes("fast"))
-        #expect(try store.read { try $0.get(bytes("deleted")) } == nil)
-        #expect(try store.read { try $0.get(bytes("created")) } == bytes("fast"))
+        #expect(try await store.read { try $0.get(bytes("changed")) } == bytes("fast"))
+        #expect(try await store.read { try $0.get(bytes("deleted")) } == nil)
+        #expect(try await store.read { try $0.get(bytes("created")) } == bytes("fast"))
         // A commit that wrote other keys meanwhile is no conflict.
         let context = store.makeContext()
         try context.put(bytes("other"), bytes("x"))
@@ -109,7 +109,7 @@ func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             try unit.put(bytes("n"), bytes("\(value + 1)"))
         }
         #expect(attempts.value == 2)
-        #expect(try store.read { try $0.get(bytes("n")) } == bytes("11"))
+        #expect(try await store.read { try $0.get(bytes("n")) } == bytes("11"))
     }
 
     @Test(arguments: Backend.allCases)
@@ -126,7 +126,7 @@ func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             try accounts.update(Account(id: 4, owner: "owner4", city: "Oslo", balance: 5))
             try accounts.delete(7)
         }
-        try store.read { context in
+        try await store.read { context in
             let accounts = context.repository(Account.self)
             #expect(try accounts.count() == 29)
             let lima = try accounts.fetch(#Predicate<Account> { $0.city == "Lima" }, sortBy: [SortDescriptor(\.id)])
@@ -188,7 +188,7 @@ func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             }
             group.addTask {
                 for _ in 0..<30 {
-                    let total = try store.read { context in
+                    let total = try await store.read { context in
                         try context.scan(prefix: bytes("acct/")).reduce(0) { $0 + Int(String(decoding: $1.value, as: UTF8.self))! }
                     }
                     #expect(total == 2_000)
@@ -197,7 +197,7 @@ func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             }
             try await group.waitForAll()
         }
-        let total = try store.read { context in
+        let total = try await store.read { context in
             try context.scan(prefix: bytes("acct/")).reduce(0) { $0 + Int(String(decoding: $1.value, as: UTF8.self))! }
         }
         #expect(total == 2_000)

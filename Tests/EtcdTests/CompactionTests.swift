@@ -40,12 +40,12 @@ extension EtcdStoreTests {
         let revision = try etcdCall(port: serverPort, "/v3/kv/range", #"{"key":"AA=="}"#)
         let current = try #require(((revision["header"] as? [String: Any])?["revision"] as? String).flatMap { Int64($0) })
         _ = try etcdCall(port: serverPort, "/v3/kv/compaction", #"{"revision":"\#(current)","physical":true}"#)
-        #expect(try watcher.read { try $0.get(bytes("changed")) } == bytes("1"), "the watcher saw a change through a cut relay")
+        #expect(try await watcher.read { try $0.get(bytes("changed")) } == bytes("1"), "the watcher saw a change through a cut relay")
 
         // Back in touch, the watch finds its revision compacted and the replica reloads.
         relay.restore()
         #expect(try await eventually { try watcher.read { try $0.get(bytes("changed")) } == bytes("3") })
-        let pairs = try watcher.read { try $0.scan() }
+        let pairs = try await watcher.read { try $0.scan() }
         #expect(pairs.map { String(decoding: $0.key, as: UTF8.self) } == ["changed", "created", "kept"])
         // And it follows etcd again from there.
         try await writer.write { unit in try unit.put(bytes("after"), bytes("1")) }

@@ -25,7 +25,7 @@ import Testing
         // A store opened later loads what is there.
         let second = try await EtcdServer.makeStore(prefix: prefix)
         defer { try? second.close() }
-        #expect(try second.read { try $0.get(bytes("k")) } == bytes("1"))
+        #expect(try await second.read { try $0.get(bytes("k")) } == bytes("1"))
         // And each sees the other's later commits through the watch, in its change feed too.
         let feed = try first.changes()
         try await second.write { unit in try unit.put(bytes("k"), bytes("2")) }
@@ -47,11 +47,11 @@ import Testing
         b.discard()
         // The conflict is thrown once the loser's replica shows the commit that beat it, so
         // a retry on a fresh context reads it instead of conflicting again.
-        #expect(try second.read { try $0.get(bytes("k")) } == bytes("2a"))
+        #expect(try await second.read { try $0.get(bytes("k")) } == bytes("2a"))
         // A store under another prefix sees none of it.
         let other = try await EtcdServer.makeStore()
         defer { try? other.close() }
-        #expect(try other.read { try $0.scan() }.isEmpty)
+        #expect(try await other.read { try $0.scan() }.isEmpty)
     }
 
     @Test func aCommitThatChangesNothingReturnsAtOnceWhileOtherPrefixesMoveOn() async throws {
@@ -81,7 +81,7 @@ import Testing
         #expect(store.version == before)
         // A delete that removes a key makes a revision, and the commit waits for it.
         try await store.write { unit in try unit.delete(bytes("k")) }
-        #expect(try store.read { try $0.get(bytes("k")) } == nil)
+        #expect(try await store.read { try $0.get(bytes("k")) } == nil)
         #expect(store.version == before + 1)
     }
 
@@ -96,7 +96,7 @@ import Testing
         } catch let UnitOfWorkError.commitFailed(.notWritten(error)) {
             #expect("\(error)".contains("--max-txn-ops"), "\(error)")
         }
-        #expect(try store.read { try $0.scan() }.isEmpty, "nothing of the refused commit was written")
+        #expect(try await store.read { try $0.scan() }.isEmpty, "nothing of the refused commit was written")
         var options = EtcdServer.options
         options.maxRequestBytes = 4_096
         let small = try await Store.open(etcd: [EtcdServer.shared.get().endpoint], prefix: "small-\(UUID().uuidString)/",
@@ -126,7 +126,7 @@ import Testing
         let store = try await Store.open(etcd: [closed, EtcdServer.shared.get().endpoint], prefix: "failover-\(UUID().uuidString)/",
                                          options: EtcdServer.options)
         try await store.write { unit in try unit.put(bytes("k"), bytes("v")) }
-        #expect(try store.read { try $0.get(bytes("k")) } == bytes("v"))
+        #expect(try await store.read { try $0.get(bytes("k")) } == bytes("v"))
         try store.close()
         #expect { try store.makeContext().commitPut() } throws: { error in
             guard case EngineError.closed = error else { return false }
@@ -150,7 +150,7 @@ import Testing
         try setup.close()
         let store = try await Store.open(etcd: [server.endpoint], prefix: "hang/", options: paused)
         defer { try? store.close() }
-        #expect(try store.read { try $0.get(bytes("k")) } == bytes("before"))
+        #expect(try await store.read { try $0.get(bytes("k")) } == bytes("before"))
         server.pause()
         do {
             try await store.write { unit in try unit.put(bytes("k"), bytes("after")) }
@@ -173,12 +173,12 @@ import Testing
             try unit.put(bytes("k"), value)
             try unit.put(bytes("next"), value)
         }
-        let seen = try later.read { try $0.get(bytes("k")) }
+        let seen = try await later.read { try $0.get(bytes("k")) }
         #expect(seen == bytes("before") || seen == bytes("after"))
         let fresh = try await Store.open(etcd: [server.endpoint], prefix: "hang/", options: EtcdServer.options)
         defer { try? fresh.close() }
-        #expect(try fresh.read { try $0.get(bytes("k")) } == seen)
-        #expect(try fresh.read { try $0.get(bytes("next")) } == seen)
+        #expect(try await fresh.read { try $0.get(bytes("k")) } == seen)
+        #expect(try await fresh.read { try $0.get(bytes("next")) } == seen)
     }
 }
 
@@ -193,7 +193,7 @@ extension EtcdStoreTests {
         defer { try? store.close() }
         let old = store.makeContext()
         try Self.blockingWrites(store, count: 6)
-        #expect(try store.read { try $0.get(bytes("k5")) } == bytes("v"), "a blocking commit returns once the replica shows it")
+        #expect(try await store.read { try $0.get(bytes("k5")) } == bytes("v"), "a blocking commit returns once the replica shows it")
         try old.put(bytes("late"), bytes("x"))
         #expect { try old.commit() } throws: { error in
             guard case let EtcdError.snapshotTooOld(version, oldest) = error else { return false }

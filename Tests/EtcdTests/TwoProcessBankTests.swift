@@ -27,7 +27,7 @@ import Testing
         }
 
         // Every state from here on, in revision order, with the total checked in each.
-        let (start, startBalances) = try store.read { context in
+        let (start, startBalances) = try await store.read { context in
             (context.version, Self.balances(try context.scan(prefix: bytes("acct/"))))
         }
         let feed = try store.changes(after: start, bufferLimit: 1_000_000)
@@ -74,7 +74,7 @@ import Testing
         let followed = try await follower.value
         #expect(followed.wrong.isEmpty, "states with the wrong total: \(followed.wrong.prefix(5))")
 
-        let (final, transfers) = try store.read { context in
+        let (final, transfers) = try await store.read { context in
             (Self.balances(try context.scan(prefix: bytes("acct/"))),
              Dictionary(uniqueKeysWithValues: try context.scan(prefix: bytes("xfer/")).map {
                  (String(decoding: $0.key, as: UTF8.self), String(decoding: $0.value, as: UTF8.self))

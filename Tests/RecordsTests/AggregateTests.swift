@@ -149,7 +149,7 @@ struct StrictOffer: Record {
             }
             return offer
         }
-        let (all, problems, byPrice) = try store.read { context in
+        let (all, problems, byPrice) = try await store.read { context in
             let repository = context.repository(Offer.self)
             return (try repository.all(), try repository.checkIndexes(), try repository.fetch(#Predicate { $0.price == 99 }).map(\.id))
         }

@@ -104,7 +104,7 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
         }
         let changes = try await take(1, from: feed)
         #expect(changes.map { Seen(kind: $0.kind, id: $0.id, version: $0.version) } == [Seen(kind: .inserted, id: 2, version: start + 1)])
-        #expect(try store.read { try $0.repository(Gadget.self).all() }.isEmpty)
+        #expect(try await store.read { try $0.repository(Gadget.self).all() }.isEmpty)
     }
 
     /// What a child merged into its parent and the parent changed again is one change, of

@@ -44,6 +44,7 @@ do {
 }
 check(store.version == versionBefore, "nothing was committed by the failed unit of work")
 check(try model.titles() == ["milk", "bread", "eggs", "tea", "jam"], "the store holds exactly the saved todos")
+check(try await model.count() == 5, "an async read counts the saved todos")
 
 // The observed list catches up with the durable commits, on the main actor.
 let expected = ["milk", "bread", "eggs", "tea", "jam"]
