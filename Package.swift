@@ -1,7 +1,7 @@
-// swift-tools-version: 6.1
+// swift-tools-version: 6.2
 //
 // Strata: an embedded, transactional key/value and record store for Swift with nested
-// contexts and units of work. Layers point downward only (README.md, "Layers"):
+// contexts and units of work. Layers point downward only (docs/Layout.md):
 //   strata (CLI) → StrataTesting → Strata (umbrella) → StrataRecords → StrataContexts → StrataEngine
 //   → StrataWAL → StrataFileIO / StrataCodec → C shims; StrataEtcd sits beside the engine,
 //   under contexts' storage seam.
@@ -16,7 +16,10 @@ import PackageDescription
 
 let package = Package(
     name: "Strata",
-    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
+    // Linux is built and tested (README.md, "Platforms"). macOS has its platform code paths
+    // (Sources/CPlatform) but is not built here; the other Apple platforms have no system
+    // liblz4 and are not supported.
+    platforms: [.macOS(.v15)],
     products: [
         // What applications import: the store, contexts, units of work, records.
         .library(name: "Strata", targets: ["Strata"]),
@@ -45,7 +48,7 @@ let package = Package(
             name: "CStrataLZ4",
             path: "Sources/CLZ4",
             pkgConfig: "liblz4",
-            providers: [.apt(["liblz4-dev"])]
+            providers: [.apt(["liblz4-dev"]), .brew(["lz4"])]
         ),
         // libedit from the system (Debian/Ubuntu: libedit-dev): line editing and history in the shell.
         .systemLibrary(

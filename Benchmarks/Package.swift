@@ -1,4 +1,4 @@
-// swift-tools-version: 6.1
+// swift-tools-version: 6.2
 // Strata's throughput benchmarks: a package of their own, so the library never depends on
 // a benchmark peer. From the repository root:
 //   scripts/bootstrap libsqlite3-dev liblmdb-dev libleveldb-dev librocksdb-dev

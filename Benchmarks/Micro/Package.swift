@@ -1,4 +1,4 @@
-// swift-tools-version: 6.1
+// swift-tools-version: 6.2
 // Micro-benchmarks of Strata's hot paths with package-benchmark (wall clock, throughput,
 // allocations, retains and releases). Its own package, so neither CI nor strata-bench
 // builds it (its first build takes about four and a half minutes). From the repository root:

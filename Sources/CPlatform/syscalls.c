@@ -1,12 +1,29 @@
-// Syscalls that Glibc declares only under _GNU_SOURCE, wrapped for Swift.
+// Syscalls that Glibc declares only under _GNU_SOURCE, and the calls whose right spelling
+// differs between Linux and Darwin, wrapped for Swift. The Darwin paths follow Apple's
+// fcntl(2) and fsync(2) manual pages; CI builds and tests only the Linux ones.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "cplatform.h"
 
 int cplatform_fallocate(int fd, off_t offset, off_t length) {
-#ifdef __linux__
+#if defined(__linux__)
     return fallocate(fd, 0, offset, length);
+#elif defined(__APPLE__)
+    // Darwin has no posix_fallocate: reserve the blocks past the end of the file
+    // (contiguous if possible), then extend the size as fallocate's mode 0 does.
+    struct stat info;
+    if (fstat(fd, &info) != 0) return -1;
+    off_t end = offset + length;
+    if (end <= info.st_size) return 0;
+    fstore_t store = { F_ALLOCATECONTIG, F_PEOFPOSMODE, 0, end - info.st_size, 0 };
+    if (fcntl(fd, F_PREALLOCATE, &store) == -1) {
+        store.fst_flags = F_ALLOCATEALL;
+        if (fcntl(fd, F_PREALLOCATE, &store) == -1) return -1;
+    }
+    return ftruncate(fd, end);
 #else
     int rc = posix_fallocate(fd, offset, length);
     if (rc != 0) { errno = rc; return -1; }
@@ -20,5 +37,26 @@ int cplatform_start_writeback(int fd) {
 #else
     (void)fd;
     return 0;
+#endif
+}
+
+int cplatform_sync_data(int fd) {
+#if defined(__APPLE__)
+    return cplatform_sync_full(fd);
+#else
+    return fdatasync(fd);
+#endif
+}
+
+int cplatform_sync_full(int fd) {
+#if defined(__APPLE__)
+    // fsync on Darwin only hands the data to the drive, which may keep it in its cache
+    // across a power loss; F_FULLFSYNC asks the drive to flush. A file system that does
+    // not support it says so (ENOTSUP, EINVAL): only then is fsync the best there is.
+    if (fcntl(fd, F_FULLFSYNC) == 0) return 0;
+    if (errno != ENOTSUP && errno != EINVAL) return -1;
+    return fsync(fd);
+#else
+    return fsync(fd);
 #endif
 }

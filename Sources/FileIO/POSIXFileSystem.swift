@@ -54,7 +54,7 @@ public struct POSIXFileSystem: FileSystem {
     public func syncDirectory(_ path: String) throws {
         let fd = try retryingInterrupts(.syncDirectory, path) { systemOpen(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         defer { _ = systemClose(fd) }
-        if fsync(fd) != 0 { throw FileIOError(errno: errno, operation: .syncDirectory, path: path) }
+        if cplatform_sync_full(fd) != 0 { throw FileIOError(errno: errno, operation: .syncDirectory, path: path) }
     }
 
     public func contentsOfDirectory(_ path: String) throws -> [String] {
@@ -174,12 +174,12 @@ final class POSIXOpenFile: OpenFile {
 
     func syncData() throws {
         try checkOpen(.syncData)
-        if fdatasync(fd) != 0 { throw FileIOError(errno: errno, operation: .syncData, path: path) }
+        if cplatform_sync_data(fd) != 0 { throw FileIOError(errno: errno, operation: .syncData, path: path) }
     }
 
     func sync() throws {
         try checkOpen(.sync)
-        if fsync(fd) != 0 { throw FileIOError(errno: errno, operation: .sync, path: path) }
+        if cplatform_sync_full(fd) != 0 { throw FileIOError(errno: errno, operation: .sync, path: path) }
     }
 
     func truncate(to size: Int64) throws {

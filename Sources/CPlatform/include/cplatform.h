@@ -3,7 +3,8 @@
 // Strata's C shims: the pieces Swift cannot reach portably.
 //  - CRC-32C (Castagnoli), hardware accelerated (SSE4.2 / ARMv8 CRC) with a run-time
 //    choice and a portable slice-by-8 fallback. Every checksum on disk uses it (FORMAT.md).
-//  - fallocate(2) and sync_file_range(2), which Glibc declares only under _GNU_SOURCE.
+//  - fallocate(2) and sync_file_range(2), which Glibc declares only under _GNU_SOURCE;
+//    preallocation and durable syncs as Darwin spells them (F_PREALLOCATE, F_FULLFSYNC).
 //  - a prefetch hint, which Swift has no spelling for.
 #include <stddef.h>
 #include <stdint.h>
@@ -16,7 +17,8 @@ uint32_t cplatform_crc32c_extend_software(uint32_t crc, const void *data, size_t
 /// 1 when the hardware path is used on this CPU, else 0.
 int cplatform_crc32c_hardware_available(void);
 
-/// fallocate(2) with mode 0 (allocate and extend the size); posix_fallocate elsewhere.
+/// fallocate(2) with mode 0 (allocate and extend the size); on Darwin fcntl(F_PREALLOCATE)
+/// then ftruncate; posix_fallocate elsewhere.
 /// Returns 0, or -1 with errno set.
 int cplatform_fallocate(int fd, off_t offset, off_t length);
 
@@ -24,6 +26,15 @@ int cplatform_fallocate(int fd, off_t offset, off_t length);
 /// (sync_file_range(2) with SYNC_FILE_RANGE_WRITE over the whole file); does nothing
 /// where that call does not exist. Returns 0, or -1 with errno set.
 int cplatform_start_writeback(int fd);
+
+/// Makes the file's data (and the metadata needed to read it) durable: fdatasync(2);
+/// on Darwin fcntl(F_FULLFSYNC), which also flushes the drive's cache. Returns 0, or -1
+/// with errno set. Never retried by callers: a failed sync is final.
+int cplatform_sync_data(int fd);
+
+/// Makes the file's data and metadata durable: fsync(2); on Darwin fcntl(F_FULLFSYNC)
+/// (fsync only where the file system does not support it). Returns 0, or -1 with errno set.
+int cplatform_sync_full(int fd);
 
 /// Asks the CPU to start loading the cache line at `address` for reading (a hint: never
 /// faults, does nothing for a null or unmapped address).
