@@ -1,7 +1,7 @@
 // A context: a place to stage changes. A root context reads the store as of its snapshot;
 // a child reads its parent as of the moment it was opened (MVCC). Writes go to the
 // context's own overlay; committing a child merges that overlay into the parent with no
-// I/O, committing the root makes it durable as one commit (README.md, "Using it").
+// I/O, committing the root makes it durable as one commit (docs/Contexts.md).
 //
 // Invariants:
 //  C1. Reads see the context's overlay, then each ancestor's overlay as of the fork,

@@ -1,6 +1,6 @@
 // The storage engine: an ordered map from byte-string keys to byte-string values with
 // snapshots, durable commits through the write-ahead log, checkpoints into a page file,
-// and recovery (FORMAT.md; README.md, "Using it" and "Durability").
+// and recovery (FORMAT.md; docs/Contexts.md and docs/Durability.md).
 //
 // A store is a directory: `LOCK` (held while open), `data` (the page file) and `wal/`
 // (the write-ahead log). Commits append to the log and land in the active memtable;

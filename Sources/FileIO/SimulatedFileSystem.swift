@@ -1,6 +1,6 @@
 // A deterministic, in-memory file system that can lose power.
 //
-// Fault model (README.md, "Durability"; every item is something `crash(_:)` or an
+// Fault model (docs/Durability.md; every item is something `crash(_:)` or an
 // injected fault may do):
 //  1. Every file has a durable image and a volatile one. Reads see the volatile image.
 //     `syncData`/`sync` apply the file's unsynced changes to its durable image.

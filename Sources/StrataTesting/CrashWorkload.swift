@@ -1,6 +1,6 @@
 // What the crash harness runs: a workload is a deterministic sequence of steps, each
 // typically one unit of work, plus an invariant of its own that must hold after any crash.
-// The harness checks the store-wide promises (I1–I4 of README.md, "Durability") itself.
+// The harness checks the store-wide promises (I1–I4 of docs/Durability.md) itself.
 @_exported import Strata
 import Foundation
 // The simulated file system (crashes, torn writes, injected errors) and the seeded

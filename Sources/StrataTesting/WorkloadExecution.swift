@@ -1,5 +1,5 @@
 // Running a workload on a simulated file system and checking a recovered store against
-// what the fault-free run committed (I1–I4 of README.md, "Durability", plus the workload's invariant).
+// what the fault-free run committed (I1–I4 of docs/Durability.md, plus the workload's invariant).
 import Strata
 import StrataFileIO
 import StrataLocks

@@ -1,4 +1,4 @@
-// The "Using it" example of README.md, run on an in-memory store, so the README shows
+// The "Using it" example of docs/Contexts.md, run on an in-memory store, so the guide shows
 // code that compiles and does what it says.
 import Strata
 import Testing

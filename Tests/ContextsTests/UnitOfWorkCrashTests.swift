@@ -1,7 +1,7 @@
 // Crashes under units of work: a bank whose transfers are units of work (with nested
 // units, some rolled back) is crashed at every I/O operation. After recovery the money
 // adds up (a unit of work is all or nothing), the state is that after a prefix of the
-// units, and every acknowledged unit is in it (README.md, "Durability": I1 and I2).
+// units, and every acknowledged unit is in it (docs/Durability.md: I1 and I2).
 import Strata
 import StrataTesting
 import Testing

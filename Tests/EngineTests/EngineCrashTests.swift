@@ -3,7 +3,7 @@ import Testing
 import StrataWAL
 @testable import StrataEngine
 
-/// Crashes on the simulated file system, checked against the invariants of README.md, "Durability":
+/// Crashes on the simulated file system, checked against the invariants of docs/Durability.md:
 /// I1 (acknowledged commits survive), I2 (the state is that of a prefix of the commits),
 /// I3 (the data file verifies) and I4 (the store takes commits and reopens).
 @Suite struct EngineCrashTests {

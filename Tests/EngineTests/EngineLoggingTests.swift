@@ -1,5 +1,5 @@
 // Logging: silent unless asked (the default logger drops everything), and with a logger
-// the application passes, every event the README names is logged at its level: opening,
+// the application passes, every event docs/Contexts.md ("Logging") names is logged at its level: opening,
 // a cut log tail, checkpoints and their failure, released segments, a failed fdatasync.
 import InMemoryLogging
 import Logging

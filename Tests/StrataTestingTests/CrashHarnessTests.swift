@@ -65,7 +65,7 @@ struct TwoStepTransferWorkload: CrashWorkload {
         #expect(again.statesExplored > 0 && !again.failures.isEmpty)
     }
 
-    /// The harness's suites at their CI size (README.md, "What the tests run in CI") (the `strata crashtest` command
+    /// The harness's suites at their CI size (docs/Durability.md, "What the tests run in CI") (the `strata crashtest` command
     /// runs them larger): W1 of 200 commits with every operation crashed under 8 fates;
     /// recovery crashed at every operation for one crash state in ten; every operation
     /// torn three ways; the full fault matrix on 30 commits; 5,000 flipped bytes.

@@ -1,4 +1,4 @@
-// The README's example of plugging a workload of one's own into the crash harness, run
+// docs/Durability.md's example of plugging a workload of one's own into the crash harness, run
 // as written.
 import StrataTesting
 import Testing
