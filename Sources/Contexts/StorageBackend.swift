@@ -14,7 +14,7 @@
 //    commit hook and log (`observeCommits`, `history`), on every backend alike.
 //
 // The store calls `commit` through an existential once per root commit and never per read;
-// strata-bench measures the embedded path (Benchmarks/RESULTS.md).
+// strata-bench measures the embedded path (Benchmarks/JOURNAL.md).
 import StrataEngine
 import StrataWAL
 

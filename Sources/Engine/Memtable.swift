@@ -332,7 +332,7 @@ final class Memtable: @unchecked Sendable {
     // MARK: Insertion (writer only)
 
     /// Keys searched at once by `insert(sorted:version:withValue:)`. Measured at 1M keys
-    /// (Benchmarks/RESULTS.md): 16 beat 8 by 8–16 % on fillrandom and 15–33 % on
+    /// (Benchmarks/JOURNAL.md): 16 beat 8 by 8–16 % on fillrandom and 15–33 % on
     /// deleterandom; 32 was no better than 16 and slower on deleterandom.
     private static let searchLanes = 16
     /// Keys per round of searching and linking (bounds the predecessor table).

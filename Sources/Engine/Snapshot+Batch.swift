@@ -72,7 +72,7 @@ extension Snapshot {
     /// tracks, with room to spare (the memtable's batched search measured 16 best).
     static let batchLanes = 16
     /// Cache lines prefetched of each page a batch goes to: its header and first slots.
-    /// Measured on records-sort-text at 1M (Benchmarks/RESULTS.md): one line beat none by
+    /// Measured on records-sort-text at 1M (Benchmarks/JOURNAL.md): one line beat none by
     /// 15 %; two or four (the rest of a leaf's slots), and prefetching the cells the
     /// slots' hints point at, were not measurably better.
     static let prefetchedPageLines = 1

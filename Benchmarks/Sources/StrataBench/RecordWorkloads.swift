@@ -8,7 +8,7 @@
 // instantiate its expression types (about 3M instructions, once per process).
 // Both sides hand back what an app gets, read field by field by hand: Strata's `Person`
 // reads its record's fields (`RecordReadable`), and SQLite's rows are made into the same
-// `Person` values (text columns read into Strings). Benchmarks/RESULTS.md also gives
+// `Person` values (text columns read into Strings). Benchmarks/JOURNAL.md also gives
 // Strata's numbers through `init(from:)`, `Codable`'s way.
 //  - records-insert: insert N records, B per transaction (each also writes its index entries);
 //  - records-fetch: N fetches of one record by its email;
