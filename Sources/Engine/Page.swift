@@ -97,6 +97,18 @@ enum PageCodec {
     static let hintedSlotsStart = PageHeader.bytes + 2
     /// Bytes a hinted page has for cells and slots.
     static func hintedCapacity(pageBytes: Int) -> Int { pageBytes - hintedSlotsStart }
+
+    /// Whether `entries` fit one leaf of the current format. A leaf of format 1 or 2 (plain
+    /// 2-byte slots) may hold more than one of format 3 (6-byte hinted slots) can.
+    static func leafFits(_ entries: some Collection<LeafEntry>, pageBytes: Int) -> Bool {
+        entries.reduce(0) { $0 + $1.cellBytes } <= hintedCapacity(pageBytes: pageBytes)
+    }
+
+    /// Whether `entries` (the first one's key not stored) fit one branch of the current
+    /// format.
+    static func branchFits(_ entries: some Collection<BranchEntry>, pageBytes: Int) -> Bool {
+        entries.dropFirst().reduce(0) { $0 + $1.cellBytes } <= hintedCapacity(pageBytes: pageBytes)
+    }
     static let tombstoneFlag: UInt8 = 1
     static let overflowFlag: UInt8 = 2
 

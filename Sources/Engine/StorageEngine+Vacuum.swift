@@ -82,7 +82,15 @@ extension StorageEngine {
             let generation = meta.generation + 1
             var writer = TreeWriter(file: pageFile, generation: generation, purgeTombstonesThrough: 0,
                                     allocator: PageAllocator(reusable: free.filter { $0.rawValue < cutoff }, pageCount: cutoff))
-            let root = try writer.relocate(meta.root, level: 1, height: Int(meta.height), above: cutoff)
+            let root: PageID
+            do {
+                root = try writer.relocate(meta.root, level: 1, height: Int(meta.height), above: cutoff)
+            } catch let stopped as RelocationStopped {
+                // Nothing a meta page reaches was written: the file keeps its size.
+                options.logger.debug("close kept the data file's size: a page of an older format does not fit one page of this one",
+                                     metadata: ["page": "\(stopped.page.rawValue)"])
+                return 0
+            }
             // Every page written lies before the cutoff (the allocator never grew past it).
             guard writer.allocator.pageCount == cutoff else { return 0 }
             var unused = writer.allocator.takeReusable()

@@ -174,6 +174,8 @@ struct TreeWriter {
     /// from the allocator, and every branch above such a page, copy-on-write like any
     /// rewrite; returns the subtree's root afterwards (`id` itself when nothing moved).
     /// Overflow chains are not moved: the caller makes sure none lies at or above `cutoff`.
+    /// Throws `RelocationStopped` when a page to move does not fit one page of the current
+    /// format; the pages written until then lie in free space no meta page reaches.
     mutating func relocate(_ id: PageID, level: Int, height: Int, above cutoff: UInt64) throws -> PageID {
         let root = try relocateSubtree(id, level: level, height: height, above: cutoff)
         try writeRun()
@@ -200,6 +202,12 @@ struct TreeWriter {
             node = .branch(children)
         }
         guard moved else { return id }
+        // A page of an older format may hold more than one page of this format can: it is
+        // not split here (the next checkpoint that changes it does that), so the move stops.
+        switch node {
+        case let .leaf(entries): guard PageCodec.leafFits(entries, pageBytes: pageBytes) else { throw RelocationStopped(page: id) }
+        case let .branch(children): guard PageCodec.branchFits(children, pageBytes: pageBytes) else { throw RelocationStopped(page: id) }
+        }
         freed.append(id)
         let target = try allocator.allocate()
         switch node {
@@ -384,4 +392,9 @@ struct TreeWriter {
         }
         return result
     }
+}
+
+/// A page `relocate` would have to split to move (an older format's full page).
+struct RelocationStopped: Error {
+    let page: PageID
 }

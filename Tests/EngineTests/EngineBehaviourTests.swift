@@ -430,6 +430,48 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         try engine.close()
     }
 
+    /// A full format-2 leaf (2-byte slots, one-byte versions) holds more cells than one
+    /// format-3 leaf can (6-byte slots). A close whose vacuum would move such a leaf, one
+    /// the checkpoint before it did not rewrite, keeps the file's size instead of encoding
+    /// it into a page too small (it trapped: "leaf cells overflow the page").
+    @Test func aCloseLeavesAnOlderFormatsFullLeafWhereItIs() throws {
+        let letters = Array("abcdefghijklmnopqrstuvwxyz")
+        let capacity = (Self.pageBytes - PageHeader.bytes) / 8 - 1   // 6-byte cells, 2-byte slots
+        let keys = (0..<capacity).map { String([letters[$0 / 26], letters[$0 % 26]]) }
+        let pages = 20, fullLeaf = PageID(UInt64(pages - 1))
+        let leaf = olderFormatLeaf(keys.map { ($0, 1, []) }, format: 2, id: fullLeaf)
+        let entries = keys.map { LeafEntry(key: Array($0.utf8), version: 1, payload: .inline([])) }
+        #expect(!PageCodec.leafFits(entries, pageBytes: Self.pageBytes), "the leaf does not fit format 3")
+        // Pages 0–1 meta (format 2, generation 9 in slot 1), 2 a free list of 5…18, 3 a leaf
+        // from "zz" on, 4 the root over it and the full leaf, page 19: 15 of 20 pages free.
+        let other = PageCodec.encodeLeaf([LeafEntry(key: Array("zzz".utf8), version: 1, payload: .inline([9]))][...],
+                                         id: PageID(3), generation: 9, pageBytes: Self.pageBytes)
+        let root = PageCodec.encodeBranch([BranchEntry(key: [], child: fullLeaf), BranchEntry(key: Array("zz".utf8), child: PageID(3))][...],
+                                          id: PageID(4), generation: 9, pageBytes: Self.pageBytes)
+        var meta = MetaPage(pageBytes: Self.pageBytes, generation: 9, root: PageID(4), freeListHead: PageID(2),
+                            checkpointVersion: 1, pageCount: UInt64(pages), keyCount: UInt64(keys.count + 1), height: 2).encoded()
+        meta[16] = 2
+        meta[17] = 0
+        PageCodec.seal(&meta)
+        let freeList = PageCodec.encodeFreeList((5..<UInt64(pages - 1)).map { PageID($0) }[...], next: .none, id: PageID(2),
+                                                generation: 9, pageBytes: Self.pageBytes)
+        let fileSystem = try storeWithRoot(root, height: 2)
+        fileSystem.modify("/db/data") { image in
+            let size = Self.pageBytes
+            image = Array(image[..<size]) + meta + freeList + other + root + [UInt8](repeating: 0, count: (pages - 6) * size) + leaf
+        }
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
+        // A commit the close checkpoints: it rewrites page 3 and the root, not the full leaf.
+        try engine.commit(WALBatch([.put(key: Array("zzzz".utf8), value: [8])]))
+        try engine.close()
+        #expect(fileSystem.contents(of: "/db/data")?.count == pages * Self.pageBytes, "the file kept its size")
+        let (reopened, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
+        #expect(try reopened.snapshot().scan().map(\.key) == (keys + ["zzz", "zzzz"]).map { Array($0.utf8) })
+        #expect(try reopened.snapshot().get(Array("zzzz".utf8)) == [8])
+        #expect(reopened.verify().isValid)
+        try reopened.close()
+    }
+
     /// Found by the EnginePage fuzz target: a branch pointing at page 2^63 made computing
     /// the page's offset overflow (a trap) instead of reporting a corrupt page.
     @Test func aChildPointerOutsideAnyFileIsACorruptPageNotATrap() throws {
