@@ -102,8 +102,8 @@ extension Store {
     }
 
     /// `read` from async code with a body that does not suspend: `try await store.read {
-    /// … }` picks this overload, as it does for `write`, instead of the blocking-free but
-    /// synchronous one (which would draw "no 'async' operations occur within 'await'").
+    /// … }` picks this overload, as for `write`, not the synchronous one (which drew "no
+    /// 'async' operations occur within 'await' expression"). Runs on the caller's actor.
     public func read<T>(
         isolation: isolated (any Actor)? = #isolation,
         _ body: (Context) throws -> T

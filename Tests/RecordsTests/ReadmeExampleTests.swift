@@ -22,6 +22,14 @@ final class ReadmePrinted: Sendable {
     var all: [String] { lines.withLock { $0 } }
 }
 
+/// The README's `Todo`, declared where a test outside the example can name it.
+struct ReadmeTodo: Record {
+    var id: Int
+    var title: String
+    var done = false
+    static var indexes: [RecordIndex<ReadmeTodo>] { [.index(\ReadmeTodo.title)] }
+}
+
 @Suite struct ReadmeExampleTests {
     static let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("README.md")
@@ -68,6 +76,14 @@ final class ReadmePrinted: Sendable {
         try await example.value
         #expect(printed.all == [#"["Buy milk", "Call Ann"]"#, "2 to do"])
         #expect(FileManager.default.fileExists(atPath: directory.appendingPathComponent("todos.strata").path))
+    }
+
+    /// The example's comment says the query's sort is read from the title index.
+    @Test func theExampleQuerysSortIsReadFromTheTitleIndex() throws {
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        let plan = try store.read { try $0.repository(ReadmeTodo.self).explain(#Predicate<ReadmeTodo> { !$0.done }, sortBy: [SortDescriptor(\ReadmeTodo.title)]) }
+        #expect(plan.contains("sorted by reading index title forwards"), "\(plan)")
     }
 
     static func runExample(_ printed: ReadmePrinted) async throws {
