@@ -117,7 +117,7 @@ let package = Package(
         // and the entry points of the decoders' fuzz targets (Fuzz/).
         .target(
             name: "StrataTesting",
-            dependencies: ["Strata", "StrataEngine", "StrataWAL", "StrataFileIO", "StrataCodec", "StrataLocks"]
+            dependencies: ["Strata", "StrataContexts", "StrataEngine", "StrataWAL", "StrataFileIO", "StrataCodec", "StrataLocks"]
         ),
         .executableTarget(
             name: "StrataCLI",

@@ -2,9 +2,6 @@
 // too (`error.localizedDescription`, SwiftUI alerts, logs), not only through
 // `description`: the same text, which says what happened and what to do.
 import Foundation
-import StrataEngine
-import StrataFileIO
-import StrataWAL
 
 extension UnitOfWorkError: LocalizedError {
     public var errorDescription: String? { description }
@@ -19,17 +16,5 @@ extension ContextError: LocalizedError {
 }
 
 extension ChangeFeedError: LocalizedError {
-    public var errorDescription: String? { description }
-}
-
-extension EngineError: LocalizedError {
-    public var errorDescription: String? { description }
-}
-
-extension WALError: LocalizedError {
-    public var errorDescription: String? { description }
-}
-
-extension FileIOError: LocalizedError {
     public var errorDescription: String? { description }
 }

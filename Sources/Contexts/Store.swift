@@ -12,8 +12,10 @@ import Foundation
 public final class Store: Sendable {
     /// The storage engine contexts read from: the store itself when it is embedded; for a
     /// store over etcd (StrataEtcd), the in-memory replica of its data that etcd's Watch
-    /// keeps current. Commit through contexts, not through the engine.
-    public let engine: StorageEngine
+    /// keeps current. Not public: a commit through it would skip the contexts' conflict
+    /// checks, the records' upkeep and, over etcd, the backend (docs/public-api.md). What
+    /// applications need of it is `Store` API (Store+Maintenance.swift).
+    package let engine: StorageEngine
     /// What opening found and repaired.
     public let recoveryReport: RecoveryReport
     /// Whether the store lives in memory only (`Store.inMemory`).

@@ -1,5 +1,6 @@
 // The one error type of the Engine module. Every case says where and what; its
 // description reads as a sentence with a remedy where there is one.
+import Foundation
 import StrataFileIO
 import StrataWAL
 
@@ -41,6 +42,9 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
     case historyUnavailable(requested: UInt64, oldest: UInt64)
     /// Invalid options; the text names the setting.
     case invalidOptions(String)
+    /// `operation` copies an embedded store's files, and the store at `location` keeps its
+    /// data elsewhere (a store over etcd): copy it with that system's own tools.
+    case notEmbedded(operation: String, location: String)
     /// The write-ahead log failed or is damaged.
     case log(WALError)
     /// The file system failed.
@@ -82,6 +86,9 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
                 + "start from a later version or raise the checkpoint thresholds."
         case let .invalidOptions(reason):
             "Invalid store options: \(reason)."
+        case let .notEmbedded(operation, location):
+            "\(operation) copies an embedded store's files; the store at \(location) keeps its data elsewhere. "
+                + "Copy it with that system's tools (for etcd: etcdctl snapshot save)."
         case let .log(error):
             "\(error)"
         case let .io(error):
@@ -105,4 +112,10 @@ public func renderKey(_ key: [UInt8]) -> String {
         hex.append(digits[Int(byte & 0x0F)])
     }
     return String(decoding: hex, as: UTF8.self)
+}
+
+// Read as a sentence through Foundation's `LocalizedError` too (`localizedDescription`,
+// SwiftUI alerts, logs): the same text as `description`.
+extension EngineError: LocalizedError {
+    public var errorDescription: String? { description }
 }

@@ -1,6 +1,7 @@
 // The one error type of the FileIO module: a failed file operation, by kind, with the
 // operation and the path. Both file-system implementations map errno values the same way
 // (`FileIOError(errno:operation:path:)`), so injected faults look exactly like real ones.
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -101,4 +102,10 @@ public enum FileIOError: Error, Sendable, Equatable, CustomStringConvertible {
         case let .other(_, path, code): return "\(op) failed on \(path) with errno \(code)."
         }
     }
+}
+
+// Read as a sentence through Foundation's `LocalizedError` too (`localizedDescription`,
+// SwiftUI alerts, logs): the same text as `description`.
+extension FileIOError: LocalizedError {
+    public var errorDescription: String? { description }
 }

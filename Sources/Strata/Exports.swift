@@ -7,8 +7,9 @@
 @_exported import StrataContexts
 @_exported import StrataRecords
 
-// Options, reports and errors of the storage engine; the engine itself is reachable as
-// `Store.engine` for key/value work below contexts (blind batches, snapshots, cursors).
+// Options, reports and errors of the storage engine. The engine itself (its commit path,
+// snapshots, batches) is not shown: applications change data through contexts, and ask
+// the store for what they need of the storage (Store+Maintenance.swift).
 @_exported import struct StrataEngine.EngineOptions
 @_exported import enum StrataEngine.EngineError
 @_exported import enum StrataEngine.AccessMode
@@ -17,17 +18,11 @@
 @_exported import struct StrataEngine.StoreStatus
 @_exported import struct StrataEngine.VerifyReport
 @_exported import struct StrataEngine.CopyReport
-@_exported import struct StrataEngine.CommitResult
-@_exported import class StrataEngine.StorageEngine
-@_exported import class StrataEngine.Snapshot
-@_exported import struct StrataEngine.SnapshotCursor
-@_exported import struct StrataEngine.KeyRange
 
-// The log's options, its batches (what `StorageEngine.commit` takes), and its errors.
+// The log's options, its statistics and its errors.
 @_exported import enum StrataWAL.Durability
 @_exported import enum StrataWAL.RecoveryMode
 @_exported import struct StrataWAL.WALOptions
-@_exported import struct StrataWAL.WALBatch
 @_exported import enum StrataWAL.WALError
 @_exported import struct StrataWAL.WALRecoveryReport
 @_exported import struct StrataWAL.WALDamage

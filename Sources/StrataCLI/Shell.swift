@@ -3,7 +3,7 @@
 // did; otherwise it prints only results, so scripts can pipe commands in.
 //
 // Invariants:
-//  S1. `contexts` is never empty: its first element is a root context, each later one a
+//  Shell.S1. `contexts` is never empty: its first element is a root context, each later one a
 //      child of the one before; commands act on the last.
 import Strata
 import Foundation
@@ -162,8 +162,8 @@ enum ShellError: Error, CustomStringConvertible {
 
 /// The lines of `stats` and `strata stat`.
 func statusLines(_ store: Store) throws -> [String] {
-    let status = try store.engine.status()
-    let log = store.engine.logStatistics
+    let status = try store.status()
+    let log = store.logStatistics
     return [
         "version \(status.version), checkpoint at version \(status.checkpointVersion)",
         "data file: \(status.pageCount) pages of \(status.pageBytes) bytes, tree height \(status.treeHeight)",

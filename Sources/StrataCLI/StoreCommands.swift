@@ -29,8 +29,8 @@ struct StatCommand: ParsableCommand {
 
     func run() throws {
         try withStore(path, mode: .readOnly) { store in
-            let status = try store.engine.status()
-            let check = store.engine.verify()
+            let status = try store.status()
+            let check = store.verify()
             let keyCount = try store.read { try $0.scan().count }
             // What the open read of the log (batches the data file holds verified by their
             // frames, not decoded again, as every command reads them).
@@ -79,12 +79,12 @@ struct VerifyCommand: ParsableCommand {
             // Reading every key also checks the pages and overflow chains reads go through.
             _ = try store.read { try $0.scan().count }
             var progress: ProgressReporter?
-            var report = store.engine.verify { checked, pageCount in
+            var report = store.verify { checked, pageCount in
                 guard pageCount >= ProgressReporter.largeStorePages, isTerminal(STDERR_FILENO) else { return }
                 if progress == nil { progress = ProgressReporter(label: "verify", total: pageCount) }
                 progress?.update(checked)
             }
-            // Record index entries that name no record (the type-free part of X1).
+            // Record index entries that name no record (the type-free part of RecordIndex.X1).
             report.problems += try store.checkIndexEntries()
             return (report, store.recoveryReport.log.damage)
         }
@@ -204,6 +204,8 @@ struct LoadCommand: ParsableCommand {
             var bytesRead = 0
             func commitBatch() throws {
                 guard !batch.operations.isEmpty else { return }
+                // A dump holds every key, the records' indexes and catalog included, which
+                // contexts refuse to write (reserved keys): the tool commits it beneath them.
                 try opened.engine.commit(batch)
                 loaded += batch.operations.count
                 batch = WALBatch()
@@ -254,8 +256,8 @@ struct CheckpointCommand: ParsableCommand {
 
     func run() throws {
         try withStore(path) { store in
-            try store.engine.checkpoint()
-            let status = try store.engine.status()
+            try store.checkpoint()
+            let status = try store.status()
             print("checkpoint at version \(status.checkpointVersion); log: \(status.logSegments.count) segment(s)")
         }
     }
@@ -277,7 +279,7 @@ struct BackupCommand: ParsableCommand {
     func run() throws {
         try withStore(store.path, mode: .readOnly) { source in
             var progress: ProgressReporter?
-            let report = try source.engine.backup(to: destination) { copied, total in
+            let report = try source.backup(to: destination) { copied, total in
                 guard total >= ProgressReporter.largeStorePages * 4096, isTerminal(STDERR_FILENO) else { return }
                 if progress == nil { progress = ProgressReporter(label: "backup", total: total) }
                 progress?.update(copied)
@@ -300,7 +302,7 @@ struct CompactCommand: ParsableCommand {
         try withStore(store.path, mode: .readOnly) { source in
             let total = try source.read { try $0.scan().count }
             var progress = ProgressReporter(label: "compact", total: total)
-            let report = try source.engine.compact(to: destination) { progress.update($0) }
+            let report = try source.compact(to: destination) { progress.update($0) }
             print("compacted version \(report.version) into \(destination): \(report.keyCount) keys, "
                   + "\(report.byteCount) bytes of data file")
         }
@@ -366,11 +368,11 @@ struct SalvageCommand: ParsableCommand {
             // What the log held after the damage: each batch replayed, each one left out.
             for batch in source.recoveryReport.log.batchesAfterDamage { print("after the damage: \(batch)") }
             if inPlace {
-                try source.engine.checkpoint()
+                try source.checkpoint()
                 try source.close()
                 print("salvaged \(store.path) in place at version \(source.version)")
             } else {
-                let report = try source.engine.compact(to: destination!)
+                let report = try source.compact(to: destination!)
                 print("salvaged version \(report.version) of \(store.path) into \(destination!): \(report.keyCount) keys")
             }
         }

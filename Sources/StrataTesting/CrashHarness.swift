@@ -251,7 +251,7 @@ public struct CrashHarness: Sendable {
                     return "I2: under the commit after the reopen, the state differs from version \(version)'s"
                 }
             }
-            let verification = store.engine.verify()
+            let verification = store.verify()
             return verification.isValid ? nil : "I3: \(verification.problems[0])"
         } catch {
             return "recovery after a reopen in the same boot and a power loss: \(error)"

@@ -34,7 +34,7 @@ func execute(_ workload: any CrashWorkload, seed: UInt64, on fileSystem: any Fil
             try workload.run(step: step, on: store, random: &random)
             onAcknowledged?(store.version)
             if workload.checkpointInterval > 0, (step + 1) % workload.checkpointInterval == 0 {
-                try store.engine.checkpoint()
+                try store.checkpoint()
             }
         }
         completed = true
@@ -93,7 +93,7 @@ func checkRecovery(_ workload: any CrashWorkload, fileSystem: any FileSystem, pa
             }
         }
         // I3: every reachable page verifies.
-        let verification = store.engine.verify()
+        let verification = store.verify()
         guard verification.isValid else { return "I3: \(verification.problems[0])" }
         do {
             try workload.checkInvariant(store)

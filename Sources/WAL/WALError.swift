@@ -1,5 +1,6 @@
 // The one error type of the WAL module. Every case says where (file, offset, LSN) and what,
 // and its description reads as a sentence with a remedy where there is one.
+import Foundation
 import StrataFileIO
 
 /// Errors of the write-ahead log.
@@ -70,4 +71,10 @@ public enum WALError: Error, Sendable, CustomStringConvertible {
             "\(cause)"
         }
     }
+}
+
+// Read as a sentence through Foundation's `LocalizedError` too (`localizedDescription`,
+// SwiftUI alerts, logs): the same text as `description`.
+extension WALError: LocalizedError {
+    public var errorDescription: String? { description }
 }

@@ -83,6 +83,49 @@ private actor Counter {
         #expect(engine.localizedDescription.contains("use a shorter key"))
     }
 
+    /// What applications ask of the storage goes through the store (Store+Maintenance.swift):
+    /// a checkpoint now, the status, a verification, copies, the log's reach.
+    @Test func theStoreCheckpointsReportsVerifiesAndCopiesWithoutTheEngine() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("strata-surface-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let store = try Store.open(path: root + "/store")
+        #expect(store.isEmbedded)
+        for batch in 0..<10 {
+            try store.write { unit in
+                for index in 0..<10 { try unit.put(bytes("key\(batch * 10 + index)"), bytes("value")) }
+            }
+        }
+        #expect(store.oldestLoggedVersion == 1, "no checkpoint yet: the log holds every version")
+        #expect(store.logStatistics.syncCount >= 1)
+        let before = try store.status()
+        #expect(before.version == 10)
+        #expect(before.checkpointVersion < 10)
+        #expect(before.memtableKeys == 100)
+        try store.checkpoint()
+        let after = try store.status()
+        #expect(after.checkpointVersion == 10)
+        #expect(after.memtableKeys == 0)
+        let check = store.verify()
+        #expect(check.isValid, "\(check.problems)")
+        #expect(check.keys == 100)
+        #expect(try store.backup(to: root + "/backup").version == 10)
+        #expect(try store.compact(to: root + "/compact").keyCount == 100)
+        #expect { try store.backup(to: root + "/backup") } throws: { error in
+            guard case EngineError.io(.alreadyExists) = error else { return false }
+            return true
+        }
+        try store.close()
+        for copy in ["backup", "compact"] {
+            let opened = try Store.open(path: root + "/" + copy, mode: .readOnly)
+            #expect(try opened.read { try $0.scan().count } == 100, "\(copy)")
+            try opened.close()
+        }
+        #expect { try store.checkpoint() } throws: { error in
+            guard case EngineError.closed = error else { return false }
+            return true
+        }
+    }
+
     @Test func reflectionIsShort() throws {
         let store = try Store.inMemory()
         try store.write { unit in

@@ -201,6 +201,27 @@ extension EtcdStoreTests {
         }
     }
 
+    /// A store over etcd has no files of its own to copy: `backup` and `compact` say so and
+    /// name etcd's tool; the status and a checkpoint are its local replica's.
+    @Test func copiesOfAStoreOverEtcdAreRefusedNamingWhereItsDataLives() async throws {
+        let store = try await EtcdServer.makeStore()
+        defer { try? store.close() }
+        try await store.write { unit in try unit.put(bytes("k"), bytes("v")) }
+        #expect(!store.isEmbedded)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("strata-etcd-copy-\(UUID().uuidString)").path
+        #expect { try store.backup(to: directory) } throws: { error in
+            guard case let EngineError.notEmbedded(operation, location) = error else { return false }
+            return operation == "backup(to:)" && location.hasPrefix("etcd") && "\(error)".contains("etcdctl snapshot save")
+        }
+        #expect { try store.compact(to: directory) } throws: { error in
+            guard case EngineError.notEmbedded(operation: "compact(to:)", _) = error else { return false }
+            return true
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory), "a refused copy creates nothing")
+        try store.checkpoint()
+        #expect(try store.status().version == store.version)
+    }
+
     /// A blocking delete (a plain function, so `write` is the synchronous one).
     static func deleteBlocking(_ store: Store, _ key: [UInt8]) throws {
         try store.write { unit in try unit.delete(key) }

@@ -11,6 +11,9 @@
 import CLMDB
 import CSQLite
 import Strata
+// The engine beneath the store: key/value workloads commit plain batches and read through
+// snapshots, as the peers' benchmarks use their engines' own APIs.
+@_spi(StorageEngine) import StrataTesting
 import Foundation
 import Synchronization
 
@@ -56,7 +59,7 @@ struct BenchError: Error, CustomStringConvertible {
 /// Strata: the storage engine for plain batches, the contexts above it for `nested`.
 final class StrataEngineBench: BenchEngine {
     let store: Store
-    var engine: StorageEngine { store.engine }
+    var engine: StorageEngine { store.storageEngine }
     private let readSnapshot = Mutex<Snapshot?>(nil)
 
     init(directory: String, durability: Durability, checkpoints: Bool = true) throws {
