@@ -2,10 +2,10 @@
 // version order, from now or from a version the log still holds.
 //
 // Invariants:
-//  F1. A subscriber receives each version after its start exactly once, in order: the
+//  ChangeFeed.F1. A subscriber receives each version after its start exactly once, in order: the
 //      log's history up to the version current when it subscribed, then live change sets
 //      (which it buffers while it reads the history, dropping versions it already has).
-//  F2. A commit never waits for a subscriber, and a subscriber's buffer is bounded: one
+//  ChangeFeed.F2. A commit never waits for a subscriber, and a subscriber's buffer is bounded: one
 //      that falls more than its limit behind gets `ChangeFeedError.fellBehind` after
 //      the change sets it has, never a gap.
 // Thread-safety: the hub and subscribers are guarded by their locks; `publish` runs on a
@@ -67,7 +67,7 @@ public struct ChangeFeed: AsyncSequence, Sendable {
 
 /// Why a change feed ended early.
 public enum ChangeFeedError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// The consumer fell more than `bufferLimit` change sets behind the commits (F2); it
+    /// The consumer fell more than `bufferLimit` change sets behind the commits (ChangeFeed.F2); it
     /// received every change set up to `lastVersion`.
     case fellBehind(lastVersion: UInt64, bufferLimit: Int)
 
@@ -86,7 +86,7 @@ extension Store {
     /// when a checkpoint released the log that held version `version + 1`. Reading the
     /// history happens here, before this returns. The feed holds at most `bufferLimit`
     /// change sets beyond the history that the consumer has not taken; past that it ends
-    /// with `ChangeFeedError.fellBehind` (F2).
+    /// with `ChangeFeedError.fellBehind` (ChangeFeed.F2).
     public func changes(after version: UInt64? = nil, bufferLimit: Int = 10_000) throws -> ChangeFeed {
         guard bufferLimit > 0 else { throw UnitOfWorkError.invalidRequest("bufferLimit must be positive (got \(bufferLimit))") }
         let subscriber = ChangeFeedSubscriber()
@@ -132,7 +132,7 @@ package struct CommitObservation: Sendable, Hashable {
     let id: Int
 }
 
-/// One observer's stream and its position (F1, F2).
+/// One observer's stream and its position (ChangeFeed.F1, ChangeFeed.F2).
 final class ChangeFeedSubscriber: Sendable {
     private struct State {
         var continuation: AsyncThrowingStream<ChangeSet, any Error>.Continuation?
@@ -153,7 +153,7 @@ final class ChangeFeedSubscriber: Sendable {
     }
 
     /// Yields `changeSet` unless it was delivered; ends the feed with `fellBehind` when
-    /// the buffer is full (F2).
+    /// the buffer is full (ChangeFeed.F2).
     private static func yield(_ changeSet: ChangeSet, into state: inout State) {
         guard changeSet.version > state.lastDelivered, let continuation = state.continuation else { return }
         if case .dropped = continuation.yield(changeSet) {

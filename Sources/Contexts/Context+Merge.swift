@@ -6,7 +6,7 @@ import StrataEngine
 extension Context {
     /// Merges this child's overlay into `parent` (no I/O) under `mergePolicy` and ends
     /// the child. O(k log n) for k staged keys. A key the parent wrote since the fork in a
-    /// range the child read (C4) is no conflict of keys: the layers above settle it
+    /// range the child read (Context.C4) is no conflict of keys: the layers above settle it
     /// (`ContextSettling`), under the merge policy too.
     func merge(into parent: Context) throws -> CommitReceipt {
         try parent.checkOpen()
@@ -50,7 +50,7 @@ extension Context {
     /// A key it wrote that another commit changed since its snapshot is settled by
     /// `mergePolicy`: `.error` throws `ContextError.mergeConflict` and changes nothing,
     /// `.childWins` keeps this context's write, `.parentWins` drops it; a key another
-    /// commit wrote in a range this context read (C4) is settled by the layers above.
+    /// commit wrote in a range this context read (Context.C4) is settled by the layers above.
     /// Throws
     /// `ContextError.notRoot`, `.childrenOpen`, `.finished`, or `EngineError`.
     public func refresh() throws {

@@ -4,17 +4,17 @@
 // I/O, committing the root makes it durable as one commit (docs/Contexts.md).
 //
 // Invariants:
-//  C1. Reads see the context's overlay, then each ancestor's overlay as of the fork,
+//  Context.C1. Reads see the context's overlay, then each ancestor's overlay as of the fork,
 //      nearest first, then the snapshot; a tombstone hides every level beneath it.
-//  C2. A context changes only while open; commit and discard end it, once.
-//  C3. A context with open children can be neither committed nor refreshed. Discarding
+//  Context.C2. A context changes only while open; commit and discard end it, once.
+//  Context.C3. A context with open children can be neither committed nor refreshed. Discarding
 //      a context discards its open children. A child that is dropped without a commit is
 //      discarded (a cancelled form is a child context simply thrown away).
-//  C4. A read range (`addReadRange`) makes a key written inside it by anyone else after
+//  Context.C4. A read range (`addReadRange`) makes a key written inside it by anyone else after
 //      this context read it a conflict, as a key both wrote is: at a child's merge (the
 //      parent's writes since the fork), at `refresh()` and at a root's commit (other
 //      commits since the snapshot). A merge hands the child's ranges to the parent.
-//  C5. A context made for an observed query (`Store.observe`) notes in its recorder every
+//  Context.C5. A context made for an observed query (`Store.observe`) notes in its recorder every
 //      key it looks up and every range it walks, as far as the walk went, whatever layer
 //      reads through it; nothing it reads bypasses the note (`snapshotWhenUnstaged` is
 //      then nil, and a cursor notes its whole range).
@@ -40,20 +40,20 @@ public final class Context {
     /// Open, committed or discarded.
     public private(set) var status = ContextStatus.open
 
-    /// The store's state beneath every overlay (C1).
+    /// The store's state beneath every overlay (Context.C1).
     private(set) var snapshot: Snapshot
     /// The ancestors' overlays as of the fork, nearest first.
     let base: OverlayLayer?
     /// This context's staged writes.
     private(set) var overlay = Overlay()
-    /// Key ranges its staged writes depend on without writing them (C4), its children's
+    /// Key ranges its staged writes depend on without writing them (Context.C4), its children's
     /// included once they merged.
     private(set) var readRanges: [KeyRange] = []
     private var children: [WeakContext] = []
     /// What a layer above keeps for this context alone (the records layer: which indexes a
     /// read-only context's queries may use at its version). Contexts never read it.
     package var attachment: AnyObject?
-    /// For an observed query's context: what it reads (C5).
+    /// For an observed query's context: what it reads (Context.C5).
     let readRecorder: ReadRecorder?
 
     init(store: Store, snapshot: Snapshot, mergePolicy: MergePolicy, isReadOnly: Bool = false, recorder: ReadRecorder? = nil) {
@@ -89,7 +89,7 @@ public final class Context {
 
     // MARK: Reading
 
-    /// The value of `key` as this context sees it (C1), or nil. O(depth · log n).
+    /// The value of `key` as this context sees it (Context.C1), or nil. O(depth · log n).
     /// Throws `ContextError.finished`, or `EngineError` for a corrupt page.
     public func get(_ key: [UInt8]) throws -> [UInt8]? {
         try checkOpen()
@@ -153,7 +153,7 @@ public final class Context {
         }
     }
 
-    /// A walk of `range` that notes in `recorder` what it read (C5): up to the key at which
+    /// A walk of `range` that notes in `recorder` what it read (Context.C5): up to the key at which
     /// `body` stopped it, or all of it.
     private func recordedWalk(_ range: KeyRange, reverse: Bool, into recorder: ReadRecorder,
                               _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool) throws {
@@ -241,7 +241,7 @@ public final class Context {
     }
 
     /// Notes that this context's staged writes depend on what `range` holds, though they
-    /// may write none of it (C4): a relationship's target must still exist, no referrer
+    /// may write none of it (Context.C4): a relationship's target must still exist, no referrer
     /// may have joined the ones a delete rule saw. Costs nothing until a merge or commit.
     package func addReadRange(_ range: KeyRange) throws {
         try checkOpen()
@@ -281,7 +281,7 @@ public final class Context {
         return child
     }
 
-    /// The children opened here that are still open (C3).
+    /// The children opened here that are still open (Context.C3).
     public var openChildCount: Int {
         children.reduce(0) { $0 + ($1.context?.status == .open ? 1 : 0) }
     }
@@ -447,7 +447,7 @@ public final class Context {
     }
 }
 
-/// A parent's reference to a child that does not keep the child alive (C3).
+/// A parent's reference to a child that does not keep the child alive (Context.C3).
 struct WeakContext {
     weak var context: Context?
 

@@ -1,6 +1,6 @@
 // A context's scan: a merge of its overlay, its ancestors' overlays as of the fork and
 // the snapshot, in key order, where the nearest level wins a key and tombstones hide it
-// (C1 of Context.swift).
+// (Context.C1 of Context.swift).
 import StrataEngine
 
 package struct ContextCursor {
@@ -14,7 +14,7 @@ package struct ContextCursor {
     private let reverse: Bool
 
     /// A cursor over what `context` sees of `range`. For an observed query's context it
-    /// notes the whole range as read (C5), since it may be stopped anywhere, unless the
+    /// notes the whole range as read (Context.C5), since it may be stopped anywhere, unless the
     /// caller notes what it walked itself (`notesRange: false`).
     package init(_ context: Context, range: KeyRange, reverse: Bool, notesRange: Bool = true) throws {
         self.range = range

@@ -3,18 +3,18 @@
 // query read.
 //
 // Invariants:
-//  V1. Every value is computed on a read-only context at a published version, so it never
+//  Observation.V1. Every value is computed on a read-only context at a published version, so it never
 //      shows a state a crash could take away (in `.full` durability), and values come in
 //      version order.
-//  V2. A commit never waits for an observer: publishing tests the commit's keys against
+//  Observation.V2. A commit never waits for an observer: publishing tests the commit's keys against
 //      each waiting query's read set (two key comparisons when they lie apart) and wakes
 //      only the queries it met. A slow consumer gets the latest value, not a backlog: the
 //      stream buffers one value, and commits made while a value is computed or waiting
 //      are folded into the next computation.
-//  V3. The observation ends when the consuming task stops iterating (or is cancelled),
+//  Observation.V3. The observation ends when the consuming task stops iterating (or is cancelled),
 //      when the query throws (the sequence throws it), or when the store closes.
-//  V4. A query runs again exactly when a commit after the version it read wrote a key in
-//      its read set (every key it looked up and range it walked: C5 of Context.swift), or
+//  Observation.V4. A query runs again exactly when a commit after the version it read wrote a key in
+//      its read set (every key it looked up and range it walked: Context.C5 of Context.swift), or
 //      when a commit was published while it ran (it may have read before or after it):
 //      a commit that wrote nothing it read cannot change its value, so it does not run.
 import StrataEngine
@@ -35,10 +35,10 @@ public struct StoreObservation<Value: Sendable>: AsyncSequence, Sendable {
 
 extension Store {
     /// Observes `query`: yields its value on a read-only context at the latest version,
-    /// then again after each durable commit that wrote inside what the query read (V4; a
+    /// then again after each durable commit that wrote inside what the query read (Observation.V4; a
     /// value equal to the last one yielded is not repeated). The query runs on a task of
     /// its own, never on the committing thread. A consumer that falls behind gets the latest
-    /// value (V2). Ends as V3 says.
+    /// value (Observation.V2). Ends as Observation.V3 says.
     public func observe<Value: Sendable & Equatable>(
         _ query: @escaping @Sendable (Context) throws -> Value
     ) -> StoreObservation<Value> {
@@ -64,11 +64,11 @@ extension Store {
         return observe(query, isNew: { $0 != $1 }, first: (value, signal))
     }
 
-    /// How many observed queries are running (each ends as V3 says).
+    /// How many observed queries are running (each ends as Observation.V3 says).
     public var observationCount: Int { feed.signalCount }
 
     /// Runs `query` once for `signal`: on a new read-only context that notes what it reads,
-    /// and then hands the signal that read set and the version it read (V4).
+    /// and then hands the signal that read set and the version it read (Observation.V4).
     private static func run<Value>(_ query: (Context) throws -> Value, signal: ObservationSignal, store: Store) throws -> Value {
         signal.running()
         let recorder = ReadRecorder()
@@ -115,7 +115,7 @@ extension Store {
     }
 }
 
-/// What an observed query waits on (V4): the read set of its last run and the version it
+/// What an observed query waits on (Observation.V4): the read set of its last run and the version it
 /// read, and the newest commit since that may change its value.
 final class ObservationSignal: Sendable {
     private struct State {
@@ -146,7 +146,7 @@ final class ObservationSignal: Sendable {
 
     /// Called by the committing thread after each publication with its batches (each with
     /// its keys and their bounds): never blocks, and wakes the waiting query only when a
-    /// batch is due for it (V2, V4).
+    /// batch is due for it (Observation.V2, Observation.V4).
     func publish(_ batches: [PublishedBatch]) {
         let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
             for batch in batches where batch.version > state.seen {

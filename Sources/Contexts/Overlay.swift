@@ -2,7 +2,7 @@
 // (PersistentSortedMap.swift), so a child captures its parent's overlay in O(1).
 //
 // Invariants:
-//  O1. Every write gets a stamp no other write of the process has had; an overlay entry
+//  Overlay.O1. Every write gets a stamp no other write of the process has had; an overlay entry
 //      keeps the stamp of the write that made it, also when a child's entry is merged
 //      into its parent. So "did the parent change this key after the fork" is "does the
 //      parent's entry now carry a different stamp than at the fork".
@@ -10,7 +10,7 @@
 import StrataEngine
 import Synchronization
 
-/// A staged write: a value, or a tombstone (nil), and its stamp (O1).
+/// A staged write: a value, or a tombstone (nil), and its stamp (Overlay.O1).
 struct OverlayEntry: Sendable {
     var value: [UInt8]?
     var stamp: UInt64
@@ -48,7 +48,7 @@ final class OverlayLayer: Sendable {
 
 extension Overlay {
     /// The keys in `ranges` whose entries differ between this overlay and `earlier`:
-    /// written after `earlier` was captured (O1). O(r log n + k); O(1) when nothing changed.
+    /// written after `earlier` was captured (Overlay.O1). O(r log n + k); O(1) when nothing changed.
     func keysChanged(since earlier: Overlay, in ranges: [KeyRange]) -> [[UInt8]] {
         guard !isIdentical(to: earlier), !ranges.isEmpty else { return [] }
         var changed = Set<[UInt8]>()
@@ -62,7 +62,7 @@ extension Overlay {
     }
 
     /// The keys whose entries differ between this overlay and `earlier`, among `keys`:
-    /// written after `earlier` was captured (O1). O(k log n); O(1) when nothing changed.
+    /// written after `earlier` was captured (Overlay.O1). O(k log n); O(1) when nothing changed.
     func keysChanged(since earlier: Overlay, among keys: Overlay) -> [[UInt8]] {
         guard !isIdentical(to: earlier) else { return [] }
         var changed: [[UInt8]] = []

@@ -3,7 +3,7 @@
 // once the whole unit is durable.
 //
 // Invariants:
-//  U1. A hook registered in a nested unit runs only if that unit merged into its parent
+//  UnitOfWork.U1. A hook registered in a nested unit runs only if that unit merged into its parent
 //      and the outermost unit committed durably; never after a rollback or a failed commit.
 // Thread-safety: not `Sendable`; it belongs to the body it was handed to.
 import StrataEngine
@@ -39,7 +39,7 @@ public final class UnitOfWork {
     /// Runs `body` as a nested unit in a child context. If it throws, only its changes are
     /// rolled back and the error propagates unchanged; if it returns, its changes merge
     /// into this unit (throwing `UnitOfWorkError.mergeFailed` when this unit changed the
-    /// same keys meanwhile) and its `afterCommit` hooks join this unit's (U1).
+    /// same keys meanwhile) and its `afterCommit` hooks join this unit's (UnitOfWork.U1).
     public func child<T>(_ body: (UnitOfWork) throws -> T) throws -> T {
         let nested = try makeNested()
         let result: T
@@ -77,7 +77,7 @@ public final class UnitOfWork {
     }
 
     /// Runs `hook` with the commit's receipt after the outermost unit committed durably;
-    /// never after a rollback or a failed commit (U1). Hooks run in the order they were
+    /// never after a rollback or a failed commit (UnitOfWork.U1). Hooks run in the order they were
     /// added, on the caller of `Store.write`, before it returns: publish domain events here.
     public func afterCommit(_ hook: @escaping (CommitReceipt) -> Void) {
         hooks.append(hook)
@@ -93,7 +93,7 @@ public final class UnitOfWork {
         return error
     }
 
-    /// Merges `nested` into this unit and takes over its hooks (U1).
+    /// Merges `nested` into this unit and takes over its hooks (UnitOfWork.U1).
     private func absorb(_ nested: UnitOfWork) throws {
         do {
             try nested.context.commit()

@@ -2,9 +2,9 @@
 // immutable tree (a root and a height from a meta page or a checkpoint).
 //
 // Invariants (checked by `verify`):
-//  T1. Every leaf is at depth `height`; no loop descends further (a corrupt child pointer
+//  BTree.T1. Every leaf is at depth `height`; no loop descends further (a corrupt child pointer
 //      cannot make a read loop).
-//  T2. Keys are strictly increasing within a page and across pages in tree order; every
+//  BTree.T2. Keys are strictly increasing within a page and across pages in tree order; every
 //      key under branch entry i is ≥ its key and < the key of entry i + 1.
 // Thread-safety: a tree is immutable; any thread may read it while a snapshot pins it.
 
@@ -54,7 +54,7 @@ func corrupt(_ file: PageFile, _ id: PageID, _ reason: String) -> EngineError {
 
 /// Walks a tree's leaf cells in order, reading them where they lie, with a stack of branch
 /// pages and child positions (no sibling pointers: copy-on-write trees have none). The
-/// pages it holds stay valid while the snapshot that gave it the tree lives (P1 of
+/// pages it holds stay valid while the snapshot that gave it the tree lives (PageFile.P1 of
 /// PageFile.swift).
 struct TreeCursor {
     let tree: BTree
@@ -220,10 +220,10 @@ struct TreeDescent: LeafCellFinder {
 
 /// Point lookups made one after another, in ascending key order where they can be: keeps
 /// the leaf the last lookup ended in and looks the next key up there, with no descent from
-/// the root, when it lies between that leaf's first and last keys (T2: no other leaf can
+/// the root, when it lies between that leaf's first and last keys (BTree.T2: no other leaf can
 /// hold it). A key outside them descends as `withCell` does, so any order is answered
 /// correctly; ascending keys that lie close together cost one descent per leaf.
-/// The held leaf stays valid while the snapshot that gave the tree lives (P1 of PageFile.swift).
+/// The held leaf stays valid while the snapshot that gave the tree lives (PageFile.P1 of PageFile.swift).
 struct LeafFinger: LeafCellFinder {
     let tree: BTree
     let file: PageFile

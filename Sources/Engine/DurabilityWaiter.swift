@@ -5,7 +5,7 @@
 // each commit's completion in version order.
 //
 // Invariants:
-//  D1. Every enqueued completion runs exactly once: on the waiter thread, or on the
+//  DurabilityWaiter.D1. Every enqueued completion runs exactly once: on the waiter thread, or on the
 //      enqueuing thread when the waiter has stopped.
 // Thread-safety: `enqueue` and `stop` from any thread; the queue is guarded by `monitor`.
 import Foundation

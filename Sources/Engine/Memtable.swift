@@ -11,21 +11,21 @@
 //  12  keyLength    UInt16
 //  14  height       UInt8   (1...maxHeight)
 //  15  flags        UInt8   (bit 0, `olderFollows`: the next node at level 0 is an older
-//                            change of the same key, K4)
+//                            change of the same key, Memtable.K4)
 //  16  links        height × 8 bytes, atomic: the next node at each level (0 = none)
 //      key bytes, then value bytes
 //
 // Invariants:
-//  K1. At every level, nodes are in key order, and nodes of one key in strictly
+//  Memtable.K1. At every level, nodes are in key order, and nodes of one key in strictly
 //      decreasing version order (a newer change of a key is linked before the older ones).
-//  K2. A node is linked only after all its bytes and its own links are written (release
+//  Memtable.K2. A node is linked only after all its bytes and its own links are written (release
 //      store; readers load links with acquire), and it never changes afterwards.
-//  K3. Versions are inserted in increasing order per key (the engine links batches in
-//      version order: A1 of MemtableApplier.swift), so a reader at version V never misses
+//  Memtable.K3. Versions are inserted in increasing order per key (the engine links batches in
+//      version order: MemtableApplier.A1 of MemtableApplier.swift), so a reader at version V never misses
 //      a node at or below V.
-//  K4. A node's `olderFollows` flag, set before it is linked, says whether the node after
+//  Memtable.K4. A node's `olderFollows` flag, set before it is linked, says whether the node after
 //      it at level 0 has the same key, and stays right: nothing is ever linked between two
-//      changes of one key (a later change is newer and goes before the newest, K1 and K3),
+//      changes of one key (a later change is newer and goes before the newest, Memtable.K1 and Memtable.K3),
 //      a node linked after a key's oldest change has another key, and none is unlinked.
 //      So a walk tells a key's changes apart from the next key without reading keys.
 // Thread-safety: `insert`/`apply` only from one thread at a time (the engine's applier,
@@ -121,9 +121,9 @@ final class Memtable: @unchecked Sendable {
         // The index slot loads while the filter is checked, not after it: a key the
         // memtable holds waits for one of the two misses instead of both in turn.
         index.prefetch(hash)
-        // Every key inserted set its filter bits (F1 of MemtableIndex.swift).
+        // Every key inserted set its filter bits (MemtableIndex.F1).
         guard filter.mayContain(hash) else { return nil }
-        // A complete index names the newest node of every key (X1); once it filled up, the
+        // A complete index names the newest node of every key (MemtableIndex.X1); once it filled up, the
         // skip list answers.
         var node = index.isComplete ? index.newest(key, hash: hash) : firstNode(atLeast: key)
         while let current = node, current.compare(with: key) == 0 {
@@ -134,7 +134,7 @@ final class Memtable: @unchecked Sendable {
     }
 
     /// Adds every operation of `batch` at `version`; the last operation of a key wins.
-    /// `version` must be above every version held (K3). Writer only.
+    /// `version` must be above every version held (Memtable.K3). Writer only.
     func apply(_ batch: WALBatch, version: UInt64) {
         apply(batch.encoding(), version: version)
     }
@@ -142,7 +142,7 @@ final class Memtable: @unchecked Sendable {
     /// Adds every operation of an encoded batch at `version`, reading each key and value
     /// where it lies in the encoding (a copy of a `WALBatch.Operation` retains and
     /// releases its arrays, atomically, while the committing thread releases them too);
-    /// the last operation of a key wins. `version` must be above every version held (K3).
+    /// the last operation of a key wins. `version` must be above every version held (Memtable.K3).
     /// Writer only.
     func apply(_ batch: WALBatch.Encoding, version: UInt64) {
         let locations = batch.operationLocations
@@ -275,7 +275,7 @@ final class Memtable: @unchecked Sendable {
         return range.upper.withUnsafeBytesIfPresent { iterator.countValues(below: $0, limit: limit) }
     }
 
-    /// Checks K1 at every level, K4 and the node count (tests only: O(n)).
+    /// Checks Memtable.K1 at every level, Memtable.K4 and the node count (tests only: O(n)).
     func checkInvariants() -> Bool {
         var nodes = 0
         for level in 0..<Self.maxHeight {
@@ -474,7 +474,7 @@ final class Memtable: @unchecked Sendable {
     private func linkAfterFinger(_ inserted: MemtableNode) {
         let key = inserted.key
         let height = inserted.height
-        // K4: the node it goes before is an older change of its key, or of another key.
+        // Memtable.K4: the node it goes before is an older change of its key, or of another key.
         if let older = finger[0].next(0), equalBytes(older.key, key) { inserted.base.storeBytes(of: UInt8(1), toByteOffset: 15, as: UInt8.self) }
         for level in 0..<height {
             inserted.link(level).store(finger[level].link(level).load(ordering: .relaxed), ordering: .relaxed)
@@ -541,14 +541,14 @@ struct MemtableNode: Equatable {
     var bits: Int { Int(bitPattern: base) }
     var version: UInt64 { base.load(as: UInt64.self) }
     var height: Int { Int(base.load(fromByteOffset: 14, as: UInt8.self)) }
-    /// Whether the next node at level 0 is an older change of this node's key (K4).
+    /// Whether the next node at level 0 is an older change of this node's key (Memtable.K4).
     var olderFollows: Bool { base.load(fromByteOffset: 15, as: UInt8.self) & 1 != 0 }
     /// Whether this node is a delete, known from its header alone.
     var isDelete: Bool { valueCount < 0 }
 
     /// Whether a count at `version` counts this node, `hidden` saying whether the node before
     /// it was a visible change of its key (a delete included), which hides it; `hidden` is
-    /// then set for the node after it. Read from the header alone (K4; C1 of
+    /// then set for the node after it. Read from the header alone (Memtable.K4; MemtableLookahead.C1 of
     /// MemtableLookahead.swift).
     @inline(__always)
     func counts(at version: UInt64, hidden: inout Bool) -> Bool {
@@ -642,7 +642,7 @@ struct MemtableIterator: IteratorProtocol {
                 }
                 node = memtable.lastNode(below: key)
             } else {
-                // The key's older changes follow it while each says so (K4).
+                // The key's older changes follow it while each says so (Memtable.K4).
                 var last = current
                 var candidate = successor(of: current)
                 visible = current.version <= version ? current : nil
@@ -717,7 +717,7 @@ struct MemtableIterator: IteratorProtocol {
     /// comparing its key: the walk took a node after it from the read-ahead batch (the
     /// first node of the next key, `node`), and that node lies among the batch's first
     /// nodes that come before `bound`, found once a batch by a binary search (the batch is
-    /// in key order, L1 of MemtableLookahead.swift). `bound` must be the same on every
+    /// in key order, MemtableLookahead.L1 of MemtableLookahead.swift). `bound` must be the same on every
     /// call. False when the walk does not read ahead (yet): the caller compares.
     @inline(__always)
     mutating func handedOut(before bound: UnsafeRawBufferPointer) -> Bool {
@@ -740,7 +740,7 @@ struct MemtableIterator: IteratorProtocol {
     /// How many keys from the walk's place on, below `upper` (nil: to the end), have a
     /// value at the walk's version (the change visible there is not a delete), counting no
     /// further than `limit`. It reads each node's header (its version, whether it is a
-    /// delete, whether an older change of its key follows it: K4), and keys only to find
+    /// delete, whether an older change of its key follows it: Memtable.K4), and keys only to find
     /// `upper`: node by node while the walk would not read ahead, then segments side by
     /// side (`MemtableLookahead.countValues`). Forward walks only; it spends the walk.
     mutating func countValues(below upper: UnsafeRawBufferPointer?, limit: Int) -> Int {

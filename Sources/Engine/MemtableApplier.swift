@@ -5,18 +5,18 @@
 // frame was durable and before the commit returned.
 //
 // A batch is linked before it is durable. Its nodes carry its version, and no reader looks
-// at a version above the published one (E1), so nothing is seen early; a batch whose frame
-// then fails stays linked but unpublished, in a store that accepts no more writes (E3). A
+// at a version above the published one (StorageEngine.E1), so nothing is seen early; a batch whose frame
+// then fails stays linked but unpublished, in a store that accepts no more writes (StorageEngine.E3). A
 // checkpoint folds a frozen memtable only after every batch linked into it is published
 // (StorageEngine+Checkpoint.swift).
 //
 // Invariants:
-//  A1. Batches are linked in the order `enqueue` was called (the engine calls it under its
-//      commit lock, so in version order: K3 of Memtable.swift), one at a time: the applier
+//  MemtableApplier.A1. Batches are linked in the order `enqueue` was called (the engine calls it under its
+//      commit lock, so in version order: Memtable.K3 of Memtable.swift), one at a time: the applier
 //      is each memtable's single writer.
-//  A2. `appliedVersion` only grows, and every batch enqueued at or below it is linked
+//  MemtableApplier.A2. `appliedVersion` only grows, and every batch enqueued at or below it is linked
 //      (its nodes' writes happen before a reader that saw `appliedVersion` loads them).
-//  A3. A small batch enqueued while nothing is queued or being linked is linked on the
+//  MemtableApplier.A3. A small batch enqueued while nothing is queued or being linked is linked on the
 //      enqueuing thread, under the monitor: handing a one-key commit to the thread costs
 //      more (a futex wake, then the woken thread contending for the lock) than linking it
 //      (fillsync measured 0.8 × the disk's raw fdatasync rate with every batch handed off).
@@ -46,7 +46,7 @@ final class MemtableApplier: @unchecked Sendable {
     /// Threads in `waitUntilApplied`; only then does the thread broadcast per batch.
     private var waiters = 0
 
-    /// The largest batch linked on its committing thread when the applier is idle (A3).
+    /// The largest batch linked on its committing thread when the applier is idle (MemtableApplier.A3).
     static let inlineOperationLimit = 8
 
     /// An applier whose batches start after `version`.
@@ -54,11 +54,11 @@ final class MemtableApplier: @unchecked Sendable {
         applied = ManagedAtomic(version)
     }
 
-    /// The newest version linked, with everything below it (A2).
+    /// The newest version linked, with everything below it (MemtableApplier.A2).
     var appliedVersion: UInt64 { applied.load(ordering: .acquiring) }
 
     /// Queues `batch` to be linked into `memtable` at `version`, above every version
-    /// enqueued before (A1); links a small one at once when nothing is ahead of it (A3).
+    /// enqueued before (MemtableApplier.A1); links a small one at once when nothing is ahead of it (MemtableApplier.A3).
     /// After `stop()`, links it on the calling thread.
     func enqueue(_ batch: WALBatch.Encoding, version: UInt64, into memtable: Memtable) {
         monitor.lock()

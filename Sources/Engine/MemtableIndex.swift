@@ -10,9 +10,9 @@
 // (`isComplete` false), and from then on lookups go through the skip list.
 //
 // Invariants:
-//  X1. While `isComplete`, every key in the memtable has a slot, and it names the key's
+//  MemtableIndex.X1. While `isComplete`, every key in the memtable has a slot, and it names the key's
 //      newest node (older versions follow it at level 0).
-//  X2. A slot is written only after the node it names is linked into the skip list.
+//  MemtableIndex.X2. A slot is written only after the node it names is linked into the skip list.
 // Thread-safety: written by the memtable's single writer; slots are loaded with acquire
 // (a node's bytes are visible before its slot), `isComplete` relaxed (publication of a
 // version through the engine's state lock orders it before the reads of that version).
@@ -63,7 +63,7 @@ struct MemtableIndex {
     /// The number of slots (the filter beside it takes one word per eight).
     var slotCount: Int { mask + 1 }
 
-    /// Whether every key of the memtable is in the index (X1).
+    /// Whether every key of the memtable is in the index (MemtableIndex.X1).
     var isComplete: Bool { complete.load(ordering: .relaxed) }
 
     /// The newest node of `key` (whose `hashKey` is `hash`), or nil when the index has none.
@@ -90,7 +90,7 @@ struct MemtableIndex {
         if isComplete { cplatform_prefetch(slots + (Int(truncatingIfNeeded: hash) & mask)) }
     }
 
-    /// Makes `node` the newest of its key (writer only, after linking it: X2).
+    /// Makes `node` the newest of its key (writer only, after linking it: MemtableIndex.X2).
     func record(_ node: MemtableNode, hash: UInt64) {
         guard isComplete else { return }
         let key = node.key
@@ -126,10 +126,10 @@ struct MemtableIndex {
 /// A Bloom filter over the memtable's keys, blocked to one 64-bit word per key (four bits
 /// of it set), so a lookup of a key the memtable lacks usually ends after one load from a
 /// table an eighth of the index's size (1 MiB for the default 64 MiB memtable: it stays in
-/// the L2/L3 cache where the index's random slots do not). About 10 bits per key at the
+/// the MemtableLookahead.L2/L3 cache where the index's random slots do not). About 10 bits per key at the
 /// index's fill limit; false positives (a few percent) fall through to the index.
 ///
-/// Invariant F1: every key inserted has its bits set before the version holding it is
+/// Invariant MemtableIndex.F1: every key inserted has its bits set before the version holding it is
 /// published. Thread-safety: the single writer sets bits (load, or, store: no other
 /// writer); readers load words relaxed, ordered after the writes by the engine's
 /// publication of the version they read (its state lock).

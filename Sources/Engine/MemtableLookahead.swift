@@ -10,15 +10,15 @@
 // as the level-1 link of the segment before it is read, one a round.
 //
 // Invariants:
-//  L1. Batches, one after another, hand out the nodes that following level-0 links one by
+//  MemtableLookahead.L1. Batches, one after another, hand out the nodes that following level-0 links one by
 //      one would: a segment runs from its first node, at level 0, up to the node its
 //      level-1 link named when read, found again by identity (it comes later at level 0,
-//      K1, and nodes are never unlinked); the next segment starts at that node. A lane
+//      Memtable.K1, and nodes are never unlinked); the next segment starts at that node. A lane
 //      stopped after `laneNodes` nodes carries the rest of its segment into the next
 //      batch, and the lanes after it are read again there.
-//  L2. Nodes linked while a batch is read may be in it or not, as for a walk following the
-//      links itself: they are newer than any version a reader walks at (K3), and a newer
-//      change of a key is linked before its older ones (K1), so missing one changes nothing.
+//  MemtableLookahead.L2. Nodes linked while a batch is read may be in it or not, as for a walk following the
+//      links itself: they are newer than any version a reader walks at (Memtable.K3), and a newer
+//      change of a key is linked before its older ones (Memtable.K1), so missing one changes nothing.
 // Thread-safety: one walk's own state, used from the thread that walks. The walk keeps its
 // place in the batch itself (`MemtableIterator`); a copied walk gets a read-ahead of its own
 // before it reads another batch.
@@ -71,7 +71,7 @@ final class MemtableLookahead {
         var stoppedAt: MemtableNode?
     }
 
-    /// Reads the next batch into `batch` (L1) and returns how many nodes it holds (none at
+    /// Reads the next batch into `batch` (MemtableLookahead.L1) and returns how many nodes it holds (none at
     /// the end of the list): the carried rest of a segment first, then a segment per lane,
     /// each started as the level-1 link of the one before is read.
     func fill() -> Int {
@@ -139,32 +139,32 @@ final class MemtableLookahead {
 // so its lanes hand nothing back: each walks a segment to its end and counts as it goes,
 // and a lane that ends frees its place for the next segment at once (a fill waits for its
 // batch's longest segment). What order still decides is handled where segments meet:
-//  C1. A change is counted iff it is visible at the version, is not a delete, and the node
+//  MemtableLookahead.C1. A change is counted iff it is visible at the version, is not a delete, and the node
 //      before it is not a visible change of its key (versions fall along a key's changes,
-//      K1, so that node is the key's visible change and hides it). Inside a segment the
+//      Memtable.K1, so that node is the key's visible change and hides it). Inside a segment the
 //      lane knows the node before; a segment's first node is counted by its own lane as
 //      if nothing hid it, and the lane of the segment before takes it back when its last
-//      node was a visible change with an older one after it (K4).
-//  C2. A lane compares its keys with the bound until the segment after it starts, which
+//      node was a visible change with an older one after it (Memtable.K4).
+//  MemtableLookahead.C2. A lane compares its keys with the bound until the segment after it starts, which
 //      is done only once that segment's first key is below the bound: every node of its
 //      own segment is then below it too. A segment whose first key is not below the bound
 //      starts no lane, nor does any after it.
-//  C3. With a limit, the count may stop once it is past the limit by more than the lanes
-//      running, each of which may still take back one node (C1).
+//  MemtableLookahead.C3. With a limit, the count may stop once it is past the limit by more than the lanes
+//      running, each of which may still take back one node (MemtableLookahead.C1).
 extension MemtableLookahead {
     private struct CountingLane {
         var cursor: MemtableNode
         /// The first node of the next segment (nil: the end of the list).
         let end: MemtableNode?
-        /// Whether the node before `cursor` was a visible change of its key (C1).
+        /// Whether the node before `cursor` was a visible change of its key (MemtableLookahead.C1).
         var hidden: Bool
-        /// Whether the next segment started, so no key of this one reaches the bound (C2).
+        /// Whether the next segment started, so no key of this one reaches the bound (MemtableLookahead.C2).
         var endBelowBound: Bool
     }
 
     /// How many keys from `start` (a node of height 2 or more) on, below `upper` (nil: to the
-    /// end), have a value at `version`, counting no further than `limit` (C3). `hidden`:
-    /// the node before `start` was a visible change of its key (C1).
+    /// end), have a value at `version`, counting no further than `limit` (MemtableLookahead.C3). `hidden`:
+    /// the node before `start` was a visible change of its key (MemtableLookahead.C1).
     static func countValues(from start: MemtableNode, hidden: Bool, below upper: UnsafeRawBufferPointer?,
                             at version: UInt64, limit: Int) -> Int {
         precondition(start.height >= 2, "a segment starts at a node of height 2 or more")
@@ -182,7 +182,7 @@ extension MemtableLookahead {
             }
             while true {
                 // Start the next segment's lane when a place is free and its first key is below
-                // the bound (C2); it was prefetched when the segment before it started.
+                // the bound (MemtableLookahead.C2); it was prefetched when the segment before it started.
                 if running < Self.lanes, let first = segment {
                     if reachesBound(first) {
                         segment = nil
@@ -204,7 +204,7 @@ extension MemtableLookahead {
                     let lane = lanes + index
                     let node = lane.pointee.cursor
                     if !lane.pointee.endBelowBound && reachesBound(node) {
-                        // This segment holds the bound: no segment after it starts (C2).
+                        // This segment holds the bound: no segment after it starts (MemtableLookahead.C2).
                         segment = nil
                     } else {
                         if node.counts(at: version, hidden: &lane.pointee.hidden) { count += 1 }
@@ -215,7 +215,7 @@ extension MemtableLookahead {
                             continue
                         }
                         // The next segment's first node is an older change this one's last
-                        // node hides: its own lane counts it (C1).
+                        // node hides: its own lane counts it (MemtableLookahead.C1).
                         if lane.pointee.hidden, let end = lane.pointee.end, !end.isDelete { count -= 1 }
                     }
                     // The lane ended; the last running lane takes its place.

@@ -16,12 +16,12 @@
 // for every mapped engine).
 //
 // Invariants:
-//  P1. A page is written only while it is free in the durable meta page and no snapshot
+//  PageFile.P1. A page is written only while it is free in the durable meta page and no snapshot
 //      can reach it (the checkpoint's allocator guarantees it), so readers never see a
 //      page change under them.
-//  P2. Every page read from disk is verified before use; a bad page is
+//  PageFile.P2. Every page read from disk is verified before use; a bad page is
 //      `EngineError.corruptPage` with the file and offset, never a trap.
-//  P3. A mapped page is read only below `filePages`, the file's size as this process
+//  PageFile.P3. A mapped page is read only below `filePages`, the file's size as this process
 //      knows it (set at open, raised after a write past the end, lowered before a cut).
 // Thread-safety: reads from any thread; writes only from the one running checkpoint.
 import Atomics
@@ -38,7 +38,7 @@ final class PageFile: Sendable {
     /// A mapping of the file and a "verified" flag per page it covers.
     private struct Region {
         let base: UnsafeRawPointer
-        /// Pages the mapping covers (the file may hold fewer: P3).
+        /// Pages the mapping covers (the file may hold fewer: PageFile.P3).
         let pages: Int
         let verified: UnsafeMutablePointer<UnsafeAtomic<UInt8>.Storage>
     }
@@ -49,7 +49,7 @@ final class PageFile: Sendable {
     private let currentRegion = Atomic<Int>(0)
     /// Every mapping made, and its region.
     private let regions = Mutex<[(mapping: FileMapping, region: Int)]>([])
-    /// Whole pages the file holds (P3).
+    /// Whole pages the file holds (PageFile.P3).
     private let filePages: Atomic<Int>
     /// Set by the store's close: tree reads throw `EngineError.closed` from then on (a
     /// snapshot kept past the close must not read a page the close moved or cut off, and
@@ -147,7 +147,7 @@ final class PageFile: Sendable {
     /// Whether the store closed the file (a page held from before may not be read).
     var isClosed: Bool { closed.load(ordering: .relaxed) }
 
-    /// Page `id` in the mapping, verified once (P2, P3).
+    /// Page `id` in the mapping, verified once (PageFile.P2, PageFile.P3).
     @inline(__always)
     private func mappedPage(_ id: PageID, _ region: Region) throws -> TreePage {
         guard id >= .firstDataPage, id.rawValue < UInt64(min(region.pages, filePages.load(ordering: .acquiring))) else {
@@ -271,7 +271,7 @@ final class PageFile: Sendable {
         for index in start..<start + count {
             cache.remove(PageID(UInt64(index)))
             if address != 0 {
-                // Reverified at its next read (the page is free, so no reader is on it: P1).
+                // Reverified at its next read (the page is free, so no reader is on it: PageFile.P1).
                 let region = UnsafePointer<Region>(bitPattern: address)!.pointee
                 if index < region.pages { UnsafeAtomic<UInt8>(at: region.verified + index).store(0, ordering: .relaxed) }
             }
@@ -287,7 +287,7 @@ final class PageFile: Sendable {
 
     /// Cuts the file down to `pages` pages (a vacuuming close, its last page read done).
     /// Reads stop first: the file is marked closed, and the mappings' pages become zeros
-    /// (P3) for a reader already past that check.
+    /// (PageFile.P3) for a reader already past that check.
     func cut(toPages pages: Int) throws {
         markClosed()
         currentRegion.store(0, ordering: .releasing)

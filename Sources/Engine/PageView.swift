@@ -30,7 +30,7 @@ struct HeldPage {
 
 /// A verified leaf or branch page, borrowed.
 struct TreePage: @unchecked Sendable {
-    // @unchecked: the bytes are never written while a reader can reach them (P1 of
+    // @unchecked: the bytes are never written while a reader can reach them (PageFile.P1 of
     // PageFile.swift).
     let bytes: UnsafeRawBufferPointer
     let type: PageType

@@ -7,12 +7,12 @@
 // a path of them per change.
 //
 // Invariants:
-//  M1. In-order traversal yields strictly increasing keys (in `compareKeys` order).
-//  M2. Every node's height is 1 + the larger child height, and child heights differ by
+//  PersistentSortedMap.M1. In-order traversal yields strictly increasing keys (in `compareKeys` order).
+//  PersistentSortedMap.M2. Every node's height is 1 + the larger child height, and child heights differ by
 //      at most 1.
-//  M3. A node is changed only while the map being updated holds the only reference to it
+//  PersistentSortedMap.M3. A node is changed only while the map being updated holds the only reference to it
 //      and to every node above it; below a shared node the path is copied.
-// Thread-safety: a node another map or thread can reach is never changed (M3); a map is a
+// Thread-safety: a node another map or thread can reach is never changed (PersistentSortedMap.M3); a map is a
 // value and `Sendable` when its values are.
 
 /// An ordered map from keys to `Value` with value semantics: a copy is a snapshot that
@@ -21,7 +21,7 @@
 public struct PersistentSortedMap<Value: Sendable>: Sendable {
     @usableFromInline
     final class Node: @unchecked Sendable {
-        // @unchecked: the `var`s change only under M3, when no other reference exists. For
+        // @unchecked: the `var`s change only under PersistentSortedMap.M3, when no other reference exists. For
         // the same reason they go without run-time exclusivity checks: an insert holds an
         // access to a child link per level it descends, and those checks cost more than
         // the insert itself (a third of records-update's samples).
@@ -74,7 +74,7 @@ public struct PersistentSortedMap<Value: Sendable>: Sendable {
     public func isIdentical(to other: PersistentSortedMap) -> Bool { root === other.root }
 
     /// Stores `value` under `key` (replacing any earlier value) and returns the value it
-    /// replaced. O(log n); new nodes only where the path is shared (M3).
+    /// replaced. O(log n); new nodes only where the path is shared (PersistentSortedMap.M3).
     @inlinable
     @discardableResult
     public mutating func updateValue(_ value: Value, forKey key: [UInt8]) -> Value? {
@@ -105,7 +105,7 @@ public struct PersistentSortedMap<Value: Sendable>: Sendable {
     }
 
     /// Inserts into the subtree at `node`, changing the nodes on the path in place while
-    /// this reference is their only one (M3), copying the path from the first shared one.
+    /// this reference is their only one (PersistentSortedMap.M3), copying the path from the first shared one.
     @inlinable
     static func insert(_ key: [UInt8], _ value: Value, inPlace node: inout Node?, replaced: inout Value?) {
         guard node != nil, isKnownUniquelyReferenced(&node) else {
@@ -176,7 +176,7 @@ public struct PersistentSortedMap<Value: Sendable>: Sendable {
         return Node(key: key, value: value, left: left, right: right)
     }
 
-    /// Checks M1 and M2 (tests only: O(n)).
+    /// Checks PersistentSortedMap.M1 and PersistentSortedMap.M2 (tests only: O(n)).
     public func checkInvariants() -> Bool {
         var previous: [UInt8]?
         var ordered = true

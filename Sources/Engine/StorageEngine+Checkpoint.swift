@@ -1,6 +1,6 @@
 // Checkpoints: freeze the active memtable, fold it into the B+tree copy-on-write, sync the
 // data file, write the other meta page, sync again, publish the new tree, then release
-// the log segments the checkpoint covers (E2). Commits and readers continue meanwhile:
+// the log segments the checkpoint covers (StorageEngine.E2). Commits and readers continue meanwhile:
 // commits go to a new active memtable, readers keep the view they hold.
 import Foundation
 import StrataWAL
@@ -8,7 +8,7 @@ import StrataWAL
 extension StorageEngine {
     /// Runs a checkpoint now (one at a time; a call while one runs waits for it).
     /// Throws `EngineError` (`.readOnly` for a read-only store); an I/O failure stops the
-    /// store (E3).
+    /// store (StorageEngine.E3).
     public func checkpoint() throws {
         if commitLock.withLock({ $0.closed }) { throw EngineError.closed }
         try checkpointNow()
@@ -49,7 +49,7 @@ extension StorageEngine {
         }
         Thread.detachNewThread { [self] in
             defer { checkpointRunning.store(false, ordering: .releasing) }
-            // A failure is recorded by `checkpointNow()` and reported by the next commit (E3).
+            // A failure is recorded by `checkpointNow()` and reported by the next commit (StorageEngine.E3).
             if !commitLock.withLock({ $0.closed }) { try? checkpointNow(underLoad: true) }
         }
     }

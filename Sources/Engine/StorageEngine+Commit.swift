@@ -1,6 +1,6 @@
 // Committing a batch: conflict check against everything committed after the batch's
 // snapshot (first committer wins), one log frame through group commit, and publication
-// in version order once the frame is durable (E1).
+// in version order once the frame is durable (StorageEngine.E1).
 import StrataWAL
 
 extension StorageEngine {
@@ -143,13 +143,13 @@ extension StorageEngine {
             let version = submission.lsn.rawValue
             commits.inFlight[version] = batch
             commits.lastEnqueuedVersion = version
-            // Linked while the frame is written and synced; unseen until published (E1).
+            // Linked while the frame is written and synced; unseen until published (StorageEngine.E1).
             applier.enqueue(encoding, version: version, into: stateLock.withLock { $0.current.active })
             return submission
         }
     }
 
-    /// Waits for the queued frame to be durable, then publishes it (E1).
+    /// Waits for the queued frame to be durable, then publishes it (StorageEngine.E1).
     private func finishCommit(_ submission: Submission) throws -> CommitResult {
         let groupSize: Int
         do {

@@ -6,7 +6,7 @@
 // smaller page count, and truncates the file. With less free, only a run of free pages at
 // the end of the file is cut off, the same way without moving a page.
 //
-// Crash safety is a checkpoint's (E2): pages are written only where the durable meta page
+// Crash safety is a checkpoint's (StorageEngine.E2): pages are written only where the durable meta page
 // has free space; the new meta page is written after they are synced; the truncation comes
 // after the meta page is synced (a crash before it leaves a longer file whose tail no meta
 // page reaches).

@@ -8,12 +8,12 @@
 // segments. Versions are the log's LSNs.
 //
 // Invariants:
-//  E1. A commit is published (visible to new snapshots) only after its log frame is
+//  StorageEngine.E1. A commit is published (visible to new snapshots) only after its log frame is
 //      durable, and in version order.
-//  E2. A checkpoint writes pages only where the durable meta page has free space and no
-//      snapshot reads (P1 of PageFile.swift); the meta page is written only after those
+//  StorageEngine.E2. A checkpoint writes pages only where the durable meta page has free space and no
+//      snapshot reads (PageFile.P1 of PageFile.swift); the meta page is written only after those
 //      pages are synced, and log segments are released only after the meta page is.
-//  E3. After an I/O failure where memory and disk may disagree, every later write fails
+//  StorageEngine.E3. After an I/O failure where memory and disk may disagree, every later write fails
 //      with `storeFailed` until the store is reopened.
 // Thread-safety: `Sendable`. Readers take `stateLock` only to copy the current view;
 // commits serialize on `commitLock` only to check conflicts and take an LSN; the

@@ -18,9 +18,9 @@
 // changed nothing (its deletes found no key) makes no revision and returns at once.
 //
 // Invariants:
-//  E1. Only the applier queue commits to the replica, in etcd revision order; each local
+//  EtcdBackend.E1. Only the applier queue commits to the replica, in etcd revision order; each local
 //      version's revision is recorded before the version is published.
-//  E2. A transaction is sent at most once; after it may have reached a server its outcome
+//  EtcdBackend.E2. A transaction is sent at most once; after it may have reached a server its outcome
 //      is either read from the answer or reported unknown, never guessed.
 import AsyncHTTPClient
 import Dispatch
@@ -43,7 +43,7 @@ final class EtcdBackend: StorageBackend {
     private let logger = Logger(label: "strata")
 
     private struct State {
-        /// `revisions[i]` is the etcd revision of local version `firstVersion + i` (E1).
+        /// `revisions[i]` is the etcd revision of local version `firstVersion + i` (EtcdBackend.E1).
         var revisions: [Int64]
         var firstVersion: UInt64
         /// The last revision the replica shows.
@@ -198,7 +198,7 @@ final class EtcdBackend: StorageBackend {
         return (pairs, revision)
     }
 
-    /// Applies a watch message's events, one local commit per etcd revision (E1).
+    /// Applies a watch message's events, one local commit per etcd revision (EtcdBackend.E1).
     private func handle(_ message: WatchStreamMessage, watch id: Int) {
         guard state.withLock({ !$0.closed && $0.watchID == id }) else { return }
         guard let response = message.result else {

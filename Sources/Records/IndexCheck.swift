@@ -1,4 +1,4 @@
-// Checking that indexes say what their records imply (X1): the typed check a repository
+// Checking that indexes say what their records imply (RecordIndex.X1): the typed check a repository
 // runs (`Repository.checkIndexes()`), and the check that needs no type (`Store.checkIndexEntries()`),
 // which `strata verify` runs on any store.
 import StrataContexts

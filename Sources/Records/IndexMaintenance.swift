@@ -1,4 +1,4 @@
-// Keeping an entity's secondary indexes (RecordIndex.swift, X1) in step with its records:
+// Keeping an entity's secondary indexes (RecordIndex.swift, RecordIndex.X1) in step with its records:
 // entries replaced on every write, removed on delete, and built for existing records the
 // first time a context writes the entity while its manifest does not list an index.
 // Reads never stage anything: a fetch uses only indexes the manifest lists.
@@ -98,7 +98,7 @@ struct IndexMaintenance<R: Record> {
         try RecordTypeCache.manifest(bytes) { Set(try RecordManifest(bytes).indexes) }
     }
 
-    /// Before a write: builds every declared index the manifest does not list yet (X1), in
+    /// Before a write: builds every declared index the manifest does not list yet (RecordIndex.X1), in
     /// this context, and lists it. When the entity has no record yet there is nothing to
     /// build, and the manifest write is unchecked: it is the same for every writer of the
     /// type, so concurrent first writers never conflict over it.

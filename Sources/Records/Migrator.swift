@@ -2,10 +2,10 @@
 // work, and recorded in the store in the same commit (FORMAT.md, "Records").
 //
 // Invariants:
-//  M1. A step is recorded applied exactly when its changes are committed: the record of
+//  Migrator.M1. A step is recorded applied exactly when its changes are committed: the record of
 //      it is staged in the step's own unit, so a step that throws (or a crash before its
 //      commit) leaves the store as it was, and is run again by the next `migrate`.
-//  M2. Steps run in registration order; a store that records a step this migrator does
+//  Migrator.M2. Steps run in registration order; a store that records a step this migrator does
 //      not know (written by a newer build) is refused, not migrated.
 import StrataContexts
 import StrataEngine
@@ -46,7 +46,7 @@ public struct Migrator: Sendable {
     }
 
     /// Runs every pending step, in order, each in its own unit of work committed with the
-    /// record of it (M1). Returns the names run. A step that throws stops the migration
+    /// record of it (Migrator.M1). Returns the names run. A step that throws stops the migration
     /// with its error: the store keeps the steps before it, and not that one.
     @discardableResult
     public func migrate(_ store: Store) throws -> [String] {

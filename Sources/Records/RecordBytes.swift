@@ -1,15 +1,15 @@
 // Reading the record encoding (FORMAT.md, "Record encoding") in place: validation,
 // skipping, field tables and primitives at an offset, through a pointer to the bytes. The
 // decoder (RecordDecoder.swift) reads nothing that `RecordBytes.validate` has not accepted
-// (its D1), so after validation the readers here only need their bounds checks to stay
+// (its RecordDecoder.D1), so after validation the readers here only need their bounds checks to stay
 // memory-safe, not to find errors.
 //
 // Invariants:
-//  B1. Every read checks the bytes that remain before it touches one; a count or length
+//  RecordBytes.B1. Every read checks the bytes that remain before it touches one; a count or length
 //      is checked against them before anything is sized from it, so hostile bytes give
 //      `RecordError.malformed` naming the offset, never a trap, a hang or a large
 //      allocation.
-//  B2. Varints are read in their shortest form only (`Varint`, as every reader of the
+//  RecordBytes.B2. Varints are read in their shortest form only (`Varint`, as every reader of the
 //      formats does), so a record has one encoding.
 import StrataContexts
 import Foundation
@@ -48,7 +48,7 @@ enum RecordBytes {
         }
     }
 
-    /// The offset just past the value at `offset` (already validated: D1).
+    /// The offset just past the value at `offset` (already validated: RecordDecoder.D1).
     static func end(of offset: Int, in bytes: [UInt8]) throws(RecordError) -> Int {
         try withRecordBytes(bytes) { (raw) throws(RecordError) -> Int in
             var scanner = RecordScanner(raw, at: offset)
@@ -58,7 +58,7 @@ enum RecordBytes {
     }
 
     static func tag(_ bytes: [UInt8], _ offset: Int) -> Tag {
-        // Validated (D1): the tag is known.
+        // Validated (RecordDecoder.D1): the tag is known.
         Tag(rawValue: bytes[offset]) ?? .null
     }
 
@@ -80,7 +80,7 @@ enum RecordBytes {
         }
     }
 
-    /// The string at `offset`, or nil when the value there is not one (validated: D1).
+    /// The string at `offset`, or nil when the value there is not one (validated: RecordDecoder.D1).
     static func string(_ bytes: [UInt8], _ offset: Int) -> String? {
         bytes.withUnsafeBytes { string($0, offset) }
     }
@@ -91,7 +91,7 @@ enum RecordBytes {
         guard offset < raw.count, raw[offset] == Tag.string.rawValue else { return nil }
         var scanner = RecordScanner(raw, at: offset + 1)
         guard let count = try? scanner.length(), count <= scanner.remaining else { return nil }
-        // Validated as UTF-8 (D1).
+        // Validated as UTF-8 (RecordDecoder.D1).
         return String(decoding: UnsafeRawBufferPointer(rebasing: raw[scanner.offset..<(scanner.offset + count)]), as: UTF8.self)
     }
 
@@ -125,7 +125,7 @@ enum RecordBytes {
         }
     }
 
-    /// The fields of the keyed value `decoder` reads (validated: D1).
+    /// The fields of the keyed value `decoder` reads (validated: RecordDecoder.D1).
     static func fields(_ decoder: RecordDecoding) throws(RecordError) -> RecordFields {
         try withRecordBytes(decoder.bytes) { (raw) throws(RecordError) -> RecordFields in
             var scanner = RecordScanner(raw, at: decoder.offset)
@@ -208,7 +208,7 @@ private func withRecordBytes<R>(_ bytes: [UInt8], _ body: (UnsafeRawBufferPointe
     }
 }
 
-/// A cursor over record bytes (B1, B2); valid only inside the `withUnsafeBytes` that made it.
+/// A cursor over record bytes (RecordBytes.B1, RecordBytes.B2); valid only inside the `withUnsafeBytes` that made it.
 struct RecordScanner {
     let raw: UnsafeRawBufferPointer
     private(set) var offset: Int
@@ -227,7 +227,7 @@ struct RecordScanner {
         return raw[offset]
     }
 
-    /// An unsigned LEB128 varint of at most 10 bytes in its shortest form (B2): up to
+    /// An unsigned LEB128 varint of at most 10 bytes in its shortest form (RecordBytes.B2): up to
     /// three bytes in line (`Varint.readShort`), longer ones and every error through
     /// `Varint.read`.
     @inline(__always)
@@ -341,7 +341,7 @@ struct FieldLookupState {
     /// The field after the last one found: containers ask for fields in the order they
     /// were written, so the next field is the first place to look.
     var next = 0
-    /// Field positions by name (the last of each name, as D2 of the decoder says), for
+    /// Field positions by name (the last of each name, as RecordDecoder.D2 of the decoder says), for
     /// tables of more than `FieldLookup.scanned` fields.
     var byName: [String: Int]?
     /// Whether a name occurs twice (no encoder writes that): then only the last counts,
@@ -384,13 +384,13 @@ struct FieldLookup {
         }
     }
 
-    /// Where the value of the field named `name` lies (the last of that name: D2), or nil.
+    /// Where the value of the field named `name` lies (the last of that name: RecordDecoder.D2), or nil.
     @inline(__always)
     func valueOffset(of name: String, _ state: inout FieldLookupState) -> Int? {
         position(of: name, &state).map { fields[$0].value }
     }
 
-    /// The position of the field named `name` (the last of that name: D2), or nil.
+    /// The position of the field named `name` (the last of that name: RecordDecoder.D2), or nil.
     @inline(__always)
     func position(of name: String, _ state: inout FieldLookupState) -> Int? {
         if let found = name.utf8.withContiguousStorageIfAvailable({ position(of: UnsafeRawBufferPointer($0), &state) }) { return found }
@@ -495,12 +495,12 @@ final class RecordFields: ManagedBuffer<RecordFieldsHeader, RecordField> {
         }
     }
 
-    /// Where the value of the field `name` lies (the last of that name: D2), or nil.
+    /// Where the value of the field `name` lies (the last of that name: RecordDecoder.D2), or nil.
     func valueOffset(of name: String) -> Int? {
         position(of: name).map { self[$0].value }
     }
 
-    /// The position of the field named `name` (the last of that name: D2), or nil.
+    /// The position of the field named `name` (the last of that name: RecordDecoder.D2), or nil.
     func position(of name: String) -> Int? {
         if let found = name.utf8.withContiguousStorageIfAvailable({ position(of: UnsafeRawBufferPointer($0)) }) { return found }
         var name = name

@@ -1,7 +1,7 @@
 // What the records layer keeps for one store: the record types written through it, by
 // entity, so that after a merge or refresh settled conflicting keys one by one it can find
 // the type behind a key and make the records' index entries exactly what their values
-// imply (RecordIndex.swift, X1), and keep relationships whole where the other side wrote
+// imply (RecordIndex.swift, RecordIndex.X1), and keep relationships whole where the other side wrote
 // in a range a relationship read (RelationshipLink.swift). It is attached to the store (`StoreLayers`) by the first
 // repository made on a writable context of it, and dies with the store: nothing is kept
 // per process.
@@ -95,7 +95,7 @@ final class RecordCatalog: ContextSettling {
     }
 
     /// After the other side of a merge or refresh wrote in ranges a relationship's check or
-    /// delete rule read (L1, L2 of RelationshipLink.swift): a record this side relied on that
+    /// delete rule read (RelationshipLink.L1, RelationshipLink.L2 of RelationshipLink.swift): a record this side relied on that
     /// is gone gets its delete rules applied to the records still naming it, and a record
     /// the other side made refer to one this side deleted gets that record's rule. Under
     /// `.error`, any such change is a merge conflict instead, naming the keys.

@@ -2,9 +2,9 @@
 // feed (ChangeFeed.swift), so it has the same order, history and bound.
 //
 // Invariants:
-//  T1. A commit's changes to the entity arrive together, in id order, after those of
+//  RecordChanges.T1. A commit's changes to the entity arrive together, in id order, after those of
 //      every earlier commit; a commit that did not touch the entity yields nothing.
-//  T2. `inserted` means the store did not hold the record before the commit, `updated`
+//  RecordChanges.T2. `inserted` means the store did not hold the record before the commit, `updated`
 //      that it did, `deleted` that it did and the commit removed it. A record inserted
 //      and deleted inside one unit of work never reaches the log (Context.rootBatch), so
 //      it yields nothing. Batches a root commit wrote with log format 1 carry no inserts:
@@ -14,7 +14,7 @@ import StrataEngine
 
 /// One record's change in one commit, from `Store.changes(of:since:)`.
 public struct RecordChange<R: Record>: Sendable {
-    /// What the commit did to the record (T2).
+    /// What the commit did to the record (RecordChanges.T2).
     public enum Kind: Sendable, Hashable {
         case inserted
         case updated
@@ -25,7 +25,7 @@ public struct RecordChange<R: Record>: Sendable {
     public let id: R.ID
     /// The version of the commit that made the change.
     public let version: UInt64
-    /// Whether this is the commit's last change to the entity (T1): once it is handled,
+    /// Whether this is the commit's last change to the entity (RecordChanges.T1): once it is handled,
     /// `version` is where a consumer resumes from (`changes(of:since: version)`).
     public internal(set) var isLastOfCommit: Bool
     /// The record's stored bytes after the change; nil when it was deleted.
@@ -52,7 +52,7 @@ extension RecordChange: CustomStringConvertible {
     public var description: String { "\(kind) \(RecordTypeCache.entityName(of: R.self)) \(id) at version \(version)" }
 }
 
-/// The record-level changes of one entity, in commit order (T1), until the store closes
+/// The record-level changes of one entity, in commit order (RecordChanges.T1), until the store closes
 /// or the task stops iterating. Made by `Store.changes(of:since:bufferLimit:)`.
 public struct RecordChangeFeed<R: Record>: AsyncSequence, Sendable {
     public typealias Element = RecordChange<R>
@@ -103,7 +103,7 @@ public struct RecordChangeFeed<R: Record>: AsyncSequence, Sendable {
 
 extension Store {
     /// The changes to `type`'s records made by commits after version `since` (nil: from now
-    /// on), in commit order (T1, T2). A commit's changes carry its version and arrive
+    /// on), in commit order (RecordChanges.T1, RecordChanges.T2). A commit's changes carry its version and arrive
     /// together, the last marked `isLastOfCommit`: to resume after a restart, pass the
     /// version of the last such change you handled. History comes from the write-ahead log: throws
     /// `EngineError.historyUnavailable` when a checkpoint released the log that held

@@ -1,5 +1,5 @@
 // Decodes record bytes (RecordValue.swift, FORMAT.md "Record encoding") into a `Codable`
-// value, reading straight from the bytes: one pass checks the whole record (R1 of
+// value, reading straight from the bytes: one pass checks the whole record (RecordValue.R1 of
 // RecordValue.swift), then containers find their fields in a table of offsets
 // (RecordBytes.swift; the field after the last one found is tried first) and primitives
 // are read where they lie, with no intermediate tree of values.
@@ -7,9 +7,9 @@
 // shape or a number out of range is a `DecodingError` naming the coding path.
 //
 // Invariants:
-//  D1. Nothing is decoded from bytes that `RecordBytes.validate` has not accepted, so
+//  RecordDecoder.D1. Nothing is decoded from bytes that `RecordBytes.validate` has not accepted, so
 //      every offset a container holds starts a well-formed value inside the buffer.
-//  D2. A field name that occurs twice (no encoder writes that) reads as its last value.
+//  RecordDecoder.D2. A field name that occurs twice (no encoder writes that) reads as its last value.
 import StrataContexts
 import Foundation
 import StrataCodec
@@ -108,7 +108,7 @@ struct RecordDecoding: Decoder {
 
     func string() throws -> String {
         guard tag == .string else { throw mismatch(String.self, "a string") }
-        // Validated as UTF-8 (D1).
+        // Validated as UTF-8 (RecordDecoder.D1).
         return String(decoding: bytes[try RecordBytes.run(bytes, offset)], as: UTF8.self)
     }
 
@@ -184,7 +184,7 @@ struct KeyedRecordDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
         (0..<fields.count).compactMap { Key(stringValue: String(decoding: fields.bytes[fields[$0].name], as: UTF8.self)) }
     }
 
-    /// Where the value of `key` lies (the last field of that name: D2), or nil.
+    /// Where the value of `key` lies (the last field of that name: RecordDecoder.D2), or nil.
     private func offset(_ key: Key) -> Int? {
         fields.valueOffset(of: key.stringValue)
     }

@@ -12,7 +12,7 @@ public struct RecordEncoder {
     /// The record bytes of `value`. Throws `EncodingError` when the value refuses.
     public func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
         // Straight into bytes (RecordStreamEncoder.swift); through the node tree when the
-        // value encodes itself out of order (S1).
+        // value encodes itself out of order (RecordStreamEncoder.S1).
         let state = StreamState()
         state.writer.write(RecordValue.formatVersion)
         do {

@@ -2,7 +2,7 @@
 // record, used by `fetch` for equality and range terms (FORMAT.md, "Records").
 //
 // Invariants:
-//  X1. After any staged write through a repository, every declared index of the entity
+//  RecordIndex.X1. After any staged write through a repository, every declared index of the entity
 //      holds exactly one entry per record (for a unique index: per value), built from the
 //      record as it is now; an index declared later is built on first use in a writable
 //      context and noted in the entity's manifest.

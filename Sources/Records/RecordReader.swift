@@ -4,8 +4,8 @@
 // and a dynamic call through that box per field; a `RecordReader` reads the record's field
 // table (RecordBytes.swift) by name with direct calls, where the bytes lie: in the
 // memtable, a page, or a value already copied out. The rules are those of
-// `RecordDecoder`: the whole record is validated first (D1), the last field of a name
-// counts (D2), a missing field throws `keyNotFound` unless read with `decodeIfPresent`,
+// `RecordDecoder`: the whole record is validated first (RecordDecoder.D1), the last field of a name
+// counts (RecordDecoder.D2), a missing field throws `keyNotFound` unless read with `decodeIfPresent`,
 // and a value of another shape throws `typeMismatch` naming the field.
 //
 // Invariant: a reader lives only for the call it is lent to. It is `~Copyable` and lent
@@ -53,7 +53,7 @@ public struct RecordReader: ~Copyable {
         self.state = state
     }
 
-    /// Checks the record in `raw` as `RecordDecoder` does (D1) and calls `body` with a
+    /// Checks the record in `raw` as `RecordDecoder` does (RecordDecoder.D1) and calls `body` with a
     /// reader of its root's fields. Throws `RecordError.malformed` or
     /// `.unsupportedVersion` for bad bytes, `DecodingError.typeMismatch` when the root is
     /// not a keyed value, and what `body` throws.
@@ -158,7 +158,7 @@ public struct RecordReader: ~Copyable {
         return at
     }
 
-    /// The tag of the value at `at` (validated: D1).
+    /// The tag of the value at `at` (validated: RecordDecoder.D1).
     private func tag(_ at: Int) -> RecordBytes.Tag { RecordBytes.Tag(rawValue: lookup.raw[at]) ?? .null }
 
     private func string(at: Int, _ key: String) throws -> String {
@@ -173,7 +173,7 @@ public struct RecordReader: ~Copyable {
 
     private func double(at: Int, _ key: String) throws -> Double {
         switch tag(at) {
-        // Validated (D1): the eight bytes are there.
+        // Validated (RecordDecoder.D1): the eight bytes are there.
         case .double: return Double(bitPattern: UInt64(littleEndian: lookup.raw.loadUnaligned(fromByteOffset: at + 1, as: UInt64.self)))
         case .int: return Double(try integer(at: at, key, as: Int64.self))
         case .uint: return Double(try integer(at: at, key, as: UInt64.self))

@@ -3,7 +3,7 @@
 // its count, patched when a write to an outer container (or the end) closes it.
 //
 // Invariants:
-//  S1. The bytes are exactly those `RecordValue.encoded()` writes for the same value (R2):
+//  RecordStreamEncoder.S1. The bytes are exactly those `RecordValue.encoded()` writes for the same value (RecordValue.R2):
 //      anything this encoder cannot write in order — a container written to after an inner
 //      one was started and left, a key encoded twice, a container asked for twice in
 //      different kinds, a super encoder — makes it give up (`fellBack`), and the caller

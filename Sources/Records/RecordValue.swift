@@ -4,11 +4,11 @@
 // can say which field is wrong.
 //
 // Invariants:
-//  R1. Decoding is total: any bytes give a value or `RecordError.malformed` with the
+//  RecordValue.R1. Decoding is total: any bytes give a value or `RecordError.malformed` with the
 //      offset (`RecordBytes.validate` in RecordDecoder.swift checks a record before any
 //      of it is read); nesting is at most `maxDepth` deep and no count is trusted beyond
 //      the bytes that remain, so hostile input cannot trap, hang or allocate much.
-//  R2. A value tree has exactly one encoding (minimal varints, fields in the order they
+//  RecordValue.R2. A value tree has exactly one encoding (minimal varints, fields in the order they
 //      were encoded), so `decode(encode(v)) == v`, and a decoded record re-encodes to the
 //      same bytes unless its type encodes in an unstable order (a `Dictionary` field).
 // Thread-safety: values are immutable.

@@ -4,11 +4,11 @@
 // (`RelationshipLink`).
 //
 // Invariants:
-//  L1. A record written with an id in a relationship it holds (`via`) that it did not hold
+//  RelationshipLink.L1. A record written with an id in a relationship it holds (`via`) that it did not hold
 //      before names a target that exists in the writing context; the context reads that
-//      target's key as a read range (C4 of Context.swift), so a concurrent delete of the
+//      target's key as a read range (Context.C4), so a concurrent delete of the
 //      target conflicts with the write, in a merge or at the commit.
-//  L2. Deleting a record applies each of its type's delete rules in the same context
+//  RelationshipLink.L2. Deleting a record applies each of its type's delete rules in the same context
 //      before anything else sees it: every `.deny` is checked before anything is staged,
 //      then the record and its index entries go, then cascades and nullifications. An
 //      inverse whose rule is not `.noAction` reads the range of its referrers' index
@@ -42,11 +42,11 @@ protocol RelationshipLink<Source>: AnyObject, Sendable {
     func validate() throws
     /// The index kept on the foreign key (`via` only).
     func foreignKeyIndex() -> RecordIndex<Source>?
-    /// L1 for a write of `new` over `old`.
+    /// RelationshipLink.L1 for a write of `new` over `old`.
     func checkTargets(old: Source?, new: Source, in context: Context) throws
     /// How many related records a `.deny` rule refuses the delete of `record` for.
     func blockingCount(_ record: Source, in context: Context) throws -> Int
-    /// L2, after `record`'s own delete is staged.
+    /// RelationshipLink.L2, after `record`'s own delete is staged.
     func applyDeleteRule(to record: Source, in context: Context) throws
     /// Registers the target type in `catalog`.
     func register(in catalog: RecordCatalog)
@@ -190,7 +190,7 @@ final class Link<Source: Record, Target: Record>: RelationshipLink, @unchecked S
 
     // MARK: Writes and deletes
 
-    /// L1: every target `new` holds and `old` did not exists, and is read.
+    /// RelationshipLink.L1: every target `new` holds and `old` did not exists, and is read.
     func checkTargets(old: Source?, new: Source, in context: Context) throws {
         guard side == .via, let targetIDs else { return }
         // (An array searched, not a set: a record holds few ids, and a set built per write
@@ -217,7 +217,7 @@ final class Link<Source: Record, Target: Record>: RelationshipLink, @unchecked S
         }
     }
 
-    /// L2, after `record`'s own delete is staged: cascades and nullifications.
+    /// RelationshipLink.L2, after `record`'s own delete is staged: cascades and nullifications.
     func applyDeleteRule(to record: Source, in context: Context) throws {
         switch (side, deleteRule) {
         case (_, .deny), (_, .noAction), (.via, .nullify):

@@ -64,7 +64,7 @@ public struct Repository<R: Record> {
 
     /// Stages the removal of the record with `id` and its index entries, and applies the
     /// delete rules of its type's relationships (cascades, nullifications; RelationshipLink.swift,
-    /// L2), all or nothing. Throws `RecordError.notFound` when there is none,
+    /// RelationshipLink.L2), all or nothing. Throws `RecordError.notFound` when there is none,
     /// `.deleteDenied` when a `.deny` rule refuses it.
     public func delete(_ id: R.ID) throws {
         guard try context.contains(key(id)) else { throw RecordError.notFound(entity: RecordTypeCache.entityName(of: R.self), id: describe(id)) }
@@ -92,7 +92,7 @@ public struct Repository<R: Record> {
     }
 
     /// Deletes the record with `id` with its index entries and applies its type's delete
-    /// rules (L2): every `.deny` first, then the record, then cascades and nullifications.
+    /// rules (RelationshipLink.L2): every `.deny` first, then the record, then cascades and nullifications.
     /// Reads the record as the context holds it now (a rule applied before, in the same
     /// cascade, may have changed it, or deleted it: then there is nothing to do).
     func deleteApplyingRules(_ id: R.ID) throws {
@@ -115,7 +115,7 @@ public struct Repository<R: Record> {
 
     /// Stages `record` after `check` saw whether it existed (decoded only when index
     /// entries must be replaced, so records of an older shape can be overwritten), after
-    /// the targets of its relationships were checked (L1).
+    /// the targets of its relationships were checked (RelationshipLink.L1).
     private func write(_ record: R, check: (Bool) throws -> Void) throws {
         if indexes.isEmpty {
             try check(try context.contains(key(record.id)))

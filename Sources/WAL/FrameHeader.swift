@@ -10,7 +10,7 @@ struct FrameHeader: Equatable {
     var salt: UInt32
     var lsn: LSN
     /// Every frame with an LSN at or below this was on stable storage before this frame was
-    /// written (W5 in FORMAT.md): it is what lets a reader tell a torn tail from corruption.
+    /// written (WriteAheadLog.W5): it is what lets a reader tell a torn tail from corruption.
     var durableLSN: LSN
     var storedBytes: UInt32
     var rawBytes: UInt32

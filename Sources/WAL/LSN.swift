@@ -1,5 +1,5 @@
 // Log sequence numbers: each batch appended to the write-ahead log gets the next one.
-// LSNs start at 1 and have no holes within a log (FORMAT.md, "Write-ahead log", W3).
+// LSNs start at 1 and have no holes within a log (WriteAheadLog.W1; FORMAT.md, "Write-ahead log").
 
 /// The sequence number of one batch in the write-ahead log. `LSN.none` (0) precedes every batch.
 public struct LSN: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {

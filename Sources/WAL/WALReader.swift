@@ -295,7 +295,7 @@ struct SegmentScan {
         return .ended(.cut)
     }
 
-    /// Verifies the frame at `offset` and that it continues the log (R1, R2).
+    /// Verifies the frame at `offset` and that it continues the log (FORMAT.md, R1 and R2).
     private func check(at offset: Int) throws -> (FrameHeader?, String?) {
         let (header, defect) = try window.withBytes(at: offset, count: SegmentWindow.frameSpan) { buffer, index in
             FrameHeader.defect(in: buffer, at: index, salt: salt)
@@ -338,7 +338,7 @@ struct SegmentScan {
         partial = nil
         proof.read(FrameExtent(path: path, offset: offset, end: offset + WALFormat.frameBytes(payloadBytes: payloadCount),
                                lsn: header.lsn), vouching: header.durableLSN)
-        // Batches before `replayFrom` are verified by their checksums (R1); their bytes are
+        // Batches before `replayFrom` are verified by their checksums (FORMAT.md, R1); their bytes are
         // not needed. The others are decoded fragment by fragment: a field over a limit is
         // refused before anything is built for it, and only a batch of one frame keeps its
         // decoded bytes (a larger one keeps its stored payloads, decoded again when visited).
@@ -497,7 +497,7 @@ struct SegmentScan {
     }
 }
 
-/// Which frames read so far no durable LSN covers (W5 of the writer: a frame records the
+/// Which frames read so far no durable LSN covers (WriteAheadLog.W5 of the writer: a frame records the
 /// highest LSN that was on stable storage when it was written, so it proves every frame at
 /// or below that LSN durable).
 struct DurabilityProof {

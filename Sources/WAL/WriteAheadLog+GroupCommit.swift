@@ -1,6 +1,6 @@
 // Appending with group commit: the first waiting appender becomes the leader, takes every
 // batch queued so far, writes their frames with one write and syncs them with one
-// fdatasync (W3), then hands the lead to the next waiter. Also `sync()` for `.relaxed`
+// fdatasync (WriteAheadLog.W3), then hands the lead to the next waiter. Also `sync()` for `.relaxed`
 // mode and `releaseSegments(through:)` for checkpoints.
 import StrataCodec
 import StrataFileIO
@@ -18,7 +18,7 @@ extension WriteAheadLog {
     }
 
     /// Queues `batch` for the next group commit and returns its LSN at once, without
-    /// waiting: LSNs are assigned in the order `submit` is called (W1), so a caller that
+    /// waiting: LSNs are assigned in the order `submit` is called (WriteAheadLog.W1), so a caller that
     /// holds its own lock across `submit` orders its commits by it. Follow with
     /// `waitUntilDone(_:)`. Encoding and compression run on the calling thread.
     public func submit(_ batch: WALBatch) throws -> LSN {
@@ -73,7 +73,7 @@ extension WriteAheadLog {
     }
 
     /// Makes every batch written so far durable (one fdatasync); a no-op when they are.
-    /// In `.full` mode they always are. Throws `WALError`; a failure stops the log (W6).
+    /// In `.full` mode they always are. Throws `WALError`; a failure stops the log (WriteAheadLog.W6).
     public func sync() throws {
         monitor.lock()
         defer { monitor.unlock() }
@@ -158,7 +158,7 @@ extension WriteAheadLog {
     }
 
     /// Shrinks the log back once a checkpoint holds every batch in it (`lsn` at or after
-    /// the last one written): starts a fresh segment (after syncing the current one, W4)
+    /// the last one written): starts a fresh segment (after syncing the current one, WriteAheadLog.W4)
     /// of `firstSegmentBytes` and releases every older segment. At a close
     /// (`keepingSpares` false) the fresh segment is the smallest (4 KiB) and the spares
     /// are removed too, so a closed store keeps one tiny segment; after a checkpoint they
@@ -236,7 +236,7 @@ extension WriteAheadLog {
         state.spares.removeAll { removed.contains($0) }
         state.spares += newSpares
         if case .failure(let error) = result {
-            // W6: a failed sync or rename may leave disk and memory apart; stop.
+            // WriteAheadLog.W6: a failed sync or rename may leave disk and memory apart; stop.
             state.failure = error as? FileIOError ?? .ioError(operation: .sync, path: old.path)
             throw (error as? FileIOError).map(WALError.io) ?? error
         }
@@ -278,7 +278,7 @@ extension WriteAheadLog {
         var started = 0
         let result = Result { () throws -> Void in
             if needsRotation {
-                // W4: seal the current segment before the next one exists.
+                // WriteAheadLog.W4: seal the current segment before the next one exists.
                 if durable < writtenBefore {
                     try active.handle.syncData()
                     syncs += 1
@@ -325,7 +325,7 @@ extension WriteAheadLog {
                 state.statistics.storedBytes += pending.encoded.storedBytes
             }
         case .failure(let error):
-            // W6: memory and disk may disagree now; stop.
+            // WriteAheadLog.W6: memory and disk may disagree now; stop.
             state.failure = error as? FileIOError ?? .ioError(operation: .write, path: active.path)
             options.logger.error("a group commit's write or fdatasync failed; the log stops",
                                metadata: ["path": "\(active.path)", "first_lsn": "\(group[0].lsn.rawValue)",

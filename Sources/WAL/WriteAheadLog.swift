@@ -2,14 +2,14 @@
 // checksummed, LZ4-compressed frames (FORMAT.md, "Write-ahead log").
 //
 // Invariants (cited in the code):
-//  W1. LSNs are assigned in queue order, and frames reach the file in LSN order.
-//  W2. In `.full` mode `append` returns only after an fdatasync that covers its frames.
-//  W3. One group commit = one write and (in `.full` mode) one fdatasync, shared by every
+//  WriteAheadLog.W1. LSNs are assigned in queue order, and frames reach the file in LSN order.
+//  WriteAheadLog.W2. In `.full` mode `append` returns only after an fdatasync that covers its frames.
+//  WriteAheadLog.W3. One group commit = one write and (in `.full` mode) one fdatasync, shared by every
 //      batch queued when the group formed.
-//  W4. A group never spans segments; a segment is synced (sealed) before the next one is
+//  WriteAheadLog.W4. A group never spans segments; a segment is synced (sealed) before the next one is
 //      started, so a later segment's existence proves every earlier frame durable.
-//  W5. Each frame records the highest LSN that was durable when it was written.
-//  W6. After a failed write or fdatasync nothing more is written: every waiter fails, and
+//  WriteAheadLog.W5. Each frame records the highest LSN that was durable when it was written.
+//  WriteAheadLog.W6. After a failed write or fdatasync nothing more is written: every waiter fails, and
 //      so does every later call, until the log is reopened. An fdatasync is never retried.
 // Thread-safety: every method may be called from any thread. The state below is touched
 // only while `monitor` is held; file I/O runs outside it, by one leader at a time
@@ -134,7 +134,7 @@ public final class WriteAheadLog: @unchecked Sendable {
                                                     fileSystem: fileSystem)
         let active: ActiveSegment
         if tail.needsNewSegment {
-            // Sync what was recovered first (W4): the new segment must not outlive it.
+            // Sync what was recovered first (WriteAheadLog.W4): the new segment must not outlive it.
             if let last = tail.segments.last {
                 let handle = try fileSystem.open(last.path, options: [.write])
                 try handle.syncData()
@@ -216,7 +216,7 @@ public final class WriteAheadLog: @unchecked Sendable {
     /// The segment files of the log, oldest first.
     public var segmentPaths: [String] { monitor.lock(); defer { monitor.unlock() }; return state.segments.map(\.path) }
 
-    /// The failure that stopped the log, if one did (W6).
+    /// The failure that stopped the log, if one did (WriteAheadLog.W6).
     public var failure: FileIOError? { monitor.lock(); defer { monitor.unlock() }; return state.failure }
 
     /// Waits for the group in flight, syncs what `.relaxed` mode wrote, and closes the log.

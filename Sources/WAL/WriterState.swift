@@ -46,7 +46,7 @@ struct PendingBatch {
 }
 
 struct WriterState {
-    /// The LSN the next appended batch gets (W1).
+    /// The LSN the next appended batch gets (WriteAheadLog.W1).
     var nextLSN: LSN
     /// Batches waiting for a leader, in LSN order.
     var queue: [PendingBatch] = []
@@ -59,7 +59,7 @@ struct WriterState {
     var releasing = false
     var writtenLSN: LSN
     var durableLSN: LSN
-    /// Set once by the first failed write or sync (W6).
+    /// Set once by the first failed write or sync (WriteAheadLog.W6).
     var failure: FileIOError?
     /// The LSNs of the group whose write or sync failed: their outcome is unknown.
     var unknownOutcome: ClosedRange<UInt64>?

@@ -117,7 +117,7 @@ import Testing
     }
 }
 
-/// A change feed's buffer is bounded (F2): a consumer that falls behind gets every change
+/// A change feed's buffer is bounded (ChangeFeed.F2): a consumer that falls behind gets every change
 /// set it has room for, then `fellBehind` naming the last one, never a gap; commits never wait.
 @Suite struct ChangeFeedBoundTests {
     @Test(arguments: Backend.allCases) func aConsumerThatFallsBehindGetsFellBehindAfterWhatItHas(backend: Backend) async throws {

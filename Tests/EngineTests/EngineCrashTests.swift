@@ -159,7 +159,7 @@ import StrataWAL
         let generation = engine.checkpointLock.withLock { $0.meta.generation }
         try engine.close(checkpoint: false)
         // A meta page is torn only while it is written, before the checkpoint releases any
-        // log segment (E2): put the log back as it was then.
+        // log segment (StorageEngine.E2): put the log back as it was then.
         for path in try storeFiles(fileSystem).keys where path.hasPrefix("/db/wal/") && logBeforeLastCheckpoint[path] == nil {
             try fileSystem.removeFile(path)
         }

@@ -43,7 +43,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     }
 
     /// A batch small enough to be linked on its committing thread and one handed to the
-    /// applier's thread (MemtableApplier A3) alike.
+    /// applier's thread (MemtableApplier MemtableApplier.A3) alike.
     @Test(arguments: [2, MemtableApplier.inlineOperationLimit + 1, 500])
     func aBatchLinkedBeforeItsSyncIsUnseenUntilPublished(operationCount: Int) throws {
         let fileSystem = SimulatedFileSystem()

@@ -2,7 +2,7 @@ import StrataFileIO
 import Testing
 @testable import StrataEngine
 
-/// PersistentSortedMap.swift: updates change unshared nodes in place (M3), yet every copy
+/// PersistentSortedMap.swift: updates change unshared nodes in place (PersistentSortedMap.M3), yet every copy
 /// of a map taken along the way, and every iterator made from one, keeps exactly what the
 /// map held when it was taken.
 @Suite struct PersistentSortedMapTests {

@@ -22,7 +22,7 @@ struct Owner: Record, Equatable {
     static var indexes: [RecordIndex<Owner>] { [.index(\Owner.handle, unique: true), .index(\Owner.city)] }
 }
 
-/// X1 under merges, refreshes and concurrency: a record's index entries are exactly those
+/// RecordIndex.X1 under merges, refreshes and concurrency: a record's index entries are exactly those
 /// its current value implies, whatever settled a conflict, and reading stages nothing.
 @Suite struct IndexIntegrityTests {
     /// 200 concurrent units of work on a fresh store each insert one record of an indexed

@@ -35,7 +35,7 @@ struct PlainMember: Record {
                nickname: random.next() % 3 == 0 ? nil : "n\(random.next() % 10)")
     }
 
-    /// X1: one entry per record per index, and each index answers equality queries exactly
+    /// RecordIndex.X1: one entry per record per index, and each index answers equality queries exactly
     /// as filtering the records does.
     static func checkConsistency(_ store: Store) throws {
         let context = store.makeContext()

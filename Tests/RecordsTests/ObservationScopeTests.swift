@@ -13,8 +13,8 @@ final class RunCounts: Sendable {
     var all: [Int: Int] { counts.withLock { $0 } }
 }
 
-/// A query runs again only after a commit that wrote inside what it read (V4 of
-/// Observation.swift), however many other observers and commits there are.
+/// A query runs again only after a commit that wrote inside what it read (Observation.V4),
+/// however many other observers and commits there are.
 @Suite(.timeLimit(.minutes(3))) struct ObservationScopeTests {
     /// 100 observers of queries that commits never touch run once each through 1,000
     /// commits; a commit inside one observer's read set re-runs that one alone, once.

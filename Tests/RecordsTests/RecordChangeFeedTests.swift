@@ -30,7 +30,7 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
     return changes
 }
 
-/// `store.changes(of:since:)` (T1, T2): record-level changes, told apart by what the store
+/// `store.changes(of:since:)` (RecordChanges.T1, RecordChanges.T2): record-level changes, told apart by what the store
 /// held before each commit, in commit order, from the log's history or live.
 @Suite struct RecordChangeFeedTests {
     @Test(arguments: Backend.allCases) func insertsUpdatesAndDeletesAreToldApart(backend: Backend) async throws {
@@ -83,7 +83,7 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
     }
 
     /// A record inserted and deleted in one unit of work never existed for the store: its
-    /// key is left out of the batch, so it is neither logged nor reported (T2).
+    /// key is left out of the batch, so it is neither logged nor reported (RecordChanges.T2).
     @Test(arguments: Backend.allCases) func aRecordInsertedAndDeletedInOneUnitIsNotReported(backend: Backend) async throws {
         let store = try await backend.makeStore()
         defer { try? store.close() }
@@ -166,7 +166,7 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
     }
 }
 
-/// T2 under concurrency: random roots and nested contexts over an indexed and a plain type,
+/// RecordChanges.T2 under concurrency: random roots and nested contexts over an indexed and a plain type,
 /// committed, merged, refreshed and discarded in random order. Every change the feed
 /// reports agrees with the store's states before and after its version (inserted: absent
 /// then present; updated: present both times; deleted: present then absent), and every

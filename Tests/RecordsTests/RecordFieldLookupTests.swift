@@ -5,7 +5,7 @@ import Testing
 /// RecordBytes.swift's field tables: a keyed container looks first at the field after the
 /// last one it found, so fields read in the order they were written are found at once;
 /// any other order, fields never read, and names written twice (no encoder does that, but
-/// bytes may) still read as the decoder's D2 says: the last field of a name counts. The
+/// bytes may) still read as the decoder's RecordDecoder.D2 says: the last field of a name counts. The
 /// same holds for a `RecordReader`, whose table lies on the stack.
 @Suite struct RecordFieldLookupTests {
     /// A record of integer fields, written in the order given (names under 128 bytes,

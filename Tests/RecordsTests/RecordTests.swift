@@ -122,7 +122,7 @@ func makeBooks(_ count: Int, seed: UInt64) -> [Book] {
         var noOwner = shelf
         noOwner.owner = nil
         #expect(try RecordDecoder().decode(Shelf.self, from: RecordEncoder().encode(noOwner)) == noOwner)
-        // R2: decoding and re-encoding gives the same bytes (for a type without a
+        // RecordValue.R2: decoding and re-encoding gives the same bytes (for a type without a
         // Dictionary, whose iteration order is not stable).
         let book = try RecordEncoder().encode(makeBooks(1, seed: 8)[0])
         #expect(try RecordEncoder().encode(RecordDecoder().decode(Book.self, from: book)) == book)

@@ -90,7 +90,7 @@ struct GraphModel: Equatable {
 
     struct Refused: Error {}
 
-    // MARK: Writes (L1): a record may newly name only records that exist.
+    // MARK: Writes (RelationshipLink.L1): a record may newly name only records that exist.
 
     mutating func upsert(_ member: GMember) throws {
         let old = members[member.id]
@@ -118,7 +118,7 @@ struct GraphModel: Equatable {
         desks[desk.id] = desk
     }
 
-    // MARK: Deletes (L2): every deny first, then the record, then cascades and nullifies.
+    // MARK: Deletes (RelationshipLink.L2): every deny first, then the record, then cascades and nullifies.
 
     mutating func delete(_ kind: Kind, _ id: Int) throws {
         switch kind {

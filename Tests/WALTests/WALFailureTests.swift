@@ -11,7 +11,7 @@ import Musl
 import Darwin
 #endif
 
-/// A failed write or fdatasync stops the log (W6): waiters learn that their outcome is
+/// A failed write or fdatasync stops the log (WriteAheadLog.W6): waiters learn that their outcome is
 /// unknown, nothing is written or synced again, and a reopen recovers a prefix.
 @Suite struct WALFailureTests {
     @Test(arguments: [UInt64(1), 2, 3, 4, 5, 6])
