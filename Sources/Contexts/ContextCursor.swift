@@ -1,6 +1,6 @@
 // A context's scan: a merge of its overlay, its ancestors' overlays as of the fork and
 // the snapshot, in key order, where the nearest level wins a key and tombstones hide it
-// (Context.C1 of Context.swift).
+// (Context.C1).
 import StrataEngine
 
 package struct ContextCursor {

@@ -14,7 +14,7 @@
 //  Observation.V3. The observation ends when the consuming task stops iterating (or is cancelled),
 //      when the query throws (the sequence throws it), or when the store closes.
 //  Observation.V4. A query runs again exactly when a commit after the version it read wrote a key in
-//      its read set (every key it looked up and range it walked: Context.C5 of Context.swift), or
+//      its read set (every key it looked up and range it walked: Context.C5), or
 //      when a commit was published while it ran (it may have read before or after it):
 //      a commit that wrote nothing it read cannot change its value, so it does not run.
 import StrataEngine

@@ -1,5 +1,5 @@
 // What an observed query read: every key it looked up and every range it walked, as far as
-// it walked it, recorded by its read-only context (Context.C5 of Context.swift) and merged into a
+// it walked it, recorded by its read-only context (Context.C5) and merged into a
 // sorted set of disjoint ranges. A commit can change the query's value only by writing a
 // key inside one of them (a write outside changes nothing the query saw, including what it
 // found absent), so after a commit the query runs again only when the commit's keys meet

@@ -7,7 +7,7 @@ import Synchronization
 
 /// A layer above contexts that must act after a child's merge or a root's `refresh()`
 /// settled conflicting keys one by one under a merge policy, or met keys the other side
-/// wrote in ranges this side read (Context.C4 of Context.swift): the records layer repairs the
+/// wrote in ranges this side read (Context.C4): the records layer repairs the
 /// index entries of the records behind those keys, and keeps relationships whole, in the
 /// same context.
 package protocol ContextSettling: AnyObject, Sendable {

@@ -223,7 +223,7 @@ struct TreeDescent: LeafCellFinder {
 /// the root, when it lies between that leaf's first and last keys (BTree.T2: no other leaf can
 /// hold it). A key outside them descends as `withCell` does, so any order is answered
 /// correctly; ascending keys that lie close together cost one descent per leaf.
-/// The held leaf stays valid while the snapshot that gave the tree lives (PageFile.P1 of PageFile.swift).
+/// The held leaf stays valid while the snapshot that gave the tree lives (PageFile.P1).
 struct LeafFinger: LeafCellFinder {
     let tree: BTree
     let file: PageFile

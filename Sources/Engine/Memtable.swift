@@ -21,7 +21,7 @@
 //  Memtable.K2. A node is linked only after all its bytes and its own links are written (release
 //      store; readers load links with acquire), and it never changes afterwards.
 //  Memtable.K3. Versions are inserted in increasing order per key (the engine links batches in
-//      version order: MemtableApplier.A1 of MemtableApplier.swift), so a reader at version V never misses
+//      version order: MemtableApplier.A1), so a reader at version V never misses
 //      a node at or below V.
 //  Memtable.K4. A node's `olderFollows` flag, set before it is linked, says whether the node after
 //      it at level 0 has the same key, and stays right: nothing is ever linked between two
@@ -717,7 +717,7 @@ struct MemtableIterator: IteratorProtocol {
     /// comparing its key: the walk took a node after it from the read-ahead batch (the
     /// first node of the next key, `node`), and that node lies among the batch's first
     /// nodes that come before `bound`, found once a batch by a binary search (the batch is
-    /// in key order, MemtableLookahead.L1 of MemtableLookahead.swift). `bound` must be the same on every
+    /// in key order, MemtableLookahead.L1). `bound` must be the same on every
     /// call. False when the walk does not read ahead (yet): the caller compares.
     @inline(__always)
     mutating func handedOut(before bound: UnsafeRawBufferPointer) -> Bool {

@@ -12,7 +12,7 @@
 //
 // Invariants:
 //  MemtableApplier.A1. Batches are linked in the order `enqueue` was called (the engine calls it under its
-//      commit lock, so in version order: Memtable.K3 of Memtable.swift), one at a time: the applier
+//      commit lock, so in version order: Memtable.K3), one at a time: the applier
 //      is each memtable's single writer.
 //  MemtableApplier.A2. `appliedVersion` only grows, and every batch enqueued at or below it is linked
 //      (its nodes' writes happen before a reader that saw `appliedVersion` loads them).

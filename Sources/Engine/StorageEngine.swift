@@ -11,7 +11,7 @@
 //  StorageEngine.E1. A commit is published (visible to new snapshots) only after its log frame is
 //      durable, and in version order.
 //  StorageEngine.E2. A checkpoint writes pages only where the durable meta page has free space and no
-//      snapshot reads (PageFile.P1 of PageFile.swift); the meta page is written only after those
+//      snapshot reads (PageFile.P1); the meta page is written only after those
 //      pages are synced, and log segments are released only after the meta page is.
 //  StorageEngine.E3. After an I/O failure where memory and disk may disagree, every later write fails
 //      with `storeFailed` until the store is reopened.

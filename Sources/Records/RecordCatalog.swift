@@ -95,7 +95,7 @@ final class RecordCatalog: ContextSettling {
     }
 
     /// After the other side of a merge or refresh wrote in ranges a relationship's check or
-    /// delete rule read (RelationshipLink.L1, RelationshipLink.L2 of RelationshipLink.swift): a record this side relied on that
+    /// delete rule read (RelationshipLink.L1, RelationshipLink.L2): a record this side relied on that
     /// is gone gets its delete rules applied to the records still naming it, and a record
     /// the other side made refer to one this side deleted gets that record's rule. Under
     /// `.error`, any such change is a merge conflict instead, naming the keys.

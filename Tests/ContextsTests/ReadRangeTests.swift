@@ -16,7 +16,7 @@ final class SettlementLog: ContextSettling, @unchecked Sendable {
     }
 }
 
-/// Read ranges (Context.C4 of Context.swift): a key another commit writes inside a range a context
+/// Read ranges (Context.C4): a key another commit writes inside a range a context
 /// read is a conflict at its root commit, though the context did not write it; at a merge
 /// or refresh it is handed to the layers above.
 @Suite struct ReadRangeTests {

@@ -4,7 +4,7 @@ import StrataTesting
 import Foundation
 import Testing
 
-/// RecordStreamEncoder.S1 of RecordStreamEncoder.swift: the streaming encoder writes exactly the bytes the
+/// RecordStreamEncoder.S1: the streaming encoder writes exactly the bytes the
 /// node tree does, for nested structs, enums with payloads, arrays past 127 elements,
 /// dictionaries, optionals and `Data`, and falls back to the tree for values that encode
 /// themselves out of order.
