@@ -5,15 +5,7 @@
 // no lock; the single writer links new nodes in and never changes or frees a published
 // one; dropping the memtable frees its blocks. No node is reference counted.
 //
-// A node, at an 8-aligned address in the arena:
-//   0  version      UInt64
-//   8  valueLength  Int32   (-1 for a delete)
-//  12  keyLength    UInt16
-//  14  height       UInt8   (1...maxHeight)
-//  15  flags        UInt8   (bit 0, `olderFollows`: the next node at level 0 is an older
-//                            change of the same key, Memtable.K4)
-//  16  links        height × 8 bytes, atomic: the next node at each level (0 = none)
-//      key bytes, then value bytes
+// A node's layout is MemtableNode.swift's.
 //
 // Invariants:
 //  Memtable.K1. At every level, nodes are in key order, and nodes of one key in strictly
@@ -47,23 +39,30 @@ struct MemtableEntry: Sendable, Equatable {
     var value: [UInt8]?
 }
 
+#if DEBUG
+/// A memtable invariant found broken by `Memtable._checkInvariants()`.
+struct MemtableInvariantViolation: Error, CustomStringConvertible {
+    let invariant: String
+    let detail: String
+    var description: String { "\(invariant) broken: \(detail)" }
+}
+#endif
+
 /// The committed changes not yet in the tree.
 final class Memtable: @unchecked Sendable {
     // @unchecked: the writer-only state (`writerOnly`, `finger`) is touched only by the
     // single writer (see the header); shared state is atomic or immutable once linked.
     static let maxHeight = 12
-    /// Bytes of a node before its links: version, value length, key length, height.
-    static let nodeHeaderBytes = 16
 
-    private let head: MemtableNode
+    let head: MemtableNode
     /// The arena and the height generator's state. Behind a pointer: each access to a
     /// class's stored `var` costs a dynamic exclusivity check, measurable per inserted key.
-    private let writerOnly: UnsafeMutablePointer<(arena: MemtableArena, random: UInt64)>
+    let writerOnly: UnsafeMutablePointer<(arena: MemtableArena, random: UInt64)>
     /// Predecessors of the last inserted key at each level (a sorted run continues from them).
-    private let finger: UnsafeMutablePointer<MemtableNode>
-    private let index: MemtableIndex
-    private let filter: MemtableFilter
-    private let levels = ManagedAtomic(1)
+    let finger: UnsafeMutablePointer<MemtableNode>
+    let index: MemtableIndex
+    let filter: MemtableFilter
+    let levels = ManagedAtomic(1)
     private let nodeCount = ManagedAtomic(0)
     private let nodeBytes = ManagedAtomic(0)
     /// Whether its hash index and filter were backed with memory when made.
@@ -78,7 +77,7 @@ final class Memtable: @unchecked Sendable {
         isPopulated = populated
         index = MemtableIndex(budgetBytes: budgetBytes, populated: populated)
         filter = MemtableFilter(words: index.slotCount / 8, populated: populated)
-        let size = Self.nodeHeaderBytes + 8 * Self.maxHeight
+        let size = MemtableNode.byteCount(height: Self.maxHeight, key: 0, value: 0)
         writerOnly = .allocate(capacity: 1)
         writerOnly.initialize(to: (MemtableArena(), 0x2545_F491_4F6C_DD1D))
         head = MemtableNode.make(at: writerOnly.pointee.arena.allocate(size), height: Self.maxHeight, version: 0, key: UnsafeRawBufferPointer(start: nil, count: 0),
@@ -154,7 +153,7 @@ final class Memtable: @unchecked Sendable {
                     locations[index].value.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) }
                 }
                 if locations.count == 1 {
-                    insert(key(0), version: version, value: value(0), continuingRun: false)
+                    link(makeNode(key(0), version: version, value: value(0)), continuingRun: false)
                     return
                 }
                 // Sorted, a batch goes in as one run: each key continues from the previous
@@ -176,39 +175,10 @@ final class Memtable: @unchecked Sendable {
                     for key in keys.prefix(Self.prefetchDistance) { prefetch(key) }
                     for (position, index) in winners.enumerated() {
                         if position + Self.prefetchDistance < keys.count { prefetch(keys[position + Self.prefetchDistance]) }
-                        insert(keys[position], version: version, value: value(index), continuingRun: position > 0)
+                        link(makeNode(keys[position], version: version, value: value(index)), continuingRun: position > 0)
                     }
                 }
             }
-        }
-    }
-
-    /// Adds `entries`, sorted by key with no key twice, each at its own version. Writer only.
-    func insert(sortedUnique entries: [(key: [UInt8], entry: MemtableEntry)]) {
-        for (position, change) in entries.enumerated() {
-            change.key.withUnsafeBytes { key in
-                change.entry.value.withUnsafeBytesIfPresent { value in
-                    insert(sortedUniqueCount: 1, continuing: position > 0) { _ in (key, change.entry.version, value) }
-                }
-            }
-        }
-    }
-
-    /// Adds `count` changes, sorted by key with no key twice, each at its own version,
-    /// change `i` being `change(i)` (recovery's replay). Writer only. Such a memtable gets
-    /// no hash index: building it costs as much as the replay itself (a random slot per
-    /// key), so lookups search the skip list until the next checkpoint starts a fresh
-    /// memtable. With `continuing`, the first key follows the last one this call's caller
-    /// inserted before.
-    func insert(sortedUniqueCount count: Int, continuing: Bool = false,
-                _ change: (Int) -> (key: UnsafeRawBufferPointer, version: UInt64, value: UnsafeRawBufferPointer?)) {
-        guard count > 0 else { return }
-        index.abandon()
-        for position in 0..<count {
-            // The filter's words are random accesses: start loading one a few keys ahead.
-            if position + Self.prefetchDistance < count { prefetch(change(position + Self.prefetchDistance).key) }
-            let (key, version, value) = change(position)
-            link(makeNode(key, version: version, value: value), continuingRun: continuing || position > 0)
         }
     }
 
@@ -221,15 +191,17 @@ final class Memtable: @unchecked Sendable {
         // and replayed batches alike); the node's length fields hold those limits.
         precondition(key.count <= Int(UInt16.max) && (value?.count ?? 0) <= Int(Int32.max), "a change beyond the engine's limits")
         let height = height ?? randomHeight()
-        let size = Self.nodeHeaderBytes + 8 * height + key.count + (value?.count ?? 0)
+        let size = MemtableNode.byteCount(height: height, key: key.count, value: value?.count ?? 0)
         // Counted when made: a node recovery never links still holds its bytes.
         nodeBytes.wrappingIncrement(by: size, ordering: .relaxed)
         return MemtableNode.make(at: writerOnly.pointee.arena.allocate(size), height: height, version: version, key: key, value: value)
     }
 
     /// Links `count` nodes made by `makeNode` and not linked yet, in key order with no key
-    /// twice, node `i` being `node(i)`, as one run (recovery's replay; no hash index, as
-    /// for `insert(sortedUniqueCount:)`). Writer only.
+    /// twice, node `i` being `node(i)`, as one run (recovery's replay). Writer only. Such a
+    /// memtable gets no hash index: building it costs as much as the replay itself (a
+    /// random slot per key), so lookups search the skip list until the next checkpoint
+    /// starts a fresh memtable.
     func link(sortedUniqueCount count: Int, _ node: (Int) -> MemtableNode) {
         guard count > 0 else { return }
         index.abandon()
@@ -239,13 +211,6 @@ final class Memtable: @unchecked Sendable {
             if position + 2 * Self.prefetchDistance < count { cplatform_prefetch(node(position + 2 * Self.prefetchDistance).base) }
             if position + Self.prefetchDistance < count { prefetch(node(position + Self.prefetchDistance).key) }
             link(node(position), continuingRun: position > 0)
-        }
-    }
-
-    /// Adds one change. Writer only.
-    func insert(_ key: [UInt8], _ entry: MemtableEntry) {
-        key.withUnsafeBytes { key in
-            entry.value.withUnsafeBytesIfPresent { value in insert(key, version: entry.version, value: value, continuingRun: false) }
         }
     }
 
@@ -275,27 +240,53 @@ final class Memtable: @unchecked Sendable {
         return range.upper.withUnsafeBytesIfPresent { iterator.countValues(below: $0, limit: limit) }
     }
 
-    /// Checks Memtable.K1 at every level, Memtable.K4 and the node count (tests only: O(n)).
-    func checkInvariants() -> Bool {
+    #if DEBUG
+    /// Checks the memtable's invariants, throwing the first one broken: Memtable.K1 at every
+    /// level, Memtable.K4, the node count, that no node is taller than the list's levels,
+    /// that every key's bits are in the filter (MemtableIndex.F1) and that a complete hash
+    /// index names every key's newest node (MemtableIndex.X1). O(n): debug builds only,
+    /// for tests, which run it after every step (as swift-collections' `_checkInvariants`).
+    /// Writer's thread, or while no writer runs.
+    func _checkInvariants() throws(MemtableInvariantViolation) {
+        func fail(_ invariant: String, _ detail: String) -> MemtableInvariantViolation {
+            MemtableInvariantViolation(invariant: invariant, detail: detail)
+        }
+        let top = levels.load(ordering: .relaxed)
         var nodes = 0
         for level in 0..<Self.maxHeight {
             var previous: MemtableNode?
             var node = head.next(level)
+            guard level < top || node == nil else { throw fail("levels", "a node is linked at level \(level) of \(top)") }
             while let current = node {
-                guard current.height > level else { return false }
+                guard current.height > level else { throw fail("heights", "a node of height \(current.height) at level \(level)") }
                 if let previous {
                     let order = previous.compare(with: current.key)
-                    guard order < 0 || (order == 0 && previous.version > current.version) else { return false }
-                    guard level > 0 || previous.olderFollows == (order == 0) else { return false }
+                    guard order < 0 || (order == 0 && previous.version > current.version) else {
+                        throw fail("Memtable.K1", "at level \(level), version \(previous.version) before \(current.version)")
+                    }
+                    guard level > 0 || previous.olderFollows == (order == 0) else {
+                        throw fail("Memtable.K4", "olderFollows is \(previous.olderFollows) before the node at version \(current.version)")
+                    }
                 }
-                if level == 0 { nodes += 1 }
+                if level == 0 {
+                    nodes += 1
+                    if previous.map({ $0.compare(with: current.key) != 0 }) ?? true {
+                        // The first node of a key is its newest change.
+                        let hash = hashKey(current.key)
+                        guard filter.mayContain(hash) else { throw fail("MemtableIndex.F1", "a key's filter bits are not set") }
+                        if index.isComplete, index.newest(current.key, hash: hash) != current {
+                            throw fail("MemtableIndex.X1", "the index does not name a key's newest node")
+                        }
+                    }
+                }
                 previous = current
                 node = current.next(level)
             }
-            if level == 0, let previous, previous.olderFollows { return false }
+            if level == 0, let previous, previous.olderFollows { throw fail("Memtable.K4", "the last node has olderFollows set") }
         }
-        return nodes == count
+        guard nodes == count else { throw fail("count", "\(nodes) nodes linked, count says \(count)") }
     }
+    #endif
 
     // MARK: Search
 
@@ -329,116 +320,7 @@ final class Memtable: @unchecked Sendable {
         }
     }
 
-    // MARK: Insertion (writer only)
-
-    /// Keys searched at once by `insert(sorted:version:withValue:)`. Measured at 1M keys
-    /// (Benchmarks/JOURNAL.md): 16 beat 8 by 8–16 % on fillrandom and 15–33 % on
-    /// deleterandom; 32 was no better than 16 and slower on deleterandom.
-    private static let searchLanes = 16
-    /// Keys per round of searching and linking (bounds the predecessor table).
-    private static let roundKeys = 256
-
-    /// Inserts `keys` (sorted, no key twice) at `version`, the value of key `i` handed by
-    /// `withValue(i, body)` to `body` (nil for a delete), borrowed. In a memtable
-    /// larger than the caches each step of a skip-list search is a cache miss, one after
-    /// another; here a round of keys is first searched `searchLanes` at a time, each lane's
-    /// next node prefetched while the other lanes step, so the misses overlap. The
-    /// predecessors found are then linked in key order, each corrected for the nodes this
-    /// round inserted before it (a step forward from the later of the two).
-    private func insert(sorted keys: [UnsafeRawBufferPointer], version: UInt64,
-                        withValue: (Int, (UnsafeRawBufferPointer?) -> Void) -> Void) {
-        let height = Self.maxHeight
-        let predecessors = UnsafeMutablePointer<MemtableNode>.allocate(capacity: Self.roundKeys * height)
-        defer { predecessors.deallocate() }
-        var start = 0
-        while start < keys.count {
-            let end = min(keys.count, start + Self.roundKeys)
-            let top = levels.load(ordering: .relaxed) - 1
-            // The round's filter words and index slots load while the search runs.
-            for index in start..<end { prefetch(keys[index]) }
-            search(keys[start..<end], top: top, into: predecessors)
-            // Link in key order. `finger[level]` is the node this round last linked at `level`
-            // (or a found predecessor before it): the later of it and the found predecessor
-            // precedes the key.
-            for level in 0..<height { finger[level] = head }
-            for index in start..<end {
-                let key = keys[index]
-                let found = predecessors + (index - start) * height
-                let nodeHeight = randomHeight()
-                if nodeHeight > levels.load(ordering: .relaxed) { levels.store(nodeHeight, ordering: .relaxed) }
-                for level in 0..<nodeHeight {
-                    var predecessor = level <= top ? found[level] : head
-                    let linked = finger[level]
-                    if linked != head && (predecessor == head || linked.compare(with: predecessor.key) > 0) { predecessor = linked }
-                    while let next = predecessor.next(level), next.compare(with: key) < 0 { predecessor = next }
-                    finger[level] = predecessor
-                }
-                withValue(index) { linkAfterFinger(makeNode(key, version: version, value: $0, height: nodeHeight)) }
-            }
-            start = end
-        }
-        // `finger` now holds the last key's predecessors at its levels only: a later
-        // continuing run must not start from it.
-        for level in 0..<height { finger[level] = head }
-    }
-
-    /// Finds, for each key, its predecessor at every level up to `top` in the list as it
-    /// stands (the last node whose key is below it), into `predecessors` (`maxHeight` per
-    /// key), running `searchLanes` searches interleaved.
-    private func search(_ keys: ArraySlice<UnsafeRawBufferPointer>, top: Int, into predecessors: UnsafeMutablePointer<MemtableNode>) {
-        struct Lane {
-            var key = -1
-            var node: MemtableNode
-            var level = 0
-            var candidate: MemtableNode?
-        }
-        keys.withUnsafeBufferPointer { keys in
-            // The lanes in a stack buffer: the loop touches them every step, and an array's
-            // bounds and uniqueness checks on each were a visible share of the search.
-            withUnsafeTemporaryAllocation(of: Lane.self, capacity: Self.searchLanes) { lanes in
-                var nextKey = 0
-                var running = 0
-                func begin(_ lane: UnsafeMutablePointer<Lane>) {
-                    guard nextKey < keys.count else {
-                        lane.initialize(to: Lane(key: -1, node: head))
-                        return
-                    }
-                    let candidate = head.next(top)
-                    lane.initialize(to: Lane(key: nextKey, node: head, level: top, candidate: candidate))
-                    nextKey += 1
-                    running += 1
-                    if let candidate { cplatform_prefetch(candidate.base) }
-                }
-                let base = lanes.baseAddress!
-                for index in 0..<Self.searchLanes { begin(base + index) }
-                while running > 0 {
-                    for index in 0..<Self.searchLanes {
-                        let lane = base + index
-                        guard lane.pointee.key >= 0 else { continue }
-                        let key = keys[lane.pointee.key]
-                        if let candidate = lane.pointee.candidate, candidate.compare(with: key) < 0 {
-                            lane.pointee.node = candidate
-                        } else {
-                            predecessors[lane.pointee.key * Self.maxHeight + lane.pointee.level] = lane.pointee.node
-                            if lane.pointee.level == 0 {
-                                running -= 1
-                                begin(lane)
-                                continue
-                            }
-                            lane.pointee.level -= 1
-                        }
-                        let next = lane.pointee.node.next(lane.pointee.level)
-                        lane.pointee.candidate = next
-                        if let next { cplatform_prefetch(next.base) }
-                    }
-                }
-            }
-        }
-    }
-
-    private func insert(_ key: UnsafeRawBufferPointer, version: UInt64, value: UnsafeRawBufferPointer?, continuingRun: Bool) {
-        link(makeNode(key, version: version, value: value), continuingRun: continuingRun)
-    }
+    // MARK: Linking (writer only; the batched insert of commits is Memtable+LaneInsert.swift)
 
     /// Links `inserted` (made, not linked) at its key's place: after a smaller key linked
     /// just before when `continuingRun`, else searched from the top.
@@ -471,11 +353,11 @@ final class Memtable: @unchecked Sendable {
 
     /// Links `inserted` after `finger[level]` at each of its levels (its predecessors
     /// there), leaving `finger` at it.
-    private func linkAfterFinger(_ inserted: MemtableNode) {
+    func linkAfterFinger(_ inserted: MemtableNode) {
         let key = inserted.key
         let height = inserted.height
         // Memtable.K4: the node it goes before is an older change of its key, or of another key.
-        if let older = finger[0].next(0), equalBytes(older.key, key) { inserted.base.storeBytes(of: UInt8(1), toByteOffset: 15, as: UInt8.self) }
+        if let older = finger[0].next(0), equalBytes(older.key, key) { inserted.markOlderFollows() }
         for level in 0..<height {
             inserted.link(level).store(finger[level].link(level).load(ordering: .relaxed), ordering: .relaxed)
         }
@@ -502,7 +384,7 @@ final class Memtable: @unchecked Sendable {
     }
 
     /// 1 with probability 3/4, 2 with 3/16, … (branching factor 4), at most `maxHeight`.
-    private func randomHeight() -> Int {
+    func randomHeight() -> Int {
         var bits = writerOnly.pointee.random
         bits ^= bits << 13
         bits ^= bits >> 7
@@ -515,72 +397,6 @@ final class Memtable: @unchecked Sendable {
         }
         return height
     }
-}
-
-/// A node of the memtable's skip list (layout in Memtable.swift's header): a pointer into
-/// the arena, valid while the memtable lives.
-struct MemtableNode: Equatable {
-    let base: UnsafeMutableRawPointer
-
-    init(_ base: UnsafeMutableRawPointer) { self.base = base }
-
-    static func make(at base: UnsafeMutableRawPointer, height: Int, version: UInt64, key: UnsafeRawBufferPointer,
-                     value: UnsafeRawBufferPointer?) -> MemtableNode {
-        base.storeBytes(of: version, as: UInt64.self)
-        base.storeBytes(of: Int32(value.map(\.count) ?? -1), toByteOffset: 8, as: Int32.self)
-        base.storeBytes(of: UInt16(key.count), toByteOffset: 12, as: UInt16.self)
-        base.storeBytes(of: UInt8(height), toByteOffset: 14, as: UInt8.self)
-        base.storeBytes(of: UInt8(0), toByteOffset: 15, as: UInt8.self)
-        (base + 16).initializeMemory(as: Int.AtomicRepresentation.self, repeating: .init(0), count: height)
-        let keyStart = base + 16 + 8 * height
-        if let address = key.baseAddress { keyStart.copyMemory(from: address, byteCount: key.count) }
-        if let value, let address = value.baseAddress { (keyStart + key.count).copyMemory(from: address, byteCount: value.count) }
-        return MemtableNode(base)
-    }
-
-    var bits: Int { Int(bitPattern: base) }
-    var version: UInt64 { base.load(as: UInt64.self) }
-    var height: Int { Int(base.load(fromByteOffset: 14, as: UInt8.self)) }
-    /// Whether the next node at level 0 is an older change of this node's key (Memtable.K4).
-    var olderFollows: Bool { base.load(fromByteOffset: 15, as: UInt8.self) & 1 != 0 }
-    /// Whether this node is a delete, known from its header alone.
-    var isDelete: Bool { valueCount < 0 }
-
-    /// Whether a count at `version` counts this node, `hidden` saying whether the node before
-    /// it was a visible change of its key (a delete included), which hides it; `hidden` is
-    /// then set for the node after it. Read from the header alone (Memtable.K4; MemtableLookahead.C1 of
-    /// MemtableLookahead.swift).
-    @inline(__always)
-    func counts(at version: UInt64, hidden: inout Bool) -> Bool {
-        let visible = self.version <= version
-        defer { hidden = visible && olderFollows }
-        return visible && !hidden && !isDelete
-    }
-    private var keyCount: Int { Int(base.load(fromByteOffset: 12, as: UInt16.self)) }
-    private var valueCount: Int32 { base.load(fromByteOffset: 8, as: Int32.self) }
-
-    var key: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base + 16 + 8 * height, count: keyCount) }
-
-    /// The value's bytes, or nil for a delete.
-    var value: UnsafeRawBufferPointer? {
-        let count = valueCount
-        guard count >= 0 else { return nil }
-        return UnsafeRawBufferPointer(start: base + 16 + 8 * height + keyCount, count: Int(count))
-    }
-
-    var entry: MemtableEntry { MemtableEntry(version: version, value: value.map { Array($0) }) }
-
-    func link(_ level: Int) -> UnsafeAtomic<Int> {
-        UnsafeAtomic(at: (base + 16 + 8 * level).assumingMemoryBound(to: Int.AtomicRepresentation.self))
-    }
-
-    func next(_ level: Int) -> MemtableNode? {
-        UnsafeMutableRawPointer(bitPattern: link(level).load(ordering: .acquiring)).map(MemtableNode.init)
-    }
-
-    /// Compares this node's key with `key` (negative when the node's is smaller).
-    @inline(__always)
-    func compare(with key: UnsafeRawBufferPointer) -> Int { compareBytes(self.key, key) }
 }
 
 /// A walk over a memtable as of one version (see `Memtable.entries`); it keeps the

@@ -53,12 +53,16 @@ final class MemtableLookahead {
 
     deinit { batch.deallocate() }
 
+    /// An offset into the line after a node's first when the node starts near a line's
+    /// start: a node of height 2 has its key from `MemtableNode.Field.links + 16` = 32.
+    private static let keyLineOffset = 48
+
     /// Starts loading a node: its first line, and the next one, where the key of a node that
     /// straddles two lines continues.
     @inline(__always)
     static func prefetch(_ node: MemtableNode) {
         cplatform_prefetch(node.base)
-        cplatform_prefetch(node.base + 48)
+        cplatform_prefetch(node.base + keyLineOffset)
     }
 
     private struct Lane {

@@ -51,7 +51,7 @@ import Testing
                                 allocator: PageAllocator(reusable: [], pageCount: 2))
         let huge = [UInt8](repeating: 0x62, count: 5_000)
         let memtable = Memtable()
-        memtable.insert(huge, MemtableEntry(version: 1, value: [1]))
+        memtable.apply(WALBatch([.put(key: huge, value: [1])]), version: 1)
         var iterator = memtable.entries(from: nil, reverse: false)
         let first = iterator.nextNode()
         let node = try #require(first)

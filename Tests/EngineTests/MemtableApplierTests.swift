@@ -136,7 +136,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             (bytes("c"), MemtableEntry(version: 70_000, value: nil)),
             ([UInt8](repeating: 0x6B, count: 200), MemtableEntry(version: 1 << 40, value: [UInt8](repeating: 7, count: 150))),
         ]
-        memtable.insert(sortedUnique: changes)
+        memtable.linkReplayed(changes)
         var iterator = memtable.entries(from: nil, reverse: false)
         var cells: [CellToWrite] = []
         while let node = iterator.nextNode() { cells.append(.node(node)) }

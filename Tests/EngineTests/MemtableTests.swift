@@ -44,6 +44,21 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
     #expect(matches, comment, sourceLocation: sourceLocation)
 }
 
+extension Memtable {
+    /// Recovery's path (ReplayedChanges.swift): each change made into a node as the log is
+    /// read, then the run linked in key order. `changes` are sorted, no key twice.
+    func linkReplayed(_ changes: [(key: [UInt8], entry: MemtableEntry)]) {
+        let nodes = changes.map { change in
+            change.key.withUnsafeBytes { key in
+                change.entry.value.withUnsafeBytesIfPresent { makeNode(key, version: change.entry.version, value: $0) }
+            }
+        }
+        link(sortedUniqueCount: nodes.count) { nodes[$0] }
+    }
+}
+
+/// Every memtable test goes through the engine's own paths (a commit's `apply`, recovery's
+/// `makeNode` and `link`) and checks the invariants (`_checkInvariants`) after every step.
 @Suite struct MemtableTests {
     /// Random batches (appended, scattered, overwriting, deleting, a key twice in one
     /// batch) at increasing versions: lookups and walks in both directions, from any start
@@ -53,7 +68,7 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
     /// Seed 4 commits batches of up to 700 keys: a batch is searched and linked in rounds
     /// of 256, each round seeing the nodes the one before it linked.
     @Test(arguments: [UInt64(1), 2, 3, 4])
-    func everyVersionReadsAsTheModelSays(seed: UInt64) {
+    func everyVersionReadsAsTheModelSays(seed: UInt64) throws {
         print("MemtableTests seed \(seed)")
         var random = SplitMix64(seed: seed)
         let memtable = seed == 3 ? Memtable(budgetBytes: 4_096) : Memtable()
@@ -73,9 +88,9 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
             if version % 2 == 0 { batch.put(key(0), [UInt8(truncatingIfNeeded: version)]) }
             memtable.apply(batch, version: version)
             model.apply(batch, version: version)
+            try memtable._checkInvariants()
             #expect(memtable.count == model.changes.values.reduce(0) { $0 + $1.count }, "seed \(seed), version \(version)")
             guard version % 25 == 0 else { continue }
-            #expect(memtable.checkInvariants(), "seed \(seed), version \(version)")
             for _ in 0..<4 {
                 let at = 1 + random.next() % version
                 let view = model.view(at: at)
@@ -108,7 +123,7 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
     /// from any start it hands out every key once, in order, as following the links would,
     /// including where a segment is longer than a lane takes in one batch (the memtable is
     /// checked to hold such a segment), and a copy of a walk goes on by itself.
-    @Test func aWalkThatReadsAheadMissesNoNode() {
+    @Test func aWalkThatReadsAheadMissesNoNode() throws {
         var random = SplitMix64(seed: 11)
         print("aWalkThatReadsAheadMissesNoNode seed 11")
         let memtable = Memtable()
@@ -121,6 +136,7 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
                 batch.put(key, [UInt8(truncatingIfNeeded: version)])
             }
             memtable.apply(batch, version: version)
+            try memtable._checkInvariants()
         }
         let sorted = keys.sorted { compareKeys($0, $1) < 0 }
         // A run of more than `laneNodes` nodes of height 1 makes a lane stop short.
@@ -157,7 +173,7 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
     /// A count reads ahead in lanes that count as they go (`MemtableLookahead.countValues`):
     /// where a segment starts among a key's changes, at any version, with a bound, and with
     /// a limit just below, at and just above the answer, it counts what the model holds.
-    @Test func aCountThatReadsAheadCountsWhatTheModelHolds() {
+    @Test func aCountThatReadsAheadCountsWhatTheModelHolds() throws {
         var random = SplitMix64(seed: 21)
         print("aCountThatReadsAheadCountsWhatTheModelHolds seed 21")
         let memtable = Memtable()
@@ -171,6 +187,7 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
             }
             memtable.apply(batch, version: version)
             model.apply(batch, version: version)
+            try memtable._checkInvariants()
         }
         var readAhead = false
         for round in 0..<150 {
@@ -194,22 +211,24 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
 
     /// A sorted run of changes, each at its own version (as recovery inserts them), reads
     /// back as given.
-    @Test func aSortedRunReadsBackAsInserted() {
+    @Test func aSortedRunReadsBackAsInserted() throws {
         var random = SplitMix64(seed: 9)
         let entries = (0..<5_000).map { number in
             (key: Array(String(format: "k%07d", number * 3).utf8),
              entry: MemtableEntry(version: 1 + random.next() % 900, value: random.next() % 5 == 0 ? nil : [UInt8(number % 256)]))
         }
         let memtable = Memtable()
-        memtable.insert(sortedUnique: entries)
-        #expect(memtable.checkInvariants() && memtable.count == entries.count)
+        memtable.linkReplayed(entries)
+        try memtable._checkInvariants()
+        #expect(memtable.count == entries.count)
         expectSame(walk(memtable, from: nil, reverse: false, at: .max), entries, "forward")
         expectSame(walk(memtable, from: nil, reverse: true, at: .max), entries.reversed(), "reverse")
     }
 
-    @Test func scansStartWhereAskedInBothDirections() {
+    @Test func scansStartWhereAskedInBothDirections() throws {
         let memtable = Memtable()
-        for key in ["b", "d", "f"] { memtable.insert(Array(key.utf8), MemtableEntry(version: 1, value: [])) }
+        memtable.apply(WALBatch(["f", "b", "d"].map { .put(key: Array($0.utf8), value: []) }), version: 1)
+        try memtable._checkInvariants()
         func keys(_ start: String?, reverse: Bool) -> [String] {
             walk(memtable, from: start.map { Array($0.utf8) }, reverse: reverse, at: .max).map { String(decoding: $0.key, as: UTF8.self) }
         }
@@ -226,7 +245,7 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
     /// links in newer ones, always see exactly that version: every batch writes every key
     /// with a value naming its version; some of the walks read ahead (MemtableLookahead)
     /// while the writer links nodes. (Threads, not tasks: the readers spin.)
-    @Test func readersBesideTheWriterSeeExactlyTheirVersion() {
+    @Test func readersBesideTheWriterSeeExactlyTheirVersion() throws {
         final class Shared: Sendable {
             let memtable = Memtable()
             let published = Atomic<UInt64>(0)
@@ -244,6 +263,7 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
             return batch
         }
         shared.memtable.apply(batch(1), version: 1)
+        try shared.memtable._checkInvariants()
         shared.published.store(1, ordering: .releasing)
         for reader in 0..<2 {
             Thread.detachNewThread {
@@ -277,7 +297,9 @@ private func expectSame(_ left: [(key: [UInt8], entry: MemtableEntry)], _ right:
         shared.finished.wait()
         #expect(shared.failures.load(ordering: .relaxed) == 0)
         #expect(shared.walksReadingAhead.load(ordering: .relaxed) > 0)
-        #expect(shared.memtable.checkInvariants() && shared.memtable.count == keys.count * Int(lastVersion))
+        // The readers are done: the writer's thread is the only one left.
+        try shared.memtable._checkInvariants()
+        #expect(shared.memtable.count == keys.count * Int(lastVersion))
     }
 }
 

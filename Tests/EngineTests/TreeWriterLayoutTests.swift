@@ -19,7 +19,7 @@ import Testing
     /// The changes as the tree writer takes them: the nodes of a memtable holding them
     /// (kept alive by the caller).
     private func nodes(_ changes: [(key: [UInt8], entry: MemtableEntry)], in memtable: Memtable) -> [MemtableNode] {
-        for change in changes { memtable.insert(change.key, change.entry) }
+        memtable.linkReplayed(changes)
         var iterator = memtable.entries(from: nil, reverse: false)
         var result: [MemtableNode] = []
         while let node = iterator.nextNode() { result.append(node) }
