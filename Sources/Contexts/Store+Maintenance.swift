@@ -4,8 +4,8 @@
 // engine itself: the engine's commit path stays beneath contexts (docs/public-api.md).
 //
 // Each call blocks its thread on disk I/O (a checkpoint syncs the data file twice, a copy
-// syncs every file it writes): call them from a thread of your own or a detached task,
-// not from the main actor.
+// syncs every file it writes): call them from a thread of your own (a `Thread` or a
+// dispatch queue), not from the main actor or a task of the cooperative pool.
 import StrataEngine
 import StrataWAL
 
