@@ -7,16 +7,16 @@
 //     bytes that remain, so a hostile length cannot cause a large allocation.
 
 /// Reads little-endian fixed-width integers, LEB128 varints and byte runs from `bytes`.
-public struct ByteReader: Sendable {
+package struct ByteReader: Sendable {
     /// The buffer being read.
-    public let bytes: [UInt8]
+    package let bytes: [UInt8]
     /// The offset of the next byte to read.
-    public private(set) var offset: Int
+    package private(set) var offset: Int
     /// The offset just past the last readable byte.
-    public let endOffset: Int
+    package let endOffset: Int
 
     /// A reader of `bytes[start..<end]` (the whole buffer by default).
-    public init(_ bytes: [UInt8], start: Int = 0, end: Int? = nil) {
+    package init(_ bytes: [UInt8], start: Int = 0, end: Int? = nil) {
         let end = end ?? bytes.count
         precondition(start >= 0 && start <= end && end <= bytes.count, "reader range outside the buffer")
         self.bytes = bytes
@@ -25,27 +25,27 @@ public struct ByteReader: Sendable {
     }
 
     /// The number of bytes left to read.
-    public var remaining: Int { endOffset - offset }
+    package var remaining: Int { endOffset - offset }
 
     /// Whether every byte has been read.
-    public var isAtEnd: Bool { offset == endOffset }
+    package var isAtEnd: Bool { offset == endOffset }
 
-    public mutating func readUInt8() throws(CodecError) -> UInt8 {
+    package mutating func readUInt8() throws(CodecError) -> UInt8 {
         try need(1)
         defer { offset += 1 }
         return bytes[offset]
     }
 
-    public mutating func readUInt16() throws(CodecError) -> UInt16 { try readLittleEndian() }
+    package mutating func readUInt16() throws(CodecError) -> UInt16 { try readLittleEndian() }
 
-    public mutating func readUInt32() throws(CodecError) -> UInt32 { try readLittleEndian() }
+    package mutating func readUInt32() throws(CodecError) -> UInt32 { try readLittleEndian() }
 
-    public mutating func readUInt64() throws(CodecError) -> UInt64 { try readLittleEndian() }
+    package mutating func readUInt64() throws(CodecError) -> UInt64 { try readLittleEndian() }
 
     /// Reads an unsigned LEB128 varint (`Varint`): at most 10 bytes, in its shortest form,
     /// so every value has exactly one encoding and a decoded record re-encodes to the same
     /// bytes.
-    public mutating func readVarint() throws(CodecError) -> UInt64 {
+    package mutating func readVarint() throws(CodecError) -> UInt64 {
         // One byte (most lengths) without the pointer.
         if offset < endOffset, bytes[offset] < 0x80 {
             defer { offset += 1 }
@@ -62,7 +62,7 @@ public struct ByteReader: Sendable {
     }
 
     /// Reads a varint length and checks it against `limit` and the bytes that remain.
-    public mutating func readLength(limit: Int) throws(CodecError) -> Int {
+    package mutating func readLength(limit: Int) throws(CodecError) -> Int {
         let start = offset
         let value = try readVarint()
         guard value <= UInt64(limit) else {
@@ -72,14 +72,14 @@ public struct ByteReader: Sendable {
     }
 
     /// Reads `count` bytes as a new array.
-    public mutating func readBytes(count: Int) throws(CodecError) -> [UInt8] {
+    package mutating func readBytes(count: Int) throws(CodecError) -> [UInt8] {
         try need(count)
         defer { offset += count }
         return Array(bytes[offset..<(offset + count)])
     }
 
     /// Skips `count` bytes.
-    public mutating func skip(_ count: Int) throws(CodecError) {
+    package mutating func skip(_ count: Int) throws(CodecError) {
         try need(count)
         offset += count
     }

@@ -2,36 +2,36 @@
 // FORMAT.md. Fixed-width integers are little-endian; varints are unsigned LEB128.
 
 /// Appends little-endian fixed-width integers, LEB128 varints and raw bytes to `bytes`.
-public struct ByteWriter: Sendable {
+package struct ByteWriter: Sendable {
     /// The encoded bytes so far.
-    public var bytes: [UInt8]
+    package var bytes: [UInt8]
 
     /// A writer with `capacity` bytes reserved.
-    public init(capacity: Int = 0) {
+    package init(capacity: Int = 0) {
         bytes = []
         bytes.reserveCapacity(capacity)
     }
 
     /// The number of bytes written so far.
-    public var count: Int { bytes.count }
+    package var count: Int { bytes.count }
 
-    public mutating func write(_ value: UInt8) { bytes.append(value) }
+    package mutating func write(_ value: UInt8) { bytes.append(value) }
 
-    public mutating func write(_ value: UInt16) { writeLittleEndian(value) }
+    package mutating func write(_ value: UInt16) { writeLittleEndian(value) }
 
-    public mutating func write(_ value: UInt32) { writeLittleEndian(value) }
+    package mutating func write(_ value: UInt32) { writeLittleEndian(value) }
 
-    public mutating func write(_ value: UInt64) { writeLittleEndian(value) }
+    package mutating func write(_ value: UInt64) { writeLittleEndian(value) }
 
     /// Appends `value` as an unsigned LEB128 varint (1 to 10 bytes).
-    public mutating func writeVarint(_ value: UInt64) {
+    package mutating func writeVarint(_ value: UInt64) {
         Self.varintBytes(of: value) { bytes.append($0) }
     }
 
     /// Hands `body` the bytes of `value` as an unsigned LEB128 varint, in order: the one
     /// encoding of varints, for writers that do not append to a `ByteWriter`.
     @inlinable
-    public static func varintBytes(of value: UInt64, _ body: (UInt8) -> Void) {
+    package static func varintBytes(of value: UInt64, _ body: (UInt8) -> Void) {
         var rest = value
         while rest >= 0x80 {
             body(UInt8(truncatingIfNeeded: rest) | 0x80)
@@ -41,13 +41,13 @@ public struct ByteWriter: Sendable {
     }
 
     /// Appends raw bytes.
-    public mutating func write(contentsOf data: some Collection<UInt8>) { bytes.append(contentsOf: data) }
+    package mutating func write(contentsOf data: some Collection<UInt8>) { bytes.append(contentsOf: data) }
 
     /// Appends `count` zero bytes.
-    public mutating func writeZeros(_ count: Int) { bytes.append(contentsOf: repeatElement(0, count: count)) }
+    package mutating func writeZeros(_ count: Int) { bytes.append(contentsOf: repeatElement(0, count: count)) }
 
     /// Overwrites 4 bytes at `offset` with `value`, little-endian (for checksums written last).
-    public mutating func overwrite(_ value: UInt32, at offset: Int) {
+    package mutating func overwrite(_ value: UInt32, at offset: Int) {
         precondition(offset >= 0 && offset + 4 <= bytes.count, "overwrite outside the written bytes")
         withUnsafeBytes(of: value.littleEndian) { source in
             for index in 0..<4 { bytes[offset + index] = source[index] }

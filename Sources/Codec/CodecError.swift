@@ -4,7 +4,7 @@
 // its offset (the WAL reader, the page reader) wrap these into their own errors.
 
 /// Bytes that could not be decoded. Every case says where and what.
-public enum CodecError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum CodecError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The input ended before a field of `needed` bytes at `offset` (only `available` remain).
     case truncated(offset: Int, needed: Int, available: Int)
     /// A variable-length integer at `offset` is longer than 10 bytes or overflows 64 bits.
@@ -19,7 +19,7 @@ public enum CodecError: Error, Equatable, Sendable, CustomStringConvertible {
     /// A field at `offset` holds `value`, which is not one of the values the format defines.
     case invalidValue(offset: Int, value: UInt64, field: String)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case let .truncated(offset, needed, available):
             "The input ends at offset \(offset): a field needs \(needed) bytes but only \(available) remain."

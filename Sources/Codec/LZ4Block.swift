@@ -10,12 +10,12 @@
 import CStrataLZ4
 
 /// LZ4 block compression.
-public enum LZ4Block {
+package enum LZ4Block {
     /// The largest input liblz4 accepts (LZ4_MAX_INPUT_SIZE).
-    public static let maxInputCount = 0x7E00_0000
+    package static let maxInputCount = 0x7E00_0000
 
     /// The worst-case compressed size of `count` input bytes.
-    public static func compressBound(_ count: Int) -> Int {
+    package static func compressBound(_ count: Int) -> Int {
         precondition(count >= 0 && count <= maxInputCount, "LZ4 input of \(count) bytes is over the limit")
         return Int(LZ4_compressBound(Int32(count)))
     }
@@ -30,7 +30,7 @@ public enum LZ4Block {
     /// Compresses `input` and appends the block to `output` when it is smaller than the
     /// input; returns the number of bytes appended, or `nil` (with `output` unchanged) when
     /// compression does not help. O(n).
-    public static func compress(_ input: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]) -> Int? {
+    package static func compress(_ input: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]) -> Int? {
         guard input.count > 0 else { return nil }
         let bound = compressBound(input.count)
         let start = output.count
@@ -54,7 +54,7 @@ public enum LZ4Block {
     }
 
     /// Compresses a byte array; `nil` when compression does not make it smaller.
-    public static func compress(_ input: [UInt8]) -> [UInt8]? {
+    package static func compress(_ input: [UInt8]) -> [UInt8]? {
         guard !input.isEmpty else { return nil }
         // Written in place into a new array (no zero fill first: a debug build fills one
         // element at a time).
@@ -71,7 +71,7 @@ public enum LZ4Block {
 
     /// Decompresses one block that must expand to exactly `decompressedCount` bytes.
     /// Throws `CodecError.malformedLZ4Block` for any other outcome. O(decompressedCount).
-    public static func decompress(_ input: UnsafeRawBufferPointer, decompressedCount: Int) throws(CodecError) -> [UInt8] {
+    package static func decompress(_ input: UnsafeRawBufferPointer, decompressedCount: Int) throws(CodecError) -> [UInt8] {
         guard decompressedCount > 0, decompressedCount <= maxInputCount,
               input.count > 0, input.count <= maxInputCount else {
             throw .malformedLZ4Block(compressedCount: input.count, expectedCount: decompressedCount)
@@ -93,7 +93,7 @@ public enum LZ4Block {
     }
 
     /// Decompresses a byte array; see `decompress(_:decompressedCount:)`.
-    public static func decompress(_ input: [UInt8], decompressedCount: Int) throws(CodecError) -> [UInt8] {
+    package static func decompress(_ input: [UInt8], decompressedCount: Int) throws(CodecError) -> [UInt8] {
         let result = input.withUnsafeBytes { buffer in
             Result { () throws(CodecError) in try decompress(buffer, decompressedCount: decompressedCount) }
         }

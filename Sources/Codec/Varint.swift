@@ -3,13 +3,13 @@
 // malformed), so every value has exactly one encoding. The one decoder of them: ByteReader,
 // the page reader and the record scanner all read through it.
 
-public enum Varint {
+package enum Varint {
     /// Reads the varint at `offset` of `bytes[..<end]` (all of `bytes` by default) and moves
     /// `offset` past what it read. Throws `CodecError.truncated` when the bytes end first
     /// `.malformedVarint` (at the varint's start) for one longer than ten bytes or over 64
     /// bits, and `.nonShortestVarint` for one not in its shortest form.
     @inlinable
-    public static func read(_ bytes: UnsafeRawBufferPointer, at offset: inout Int, end: Int? = nil) throws(CodecError) -> UInt64 {
+    package static func read(_ bytes: UnsafeRawBufferPointer, at offset: inout Int, end: Int? = nil) throws(CodecError) -> UInt64 {
         let end = end ?? bytes.count
         if let value = readShort(bytes, at: &offset, end: end) { return value }
         let start = offset
@@ -34,7 +34,7 @@ public enum Varint {
     /// in line, or nil, moving nothing, for anything else: a longer one, one not in its
     /// shortest form, or one the bytes cut short, which `read` reads or rejects.
     @inlinable @inline(__always)
-    public static func readShort(_ bytes: UnsafeRawBufferPointer, at offset: inout Int, end: Int) -> UInt64? {
+    package static func readShort(_ bytes: UnsafeRawBufferPointer, at offset: inout Int, end: Int) -> UInt64? {
         guard offset < end else { return nil }
         let first = UInt64(bytes[offset])
         if first < 0x80 {

@@ -99,7 +99,7 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
 
 /// A key for messages: UTF-8 text in quotes when it is valid UTF-8 without control
 /// characters (any script), `0x`-prefixed hex otherwise.
-public func renderKey(_ key: [UInt8]) -> String {
+package func renderKey(_ key: [UInt8]) -> String {
     if let text = String(validating: key, as: UTF8.self),
        !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
         return "\"\(text)\""

@@ -10,7 +10,7 @@ import Darwin
 
 /// Compares two keys bytewise: negative, zero or positive.
 @inlinable @inline(__always)
-public func compareKeys(_ lhs: [UInt8], _ rhs: [UInt8]) -> Int {
+package func compareKeys(_ lhs: [UInt8], _ rhs: [UInt8]) -> Int {
     lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in compareBytes(a, b) } }
 }
 
@@ -68,7 +68,7 @@ func equalBytes(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) ->
 
 /// The smallest key above every key that starts with `prefix`, or nil when there is none
 /// (the prefix is all 0xFF bytes).
-public func keyAfterPrefix(_ prefix: [UInt8]) -> [UInt8]? {
+package func keyAfterPrefix(_ prefix: [UInt8]) -> [UInt8]? {
     var end = prefix
     while let last = end.last {
         if last < 0xFF {

@@ -2,10 +2,10 @@
 // the two meta pages (FORMAT.md, "Page file").
 
 /// The number of a page in the data file.
-public struct PageID: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
-    public let rawValue: UInt64
+package struct PageID: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+    package let rawValue: UInt64
 
-    public init(rawValue: UInt64) { self.rawValue = rawValue }
+    package init(rawValue: UInt64) { self.rawValue = rawValue }
 
     init(_ rawValue: UInt64) { self.rawValue = rawValue }
 
@@ -14,9 +14,9 @@ public struct PageID: RawRepresentable, Hashable, Comparable, Sendable, CustomSt
     /// The first page that is not a meta page.
     static let firstDataPage = PageID(2)
 
-    public static func < (lhs: PageID, rhs: PageID) -> Bool { lhs.rawValue < rhs.rawValue }
+    package static func < (lhs: PageID, rhs: PageID) -> Bool { lhs.rawValue < rhs.rawValue }
 
-    public var description: String { "page \(rawValue)" }
+    package var description: String { "page \(rawValue)" }
 
     /// The page's byte offset in a file of `pageBytes` pages (`Int64.max` for a page
     /// number from a corrupt page that no file can reach).

@@ -18,7 +18,7 @@
 /// An ordered map from keys to `Value` with value semantics: a copy is a snapshot that
 /// shares all nodes with the original, and an update copies only the O(log n) nodes on its
 /// path that a copy (or an iterator) still holds, changing the others in place.
-public struct PersistentSortedMap<Value: Sendable>: Sendable {
+package struct PersistentSortedMap<Value: Sendable>: Sendable {
     @usableFromInline
     final class Node: @unchecked Sendable {
         // @unchecked: the `var`s change only under PersistentSortedMap.M3, when no other reference exists. For
@@ -46,19 +46,19 @@ public struct PersistentSortedMap<Value: Sendable>: Sendable {
 
     /// Keys held.
     @inlinable
-    public var count: Int { storedCount }
+    package var count: Int { storedCount }
 
     /// An empty map.
     @inlinable
-    public init() {}
+    package init() {}
 
     /// Whether the map holds no keys.
     @inlinable
-    public var isEmpty: Bool { root == nil }
+    package var isEmpty: Bool { root == nil }
 
     /// The value under `key`, if any. O(log n).
     @inlinable
-    public subscript(key: [UInt8]) -> Value? {
+    package subscript(key: [UInt8]) -> Value? {
         var node = root
         while let current = node {
             let order = compareKeys(key, current.key)
@@ -71,13 +71,13 @@ public struct PersistentSortedMap<Value: Sendable>: Sendable {
     /// Whether both maps are the same version of one map (they share their root), in O(1).
     /// False does not mean their contents differ.
     @inlinable
-    public func isIdentical(to other: PersistentSortedMap) -> Bool { root === other.root }
+    package func isIdentical(to other: PersistentSortedMap) -> Bool { root === other.root }
 
     /// Stores `value` under `key` (replacing any earlier value) and returns the value it
     /// replaced. O(log n); new nodes only where the path is shared (PersistentSortedMap.M3).
     @inlinable
     @discardableResult
-    public mutating func updateValue(_ value: Value, forKey key: [UInt8]) -> Value? {
+    package mutating func updateValue(_ value: Value, forKey key: [UInt8]) -> Value? {
         var replaced: Value?
         Self.insert(key, value, inPlace: &root, replaced: &replaced)
         if replaced == nil { storedCount += 1 }
@@ -86,7 +86,7 @@ public struct PersistentSortedMap<Value: Sendable>: Sendable {
 
     /// A map holding `entries`, built balanced in O(n) without rotations. `entries` must
     /// be sorted by key with no key twice.
-    public init(sortedUnique entries: [(key: [UInt8], value: Value)]) {
+    package init(sortedUnique entries: [(key: [UInt8], value: Value)]) {
         func subtree(_ low: Int, _ high: Int) -> Node? {
             guard low < high else { return nil }
             let middle = (low + high) / 2
@@ -100,7 +100,7 @@ public struct PersistentSortedMap<Value: Sendable>: Sendable {
     /// Entries in key order from the first key at or above `start` (forward) or at or
     /// below it (reverse); nil starts at the end. O(log n) to start, O(1) amortized per step.
     @inlinable
-    public func entries(from start: [UInt8]? = nil, reverse: Bool = false) -> Iterator {
+    package func entries(from start: [UInt8]? = nil, reverse: Bool = false) -> Iterator {
         Iterator(root: root, start: start, reverse: reverse)
     }
 
@@ -177,7 +177,7 @@ public struct PersistentSortedMap<Value: Sendable>: Sendable {
     }
 
     /// Checks PersistentSortedMap.M1 and PersistentSortedMap.M2 (tests only: O(n)).
-    public func checkInvariants() -> Bool {
+    package func checkInvariants() -> Bool {
         var previous: [UInt8]?
         var ordered = true
         var nodes = 0
@@ -195,7 +195,7 @@ public struct PersistentSortedMap<Value: Sendable>: Sendable {
     }
 
     /// An in-order walk with an explicit stack (no recursion, O(log n) memory).
-    public struct Iterator: IteratorProtocol {
+    package struct Iterator: IteratorProtocol {
         @usableFromInline var stack: [Node] = []
         @usableFromInline let reverse: Bool
 
@@ -219,7 +219,7 @@ public struct PersistentSortedMap<Value: Sendable>: Sendable {
         }
 
         @inlinable
-        public mutating func next() -> (key: [UInt8], value: Value)? {
+        package mutating func next() -> (key: [UInt8], value: Value)? {
             guard let node = stack.popLast() else { return nil }
             var child = reverse ? node.left : node.right
             while let current = child {

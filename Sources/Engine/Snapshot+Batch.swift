@@ -8,22 +8,22 @@
 
 /// Keys for `Snapshot.withValues(forKeys:_:)`, kept one after another in one buffer (no
 /// array per key). Reuse one for batch after batch: `removeAll()` keeps its capacity.
-public struct KeyBatch: Sendable {
+package struct KeyBatch: Sendable {
     @usableFromInline var bytes: [UInt8] = []
     /// Where each key ends in `bytes`.
     @usableFromInline var ends: [Int] = []
 
-    public init() {}
+    package init() {}
 
     /// How many keys the batch holds.
-    public var count: Int { ends.count }
+    package var count: Int { ends.count }
 
-    public var isEmpty: Bool { ends.isEmpty }
+    package var isEmpty: Bool { ends.isEmpty }
 
     /// Adds the key made of `prefix` followed by `suffix` (a record key: its entity's
     /// prefix and its id).
     @inlinable
-    public mutating func append(_ prefix: [UInt8], _ suffix: RawSpan) {
+    package mutating func append(_ prefix: [UInt8], _ suffix: RawSpan) {
         bytes.append(contentsOf: prefix)
         suffix.withUnsafeBytes { bytes.append(contentsOf: $0) }
         ends.append(bytes.count)
@@ -31,19 +31,19 @@ public struct KeyBatch: Sendable {
 
     /// Adds `key`.
     @inlinable
-    public mutating func append(_ key: RawSpan) {
+    package mutating func append(_ key: RawSpan) {
         key.withUnsafeBytes { bytes.append(contentsOf: $0) }
         ends.append(bytes.count)
     }
 
     /// Key `index` (0..<count).
     @inlinable
-    public subscript(index: Int) -> ArraySlice<UInt8> {
+    package subscript(index: Int) -> ArraySlice<UInt8> {
         bytes[(index == 0 ? 0 : ends[index - 1])..<ends[index]]
     }
 
     /// Removes every key, keeping the memory for the next batch.
-    public mutating func removeAll() {
+    package mutating func removeAll() {
         bytes.removeAll(keepingCapacity: true)
         ends.removeAll(keepingCapacity: true)
     }
@@ -56,7 +56,7 @@ extension Snapshot {
     /// lie far apart in a store larger than the caches, as the lookups of a batch overlap
     /// their cache misses. Each span is valid only inside its call. Throws `EngineError`
     /// for a corrupt page, or what `body` throws.
-    public func withValues(forKeys keys: borrowing KeyBatch, _ body: (_ index: Int, _ value: RawSpan?) throws -> Bool) throws {
+    package func withValues(forKeys keys: borrowing KeyBatch, _ body: (_ index: Int, _ value: RawSpan?) throws -> Bool) throws {
         guard !keys.isEmpty else { return }
         try keys.bytes.withUnsafeBytes { bytes in
             try keys.ends.withUnsafeBufferPointer { ends in

@@ -188,12 +188,12 @@ extension Snapshot {
     /// order (a page of records' related records, sorted): a key that falls within the
     /// data file's leaf page the previous one was found in is looked up there, without a
     /// descent from the root. Keys in any order are answered correctly, only slower.
-    public func orderedReader() -> OrderedReader { OrderedReader(snapshot: self) }
+    @usableFromInline package func orderedReader() -> OrderedReader { OrderedReader(snapshot: self) }
 }
 
 /// Point reads of one snapshot in ascending key order (`Snapshot.orderedReader()`); it
 /// keeps the snapshot alive. Answers exactly what `Snapshot.withValue` answers.
-public struct OrderedReader {
+@usableFromInline package struct OrderedReader {
     private let snapshot: Snapshot
     private var finger: LeafFinger
 
@@ -205,7 +205,7 @@ public struct OrderedReader {
     /// `Snapshot.withValue(forKey:_:)`: calls `body` with the bytes of `key`'s value where
     /// they lie and returns its result, or nil when `key` has no value.
     @inlinable
-    public mutating func withValue<Result>(forKey key: RawSpan, _ body: (RawSpan) throws -> Result) throws -> Result? {
+    package mutating func withValue<Result>(forKey key: RawSpan, _ body: (RawSpan) throws -> Result) throws -> Result? {
         var result: Result?
         _ = try key.withUnsafeBytes { key in try visitValue(key) { value in result = try body(value.bytes) } }
         return result

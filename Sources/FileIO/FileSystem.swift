@@ -180,7 +180,7 @@ extension FileSystem {
 
 /// The directory holding `path`: "/" for a top-level absolute path, "." for a single
 /// relative name.
-public func parentDirectory(of path: String) -> String {
+package func parentDirectory(of path: String) -> String {
     var trimmed = Substring(path)
     while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
     guard let slash = trimmed.lastIndex(of: "/") else { return "." }
@@ -189,6 +189,6 @@ public func parentDirectory(of path: String) -> String {
 }
 
 /// Joins path components with "/".
-public func joinPath(_ directory: String, _ name: String) -> String {
+package func joinPath(_ directory: String, _ name: String) -> String {
     directory.hasSuffix("/") ? directory + name : directory + "/" + name
 }

@@ -11,11 +11,11 @@ import Darwin
 
 /// A pthread mutex and condition variable. The owner keeps its shared state in its own
 /// properties and touches them only between `lock()` and `unlock()`.
-public final class ConditionLock: @unchecked Sendable {
+package final class ConditionLock: @unchecked Sendable {
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
 
-    public init() {
+    package init() {
         pthread_mutex_init(mutex, nil)
         pthread_cond_init(condition, nil)
     }
@@ -27,14 +27,14 @@ public final class ConditionLock: @unchecked Sendable {
         condition.deallocate()
     }
 
-    public func lock() { pthread_mutex_lock(mutex) }
+    package func lock() { pthread_mutex_lock(mutex) }
 
-    public func unlock() { pthread_mutex_unlock(mutex) }
+    package func unlock() { pthread_mutex_unlock(mutex) }
 
     /// Releases the lock until the next broadcast, then takes it back. Spurious wake-ups
     /// happen, so callers wait in a loop on their condition.
-    public func wait() { pthread_cond_wait(condition, mutex) }
+    package func wait() { pthread_cond_wait(condition, mutex) }
 
     /// Wakes every waiting thread.
-    public func broadcast() { pthread_cond_broadcast(condition) }
+    package func broadcast() { pthread_cond_broadcast(condition) }
 }

@@ -15,11 +15,11 @@ import Darwin
 
 /// A value of type `Value` that is read and changed only while its mutex is held.
 /// `@unchecked Sendable`: `value` is touched only inside `withLock`, under `mutex`.
-public final class Locked<Value>: @unchecked Sendable {
+package final class Locked<Value>: @unchecked Sendable {
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     private var value: Value
 
-    public init(_ value: Value) {
+    package init(_ value: Value) {
         self.value = value
         pthread_mutex_init(mutex, nil)
     }
@@ -31,7 +31,7 @@ public final class Locked<Value>: @unchecked Sendable {
 
     /// Runs `body` with the mutex held. `body` must not call back into this lock.
     @inlinable
-    public func withLock<T, E: Error>(_ body: (inout Value) throws(E) -> T) throws(E) -> T {
+    package func withLock<T, E: Error>(_ body: (inout Value) throws(E) -> T) throws(E) -> T {
         lock()
         defer { unlock() }
         return try body(&storage)

@@ -26,6 +26,7 @@
 @_exported import enum StrataWAL.WALError
 @_exported import struct StrataWAL.WALRecoveryReport
 @_exported import struct StrataWAL.WALDamage
+@_exported import struct StrataWAL.WALBatchAfterDamage
 @_exported import struct StrataWAL.WALStatistics
 @_exported import struct StrataWAL.LSN
 
@@ -34,6 +35,7 @@
 @_exported import protocol StrataFileIO.FileSystem
 @_exported import protocol StrataFileIO.OpenFile
 @_exported import protocol StrataFileIO.FileLock
+@_exported import class StrataFileIO.FileMapping
 @_exported import struct StrataFileIO.FileOpenOptions
 @_exported import struct StrataFileIO.POSIXFileSystem
 @_exported import enum StrataFileIO.FileIOError

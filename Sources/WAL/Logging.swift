@@ -8,5 +8,5 @@ import Logging
 
 extension Logger {
     /// The default logger of every Strata component: labelled "strata", logging nothing.
-    public static let strataSilent = Logger(label: "strata", factory: { _ in SwiftLogNoOpLogHandler() })
+    package static let strataSilent = Logger(label: "strata", factory: { _ in SwiftLogNoOpLogHandler() })
 }

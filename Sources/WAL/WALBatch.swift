@@ -204,7 +204,7 @@ public struct WALBatch: Sendable, Equatable {
     /// Decodes a batch from exactly `bytes` (`BatchStream`, the one decoder of batches):
     /// trailing bytes, a key of 0 or more than `WALFormat.maxKeyBytes` bytes and a value
     /// over `WALFormat.maxValueBytes` are errors.
-    public static func decode(_ bytes: [UInt8]) throws(CodecError) -> WALBatch {
+    package static func decode(_ bytes: [UInt8]) throws(CodecError) -> WALBatch {
         var operations: [Operation] = []
         var stream = BatchStream(batchBytes: bytes.count)
         do {
@@ -228,11 +228,11 @@ private func varintByteCount(_ value: Int) -> Int {
 }
 
 /// A batch queued by `WriteAheadLog.enqueue(_:)`: its LSN and sizes.
-public struct Submission: Sendable {
+package struct Submission: Sendable {
     /// The batch's LSN (its commit version).
-    public let lsn: LSN
+    package let lsn: LSN
     /// Bytes of the encoded batch.
-    public let rawByteCount: Int
+    package let rawByteCount: Int
     /// Bytes of its frame payloads as stored (after LZ4 where it helped).
-    public let storedByteCount: Int
+    package let storedByteCount: Int
 }

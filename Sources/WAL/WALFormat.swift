@@ -2,38 +2,38 @@
 // one is a format change (FORMAT.md, "Write-ahead log", and a version bump).
 
 /// The write-ahead log's on-disk constants.
-public enum WALFormat {
+package enum WALFormat {
     /// Segment magic: the ASCII bytes "STRATWAL".
-    public static let magic: [UInt8] = Array("STRATWAL".utf8)
+    package static let magic: [UInt8] = Array("STRATWAL".utf8)
     /// The segment format version this code writes and the newest it reads.
-    public static let version: UInt16 = 2
+    package static let version: UInt16 = 2
     /// Size of the segment header; the first frame starts here.
-    public static let segmentHeaderBytes = 64
+    package static let segmentHeaderBytes = 64
     /// The smallest segment file: what a closed, checkpointed log keeps.
-    public static let smallestSegmentBytes = 4096
+    package static let smallestSegmentBytes = 4096
     /// Size of a frame header.
-    public static let frameHeaderBytes = 40
+    package static let frameHeaderBytes = 40
     /// Frames start at offsets that are multiples of this.
-    public static let frameAlignment = 8
+    package static let frameAlignment = 8
     /// The most raw (uncompressed) bytes one frame carries; larger batches are fragmented.
-    public static let maxFragmentBytes = 1 << 20
+    package static let maxFragmentBytes = 1 << 20
     /// The largest encoded batch the log accepts (and a reader believes).
-    public static let maxBatchBytes = 256 << 20
+    package static let maxBatchBytes = 256 << 20
     /// The longest key an operation carries (keys are 1 to this many bytes): a reader
     /// refuses a batch with a longer one the moment it reads the key's length.
-    public static let maxKeyBytes = 768
+    package static let maxKeyBytes = 768
     /// The longest value an operation carries.
-    public static let maxValueBytes = 64 << 20
+    package static let maxValueBytes = 64 << 20
     /// The largest segment file a reader loads (a batch of the maximum size, fragmented,
     /// fits in one segment with room to spare).
-    public static let maxSegmentFileBytes: Int64 = 1 << 30
+    package static let maxSegmentFileBytes: Int64 = 1 << 30
     /// Segment sequence numbers stay below this (one segment a nanosecond would take 146
     /// years to reach it); a larger one is damage, and it leaves room to count on safely.
-    public static let maxSegmentSequence: UInt64 = 1 << 62
+    package static let maxSegmentSequence: UInt64 = 1 << 62
 
     /// LSNs stay below this (as a data file's versions do): a larger one in a header is
     /// damage, and the LSNs after it can be counted without overflow.
-    public static let lsnLimit: UInt64 = 1 << 63
+    package static let lsnLimit: UInt64 = 1 << 63
 
     /// Frame flag bit 0: the payload is an LZ4 block.
     static let compressedFlag: UInt8 = 1

@@ -3,18 +3,18 @@
 import StrataCodec
 
 /// One batch read back from the log.
-public struct WALRecord: Sendable {
+package struct WALRecord: Sendable {
     /// The batch's LSN.
-    public let lsn: LSN
+    package let lsn: LSN
     /// The segment file holding its first frame, and that frame's offset.
-    public let path: String
-    public let offset: Int64
+    package let path: String
+    package let offset: Int64
     /// Frames the batch took, its encoded size, and the bytes stored for it (after LZ4).
-    public let frameCount: Int
-    public let rawBytes: Int
-    public let storedBytes: Int
+    package let frameCount: Int
+    package let rawBytes: Int
+    package let storedBytes: Int
     /// The operations the batch holds (checked when it was read).
-    public let operationCount: Int
+    package let operationCount: Int
     /// The batch's bytes as they are kept: decoded for a batch of one frame, as stored
     /// (each frame's payload) for a larger one, decoded again one frame at a time when its
     /// operations are read. A record holds at most its stored bytes and one frame's.
@@ -39,7 +39,7 @@ public struct WALRecord: Sendable {
     }
 
     /// The operations, copied out.
-    public var batch: WALBatch {
+    package var batch: WALBatch {
         var operations: [WALBatch.Operation] = []
         operations.reserveCapacity(operationCount)
         forEachOperation { kind, key, value in operations.append(WALBatch.Operation(kind: kind, key: key, value: value)) }
@@ -49,7 +49,7 @@ public struct WALRecord: Sendable {
     /// Calls `body` with each operation's kind, key and value (nil for a delete), valid
     /// during the call only, in commit order; throws what `body` throws. The bytes were
     /// checked when the batch was read: they decode again the same way.
-    public func forEachOperation<E: Error>(
+    package func forEachOperation<E: Error>(
         _ body: (_ kind: UInt8, _ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?) throws(E) -> Void
     ) throws(E) {
         var stream = BatchStream(batchBytes: rawBytes)

@@ -11,7 +11,7 @@ extension WriteAheadLog {
     /// Throws `WALError.batchTooLarge` (nothing written), `.commitOutcomeUnknown` (the
     /// write or fdatasync of its group failed), `.logFailed` or `.closed`.
     @discardableResult
-    public func append(_ batch: WALBatch) throws -> LSN {
+    package func append(_ batch: WALBatch) throws -> LSN {
         let lsn = try submit(batch)
         try waitUntilDone(lsn)
         return lsn
@@ -21,12 +21,12 @@ extension WriteAheadLog {
     /// waiting: LSNs are assigned in the order `submit` is called (WriteAheadLog.W1), so a caller that
     /// holds its own lock across `submit` orders its commits by it. Follow with
     /// `waitUntilDone(_:)`. Encoding and compression run on the calling thread.
-    public func submit(_ batch: WALBatch) throws -> LSN {
+    package func submit(_ batch: WALBatch) throws -> LSN {
         try enqueue(batch).lsn
     }
 
     /// `submit(_:)`, also returning the batch's encoded and stored (compressed) sizes.
-    public func enqueue(_ batch: WALBatch) throws -> Submission {
+    package func enqueue(_ batch: WALBatch) throws -> Submission {
         let measure = batch.measure
         guard measure.encodedByteCount <= WALFormat.maxBatchBytes else {
             throw WALError.batchTooLarge(byteCount: measure.encodedByteCount, limit: WALFormat.maxBatchBytes)
@@ -36,7 +36,7 @@ extension WriteAheadLog {
 
     /// `enqueue(_:)` of a batch encoded already (`WALBatch.encoding()`), for a caller that
     /// also links the batch from its encoding.
-    public func enqueue(_ encoding: WALBatch.Encoding) throws -> Submission {
+    package func enqueue(_ encoding: WALBatch.Encoding) throws -> Submission {
         let encoded = try EncodedBatch(encoding, compression: options.compression)
         monitor.lock()
         defer { monitor.unlock() }
@@ -54,7 +54,7 @@ extension WriteAheadLog {
     /// commit that wrote `lsn` (0 when that group is long forgotten: more than
     /// `WriterState.recentGroupLimit` groups ago). Throws as `append` does.
     @discardableResult
-    public func waitUntilDone(_ lsn: LSN) throws -> Int {
+    package func waitUntilDone(_ lsn: LSN) throws -> Int {
         monitor.lock()
         defer { monitor.unlock() }
         guard lsn < state.nextLSN else { throw WALError.notSubmitted(lsn) }
@@ -74,7 +74,7 @@ extension WriteAheadLog {
 
     /// Makes every batch written so far durable (one fdatasync); a no-op when they are.
     /// In `.full` mode they always are. Throws `WALError`; a failure stops the log (WriteAheadLog.W6).
-    public func sync() throws {
+    package func sync() throws {
         monitor.lock()
         defer { monitor.unlock() }
         while state.flushing { monitor.wait() }
@@ -107,7 +107,7 @@ extension WriteAheadLog {
     /// holds them now): each is kept as a spare for reuse or removed, and the directory is
     /// synced. The segment being appended to is never released. Returns how many were.
     @discardableResult
-    public func releaseSegments(through lsn: LSN) throws -> Int {
+    package func releaseSegments(through lsn: LSN) throws -> Int {
         monitor.lock()
         defer { monitor.unlock() }
         while state.flushing || state.releasing { monitor.wait() }
@@ -151,7 +151,7 @@ extension WriteAheadLog {
     /// checkpoint now holds every batch through it), so that the segment being appended to
     /// becomes releasable once that group is written. Sized after the bytes the current one
     /// used. Writes nothing itself.
-    public func rotate(after lsn: LSN) {
+    package func rotate(after lsn: LSN) {
         monitor.lock()
         defer { monitor.unlock() }
         state.rotateAfter = lsn
@@ -167,7 +167,7 @@ extension WriteAheadLog {
     /// close: when the log already is one empty smallest segment and no spare). Returns
     /// whether it changed the log.
     @discardableResult
-    public func shrink(through lsn: LSN, keepingSpares: Bool = false) throws -> Bool {
+    package func shrink(through lsn: LSN, keepingSpares: Bool = false) throws -> Bool {
         monitor.lock()
         defer { monitor.unlock() }
         while state.flushing || state.releasing { monitor.wait() }

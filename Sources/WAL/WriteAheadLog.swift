@@ -20,11 +20,11 @@ import StrataFileIO
 import StrataLocks
 
 /// An open write-ahead log in one directory.
-public final class WriteAheadLog: @unchecked Sendable {
+package final class WriteAheadLog: @unchecked Sendable {
     /// The directory holding the segments.
-    public let directory: String
+    package let directory: String
     /// The settings the log was opened with.
-    public let options: WALOptions
+    package let options: WALOptions
 
     let files: SegmentFiles
     private let lock: any FileLock
@@ -36,7 +36,7 @@ public final class WriteAheadLog: @unchecked Sendable {
     /// tail and syncs the tail segment and the directory, so what was replayed is durable.
     /// Throws `WALError` (corruption names its file and offset) or `FileIOError.locked`
     /// when another open log holds the directory.
-    public static func open(directory: String, fileSystem: any FileSystem = POSIXFileSystem(),
+    package static func open(directory: String, fileSystem: any FileSystem = POSIXFileSystem(),
                             options: WALOptions = WALOptions(),
                             replay: (WALRecord) throws -> Void = { _ in }) throws -> (WriteAheadLog, WALRecoveryReport) {
         try options.validate()
@@ -62,7 +62,7 @@ public final class WriteAheadLog: @unchecked Sendable {
     /// (its bytes past the last whole frame are ignored, as recovery would cut them). For
     /// a read-only store, which keeps writers out while it is open. Returns what was read
     /// and the extent of the log's valid frames. Throws as `open` does.
-    public static func readForReplay(directory: String, fileSystem: any FileSystem = POSIXFileSystem(),
+    package static func readForReplay(directory: String, fileSystem: any FileSystem = POSIXFileSystem(),
                                      options: WALOptions = WALOptions(),
                                      replay: (WALRecord) throws -> Void) throws -> (WALRecoveryReport, LogExtent) {
         try options.validate()
@@ -93,13 +93,13 @@ public final class WriteAheadLog: @unchecked Sendable {
     }
 
     /// Whether `directory` holds any segment of a log (nothing is read or changed).
-    public static func holdsSegments(directory: String, fileSystem: any FileSystem) throws -> Bool {
+    package static func holdsSegments(directory: String, fileSystem: any FileSystem) throws -> Bool {
         guard fileSystem.fileExists(directory) else { return false }
         return try !SegmentFiles(fileSystem: fileSystem, directory: directory).list().segments.isEmpty
     }
 
     /// Reads the log in `directory` without changing anything: every batch goes to `visit`.
-    public static func read(directory: String, fileSystem: any FileSystem = POSIXFileSystem(),
+    package static func read(directory: String, fileSystem: any FileSystem = POSIXFileSystem(),
                             mode: RecoveryMode = .strict, visit: (WALRecord) throws -> Void) throws -> WALRecoveryReport {
         let files = SegmentFiles(fileSystem: fileSystem, directory: directory)
         return try WALReader(files: files, mode: mode).read(visit).0
@@ -190,13 +190,13 @@ public final class WriteAheadLog: @unchecked Sendable {
 
     /// The first LSN the log's oldest segment may hold: batches from here on are in the log
     /// (those before it were released by checkpoints).
-    public var oldestLSN: LSN { monitor.lock(); defer { monitor.unlock() }; return state.segments.first?.firstLSN ?? state.nextLSN }
+    package var oldestLSN: LSN { monitor.lock(); defer { monitor.unlock() }; return state.segments.first?.firstLSN ?? state.nextLSN }
 
     /// The log's files as they stand between group commits: every segment's path, how
     /// many bytes of the last one hold frames, and the last LSN written. Bytes below that
     /// extent never change again while the segments are kept (frames are only appended), so
     /// a copy of them is a consistent log. Waits for a running group commit to finish.
-    public func extent() -> LogExtent {
+    package func extent() -> LogExtent {
         monitor.lock()
         defer { monitor.unlock() }
         while state.flushing || state.releasing { monitor.wait() }
@@ -205,23 +205,23 @@ public final class WriteAheadLog: @unchecked Sendable {
     }
 
     /// The LSN of the last batch on stable storage.
-    public var durableLSN: LSN { monitor.lock(); defer { monitor.unlock() }; return state.durableLSN }
+    package var durableLSN: LSN { monitor.lock(); defer { monitor.unlock() }; return state.durableLSN }
 
     /// The LSN of the last batch written (equal to `durableLSN` in `.full` mode when idle).
-    public var writtenLSN: LSN { monitor.lock(); defer { monitor.unlock() }; return state.writtenLSN }
+    package var writtenLSN: LSN { monitor.lock(); defer { monitor.unlock() }; return state.writtenLSN }
 
     /// Counters of the log's work since it was opened.
-    public var statistics: WALStatistics { monitor.lock(); defer { monitor.unlock() }; return state.statistics }
+    package var statistics: WALStatistics { monitor.lock(); defer { monitor.unlock() }; return state.statistics }
 
     /// The segment files of the log, oldest first.
-    public var segmentPaths: [String] { monitor.lock(); defer { monitor.unlock() }; return state.segments.map(\.path) }
+    package var segmentPaths: [String] { monitor.lock(); defer { monitor.unlock() }; return state.segments.map(\.path) }
 
     /// The failure that stopped the log, if one did (WriteAheadLog.W6).
-    public var failure: FileIOError? { monitor.lock(); defer { monitor.unlock() }; return state.failure }
+    package var failure: FileIOError? { monitor.lock(); defer { monitor.unlock() }; return state.failure }
 
     /// Waits for the group in flight, syncs what `.relaxed` mode wrote, and closes the log.
     /// Later calls throw `WALError.closed`. Closing a failed log closes it without syncing.
-    public func close() throws {
+    package func close() throws {
         monitor.lock()
         defer { monitor.unlock() }
         while state.flushing || state.releasing { monitor.wait() }
@@ -242,15 +242,15 @@ public final class WriteAheadLog: @unchecked Sendable {
 
 /// A log's files as they stand between group commits (`WriteAheadLog.extent()`) or as a
 /// read-only reader found them (`WriteAheadLog.readForReplay`).
-public struct LogExtent: Sendable {
+package struct LogExtent: Sendable {
     /// The segment files, oldest first.
-    public var segmentPaths: [String]
+    package var segmentPaths: [String]
     /// How many bytes of the last segment hold whole frames (0 when there is no segment).
-    public var activeBytes: Int
+    package var activeBytes: Int
     /// The last LSN written.
-    public var lastLSN: LSN
+    package var lastLSN: LSN
     /// The first LSN the oldest segment may hold.
-    public var oldestLSN: LSN
+    package var oldestLSN: LSN
 }
 
 extension FileIOError {
