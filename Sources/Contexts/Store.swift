@@ -41,8 +41,8 @@ public final class Store: Sendable {
 
     /// Opens the store in directory `path`: takes its lock, recovers from the log, and
     /// returns. `.readWrite` (the default) creates the store when it does not exist;
-    /// `.readOnly` changes no byte on disk (units of work on it throw
-    /// `EngineError.readOnly`), and any number of read-only opens may share a store while
+    /// `.readOnly` changes no byte on disk (a unit of work on it throws
+    /// `UnitOfWorkError.commitFailed(.notWritten(EngineError.readOnly))`), and any number of read-only opens may share a store while
     /// no process writes it. Throws `EngineError` (an opener refused because another holds
     /// the store gets `.inUse` naming the holder; damage names its file and offset).
     public static func open(path: String, mode: AccessMode = .readWrite, options: EngineOptions = EngineOptions()) throws -> Store {
