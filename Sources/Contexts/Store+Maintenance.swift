@@ -39,22 +39,31 @@ extension Store {
     /// Writes a consistent copy of the store's files into the new directory `destination`
     /// while commits continue; opening the copy recovers the version reported. Until the
     /// copy is whole an `INCOMPLETE` file marks it and every open refuses it. Throws
-    /// `EngineError` (`.notEmbedded` for a store over etcd).
+    /// `EngineError` (`.notEmbedded` for a store over etcd or in memory: neither has files
+    /// on disk to copy).
     @discardableResult
     public func backup(to destination: String,
                        progress: (_ copied: Int, _ total: Int) -> Void = { _, _ in }) throws -> CopyReport {
-        guard isEmbedded else { throw EngineError.notEmbedded(operation: "backup(to:)", location: backend.location) }
+        try requireFilesOnDisk(for: "backup(to:)")
         return try engine.backup(to: destination, progress: progress)
     }
 
     /// Writes a new store into the new directory `destination` holding only the live keys
     /// of the latest version (no free pages, no deleted keys, no log history), while commits
     /// continue. `progress` gets the keys copied so far. Throws `EngineError`
-    /// (`.notEmbedded` for a store over etcd).
+    /// (`.notEmbedded` for a store over etcd or in memory).
     @discardableResult
     public func compact(to destination: String, progress: (Int) -> Void = { _ in }) throws -> CopyReport {
-        guard isEmbedded else { throw EngineError.notEmbedded(operation: "compact(to:)", location: backend.location) }
+        try requireFilesOnDisk(for: "compact(to:)")
         return try engine.compact(to: destination, progress: progress)
+    }
+
+    /// A copy of an in-memory store would be written into its simulated file system, where
+    /// no one could open it, and a store over etcd has no files here at all: both refuse.
+    private func requireFilesOnDisk(for operation: String) throws {
+        guard isEmbedded, !isInMemory else {
+            throw EngineError.notEmbedded(operation: operation, location: isInMemory ? "in memory" : backend.location)
+        }
     }
 
     /// The oldest version whose changes the log may still hold: `changes(after: v)` replays

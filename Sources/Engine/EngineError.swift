@@ -42,8 +42,8 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
     case historyUnavailable(requested: UInt64, oldest: UInt64)
     /// Invalid options; the text names the setting.
     case invalidOptions(String)
-    /// `operation` copies an embedded store's files, and the store at `location` keeps its
-    /// data elsewhere (a store over etcd): copy it with that system's own tools.
+    /// `operation` copies a store's files on disk, and the store at `location` has none (a
+    /// store over etcd, or one in memory): copy it with that system's own tools.
     case notEmbedded(operation: String, location: String)
     /// The write-ahead log failed or is damaged.
     case log(WALError)
@@ -87,8 +87,8 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
         case let .invalidOptions(reason):
             "Invalid store options: \(reason)."
         case let .notEmbedded(operation, location):
-            "\(operation) copies an embedded store's files; the store at \(location) keeps its data elsewhere. "
-                + "Copy it with that system's tools (for etcd: etcdctl snapshot save)."
+            "\(operation) copies a store's files on disk; the store (\(location)) has none. "
+                + "Copy a store over etcd with etcd's own snapshot (etcdctl snapshot save); an in-memory store cannot be copied to disk."
         case let .log(error):
             "\(error)"
         case let .io(error):

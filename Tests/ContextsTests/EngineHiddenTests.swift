@@ -76,7 +76,7 @@ import Testing
             guard let walker = files.enumerator(at: root, includingPropertiesForKeys: nil) else { continue }
             for case let url as URL in walker where url.lastPathComponent == "module.modulemap" {
                 let path = url.path
-                if path.contains("/Sources/"), !path.contains("/Tests/"), !path.contains("/.build/checkouts/swift-argument-parser/") {
+                if path.contains("/Sources/"), !path.contains("/Tests/") {
                     maps.append(path)
                 }
             }

@@ -124,6 +124,24 @@ private actor Counter {
             guard case EngineError.closed = error else { return false }
             return true
         }
+        // A read-only store takes no checkpoint; an in-memory one has no files to copy.
+        let reader = try Store.open(path: root + "/backup", mode: .readOnly)
+        #expect { try reader.checkpoint() } throws: { error in
+            guard case EngineError.readOnly = error else { return false }
+            return true
+        }
+        try reader.close()
+        let memory = try Store.inMemory()
+        #expect(memory.isEmbedded)
+        for copy in ["backup", "compact"] {
+            #expect {
+                copy == "backup" ? try memory.backup(to: root + "/from-memory") : try memory.compact(to: root + "/from-memory")
+            } throws: { error in
+                guard case EngineError.notEmbedded(_, "in memory") = error else { return false }
+                return "\(error)".contains("in-memory store cannot be copied")
+            }
+        }
+        #expect(!FileManager.default.fileExists(atPath: root + "/from-memory"))
     }
 
     @Test func reflectionIsShort() throws {
