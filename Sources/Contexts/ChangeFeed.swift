@@ -193,6 +193,7 @@ final class ChangeFeedHub: Sendable {
         var byID: [Int: ChangeFeedSubscriber] = [:]
         var observers: [Int: @Sendable (ChangeSet) -> Void] = [:]
         var signals: [Int: ObservationSignal] = [:]
+        var watches: [ObjectIdentifier: CommitWatch] = [:]
         var finished = false
     }
 
@@ -217,6 +218,15 @@ final class ChangeFeedHub: Sendable {
         }
         if finished { whenFinished() }
         return id
+    }
+
+    /// Adds a commit watch (CommitWatch.swift); a finished hub finishes it.
+    func add(_ watch: CommitWatch) {
+        _ = register({ subscribers, _ in subscribers.watches[ObjectIdentifier(watch)] = watch }, whenFinished: watch.finish)
+    }
+
+    func remove(watch: CommitWatch) {
+        subscribers.withLock { _ = $0.watches.removeValue(forKey: ObjectIdentifier(watch)) }
     }
 
     func remove(signal id: Int) {
@@ -244,9 +254,10 @@ final class ChangeFeedHub: Sendable {
 
     /// Called with each published run of batches, in version order.
     func publish(_ batches: [(version: UInt64, batch: WALBatch)]) {
-        let (current, observers, signals) = subscribers.withLock {
-            (Array($0.byID.values), Array($0.observers.values), Array($0.signals.values))
+        let (current, observers, signals, watches) = subscribers.withLock {
+            (Array($0.byID.values), Array($0.observers.values), Array($0.signals.values), Array($0.watches.values))
         }
+        for watch in watches { watch.publish(batches) }
         if !signals.isEmpty {
             let published = batches.compactMap { PublishedBatch(version: $0.version, batch: $0.batch) }
             for signal in signals { signal.publish(published) }
@@ -260,15 +271,17 @@ final class ChangeFeedHub: Sendable {
     }
 
     func finishAll() {
-        let (all, signals) = subscribers.withLock { subscribers in
+        let (all, signals, watches) = subscribers.withLock { subscribers in
             subscribers.finished = true
             defer {
                 subscribers.byID.removeAll()
                 subscribers.signals.removeAll()
+                subscribers.watches.removeAll()
             }
-            return (Array(subscribers.byID.values), Array(subscribers.signals.values))
+            return (Array(subscribers.byID.values), Array(subscribers.signals.values), Array(subscribers.watches.values))
         }
         for subscriber in all { subscriber.finish() }
         for signal in signals { signal.finish() }
+        for watch in watches { watch.finish() }
     }
 }

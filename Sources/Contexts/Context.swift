@@ -231,13 +231,19 @@ public final class Context {
     /// does not depend on what was read: conflict checks leave it out. A write that
     /// `tracksInsert` is logged as an insert when the snapshot does not hold its key, and
     /// left out when it deletes a key the snapshot does not hold (`rootBatch`), so change
-    /// feeds tell inserts from updates.
-    package func stage(_ key: [UInt8], _ value: [UInt8]?, isChecked: Bool = true, tracksInsert: Bool = false) throws {
+    /// feeds tell inserts from updates. A write that `stampsVersion` (unchecked, so it
+    /// needs no conflict check) has its key's version stamp filled in by the root's
+    /// commit (`WALBatch.versionStampedOperations`): until then the stamp is zero, so
+    /// such keys sort before every committed one of their prefix.
+    package func stage(_ key: [UInt8], _ value: [UInt8]?, isChecked: Bool = true, tracksInsert: Bool = false,
+                       stampsVersion: Bool = false) throws {
         try checkWritable(key)
         if let value, value.count > Limits.maxValueBytes {
             throw EngineError.valueTooLarge(byteCount: value.count, limit: Limits.maxValueBytes)
         }
-        overlay.updateValue(OverlayEntry(value: value, isChecked: isChecked, tracksInsert: tracksInsert), forKey: key)
+        let entry = OverlayEntry(value: value, isChecked: isChecked && !stampsVersion, tracksInsert: tracksInsert,
+                                 stampsVersion: stampsVersion)
+        overlay.updateValue(entry, forKey: key)
     }
 
     /// Notes that this context's staged writes depend on what `range` holds, though they
@@ -362,6 +368,7 @@ public final class Context {
         var iterator = overlay.entries()
         while let (key, entry) = iterator.next() {
             guard entry.isChecked else {
+                if entry.stampsVersion { batch.versionStampedOperations.append(batch.operations.count) }
                 unchecked.insert(key)
                 batch.operations.append(entry.value.map { .put(key: key, value: $0) } ?? .delete(key: key))
                 continue

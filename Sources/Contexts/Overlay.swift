@@ -20,15 +20,19 @@ struct OverlayEntry: Sendable {
     /// Whether the root's batch tells an insert from an update for this key
     /// (`Context.stage`): records' keys, for the typed change feed.
     var tracksInsert: Bool
+    /// Whether the root commit writes its version into the key
+    /// (`WALBatch.versionStampedOperations`): an outbox event's key.
+    var stampsVersion: Bool
 
     private static let nextStamp = Atomic<UInt64>(1)
 
     /// A write with a fresh stamp.
-    init(value: [UInt8]?, isChecked: Bool = true, tracksInsert: Bool = false) {
+    init(value: [UInt8]?, isChecked: Bool = true, tracksInsert: Bool = false, stampsVersion: Bool = false) {
         self.value = value
         self.stamp = Self.nextStamp.wrappingAdd(1, ordering: .relaxed).oldValue
         self.isChecked = isChecked
         self.tracksInsert = tracksInsert
+        self.stampsVersion = stampsVersion
     }
 }
 

@@ -103,8 +103,9 @@ extension StorageEngine {
             throw EngineError.log(.batchTooLarge(byteCount: measure.encodedByteCount, limit: WALFormat.maxBatchBytes))
         }
         // Encoded once, before the lock: the log stores these bytes and the memtable links
-        // from them, reading each key and value where it lies.
-        let encoding = batch.encoding(measure: measure)
+        // from them, reading each key and value where it lies. A batch with version stamps
+        // is encoded under the lock, once its version is known (WALBatch.versionStampedOperations).
+        let unstampedEncoding = batch.versionStampedOperations.isEmpty ? batch.encoding(measure: measure) : nil
         return try commitLock.withLock { commits in
             guard !commits.closed else { throw EngineError.closed }
             if let failure = commits.failure { throw EngineError.storeFailed(reason: failure) }
@@ -134,6 +135,11 @@ extension StorageEngine {
                     throw UnsettledConflict(conflict: conflict, through: commits.lastEnqueuedVersion)
                 }
             }
+            // The log is enqueued only here, under this lock, so its next LSN is this batch's
+            // version. Stamping changes bytes, not lengths: the measure holds.
+            let stampedVersion = unstampedEncoding == nil ? log.nextLSN.rawValue : nil
+            let batch = stampedVersion.map(batch.stampingVersion) ?? batch
+            let encoding = unstampedEncoding ?? batch.encoding(measure: measure)
             let submission: Submission
             do { submission = try log.enqueue(encoding) } catch let error as WALError {
                 if case .batchTooLarge = error { throw EngineError.log(error) }
@@ -141,6 +147,7 @@ extension StorageEngine {
                 throw EngineError.log(error)
             }
             let version = submission.lsn.rawValue
+            precondition(stampedVersion == nil || stampedVersion == version, "a batch was stamped with another version than its own")
             commits.inFlight[version] = batch
             commits.lastEnqueuedVersion = version
             // Linked while the frame is written and synced; unseen until published (StorageEngine.E1).

@@ -323,6 +323,11 @@ final class EtcdBackend: StorageBackend {
             return state.revisions[index]
         }
         try StorageEngine.checkLimits(batch)
+        // An etcd revision is not known before its transaction and counts every prefix's
+        // writes, so it cannot be written into a key of the same transaction.
+        guard batch.versionStampedOperations.isEmpty else {
+            throw EtcdError.unsupported("publishing outbox events (unit.publish); publish them from an embedded store")
+        }
         let latest = localEngine.snapshot()
         var compares: [Compare] = []
         var checked: [(key: [UInt8], present: Bool)] = []

@@ -223,7 +223,7 @@ extension RecordKeys {
 
     /// Where the entity name lies in a reserved key with `tag` (`0xFE`, the tag, a varint
     /// length, the name), or nil when `key` is not one.
-    private static func entityNameRange(of key: [UInt8], tag: UInt8) -> Range<Int>? {
+    static func entityNameRange(of key: [UInt8], tag: UInt8) -> Range<Int>? {
         guard key.count > 2, key[0] == reservedByte, key[1] == tag else { return nil }
         var reader = ByteReader(key, start: 2)
         guard let length = try? reader.readVarint(), length <= UInt64(reader.remaining) else { return nil }

@@ -83,7 +83,39 @@ public struct WALBatch: Sendable, Equatable {
     /// The operations in commit order.
     public var operations: [Operation]
 
+    /// The indexes of the operations whose key carries a version stamp: the 8 bytes that
+    /// come before the key's last 8 are zero until the commit writes into them its own
+    /// version, big-endian (`stampingVersion(_:)`), so the key sorts by commit order. The
+    /// records layer's outbox keys its events this way. Only a batch still to commit has
+    /// stamps; the log stores the stamped keys and a decoded batch has none.
+    package var versionStampedOperations: [Int] = []
+
     public init(_ operations: [Operation] = []) { self.operations = operations }
+
+    /// The bytes a version stamp takes and where it ends, counted from the key's end.
+    package static let versionStampBytes = 8
+    package static let versionStampTrailingBytes = 8
+
+    /// This batch with `version` written into every version-stamped key, and no stamps
+    /// left. A stamped key shorter than the stamp and what follows it traps: the layer
+    /// that staged it made it.
+    package func stampingVersion(_ version: UInt64) -> WALBatch {
+        guard !versionStampedOperations.isEmpty else { return self }
+        var stamped = WALBatch(operations)
+        let stamp = withUnsafeBytes(of: version.bigEndian) { Array($0) }
+        for index in versionStampedOperations {
+            var key = stamped.operations[index].key
+            let end = key.count - Self.versionStampTrailingBytes
+            precondition(end >= Self.versionStampBytes, "a version-stamped key is shorter than its stamp")
+            key.replaceSubrange((end - Self.versionStampBytes)..<end, with: stamp)
+            switch stamped.operations[index] {
+            case let .put(_, value): stamped.operations[index] = .put(key: key, value: value)
+            case let .insert(_, value): stamped.operations[index] = .insert(key: key, value: value)
+            case .delete: stamped.operations[index] = .delete(key: key)
+            }
+        }
+        return stamped
+    }
 
     /// Adds a put of `value` under `key`.
     public mutating func put(_ key: [UInt8], _ value: [UInt8]) { operations.append(.put(key: key, value: value)) }

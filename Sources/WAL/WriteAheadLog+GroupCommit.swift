@@ -49,6 +49,14 @@ extension WriteAheadLog {
         return Submission(lsn: lsn, rawByteCount: encoded.batchBytes, storedByteCount: encoded.storedBytes)
     }
 
+    /// The LSN the next `enqueue` will take. A caller that holds its own lock across this
+    /// and its `enqueue` (the engine's commit lock) knows its batch's LSN before encoding it.
+    package var nextLSN: LSN {
+        monitor.lock()
+        defer { monitor.unlock() }
+        return state.nextLSN
+    }
+
     /// Waits until the batch at `lsn` is durable (`.full`) or written (`.relaxed`), leading
     /// group commits while no one else does. Returns how many batches shared the group
     /// commit that wrote `lsn` (0 when that group is long forgotten: more than

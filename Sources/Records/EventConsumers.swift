@@ -1,0 +1,193 @@
+// Outbox consumers: each named consumer of an event type keeps the position of the last
+// event it acknowledged (FORMAT.md, "Events"). Acknowledging moves it forward in the
+// acknowledging context, and deletes the events every consumer of the type is past
+// (Outbox.B3), so the store keeps only what some consumer still has to see.
+import StrataContexts
+import StrataCodec
+import StrataEngine
+
+/// What a consumer keeps: the position of the last event it acknowledged.
+struct EventConsumerState: Codable, Equatable {
+    var version: UInt64
+    var sequence: UInt64
+
+    init(_ position: EventPosition) {
+        version = position.version
+        sequence = position.sequence
+    }
+
+    var position: EventPosition { EventPosition(version: version, sequence: sequence) }
+}
+
+/// One consumer of one event type, as `Context.eventConsumers()` reports it.
+public struct EventConsumerStatus: Sendable, Equatable {
+    /// The event type's name (`DomainEvent.eventName`, or the type's name).
+    public let event: String
+    /// The consumer's name.
+    public let consumer: String
+    /// The last event it acknowledged (`EventPosition.start`: none).
+    public let acknowledged: EventPosition
+    /// How many kept events come after that position: what it still has to see.
+    public let pending: Int
+}
+
+/// One event type in the outbox, as `Context.eventTypes()` reports it.
+public struct EventTypeStatus: Sendable, Equatable {
+    /// The event type's name.
+    public let event: String
+    /// How many of its events are kept.
+    public let count: Int
+    /// The oldest and newest kept event (nil when none is kept).
+    public let oldest: EventPosition?
+    public let newest: EventPosition?
+}
+
+/// Events deleted by one acknowledgement at most; the next one deletes the rest.
+let reclaimedPerAcknowledgement = 256
+
+extension Context {
+    /// Moves `delivery`'s consumer past its event in this context, to be committed with
+    /// the context's other changes (the consumer's own writes and its acknowledgement
+    /// commit together, or neither does). A position already past it stays. Throws
+    /// `EventError.unknownConsumer` when the consumer was removed.
+    public func acknowledge<E>(_ delivery: EventDelivery<E>) throws {
+        try acknowledge(event: delivery.eventName, consumer: delivery.consumer, through: delivery.position)
+    }
+
+    /// Moves consumer `consumer` of `event` past `position` (see `acknowledge(_:)`).
+    public func acknowledge(event: String, consumer: String, through position: EventPosition) throws {
+        let key = EventKeys.consumer(event: event, name: consumer)
+        guard let state = try consumerState(key) else { throw EventError.unknownConsumer(event: event, consumer: consumer) }
+        guard position > state.position else { return }
+        try stage(key, try RecordEncoder().encode(EventConsumerState(position)))
+        try reclaimEvents(of: event)
+    }
+
+    /// Registers consumer `consumer` of `event` at `EventPosition.start` (it receives every
+    /// kept event) unless it is registered; returns its position.
+    @discardableResult
+    public func registerEventConsumer(_ consumer: String, of event: String) throws -> EventPosition {
+        try EventKeys.checkConsumerName(consumer)
+        let key = EventKeys.consumer(event: event, name: consumer)
+        if let state = try consumerState(key) { return state.position }
+        try stage(key, try RecordEncoder().encode(EventConsumerState(.start)))
+        return .start
+    }
+
+    /// Sets the position of consumer `consumer` of `event` (registering it), forward or
+    /// back: it next receives the first kept event after `position`.
+    public func positionEventConsumer(_ consumer: String, of event: String, at position: EventPosition) throws {
+        try EventKeys.checkConsumerName(consumer)
+        try stage(EventKeys.consumer(event: event, name: consumer), try RecordEncoder().encode(EventConsumerState(position)))
+        try reclaimEvents(of: event)
+    }
+
+    /// Removes consumer `consumer` of `event`; the events only it still had to see are
+    /// deleted once the remaining consumers are past them (all are kept when none
+    /// remains). Throws `EventError.unknownConsumer` when it is not registered.
+    public func removeEventConsumer(_ consumer: String, of event: String) throws {
+        let key = EventKeys.consumer(event: event, name: consumer)
+        guard try consumerState(key) != nil else { throw EventError.unknownConsumer(event: event, consumer: consumer) }
+        try stage(key, nil)
+        try reclaimEvents(of: event)
+    }
+
+    /// The consumers of `event` (of every event type when nil), by event and name.
+    public func eventConsumers(of event: String? = nil) throws -> [EventConsumerStatus] {
+        var found: [(event: String, consumer: String, state: EventConsumerState)] = []
+        let prefix = event.map(EventKeys.consumersPrefix) ?? [Self.reservedKeyByte, EventKeys.consumerTag]
+        try forEach(prefix: prefix) { key, value in
+            guard let names = EventKeys.consumerNames(of: key) else {
+                throw EventError.malformed(key: renderKey(key), reason: "not a consumer's key")
+            }
+            found.append((names.event, names.consumer, try Self.decodeState(value, key: key)))
+            return true
+        }
+        return try found.map { entry in
+            let prefix = EventKeys.prefix(event: entry.event)
+            let pending = try countKeys(from: EventKeys.key(prefix: prefix, entry.state.position) + [0], prefix: prefix)
+            return EventConsumerStatus(event: entry.event, consumer: entry.consumer, acknowledged: entry.state.position,
+                                       pending: pending)
+        }
+    }
+
+    /// The event types with kept events, by name.
+    public func eventTypes() throws -> [EventTypeStatus] {
+        var types: [EventTypeStatus] = []
+        var start: [UInt8]? = nil
+        let all: [UInt8] = [Self.reservedKeyByte, EventKeys.eventTag]
+        while let first = try scan(from: start, prefix: all, limit: 1).first {
+            guard let nameRange = RecordKeys.entityNameRange(of: first.key, tag: EventKeys.eventTag),
+                  let name = String(validating: first.key[nameRange], as: UTF8.self) else {
+                throw EventError.malformed(key: renderKey(first.key), reason: "not an event's key")
+            }
+            let prefix = EventKeys.prefix(event: name)
+            let newest = try scan(prefix: prefix, reverse: true, limit: 1).first.flatMap { EventKeys.position(of: $0.key, prefix: prefix) }
+            types.append(EventTypeStatus(event: name, count: try countKeys(prefix: prefix),
+                                         oldest: EventKeys.position(of: first.key, prefix: prefix), newest: newest))
+            start = Self.keyAfterPrefix(prefix)
+            guard start != nil else { break }
+        }
+        return types
+    }
+
+    /// Deletes, unchecked, the events of `event` that every registered consumer is past
+    /// (Outbox.B3), at most `reclaimedPerAcknowledgement` at a time. Unchecked, so
+    /// consumers acknowledging side by side never conflict over them: deleting a deleted
+    /// event changes nothing. A consumer registered meanwhile starts with the events kept
+    /// when it commits.
+    private func reclaimEvents(of event: String) throws {
+        var oldest: EventPosition?
+        try forEach(prefix: EventKeys.consumersPrefix(event: event)) { key, value in
+            let position = try Self.decodeState(value, key: key).position
+            oldest = min(oldest ?? position, position)
+            return true
+        }
+        guard let oldest, oldest > .start else { return }
+        let prefix = EventKeys.prefix(event: event)
+        // Staged events (version 0) are this context's own: never reclaimed.
+        var doomed: [[UInt8]] = []
+        try forEach(from: EventKeys.key(prefix: prefix, EventPosition(version: 1, sequence: 0)),
+                    to: EventKeys.key(prefix: prefix, oldest) + [0], prefix: prefix) { key, _ in
+            doomed.append(key)
+            return doomed.count < reclaimedPerAcknowledgement
+        }
+        for key in doomed { try stage(key, nil, isChecked: false) }
+    }
+
+    private func consumerState(_ key: [UInt8]) throws -> EventConsumerState? {
+        try get(key).map { try Self.decodeState($0, key: key) }
+    }
+
+    private static func decodeState(_ bytes: [UInt8], key: [UInt8]) throws -> EventConsumerState {
+        do { return try RecordDecoder().decode(EventConsumerState.self, from: bytes) } catch {
+            throw EventError.malformed(key: renderKey(key), reason: "\(error)")
+        }
+    }
+
+    /// The first key after every key that starts with `prefix` (nil: none is).
+    static func keyAfterPrefix(_ prefix: [UInt8]) -> [UInt8]? {
+        var key = prefix
+        while let last = key.last {
+            if last < 0xFF {
+                key[key.count - 1] = last + 1
+                return key
+            }
+            key.removeLast()
+        }
+        return nil
+    }
+}
+
+extension EventKeys {
+    /// The event and consumer names in a consumer's key.
+    static func consumerNames(of key: [UInt8]) -> (event: String, consumer: String)? {
+        guard let eventRange = RecordKeys.entityNameRange(of: key, tag: consumerTag),
+              let event = String(validating: key[eventRange], as: UTF8.self) else { return nil }
+        let rest = Array(key[eventRange.upperBound...])
+        var reader = ByteReader(rest, start: 0)
+        guard let length = try? reader.readVarint(), length == UInt64(reader.remaining),
+              let consumer = String(validating: rest[reader.offset...], as: UTF8.self) else { return nil }
+        return (event, consumer)
+    }
+}

@@ -1,0 +1,233 @@
+import Strata
+import StrataTesting
+import Foundation
+import Testing
+
+struct ChildWasFed: DomainEvent, Equatable {
+    var child: String
+    var grams: Int
+}
+
+struct Meal: Record, Equatable {
+    var id: Int
+    var child: String
+}
+
+/// The first `count` deliveries of `deliveries`.
+private func take<E>(_ count: Int, from deliveries: EventDeliveries<E>) async throws -> [EventDelivery<E>] {
+    var taken: [EventDelivery<E>] = []
+    guard count > 0 else { return taken }
+    for try await delivery in deliveries {
+        taken.append(delivery)
+        if taken.count == count { break }
+    }
+    return taken
+}
+
+private func temporaryStorePath() -> String {
+    NSTemporaryDirectory() + "strata-outbox-\(UUID().uuidString)"
+}
+
+/// The transactional outbox (Outbox.B1–B3) and its consumers (EventDeliveries.D1–D3).
+@Suite struct OutboxTests {
+    @Test func eventsCommitWithTheirUnitAndComeInCommitOrder() async throws {
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        let first = try await store.write { unit in
+            try unit.repository(Meal.self).insert(Meal(id: 1, child: "Ann"))
+            try unit.publish(ChildWasFed(child: "Ann", grams: 120))
+            try unit.publish(ChildWasFed(child: "Ann", grams: 30))
+            return unit.context.version
+        }
+        try await store.write { unit in try unit.publish(ChildWasFed(child: "Bo", grams: 80)) }
+        let deliveries = try await take(3, from: store.events(of: ChildWasFed.self, consumer: "mailer"))
+        #expect(deliveries.map(\.event) == [ChildWasFed(child: "Ann", grams: 120), ChildWasFed(child: "Ann", grams: 30),
+                                            ChildWasFed(child: "Bo", grams: 80)])
+        // The commit's own version is in each event's position, and the order of publish
+        // within a commit is kept.
+        #expect(deliveries.map(\.position.version) == [first + 1, first + 1, first + 2])
+        #expect(deliveries[0].position < deliveries[1].position && deliveries[1].position < deliveries[2].position)
+    }
+
+    @Test func whatIsRolledBackDiscardedOrFailsPublishesNothing() async throws {
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        struct Cancelled: Error {}
+        await #expect(throws: Cancelled.self) {
+            try await store.write { unit in
+                try unit.publish(ChildWasFed(child: "rolled back", grams: 1))
+                throw Cancelled()
+            }
+        }
+        try await store.write { unit in
+            try unit.publish(ChildWasFed(child: "kept", grams: 2))
+            #expect(throws: Cancelled.self) {
+                try unit.child { nested in
+                    try nested.publish(ChildWasFed(child: "nested, rolled back", grams: 3))
+                    throw Cancelled()
+                }
+            }
+            try unit.child { nested in try nested.publish(ChildWasFed(child: "nested, merged", grams: 4)) }
+        }
+        // A discarded child context.
+        let context = store.makeContext()
+        let form = try context.makeChild()
+        try form.publish(ChildWasFed(child: "discarded form", grams: 5))
+        form.discard()
+        try await context.commit()
+        // A failed commit: the insert collides.
+        try await store.write { try $0.repository(Meal.self).insert(Meal(id: 7, child: "x")) }
+        await #expect(throws: (any Error).self) {
+            try await store.write { unit in
+                try unit.publish(ChildWasFed(child: "duplicate", grams: 6))
+                try unit.repository(Meal.self).insert(Meal(id: 7, child: "x"))
+            }
+        }
+        // A read-only context cannot publish.
+        await #expect(throws: ContextError.readOnly) { try await store.read { try $0.publish(ChildWasFed(child: "read", grams: 7)) } }
+        try await store.write { unit in try unit.publish(ChildWasFed(child: "last", grams: 8)) }
+        let seen = try await take(3, from: store.events(of: ChildWasFed.self, consumer: "audit")).map(\.event.child)
+        #expect(seen == ["kept", "nested, merged", "last"])
+        #expect(try await store.read { try $0.eventTypes() }.map(\.count) == [3])
+    }
+
+    @Test func aConflictRetriedPublishesOnce() async throws {
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        try await store.write { try $0.put(Array("n".utf8), [0]) }
+        let racing = store.makeContext()
+        _ = try racing.get(Array("n".utf8))
+        try racing.put(Array("n".utf8), [1])
+        var attempts = 0
+        try await store.write(retries: 1) { unit in
+            attempts += 1
+            _ = try unit.get(Array("n".utf8))
+            try unit.put(Array("n".utf8), [2])
+            try unit.publish(ChildWasFed(child: "once", grams: attempts))
+            if attempts == 1 { try await racing.commit() }
+        }
+        #expect(attempts == 2)
+        let seen = try await take(1, from: store.events(of: ChildWasFed.self, consumer: "c"))
+        #expect(seen.map(\.event) == [ChildWasFed(child: "once", grams: 2)])
+        #expect(try await store.read { try $0.eventTypes() }.first?.count == 1)
+    }
+
+    @Test func aConsumerResumesAfterWhatItAcknowledgedAcrossReopening() async throws {
+        let path = temporaryStorePath()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        do {
+            let store = try Store.open(path: path)
+            defer { try? store.close() }
+            for grams in 1...5 { try await store.write { try $0.publish(ChildWasFed(child: "Ann", grams: grams)) } }
+            let firstTwo = try await take(3, from: store.events(of: ChildWasFed.self, consumer: "mailer"))
+            try await firstTwo[1].acknowledge()
+            // The third was delivered, not acknowledged.
+        }
+        let store = try Store.open(path: path)
+        defer { try? store.close() }
+        let again = try await take(3, from: store.events(of: ChildWasFed.self, consumer: "mailer"))
+        #expect(again.map(\.event.grams) == [3, 4, 5])
+        // Everything before the acknowledged position is gone: "mailer" is the only consumer.
+        #expect(try await store.read { try $0.eventTypes() }.map(\.count) == [3])
+        let status = try await store.read { try $0.eventConsumers() }
+        #expect(status.map(\.consumer) == ["mailer"] && status.map(\.pending) == [3])
+    }
+
+    @Test func consumersKeepTheirOwnPositionsAndEventsStayUntilAllArePast() async throws {
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        try await store.write { unit in
+            try unit.context.registerEventConsumer("fast", of: ChildWasFed.eventName)
+            try unit.context.registerEventConsumer("slow", of: ChildWasFed.eventName)
+        }
+        for grams in 1...4 { try await store.write { try $0.publish(ChildWasFed(child: "Bo", grams: grams)) } }
+        let fast = try await take(4, from: store.events(of: ChildWasFed.self, consumer: "fast"))
+        for delivery in fast { try await delivery.acknowledge() }
+        #expect(try await store.read { try $0.eventTypes() }.map(\.count) == [4])
+        let slow = try await take(2, from: store.events(of: ChildWasFed.self, consumer: "slow"))
+        try await slow[1].acknowledge()
+        #expect(try await store.read { try $0.eventTypes() }.map(\.count) == [2])
+        let status = try await store.read { try $0.eventConsumers(of: ChildWasFed.eventName) }
+        #expect(status.map(\.consumer) == ["fast", "slow"])
+        #expect(status.map(\.pending) == [0, 2])
+        #expect(status[0].acknowledged == fast[3].position && status[1].acknowledged == slow[1].position)
+        // Removing the slow consumer leaves the fast one's position to decide.
+        try await store.write { try $0.context.removeEventConsumer("slow", of: ChildWasFed.eventName) }
+        #expect(try await store.read { try $0.eventTypes() }.isEmpty)
+        // Acknowledging an earlier event moves nothing back.
+        try await fast[0].acknowledge()
+        #expect(try await store.read { try $0.eventConsumers() }.first?.acknowledged == fast[3].position)
+        await #expect(throws: EventError.unknownConsumer(event: "ChildWasFed", consumer: "slow")) { try await slow[0].acknowledge() }
+    }
+
+    @Test func anAcknowledgementCommitsWithTheConsumersOwnWritesOrNotAtAll() async throws {
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        for grams in [10, 20] { try await store.write { try $0.publish(ChildWasFed(child: "Cy", grams: grams)) } }
+        let deliveries = try await take(2, from: store.events(of: ChildWasFed.self, consumer: "ledger"))
+        struct SendFailed: Error {}
+        await #expect(throws: SendFailed.self) {
+            try await store.write { unit in
+                try unit.repository(Meal.self).insert(Meal(id: 1, child: "Cy"))
+                try unit.acknowledge(deliveries[0])
+                throw SendFailed()
+            }
+        }
+        #expect(try await store.read { try $0.eventConsumers() }.first?.acknowledged == .start)
+        try await store.write { unit in
+            try unit.repository(Meal.self).insert(Meal(id: 1, child: "Cy"))
+            try unit.acknowledge(deliveries[0])
+        }
+        #expect(try await store.read { try $0.eventConsumers() }.first?.acknowledged == deliveries[0].position)
+        #expect(try await store.read { try $0.repository(Meal.self).count() } == 1)
+        let rest = try await take(1, from: store.events(of: ChildWasFed.self, consumer: "ledger"))
+        #expect(rest.map(\.event.grams) == [20])
+    }
+
+    @Test func aWaitingConsumerReceivesEventsAsTheyAreCommitted() async throws {
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        let received = Task { try await take(3, from: store.events(of: ChildWasFed.self, consumer: "live")).map(\.event.grams) }
+        for grams in 1...3 {
+            try await Task.sleep(for: .milliseconds(20))
+            // Commits of other keys wake nobody and deliver nothing.
+            try await store.write { try $0.put(Array("other\(grams)".utf8), [1]) }
+            try await store.write { try $0.publish(ChildWasFed(child: "Di", grams: grams)) }
+        }
+        #expect(try await received.value == [1, 2, 3])
+    }
+
+    @Test func iterationEndsWhenTheStoreClosesOrTheTaskIsCancelled() async throws {
+        let store = try Store.inMemory()
+        let waiting = Task { try await take(5, from: store.events(of: ChildWasFed.self, consumer: "c")).count }
+        try await store.write { try $0.publish(ChildWasFed(child: "Ed", grams: 1)) }
+        try await Task.sleep(for: .milliseconds(50))
+        try store.close()
+        #expect(try await waiting.value == 1)
+
+        let other = try Store.inMemory()
+        defer { try? other.close() }
+        let cancelled = Task { try await take(1, from: other.events(of: ChildWasFed.self, consumer: "c")).count }
+        try await Task.sleep(for: .milliseconds(50))
+        cancelled.cancel()
+        #expect(try await cancelled.value == 0)
+    }
+
+    @Test func aConsumerCanBePositionedBackToReadKeptEventsAgain() async throws {
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        try await store.write { unit in
+            try unit.context.registerEventConsumer("a", of: ChildWasFed.eventName)
+            try unit.context.registerEventConsumer("b", of: ChildWasFed.eventName)
+        }
+        for grams in 1...3 { try await store.write { try $0.publish(ChildWasFed(child: "Fay", grams: grams)) } }
+        let all = try await take(3, from: store.events(of: ChildWasFed.self, consumer: "a"))
+        try await all[2].acknowledge()
+        try await store.write { try $0.context.positionEventConsumer("a", of: ChildWasFed.eventName, at: all[0].position) }
+        let again = try await take(2, from: store.events(of: ChildWasFed.self, consumer: "a"))
+        #expect(again.map(\.event.grams) == [2, 3])
+        await #expect(throws: EventError.invalidConsumerName("")) {
+            try await store.write { try $0.context.registerEventConsumer("", of: ChildWasFed.eventName) }
+        }
+    }
+}
