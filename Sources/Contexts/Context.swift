@@ -231,10 +231,11 @@ public final class Context {
     /// does not depend on what was read: conflict checks leave it out. A write that
     /// `tracksInsert` is logged as an insert when the snapshot does not hold its key, and
     /// left out when it deletes a key the snapshot does not hold (`rootBatch`), so change
-    /// feeds tell inserts from updates. A write that `stampsVersion` (unchecked, so it
-    /// needs no conflict check) has its key's version stamp filled in by the root's
-    /// commit (`WALBatch.versionStampedOperations`): until then the stamp is zero, so
-    /// such keys sort before every committed one of their prefix.
+    /// feeds tell inserts from updates. A write that `stampsVersion` (unchecked: its key
+    /// is new) has its key's last 16 bytes replaced by the root's commit with the commit's
+    /// version and its place among the commit's stamped keys
+    /// (`WALBatch.versionStampedOperations`); staged, they keep such keys apart, and a zero
+    /// version in the first 8 makes them sort before every committed key of their prefix.
     package func stage(_ key: [UInt8], _ value: [UInt8]?, isChecked: Bool = true, tracksInsert: Bool = false,
                        stampsVersion: Bool = false) throws {
         try checkWritable(key)

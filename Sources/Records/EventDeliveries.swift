@@ -61,6 +61,41 @@ extension Store {
     }
 }
 
+extension Context {
+    /// The first `limit` events of type `E` after consumer `consumer`'s acknowledged
+    /// position, as this context sees them: the pull form of `Store.events(of:consumer:)`
+    /// for synchronous code, which acknowledges in the same context what it handled
+    /// (`acknowledge(_:)`). Throws `EventError.unknownConsumer` for a consumer that is not
+    /// registered (`registerEventConsumer`).
+    public func events<E: Codable & Sendable>(of type: E.Type, consumer: String, limit: Int = 64) throws -> [EventDelivery<E>] {
+        let name = EventKeys.name(of: type)
+        guard let position = try eventConsumers(of: name).first(where: { $0.consumer == consumer })?.acknowledged else {
+            throw EventError.unknownConsumer(event: name, consumer: consumer)
+        }
+        return try readEvents(of: type, named: name, consumer: consumer, after: position, limit: limit)
+    }
+
+    /// Up to `limit` committed events of `name` after `position`, decoded as `E`.
+    func readEvents<E: Codable & Sendable>(of type: E.Type, named name: String, consumer: String, after position: EventPosition,
+                                           limit: Int) throws -> [EventDelivery<E>] {
+        let prefix = EventKeys.prefix(event: name)
+        var read: [EventDelivery<E>] = []
+        guard limit > 0 else { return read }
+        // Committed events only: this context's own staged ones have version 0.
+        let start = position.version == 0
+            ? EventKeys.key(prefix: prefix, EventPosition(version: 1, sequence: 0)) : EventKeys.key(prefix: prefix, position) + [0]
+        try forEach(from: start, prefix: prefix) { key, value in
+            guard let position = EventKeys.position(of: key, prefix: prefix) else {
+                throw EventError.malformed(key: renderKey(key), reason: "not an event's key")
+            }
+            let event = try RecordDecoder().decode(E.self, from: value)
+            read.append(EventDelivery(event: event, position: position, consumer: consumer, eventName: name, store: store))
+            return read.count < limit
+        }
+        return read
+    }
+}
+
 /// The deliveries of one consumer (`Store.events(of:consumer:)`).
 public struct EventDeliveries<E: Codable & Sendable>: AsyncSequence, Sendable {
     public typealias Element = EventDelivery<E>
@@ -74,7 +109,6 @@ public struct EventDeliveries<E: Codable & Sendable>: AsyncSequence, Sendable {
     /// Reads events a batch at a time and waits on a commit watch when it has none.
     public struct Iterator: AsyncIteratorProtocol {
         private let sequence: EventDeliveries
-        private let prefix: [UInt8]
         private let watch: WatchLease
         /// The position of the last event read (nil before the first read).
         private var cursor: EventPosition?
@@ -84,8 +118,7 @@ public struct EventDeliveries<E: Codable & Sendable>: AsyncSequence, Sendable {
 
         init(_ sequence: EventDeliveries) {
             self.sequence = sequence
-            prefix = EventKeys.prefix(event: sequence.eventName)
-            watch = WatchLease(store: sequence.store, prefix: prefix)
+            watch = WatchLease(store: sequence.store, prefix: EventKeys.prefix(event: sequence.eventName))
         }
 
         public mutating func next() async throws -> EventDelivery<E>? {
@@ -117,20 +150,9 @@ public struct EventDeliveries<E: Codable & Sendable>: AsyncSequence, Sendable {
                     try unit.context.registerEventConsumer(consumer, of: event)
                 }
             }
-            let (prefix, start) = (prefix, EventKeys.key(prefix: prefix, cursor!) + [0])
-            let sequence = sequence
+            let (sequence, after) = (sequence, cursor!)
             let read = try await store.read { (context: Context) throws -> [EventDelivery<E>] in
-                var read: [EventDelivery<E>] = []
-                try context.forEach(from: start, prefix: prefix) { key, value in
-                    guard let position = EventKeys.position(of: key, prefix: prefix) else {
-                        throw EventError.malformed(key: renderKey(key), reason: "not an event's key")
-                    }
-                    let event = try RecordDecoder().decode(E.self, from: value)
-                    read.append(EventDelivery(event: event, position: position, consumer: sequence.consumer,
-                                              eventName: sequence.eventName, store: sequence.store))
-                    return read.count < 64
-                }
-                return read
+                try context.readEvents(of: E.self, named: sequence.eventName, consumer: sequence.consumer, after: after, limit: 64)
             }
             guard let last = read.last else { return false }
             cursor = last.position

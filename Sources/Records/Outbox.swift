@@ -3,10 +3,11 @@
 // "Events"). Consumers read events in commit order (EventDeliveries.swift).
 //
 // Invariants:
-//  Outbox.B1. An event's key is its type's prefix, then its commit's version and a
-//      sequence number, big-endian: keys sort in commit order, and within a commit in the
-//      order `publish` was called. The version is written by the commit itself
-//      (`WALBatch.versionStampedOperations`); until then it is zero.
+//  Outbox.B1. An event's key is its type's prefix, then its commit's version and its
+//      place among the commit's events, big-endian: keys sort in commit order, and within
+//      a commit in the order `publish` was called. Both are written by the commit itself
+//      (`WALBatch.versionStampedOperations`); staged, the version is zero and a
+//      process-wide counter keeps the keys apart in publish order.
 //  Outbox.B2. An event is staged like any write of its context: a rolled-back unit, a
 //      discarded child or a failed commit leaves none; a child's events reach its parent
 //      only when it merges.
@@ -33,7 +34,7 @@ extension DomainEvent {
 public struct EventPosition: Hashable, Comparable, Sendable, Codable, CustomStringConvertible {
     /// The version of the commit that published the event.
     public var version: UInt64
-    /// The event's sequence number within its commit (increasing in the order of `publish`).
+    /// The event's place among its commit's events (0, 1, …, in the order of `publish`).
     public var sequence: UInt64
 
     public init(version: UInt64, sequence: UInt64) {
@@ -76,7 +77,8 @@ package enum EventKeys {
     static let eventTag = UInt8(ascii: "e")
     static let consumerTag = UInt8(ascii: "c")
 
-    /// A process-wide counter: events of one commit get increasing sequence numbers.
+    /// A process-wide counter that keeps staged events apart, in publish order, until their
+    /// commit numbers them (Outbox.B1).
     private static let nextSequence = Atomic<UInt64>(1)
 
     static func name<E>(of type: E.Type) -> String {

@@ -10,7 +10,7 @@ struct CrashTestCommand: ParsableCommand {
         commandName: "crashtest",
         abstract: "Crash Strata under the whole fault model and check what it recovers.")
 
-    @Option(help: "The workload: w1 (200 commits with checkpoints), kv (units with nested units), bank, or bank-concurrent (8 threads).")
+    @Option(help: "The workload: w1 (200 commits with checkpoints), kv (units with nested units), bank, bank-concurrent (8 threads), or outbox (orders and their events).")
     var workload = "w1"
 
     @Option(help: "Suites: sim, recovery, torn, errors, bitflip, kill or all.")
@@ -42,7 +42,7 @@ struct CrashTestCommand: ParsableCommand {
 
     func run() throws {
         guard let chosen = builtInWorkload(named: workload, steps: steps) else {
-            throw ValidationError("unknown workload \(workload); use w1, kv, bank or bank-concurrent")
+            throw ValidationError("unknown workload \(workload); use w1, kv, bank, bank-concurrent or outbox")
         }
         let parsedSeeds = seeds.split(separator: ",").compactMap { UInt64($0.trimmingCharacters(in: .whitespaces)) }
         guard !parsedSeeds.isEmpty else { throw ValidationError("--seeds takes numbers separated by commas") }

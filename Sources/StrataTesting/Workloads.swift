@@ -1,6 +1,6 @@
 // The built-in workloads: W1 (the crash-every-op workload of ~200 commits with
-// checkpoints), a random key/value workload with nested units, and a bank whose total
-// must never change (sequential, and concurrent).
+// checkpoints), a random key/value workload with nested units, a bank whose total must
+// never change (sequential, and concurrent), and an outbox whose events match its orders.
 import Foundation
 import StrataLocks
 
@@ -170,6 +170,85 @@ public func builtInWorkload(named name: String, steps: Int? = nil) -> (any Crash
     case "kv": steps.map { KeyValueWorkload(units: $0) } ?? KeyValueWorkload()
     case "bank": steps.map { BankWorkload(transfers: $0) } ?? BankWorkload()
     case "bank-concurrent": steps.map { ConcurrentBankWorkload(rounds: $0) } ?? ConcurrentBankWorkload()
+    case "outbox": steps.map { OutboxWorkload(orders: $0) } ?? OutboxWorkload()
     default: nil
+    }
+}
+
+/// The transactional outbox: every step places an order (a key) and publishes its event in
+/// the same unit, one time in three with a nested unit that publishes a ghost event and is
+/// rolled back; every third step a consumer handles up to two events, writing what it
+/// handled and acknowledging in one unit. The invariant: the orders are exactly the events
+/// handled plus the events still kept, in order, none twice, and no ghost exists.
+public struct OutboxWorkload: CrashWorkload {
+    public var name: String { "outbox" }
+    public let stepCount: Int
+    static let consumer = "shipper"
+
+    /// An order's event (`number` -1: a ghost, never committed).
+    public struct OrderPlaced: DomainEvent {
+        public var number: Int
+    }
+
+    /// Publishes each event in a unit of its own after the order's (the bug the outbox
+    /// exists to prevent): the harness's test that the invariant catches a lost event.
+    var publishesAfterTheUnit = false
+
+    public init(orders: Int = 120) { stepCount = orders }
+
+    static func orderKey(_ number: Int) -> [UInt8] { Array("order/\(number)".utf8) }
+    static func shippedKey(_ number: Int) -> [UInt8] { Array("shipped/\(number)".utf8) }
+
+    public func setUp(_ store: Store) throws {
+        try store.write { try $0.context.registerEventConsumer(Self.consumer, of: OrderPlaced.eventName) }
+    }
+
+    public func run(step index: Int, on store: Store, random: inout SplitMix64) throws {
+        let ghost = random.next() % 3 == 0
+        try store.write { unit in
+            try unit.put(Self.orderKey(index), Array("placed".utf8))
+            if publishesAfterTheUnit {
+                unit.afterCommit { _ in _ = try? store.write { try $0.publish(OrderPlaced(number: index)) } }
+            } else {
+                try unit.publish(OrderPlaced(number: index))
+            }
+            guard ghost else { return }
+            try? unit.child { nested in
+                try nested.publish(OrderPlaced(number: -1))
+                throw WorkloadViolation("rolled back on purpose")
+            }
+        }
+        guard index % 3 == 2 else { return }
+        try store.write { unit in
+            for delivery in try unit.context.events(of: OrderPlaced.self, consumer: Self.consumer, limit: 2) {
+                try unit.put(Self.shippedKey(delivery.event.number), Array("shipped".utf8))
+                try unit.acknowledge(delivery)
+            }
+        }
+    }
+
+    public func checkInvariant(_ store: Store) throws {
+        let context = store.makeContext()
+        defer { context.discard() }
+        let orders = try context.scan(prefix: Array("order/".utf8)).map { Int(String(decoding: $0.key.dropFirst(6), as: UTF8.self)) ?? -2 }
+        let shipped = try context.scan(prefix: Array("shipped/".utf8)).map { Int(String(decoding: $0.key.dropFirst(8), as: UTF8.self)) ?? -2 }
+        guard try !context.eventConsumers(of: OrderPlaced.eventName).isEmpty else {
+            // Set-up never committed: nothing else may exist.
+            guard orders.isEmpty, shipped.isEmpty else { throw WorkloadViolation("orders exist without the consumer") }
+            return
+        }
+        let kept = try context.events(of: OrderPlaced.self, consumer: Self.consumer, limit: .max).map(\.event.number)
+        if kept.contains(-1) { throw WorkloadViolation("a rolled-back unit's event was committed") }
+        guard kept == kept.sorted() else { throw WorkloadViolation("events are out of commit order: \(kept)") }
+        let handled = Set(shipped)
+        if let twice = kept.first(where: handled.contains) {
+            throw WorkloadViolation("order \(twice) was shipped and its event is still to be delivered")
+        }
+        guard Set(orders) == handled.union(kept), orders.count == shipped.count + kept.count else {
+            throw WorkloadViolation("orders \(orders.sorted()) are not the shipped \(shipped.sorted()) plus the pending \(kept)")
+        }
+        if let last = shipped.max(), let first = kept.first, first < last {
+            throw WorkloadViolation("event \(first) is pending after event \(last) was shipped")
+        }
     }
 }

@@ -83,31 +83,30 @@ public struct WALBatch: Sendable, Equatable {
     /// The operations in commit order.
     public var operations: [Operation]
 
-    /// The indexes of the operations whose key carries a version stamp: the 8 bytes that
-    /// come before the key's last 8 are zero until the commit writes into them its own
-    /// version, big-endian (`stampingVersion(_:)`), so the key sorts by commit order. The
-    /// records layer's outbox keys its events this way. Only a batch still to commit has
-    /// stamps; the log stores the stamped keys and a decoded batch has none.
+    /// The indexes of the operations whose key ends in a version stamp, in key order: its
+    /// last 16 bytes are replaced by the commit (`stampingVersion(_:)`) with the commit's
+    /// version and the operation's place among these (0, 1, …), both 8 bytes big-endian,
+    /// so such keys sort in commit order and come out the same in every run. Until then
+    /// those bytes only keep the staged keys apart. The records layer's outbox keys its
+    /// events this way. Only a batch still to commit has stamps: the log stores the
+    /// stamped keys, and a decoded batch has none.
     package var versionStampedOperations: [Int] = []
 
     public init(_ operations: [Operation] = []) { self.operations = operations }
 
-    /// The bytes a version stamp takes and where it ends, counted from the key's end.
-    package static let versionStampBytes = 8
-    package static let versionStampTrailingBytes = 8
+    /// The bytes a version stamp takes at the end of its key.
+    package static let versionStampBytes = 16
 
-    /// This batch with `version` written into every version-stamped key, and no stamps
-    /// left. A stamped key shorter than the stamp and what follows it traps: the layer
-    /// that staged it made it.
+    /// This batch with every version-stamped key stamped with `version`, and no stamps
+    /// left. A stamped key shorter than the stamp traps: the layer that staged it made it.
     package func stampingVersion(_ version: UInt64) -> WALBatch {
         guard !versionStampedOperations.isEmpty else { return self }
         var stamped = WALBatch(operations)
-        let stamp = withUnsafeBytes(of: version.bigEndian) { Array($0) }
-        for index in versionStampedOperations {
+        for (ordinal, index) in versionStampedOperations.enumerated() {
             var key = stamped.operations[index].key
-            let end = key.count - Self.versionStampTrailingBytes
-            precondition(end >= Self.versionStampBytes, "a version-stamped key is shorter than its stamp")
-            key.replaceSubrange((end - Self.versionStampBytes)..<end, with: stamp)
+            precondition(key.count >= Self.versionStampBytes, "a version-stamped key is shorter than its stamp")
+            let stamp = withUnsafeBytes(of: (version.bigEndian, UInt64(ordinal).bigEndian)) { Array($0) }
+            key.replaceSubrange((key.count - Self.versionStampBytes)..., with: stamp)
             switch stamped.operations[index] {
             case let .put(_, value): stamped.operations[index] = .put(key: key, value: value)
             case let .insert(_, value): stamped.operations[index] = .insert(key: key, value: value)
