@@ -152,7 +152,9 @@ let package = Package(
             dependencies: ["Strata", "StrataEtcd", "StrataTesting"],
             path: "Tests/EtcdBankProcess"
         ),
-        .testTarget(name: "RecordsTests", dependencies: ["Strata", "StrataRecords", "StrataTesting", "TestBackends"]),
+        .testTarget(name: "RecordsTests", dependencies: ["Strata", "StrataRecords", "StrataTesting", "TestBackends", "OutboxProcess"]),
+        // The producer and consumer the outbox kill test starts and kills.
+        .executableTarget(name: "OutboxProcess", dependencies: ["Strata"], path: "Tests/OutboxProcess"),
         // Runs a program and reports its own peak memory (the replay-memory tests).
         .executableTarget(name: "PeakMemory", path: "Tests/PeakMemory"),
         // Drives the built `strata` executable as a process; checks the repository's docs.
