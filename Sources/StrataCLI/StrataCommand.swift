@@ -19,7 +19,7 @@ struct StrataCommand: ParsableCommand {
         subcommands: [ShellCommand.self, StatCommand.self, VerifyCommand.self, DumpCommand.self, LoadCommand.self, WALCommand.self,
                       GetCommand.self, PutCommand.self, DeleteCommand.self, ScanCommand.self,
                       CheckpointCommand.self, BackupCommand.self, CompactCommand.self, SalvageCommand.self, BenchCommand.self, CrashTestCommand.self,
-                      DemoCommand.self],
+                      EventsCommand.self, DemoCommand.self],
         defaultSubcommand: ShellCommand.self
     )
 }
