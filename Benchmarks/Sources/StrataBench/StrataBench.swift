@@ -20,7 +20,8 @@ struct StrataBench: ParsableCommand {
     static let allEngines = ["strata", "strata-relaxed", "sqlite", "grdb", "lmdb", "leveldb", "rocksdb", "fdatasync", "etcd"]
     static let allWorkloads = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readrandom",
                                "readseq", "deleterandom", "nested", "recover", "reopen", "records-insert", "records-fetch",
-                               "records-range", "records-count", "records-update", "records-relations", "records-sort-text"]
+                               "records-range", "records-count", "records-update", "records-relations", "records-sort-text",
+                               "publish", "publish-baseline"]
 
     /// The engines a run takes when none are named: etcd only on request (it needs `etcd`
     /// installed, and its fills are slow enough to want a smaller --num).
@@ -32,7 +33,7 @@ struct StrataBench: ParsableCommand {
     @Option(help: "Comma-separated workloads: \(allWorkloads.joined(separator: ", ")).")
     var benchmarks = allWorkloads.joined(separator: ",")
 
-    @Option(help: "Keys per workload (default: 2,000 for the sync workloads, 1,000,000 otherwise).")
+    @Option(help: "Keys per workload (default: 2,000 for the sync workloads and publish, 1,000,000 otherwise).")
     var num: Int?
 
     @Option(help: "Keys per transaction for batched workloads.")
@@ -62,6 +63,10 @@ struct StrataBench: ParsableCommand {
         """)
     var inProcess = false
 
+    /// Set by `runAlone` for the process it starts: run exactly the workload named.
+    @Flag(help: .hidden)
+    var child = false
+
     @Option(help: "Run nothing: read the JSON lines of an earlier run from this file and print its table and chart.")
     var replot: String?
 
@@ -80,7 +85,11 @@ struct StrataBench: ParsableCommand {
         for name in engineNames where !Self.allEngines.contains(name) { throw ValidationError("unknown engine \(name)") }
         for name in workloadNames where !Self.allWorkloads.contains(name) { throw ValidationError("unknown workload \(name)") }
         var plan: [(engine: String, workload: String)] = []
-        for workload in workloadNames {
+        // `publish` is measured against its baseline in the same run.
+        let planned = workloadNames.flatMap { name in
+            name == "publish" && !child && !workloadNames.contains("publish-baseline") ? ["publish-baseline", name] : [name]
+        }
+        for workload in planned {
             for engine in engineNames {
                 let writesOnly = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "deleterandom"]
                 if engine == "fdatasync" && !writesOnly.contains(workload) { continue }
@@ -91,6 +100,7 @@ struct StrataBench: ParsableCommand {
                 // (`nested` needs transactions inside transactions, which the LSM engines lack.)
                 if workload == "nested" && (engine == "leveldb" || engine == "rocksdb") { continue }
                 if (workload == "recover" || workload == "reopen") && !engine.hasPrefix("strata") { continue }
+                if workload.hasPrefix("publish") && engine != "strata" { continue }
                 // The record workloads compare Strata's repositories with an indexed SQLite table
                 // and with GRDB's records on it; GRDB runs nothing else.
                 if workload.hasPrefix("records-") ? !["strata", "sqlite", "grdb"].contains(engine) : engine == "grdb" { continue }
@@ -104,6 +114,8 @@ struct StrataBench: ParsableCommand {
                 FileHandle.standardError.write(Data("running \(engine) \(workload)…\n".utf8))
                 result = workload.hasPrefix("records-")
                     ? try RecordWorkloads(engine: engine, workload: workload, options: self).run()
+                    : workload.hasPrefix("publish")
+                    ? try OutboxWorkloads(workload: workload, options: self).run()
                     : try Runner(engine: engine, workload: workload, options: self).run()
                 // A process's peak is its own only while it has run one measurement.
                 if plan.count == 1 { result.peakRSSKilobytes = peakResidentKilobytes() }
@@ -113,9 +125,9 @@ struct StrataBench: ParsableCommand {
             print(try result.json)
             results.append(result)
         }
-        if table { printTable(results, engines: engineNames, workloads: workloadNames) }
+        if table { printTable(results, engines: engineNames, workloads: planned) }
         if let chart {
-            let svg = BarChart(results: results, engines: engineNames, workloads: workloadNames).svg
+            let svg = BarChart(results: results, engines: engineNames, workloads: planned).svg
             try svg.write(toFile: chart, atomically: true, encoding: .utf8)
             FileHandle.standardError.write(Data("wrote \(chart)\n".utf8))
         }
@@ -126,7 +138,7 @@ struct StrataBench: ParsableCommand {
     private func runAlone(engine: String, workload: String) throws -> Result {
         let child = Process()
         child.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        var arguments = ["--in-process", "--engines", engine, "--benchmarks", workload, "--batch", "\(batch)",
+        var arguments = ["--in-process", "--child", "--engines", engine, "--benchmarks", workload, "--batch", "\(batch)",
                          "--value-size", "\(valueSize)", "--threads", "\(threads)", "--dir", dir, "--seed", "\(seed)"]
         if let num { arguments += ["--num", "\(num)"] }
         child.arguments = arguments
