@@ -78,7 +78,9 @@ public final class UnitOfWork {
 
     /// Runs `hook` with the commit's receipt after the outermost unit committed durably;
     /// never after a rollback or a failed commit (UnitOfWork.U1). Hooks run in the order they were
-    /// added, on the caller of `Store.write`, before it returns: publish domain events here.
+    /// added, on the caller of `Store.write`, before it returns: update in-process state
+    /// here. A crash between the commit and its hooks loses the hooks: an event another
+    /// system must receive goes through `publish(_:)` (the records layer's outbox) instead.
     public func afterCommit(_ hook: @escaping (CommitReceipt) -> Void) {
         hooks.append(hook)
     }

@@ -515,3 +515,64 @@ struct ArticleCheckoutWorkload: CrashWorkload {
         withExtendedLifetime(store) {}
     }
 }
+
+// MARK: Outbox.md
+
+/// The article's `Meal`: what the ledger consumer keeps.
+struct ArticleMeal: Record {
+    var id: Int
+    var child: Int
+    var grams: Int
+
+    init(child: Int, grams: Int) {
+        id = child * 1_000 + grams
+        self.child = child
+        self.grams = grams
+    }
+}
+
+/// The article's `ChildWasFed`.
+struct ArticleChildWasFed: DomainEvent { var child: Int; var grams: Int }
+
+/// The article's ledger consumer: its effect and its acknowledgement in one unit.
+private func runLedger(_ store: Store) async throws {
+    for try await delivery in store.events(of: ArticleChildWasFed.self, consumer: "ledger") {
+        try await store.write { unit in
+            try unit.repository(ArticleMeal.self).insert(ArticleMeal(child: delivery.event.child, grams: delivery.event.grams))
+            try unit.acknowledge(delivery)
+        }
+    }
+}
+
+@Suite struct OutboxArticleTests {
+    /// The ledger's meals and its position commit together, so a meal is kept exactly once
+    /// per event, and a consumer registered later starts with the oldest kept event.
+    @Test func theLedgerKeepsOneMealPerEventAndALaterConsumerMissesNothing() async throws {
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        try await store.write { unit in
+            try unit.publish(ArticleChildWasFed(child: 1, grams: 120))
+            try unit.publish(ArticleChildWasFed(child: 2, grams: 80))
+        }
+        let ledger = Task { try await runLedger(store) }
+        for _ in 0..<500 where try await store.read({ try $0.repository(ArticleMeal.self).count() }) < 2 {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        ledger.cancel()
+        try await ledger.value
+        #expect(try await store.read { try $0.repository(ArticleMeal.self).fetch().map(\.grams) } == [120, 80])
+        // The ledger was the only consumer: both events are gone once it acknowledged them...
+        #expect(try await store.read { try $0.eventTypes() }.isEmpty)
+        // ...and while no consumer is registered, events are kept for the first one.
+        let quiet = try Store.inMemory()
+        defer { try? quiet.close() }
+        try await quiet.write { try $0.publish(ArticleChildWasFed(child: 3, grams: 50)) }
+        try await quiet.write { try $0.publish(ArticleChildWasFed(child: 4, grams: 60)) }
+        var late: [Int] = []
+        for try await delivery in quiet.events(of: ArticleChildWasFed.self, consumer: "late") {
+            late.append(delivery.event.child)
+            if late.count == 2 { break }
+        }
+        #expect(late == [3, 4])
+    }
+}
