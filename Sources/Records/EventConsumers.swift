@@ -6,17 +6,43 @@ import StrataContexts
 import StrataCodec
 import StrataEngine
 
-/// What a consumer keeps: the position of the last event it acknowledged.
+/// What a consumer keeps: the position of the last event it acknowledged, its retention
+/// limit, and the last event deleted before it saw it (the limit's doing).
 struct EventConsumerState: Codable, Equatable {
     var version: UInt64
     var sequence: UInt64
+    /// At most this many events are kept for the consumer (nil: all it has not acknowledged).
+    var retention: Int?
+    var lostVersion: UInt64?
+    var lostSequence: UInt64?
 
-    init(_ position: EventPosition) {
+    init(_ position: EventPosition, retention: Int? = nil) {
         version = position.version
         sequence = position.sequence
+        self.retention = retention
     }
 
-    var position: EventPosition { EventPosition(version: version, sequence: sequence) }
+    var position: EventPosition {
+        get { EventPosition(version: version, sequence: sequence) }
+        set {
+            (version, sequence) = (newValue.version, newValue.sequence)
+            // Moving past the gap settles it.
+            if let lost = lostThrough, lost <= newValue { (lostVersion, lostSequence) = (nil, nil) }
+        }
+    }
+
+    /// The last event deleted while the consumer had not acknowledged it, when that is
+    /// after its position: the gap `EventError.fellBehind` names.
+    var lostThrough: EventPosition? {
+        get { lostVersion.map { EventPosition(version: $0, sequence: lostSequence ?? 0) } }
+        set { (lostVersion, lostSequence) = (newValue?.version, newValue?.sequence) }
+    }
+
+    /// Throws `EventError.fellBehind` when events after the position were deleted.
+    func checkNoGap(after position: EventPosition, event: String, consumer: String) throws(EventError) {
+        guard let lost = lostThrough, lost > position else { return }
+        throw .fellBehind(event: event, consumer: consumer, acknowledged: position, lostThrough: lost, retention: retention ?? 0)
+    }
 }
 
 /// One consumer of one event type, as `Context.eventConsumers()` reports it.
@@ -29,6 +55,11 @@ public struct EventConsumerStatus: Sendable, Equatable {
     public let acknowledged: EventPosition
     /// How many kept events come after that position: what it still has to see.
     public let pending: Int
+    /// Its retention limit (nil: every event it has not acknowledged is kept).
+    public let retention: Int?
+    /// The last event deleted before it saw it, when its retention limit left a gap it has
+    /// not accepted yet (`EventError.fellBehind`).
+    public let lostThrough: EventPosition?
 }
 
 /// One event type in the outbox, as `Context.eventTypes()` reports it.
@@ -57,28 +88,46 @@ extension Context {
     /// Moves consumer `consumer` of `event` past `position` (see `acknowledge(_:)`).
     public func acknowledge(event: String, consumer: String, through position: EventPosition) throws {
         let key = EventKeys.consumer(event: event, name: consumer)
-        guard let state = try consumerState(key) else { throw EventError.unknownConsumer(event: event, consumer: consumer) }
+        guard var state = try consumerState(key) else { throw EventError.unknownConsumer(event: event, consumer: consumer) }
         guard position > state.position else { return }
-        try stage(key, try RecordEncoder().encode(EventConsumerState(position)))
+        state.position = position
+        try stage(key, try RecordEncoder().encode(state))
         try reclaimEvents(of: event)
     }
 
     /// Registers consumer `consumer` of `event` at `EventPosition.start` (it receives every
-    /// kept event) unless it is registered; returns its position.
+    /// kept event) unless it is registered, and returns its position. With `retention`,
+    /// at most that many of the newest events are kept for it: older ones it has not
+    /// acknowledged are deleted once another consumer's acknowledgement finds them beyond
+    /// the limit, and it is then told so (`EventError.fellBehind`) instead of reading past
+    /// the gap. nil keeps every event until it acknowledges it. Given for a registered
+    /// consumer, the limit replaces the one it had.
     @discardableResult
-    public func registerEventConsumer(_ consumer: String, of event: String) throws -> EventPosition {
+    public func registerEventConsumer(_ consumer: String, of event: String, retention: Int? = nil) throws -> EventPosition {
         try EventKeys.checkConsumerName(consumer)
+        if let retention, retention < 1 { throw EventError.invalidRetention(retention) }
         let key = EventKeys.consumer(event: event, name: consumer)
-        if let state = try consumerState(key) { return state.position }
-        try stage(key, try RecordEncoder().encode(EventConsumerState(.start)))
+        if var state = try consumerState(key) {
+            if let retention, state.retention != retention {
+                state.retention = retention
+                try stage(key, try RecordEncoder().encode(state))
+            }
+            return state.position
+        }
+        try stage(key, try RecordEncoder().encode(EventConsumerState(.start, retention: retention)))
         return .start
     }
 
     /// Sets the position of consumer `consumer` of `event` (registering it), forward or
-    /// back: it next receives the first kept event after `position`.
+    /// back: it next receives the first kept event after `position`. Moving it to or past
+    /// the last event its retention limit deleted (`EventError.fellBehind` names it)
+    /// accepts that gap.
     public func positionEventConsumer(_ consumer: String, of event: String, at position: EventPosition) throws {
         try EventKeys.checkConsumerName(consumer)
-        try stage(EventKeys.consumer(event: event, name: consumer), try RecordEncoder().encode(EventConsumerState(position)))
+        let key = EventKeys.consumer(event: event, name: consumer)
+        var state = try consumerState(key) ?? EventConsumerState(.start)
+        state.position = position
+        try stage(key, try RecordEncoder().encode(state))
         try reclaimEvents(of: event)
     }
 
@@ -106,8 +155,9 @@ extension Context {
         return try found.map { entry in
             let prefix = EventKeys.prefix(event: entry.event)
             let pending = try countKeys(from: EventKeys.key(prefix: prefix, entry.state.position) + [0], prefix: prefix)
+            let lost = entry.state.lostThrough.flatMap { $0 > entry.state.position ? $0 : nil }
             return EventConsumerStatus(event: entry.event, consumer: entry.consumer, acknowledged: entry.state.position,
-                                       pending: pending)
+                                       pending: pending, retention: entry.state.retention, lostThrough: lost)
         }
     }
 
@@ -137,14 +187,27 @@ extension Context {
     /// event changes nothing. A consumer registered meanwhile starts with the events kept
     /// when it commits.
     private func reclaimEvents(of event: String) throws {
-        var oldest: EventPosition?
+        let prefix = EventKeys.prefix(event: event)
+        var consumers: [(key: [UInt8], state: EventConsumerState)] = []
         try forEach(prefix: EventKeys.consumersPrefix(event: event)) { key, value in
-            let position = try Self.decodeState(value, key: key).position
-            oldest = min(oldest ?? position, position)
+            consumers.append((key, try Self.decodeState(value, key: key)))
             return true
         }
+        var oldest: EventPosition?
+        for (key, var state) in consumers {
+            var position = state.position
+            // A consumer with a retention limit keeps only the newest events: the one before
+            // them is as good as acknowledged, and the consumer is told of the gap.
+            if let retention = state.retention, let floor = try newestBeyond(retention, prefix: prefix), floor > position {
+                position = floor
+                if state.lostThrough.map({ $0 < floor }) ?? true {
+                    state.lostThrough = floor
+                    try stage(key, try RecordEncoder().encode(state))
+                }
+            }
+            oldest = min(oldest ?? position, position)
+        }
         guard let oldest, oldest > .start else { return }
-        let prefix = EventKeys.prefix(event: event)
         // Staged events (version 0) are this context's own: never reclaimed.
         var doomed: [[UInt8]] = []
         try forEach(from: EventKeys.key(prefix: prefix, EventPosition(version: 1, sequence: 0)),
@@ -153,6 +216,26 @@ extension Context {
             return doomed.count < reclaimedPerAcknowledgement
         }
         for key in doomed { try stage(key, nil, isChecked: false) }
+    }
+
+    /// The position of the newest committed event of `prefix` but `count` (nil: there are
+    /// not that many).
+    private func newestBeyond(_ count: Int, prefix: [UInt8]) throws -> EventPosition? {
+        var seen = 0
+        var found: EventPosition?
+        try forEach(from: EventKeys.key(prefix: prefix, EventPosition(version: 1, sequence: 0)), prefix: prefix,
+                    reverse: true) { key, _ in
+            seen += 1
+            guard seen > count else { return true }
+            found = EventKeys.position(of: key, prefix: prefix)
+            return false
+        }
+        return found
+    }
+
+    /// The state of consumer `consumer` of `event`, for the readers of events.
+    func eventConsumerState(_ consumer: String, of event: String) throws -> EventConsumerState? {
+        try consumerState(EventKeys.consumer(event: event, name: consumer))
     }
 
     private func consumerState(_ key: [UInt8]) throws -> EventConsumerState? {

@@ -56,8 +56,11 @@ extension Store {
     /// its position moves only when a delivery is acknowledged. Iterating throws
     /// `EventError.invalidConsumerName`, and `RecordError` for an event that does not
     /// decode as `E` (the sequence does not step over it).
-    public func events<E: Codable & Sendable>(of type: E.Type, consumer: String) -> EventDeliveries<E> {
-        EventDeliveries(store: self, consumer: consumer, eventName: EventKeys.name(of: type))
+    /// With `retention`, the consumer is registered with that limit (see
+    /// `Context.registerEventConsumer(_:of:retention:)`): a consumer that falls further
+    /// behind gets `EventError.fellBehind` naming the gap, instead of the events in it.
+    public func events<E: Codable & Sendable>(of type: E.Type, consumer: String, retention: Int? = nil) -> EventDeliveries<E> {
+        EventDeliveries(store: self, consumer: consumer, eventName: EventKeys.name(of: type), retention: retention)
     }
 }
 
@@ -66,18 +69,25 @@ extension Context {
     /// position, as this context sees them: the pull form of `Store.events(of:consumer:)`
     /// for synchronous code, which acknowledges in the same context what it handled
     /// (`acknowledge(_:)`). Throws `EventError.unknownConsumer` for a consumer that is not
-    /// registered (`registerEventConsumer`).
+    /// registered (`registerEventConsumer`), and `EventError.fellBehind` when its
+    /// retention limit had events deleted that it had not seen.
     public func events<E: Codable & Sendable>(of type: E.Type, consumer: String, limit: Int = 64) throws -> [EventDelivery<E>] {
         let name = EventKeys.name(of: type)
-        guard let position = try eventConsumers(of: name).first(where: { $0.consumer == consumer })?.acknowledged else {
+        guard let position = try eventConsumerState(consumer, of: name)?.position else {
             throw EventError.unknownConsumer(event: name, consumer: consumer)
         }
         return try readEvents(of: type, named: name, consumer: consumer, after: position, limit: limit)
     }
 
-    /// Up to `limit` committed events of `name` after `position`, decoded as `E`.
+    /// Up to `limit` committed events of `name` after `position`, decoded as `E`. Throws
+    /// `EventError.fellBehind` when events after `position` were deleted for the
+    /// consumer's retention limit, `.unknownConsumer` when it was removed.
     func readEvents<E: Codable & Sendable>(of type: E.Type, named name: String, consumer: String, after position: EventPosition,
                                            limit: Int) throws -> [EventDelivery<E>] {
+        guard let state = try eventConsumerState(consumer, of: name) else {
+            throw EventError.unknownConsumer(event: name, consumer: consumer)
+        }
+        try state.checkNoGap(after: position, event: name, consumer: consumer)
         let prefix = EventKeys.prefix(event: name)
         var read: [EventDelivery<E>] = []
         guard limit > 0 else { return read }
@@ -103,6 +113,7 @@ public struct EventDeliveries<E: Codable & Sendable>: AsyncSequence, Sendable {
     let store: Store
     let consumer: String
     let eventName: String
+    let retention: Int?
 
     public func makeAsyncIterator() -> Iterator { Iterator(self) }
 
@@ -145,9 +156,9 @@ public struct EventDeliveries<E: Codable & Sendable>: AsyncSequence, Sendable {
         private mutating func readMore() async throws -> Bool {
             let store = sequence.store
             if cursor == nil {
-                let (consumer, event) = (sequence.consumer, sequence.eventName)
+                let (consumer, event, retention) = (sequence.consumer, sequence.eventName, sequence.retention)
                 cursor = try await store.write(retries: 8) { (unit: UnitOfWork) throws in
-                    try unit.context.registerEventConsumer(consumer, of: event)
+                    try unit.context.registerEventConsumer(consumer, of: event, retention: retention)
                 }
             }
             let (sequence, after) = (sequence, cursor!)

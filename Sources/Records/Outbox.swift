@@ -59,6 +59,11 @@ public enum EventError: Error, Sendable, Equatable, CustomStringConvertible {
     case invalidConsumerName(String)
     /// A stored event or consumer does not decode (the key and what the decoder said).
     case malformed(key: String, reason: String)
+    /// A retention limit is not positive.
+    case invalidRetention(Int)
+    /// The consumer kept more than its retention limit of events unacknowledged, and the
+    /// events after `acknowledged` through `lostThrough` were deleted before it saw them.
+    case fellBehind(event: String, consumer: String, acknowledged: EventPosition, lostThrough: EventPosition, retention: Int)
 
     public var description: String {
         switch self {
@@ -68,6 +73,13 @@ public enum EventError: Error, Sendable, Equatable, CustomStringConvertible {
             "The consumer name \"\(name)\" is not usable: give 1 to 256 bytes of UTF-8."
         case let .malformed(key, reason):
             "The outbox entry under \(key) is damaged: \(reason)."
+        case let .invalidRetention(retention):
+            "A retention limit of \(retention) events keeps nothing: give 1 or more, or nil to keep every event."
+        case let .fellBehind(event, consumer, acknowledged, lostThrough, retention):
+            "Consumer \"\(consumer)\" of \(event) events fell more than \(retention) events behind: the events after "
+                + "\(acknowledged) through \(lostThrough) were deleted before it saw them. Accept the gap with "
+                + "positionEventConsumer(\"\(consumer)\", of: \"\(event)\", at: \(lostThrough)) "
+                + "(strata events --move \(consumer) --event \(event) --to \(lostThrough)), or raise its retention."
         }
     }
 }

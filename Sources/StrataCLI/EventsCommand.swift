@@ -69,7 +69,9 @@ struct EventsCommand: ParsableCommand {
                 let range = kept.map { " (\($0.oldest.map(String.init(describing:)) ?? "-") … \($0.newest.map(String.init(describing:)) ?? "-"))" } ?? ""
                 print("\(name): \(kept?.count ?? 0) event(s) kept\(range)")
                 for consumer in consumers where consumer.event == name {
-                    print("  consumer \(consumer.consumer): acknowledged \(consumer.acknowledged), \(consumer.pending) pending")
+                    let limit = consumer.retention.map { ", keeps at most \($0)" } ?? ""
+                    let gap = consumer.lostThrough.map { "; fell behind: events through \($0) were deleted unseen" } ?? ""
+                    print("  consumer \(consumer.consumer): acknowledged \(consumer.acknowledged), \(consumer.pending) pending\(limit)\(gap)")
                 }
             }
         }

@@ -230,4 +230,34 @@ private func temporaryStorePath() -> String {
             try await store.write { try $0.context.registerEventConsumer("", of: ChildWasFed.eventName) }
         }
     }
+
+    @Test func aConsumerBeyondItsRetentionIsToldOfTheGapNeverReadsPastIt() async throws {
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        let name = ChildWasFed.eventName
+        try await store.write { unit in
+            try unit.context.registerEventConsumer("fast", of: name)
+            try unit.context.registerEventConsumer("slow", of: name, retention: 2)
+        }
+        for grams in 1...5 { try await store.write { try $0.publish(ChildWasFed(child: "Gus", grams: grams)) } }
+        // Before anyone acknowledges, nothing is deleted: the slow consumer reads from the first.
+        #expect(try await store.read { try $0.events(of: ChildWasFed.self, consumer: "slow") }.map(\.event.grams) == [1, 2, 3, 4, 5])
+        let fast = try await take(5, from: store.events(of: ChildWasFed.self, consumer: "fast"))
+        for delivery in fast { try await delivery.acknowledge() }
+        // Only the newest two are kept for "slow", so the first three went with the fast one's acknowledgements.
+        #expect(try await store.read { try $0.eventTypes() }.map(\.count) == [2])
+        let gap = EventError.fellBehind(event: name, consumer: "slow", acknowledged: .start, lostThrough: fast[2].position,
+                                        retention: 2)
+        await #expect(throws: gap) { try await store.read { try $0.events(of: ChildWasFed.self, consumer: "slow") } }
+        await #expect(throws: gap) { _ = try await take(1, from: store.events(of: ChildWasFed.self, consumer: "slow")) }
+        #expect(gap.description.contains("--move slow --event ChildWasFed --to \(fast[2].position)"))
+        let slow = try await store.read { try $0.eventConsumers() }.first { $0.consumer == "slow" }
+        #expect(slow?.retention == 2 && slow?.lostThrough == fast[2].position && slow?.pending == 2)
+        // Accepting the gap: it reads on from there.
+        try await store.write { try $0.context.positionEventConsumer("slow", of: name, at: fast[2].position) }
+        #expect(try await take(2, from: store.events(of: ChildWasFed.self, consumer: "slow")).map(\.event.grams) == [4, 5])
+        await #expect(throws: EventError.invalidRetention(0)) {
+            try await store.write { try $0.context.registerEventConsumer("none", of: name, retention: 0) }
+        }
+    }
 }
