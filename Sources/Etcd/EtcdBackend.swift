@@ -271,29 +271,51 @@ final class EtcdBackend: StorageBackend {
     // MARK: Committing
 
     func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>, readRanges: [KeyRange]) throws -> CommitResult {
-        let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked, readRanges: readRanges)
-        let response: TxnResponse
-        do { response = try client.txn(prepared.body).wait() } catch { throw Self.unwrap(error) }
-        let outcome = try outcome(of: response, prepared, snapshot: snapshot)
-        guard let revision = outcome.revision else { return unchanged(prepared) }
-        let arrived = DispatchSemaphore(value: 0)
-        waitForReplica(revision) { arrived.signal() }
-        _ = arrived.wait(timeout: .now() + .nanoseconds(Int(client.options.requestTimeout.nanoseconds)))
-        if case let .conflict(error, _) = outcome { throw error }
-        return result(prepared, revision: revision)
+        var attempt = 0
+        while true {
+            attempt += 1
+            let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked, readRanges: readRanges)
+            let response: TxnResponse
+            do { response = try client.txn(prepared.body).wait() } catch { throw Self.unwrap(error) }
+            let outcome = try outcome(of: response, prepared, snapshot: snapshot)
+            guard let revision = outcome.revision else { return unchanged(prepared) }
+            let arrived = DispatchSemaphore(value: 0)
+            waitForReplica(revision) { arrived.signal() }
+            _ = arrived.wait(timeout: .now() + .nanoseconds(Int(client.options.requestTimeout.nanoseconds)))
+            if case .eventCounterMoved = outcome, attempt < Self.eventCounterAttempts { continue }
+            if let error = outcome.error { throw error }
+            return result(prepared, revision: revision)
+        }
     }
 
     func commit(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>,
                 readRanges: [KeyRange]) async throws -> CommitResult {
-        let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked, readRanges: readRanges)
-        let response: TxnResponse
-        do { response = try await client.txn(prepared.body).get() } catch { throw Self.unwrap(error) }
-        let outcome = try outcome(of: response, prepared, snapshot: snapshot)
-        guard let revision = outcome.revision else { return unchanged(prepared) }
-        await withCheckedContinuation { continuation in waitForReplica(revision) { continuation.resume() } }
-        if case let .conflict(error, _) = outcome { throw error }
-        return result(prepared, revision: revision)
+        var attempt = 0
+        while true {
+            attempt += 1
+            let prepared = try prepare(batch, readAt: snapshot, unchecked: unchecked, readRanges: readRanges)
+            let response: TxnResponse
+            do { response = try await client.txn(prepared.body).get() } catch { throw Self.unwrap(error) }
+            let outcome = try outcome(of: response, prepared, snapshot: snapshot)
+            guard let revision = outcome.revision else { return unchanged(prepared) }
+            await withCheckedContinuation { continuation in waitForReplica(revision) { continuation.resume() } }
+            if case .eventCounterMoved = outcome, attempt < Self.eventCounterAttempts { continue }
+            if let error = outcome.error { throw error }
+            return result(prepared, revision: revision)
+        }
     }
+
+    /// Where a store over etcd counts the commits that published outbox events: 8 bytes,
+    /// big-endian, the stamp the last of them wrote into its events' keys (FORMAT.md,
+    /// "Events"). An etcd revision is not known before its transaction and counts every
+    /// prefix's writes, so it cannot stamp a key of that transaction; this counter can,
+    /// compared and written by the same transaction.
+    static let eventStampKey: [UInt8] = [0xFE, 0x6E]
+
+    /// How many times a commit with events is sent again when only the event counter moved
+    /// (another server published meanwhile): its own keys did not conflict, so it retries
+    /// itself rather than fail the unit of work.
+    static let eventCounterAttempts = 64
 
     private struct Prepared {
         var body: [UInt8]
@@ -305,6 +327,9 @@ final class EtcdBackend: StorageBackend {
         var changeCount: Int
         /// Whether the transaction puts a key (then it always makes a revision of its own).
         var puts: Bool
+        /// For a batch with events: whether the event counter existed, and the revision
+        /// it was compared at (its read is the failure branch's last).
+        var eventCounter: (present: Bool, revision: Int64)?
     }
 
     /// Builds the transaction (compares, puts and deletes, and the failure branch's reads),
@@ -312,6 +337,7 @@ final class EtcdBackend: StorageBackend {
     /// already shows, etcd's limits.
     private func prepare(_ batch: WALBatch, readAt snapshot: Snapshot, unchecked: Set<[UInt8]>,
                          readRanges: [KeyRange]) throws -> Prepared {
+        var unchecked = unchecked
         let readRevision = try state.withLock { state throws -> Int64 in
             guard !state.closed else { throw EngineError.closed }
             if let failure = state.failure { throw EngineError.storeFailed(reason: failure) }
@@ -323,13 +349,38 @@ final class EtcdBackend: StorageBackend {
             return state.revisions[index]
         }
         try StorageEngine.checkLimits(batch)
-        // An etcd revision is not known before its transaction and counts every prefix's
-        // writes, so it cannot be written into a key of the same transaction.
-        guard batch.versionStampedOperations.isEmpty else {
-            throw EtcdError.unsupported("publishing outbox events (unit.publish); publish them from an embedded store")
-        }
         let latest = localEngine.snapshot()
         var compares: [Compare] = []
+        var batch = batch
+        var eventCounter: (present: Bool, revision: Int64)?
+        if !batch.versionStampedOperations.isEmpty {
+            // The events' stamp: one past the counter as the replica shows it now, and the
+            // counter unchanged since then (Self.eventStampKey).
+            let stored = try latest.get(Self.eventStampKey)
+            guard stored == nil || stored?.count == 8 else { throw EtcdError.badResponse("the event counter holds \(stored!.count) bytes, not 8") }
+            let last = stored.map { $0.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } } ?? 0
+            let revision = try state.withLock { state throws -> Int64 in
+                let index = Int(latest.version - state.firstVersion)
+                guard latest.version >= state.firstVersion, index < state.revisions.count else {
+                    throw EtcdError.badResponse("version \(latest.version) has no revision")
+                }
+                return state.revisions[index]
+            }
+            let stamped = batch.versionStampedOperations
+            batch = batch.stampingVersion(last + 1)
+            // The stamped keys are new, as the counter's compare vouches: unchecked, as staged.
+            unchecked.formUnion(stamped.map { batch.operations[$0].key })
+            // The counter is compared below at the replica's latest revision, not the snapshot's.
+            unchecked.insert(Self.eventStampKey)
+            batch.operations.append(.put(key: Self.eventStampKey, value: withUnsafeBytes(of: (last + 1).bigEndian) { Array($0) }))
+            let etcdKey = EtcdBytes(prefix + Self.eventStampKey)
+            if stored != nil {
+                compares.append(Compare(key: etcdKey, result: .LESS, mod_revision: EtcdInt(revision + 1)))
+            } else {
+                compares.append(Compare(key: etcdKey, result: .EQUAL, mod_revision: EtcdInt(0)))
+            }
+            eventCounter = (stored != nil, revision)
+        }
         var checked: [(key: [UInt8], present: Bool)] = []
         var known: [[UInt8]] = []
         var success: [RequestOp] = []
@@ -371,6 +422,7 @@ final class EtcdBackend: StorageBackend {
                 RequestOp(request_range: RangeRequest(key: EtcdBytes(prefix + (range.lower ?? [])), range_end: EtcdBytes(rangeEnd(range)),
                                                       keys_only: true))
             }
+            + (eventCounter == nil ? [] : [RequestOp(request_range: RangeRequest(key: EtcdBytes(prefix + Self.eventStampKey), keys_only: true))])
         let body = try client.encode(TxnRequest(compare: compares, success: success, failure: failure))
         // The gateway's JSON is larger than the protobuf the server limits: a bound, not a count.
         let estimate = body.count * 3 / 4
@@ -378,7 +430,7 @@ final class EtcdBackend: StorageBackend {
             throw EtcdError.requestTooLarge(byteCount: estimate, limit: client.options.maxRequestBytes)
         }
         return Prepared(body: body, checked: checked, readRanges: readRanges, readRevision: readRevision, changeCount: batch.operations.count,
-                        puts: batch.operations.contains { $0.value != nil })
+                        puts: batch.operations.contains { $0.value != nil }, eventCounter: eventCounter)
     }
 
     /// What a transaction's answer says.
@@ -393,6 +445,9 @@ final class EtcdBackend: StorageBackend {
         /// since the snapshot, and the latest revision among those changes (nil when they
         /// were all deletes, whose revisions the reads cannot tell).
         case conflict(any Error, seen: Int64?)
+        /// A compare failed only because another commit with events moved the event
+        /// counter (at `seen`): the commit is sent again once the replica shows it.
+        case eventCounterMoved(seen: Int64)
 
         /// The revision the replica must reach before the commit returns or throws.
         var revision: Int64? {
@@ -400,6 +455,16 @@ final class EtcdBackend: StorageBackend {
             case let .applied(revision): revision
             case .unchanged: nil
             case let .conflict(_, seen): seen
+            case let .eventCounterMoved(seen): seen
+            }
+        }
+
+        /// What the commit throws when it is not sent again.
+        var error: (any Error)? {
+            switch self {
+            case .applied, .unchanged: nil
+            case let .conflict(error, _): error
+            case .eventCounterMoved: EngineError.conflict(keys: [EtcdBackend.eventStampKey], readVersion: 0)
             }
         }
     }
@@ -431,6 +496,13 @@ final class EtcdBackend: StorageBackend {
                 if let key = kv.key.bytes.stripping(prefix) { changed.append(key) }
                 seen = max(seen ?? 0, kv.mod_revision?.value ?? 0)
             }
+        }
+        if let counter = prepared.eventCounter {
+            let index = prepared.checked.count + prepared.readRanges.count
+            let modRevision = (index < reads.count ? reads[index].response_range?.kvs?.first?.mod_revision?.value : nil) ?? 0
+            let unchanged = counter.present ? (modRevision > 0 && modRevision <= counter.revision) : modRevision == 0
+            if !unchanged && changed.isEmpty { return .eventCounterMoved(seen: max(seen ?? 0, modRevision)) }
+            if modRevision > prepared.readRevision { seen = max(seen ?? 0, modRevision) }
         }
         // Changed back between the compare and the reads: every checked key is a suspect.
         if changed.isEmpty { changed = prepared.checked.map(\.key) + prepared.readRanges.compactMap(\.lower) }

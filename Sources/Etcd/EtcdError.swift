@@ -23,9 +23,6 @@ public enum EtcdError: Error, CustomStringConvertible, CommitOutcomeReporting {
     case badResponse(String)
     /// `Store.open(etcd:)` was given something it cannot use.
     case invalidConfiguration(String)
-    /// The unit of work used something a store over etcd does not do yet (the text names
-    /// it); nothing was written.
-    case unsupported(String)
 
     /// Whether a commit that failed with this error may nevertheless have been applied.
     public var isCommitOutcomeUnknown: Bool {
@@ -54,8 +51,6 @@ public enum EtcdError: Error, CustomStringConvertible, CommitOutcomeReporting {
             "etcd's answer could not be read: \(reason)"
         case let .invalidConfiguration(reason):
             "The etcd store cannot be opened: \(reason)"
-        case let .unsupported(what):
-            "A store over etcd cannot do this yet: \(what); nothing was written."
         }
     }
 }
