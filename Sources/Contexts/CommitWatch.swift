@@ -2,7 +2,7 @@
 // records layer's event deliveries wait this way for new events).
 //
 // Invariants:
-//  CommitWatch.W1. A commit published after `generation` was read and writing a key under
+//  CommitWatch.W1. A commit published after `generation` was read and putting a key under
 //      the prefix makes `wait(beyond:)` of that generation return true: no wake-up is lost
 //      between a reader's look at the store and its wait.
 //  CommitWatch.W2. Publishing never waits: it bumps a counter and resumes at most one
@@ -12,7 +12,7 @@ import StrataEngine
 import StrataWAL
 import Synchronization
 
-/// Counts the published commits that wrote a key under `prefix`; a task can wait for the
+/// Counts the published commits that put a key under `prefix`; a task can wait for the
 /// count to move. Made by `Store.watchCommits(prefix:)`.
 package final class CommitWatch: Sendable {
     private struct State {
@@ -55,10 +55,11 @@ package final class CommitWatch: Sendable {
         }
     }
 
-    /// Counts `batches` that write under the prefix and wakes the waiter (CommitWatch.W2).
+    /// Counts `batches` that put a key under the prefix (deletes add nothing to wait for)
+    /// and wakes the waiter (CommitWatch.W2).
     func publish(_ batches: [(version: UInt64, batch: WALBatch)]) {
         let matches = batches.contains { entry in
-            entry.batch.operations.contains { operation in operation.key.starts(with: prefix) }
+            entry.batch.operations.contains { operation in operation.value != nil && operation.key.starts(with: prefix) }
         }
         guard matches else { return }
         let waiter = state.withLock { state in

@@ -77,10 +77,12 @@ public struct EventTypeStatus: Sendable, Equatable {
 let reclaimedPerAcknowledgement = 256
 
 extension Context {
-    /// Moves `delivery`'s consumer past its event in this context, to be committed with
-    /// the context's other changes (the consumer's own writes and its acknowledgement
-    /// commit together, or neither does). A position already past it stays. Throws
-    /// `EventError.unknownConsumer` when the consumer was removed.
+    /// Moves `delivery`'s consumer past its event (and every event before it) in this
+    /// context, to be committed with the context's other changes: the consumer's own writes
+    /// and its acknowledgement commit together, or neither does. Throws
+    /// `EventError.alreadyAcknowledged` when the consumer is at or past the event already
+    /// (another instance of it handled the event: this unit must not apply its effects
+    /// again), `.unknownConsumer` when the consumer was removed.
     public func acknowledge<E>(_ delivery: EventDelivery<E>) throws {
         try acknowledge(event: delivery.eventName, consumer: delivery.consumer, through: delivery.position)
     }
@@ -89,7 +91,9 @@ extension Context {
     public func acknowledge(event: String, consumer: String, through position: EventPosition) throws {
         let key = EventKeys.consumer(event: event, name: consumer)
         guard var state = try consumerState(key) else { throw EventError.unknownConsumer(event: event, consumer: consumer) }
-        guard position > state.position else { return }
+        guard position > state.position else {
+            throw EventError.alreadyAcknowledged(event: event, consumer: consumer, position: position, acknowledged: state.position)
+        }
         state.position = position
         try stage(key, try RecordEncoder().encode(state))
         try reclaimEvents(of: event)
@@ -115,6 +119,7 @@ extension Context {
             return state.position
         }
         try stage(key, try RecordEncoder().encode(EventConsumerState(.start, retention: retention)))
+        try markConsumersChanged(of: event)
         return .start
     }
 
@@ -125,10 +130,18 @@ extension Context {
     public func positionEventConsumer(_ consumer: String, of event: String, at position: EventPosition) throws {
         try EventKeys.checkConsumerName(consumer)
         let key = EventKeys.consumer(event: event, name: consumer)
-        var state = try consumerState(key) ?? EventConsumerState(.start)
+        let current = try consumerState(key)
+        var state = current ?? EventConsumerState(.start)
         state.position = position
         try stage(key, try RecordEncoder().encode(state))
+        if current.map({ position < $0.position }) ?? true { try markConsumersChanged(of: event) }
         try reclaimEvents(of: event)
+    }
+
+    /// Writes `event`'s marker: a consumer was registered or moved back, which a reclaim
+    /// that did not see it must conflict with (`reclaimEvents`).
+    private func markConsumersChanged(of event: String) throws {
+        try stage(EventKeys.consumersChanged(event: event), [])
     }
 
     /// Removes consumer `consumer` of `event`; the events only it still had to see are
@@ -154,7 +167,7 @@ extension Context {
         }
         return try found.map { entry in
             let prefix = EventKeys.prefix(event: entry.event)
-            let pending = try countKeys(from: EventKeys.key(prefix: prefix, entry.state.position) + [0], prefix: prefix)
+            let pending = try countKeys(from: EventKeys.start(prefix: prefix, after: entry.state.position), prefix: prefix)
             let lost = entry.state.lostThrough.flatMap { $0 > entry.state.position ? $0 : nil }
             return EventConsumerStatus(event: entry.event, consumer: entry.consumer, acknowledged: entry.state.position,
                                        pending: pending, retention: entry.state.retention, lostThrough: lost)
@@ -188,34 +201,43 @@ extension Context {
     /// when it commits.
     private func reclaimEvents(of event: String) throws {
         let prefix = EventKeys.prefix(event: event)
-        var consumers: [(key: [UInt8], state: EventConsumerState)] = []
-        try forEach(prefix: EventKeys.consumersPrefix(event: event)) { key, value in
-            consumers.append((key, try Self.decodeState(value, key: key)))
+        let consumersPrefix = EventKeys.consumersPrefix(event: event)
+        var consumers: [(key: [UInt8], state: EventConsumerState, position: EventPosition)] = []
+        try forEach(prefix: consumersPrefix) { key, value in
+            let state = try Self.decodeState(value, key: key)
+            consumers.append((key, state, state.position))
             return true
         }
-        var oldest: EventPosition?
-        for (key, var state) in consumers {
-            var position = state.position
-            // A consumer with a retention limit keeps only the newest events: the one before
-            // them is as good as acknowledged, and the consumer is told of the gap.
-            if let retention = state.retention, let floor = try newestBeyond(retention, prefix: prefix), floor > position {
-                position = floor
-                if state.lostThrough.map({ $0 < floor }) ?? true {
-                    state.lostThrough = floor
-                    try stage(key, try RecordEncoder().encode(state))
-                }
+        // A consumer with a retention limit keeps only the newest events: the one before them
+        // counts as its position here.
+        for index in consumers.indices {
+            if let retention = consumers[index].state.retention, let floor = try newestBeyond(retention, prefix: prefix),
+               floor > consumers[index].position {
+                consumers[index].position = floor
             }
-            oldest = min(oldest ?? position, position)
         }
-        guard let oldest, oldest > .start else { return }
+        guard let oldest = consumers.map(\.position).min(), oldest > .start else { return }
         // Staged events (version 0) are this context's own: never reclaimed.
-        var doomed: [[UInt8]] = []
+        var doomed: [(key: [UInt8], position: EventPosition)] = []
         try forEach(from: EventKeys.key(prefix: prefix, EventPosition(version: 1, sequence: 0)),
                     to: EventKeys.key(prefix: prefix, oldest) + [0], prefix: prefix) { key, _ in
-            doomed.append(key)
+            if let position = EventKeys.position(of: key, prefix: prefix) { doomed.append((key, position)) }
             return doomed.count < reclaimedPerAcknowledgement
         }
-        for key in doomed { try stage(key, nil, isChecked: false) }
+        guard let lastDoomed = doomed.last?.position else { return }
+        // What is deleted depends on who consumes the type: a consumer registered or moved
+        // back meanwhile by another commit (which writes the type's marker) makes this one
+        // conflict, rather than lose events. Acknowledgements only move consumers forward,
+        // so they leave the marker alone and never conflict with this.
+        try addReadRange(key: EventKeys.consumersChanged(event: event))
+        for (key, _) in doomed { try stage(key, nil, isChecked: false) }
+        // A limited consumer that had not seen some of them is told of the gap.
+        for (key, var state, _) in consumers where state.position < lastDoomed {
+            let lost = doomed.last { $0.position > state.position }!.position
+            guard state.lostThrough.map({ $0 < lost }) ?? true else { continue }
+            state.lostThrough = lost
+            try stage(key, try RecordEncoder().encode(state))
+        }
     }
 
     /// The position of the newest committed event of `prefix` but `count` (nil: there are

@@ -8,8 +8,8 @@
 //  EventDeliveries.D2. A new iteration starts after the consumer's acknowledged position:
 //      after a crash, kill or restart, what was delivered and not acknowledged comes again
 //      (at least once), and nothing acknowledged does.
-//  EventDeliveries.D3. Waiting for new events costs nothing per commit that publishes
-//      none of this type (CommitWatch.W2), and ends when the store closes or the task is
+//  EventDeliveries.D3. A waiting iterator is woken only by a commit that puts an event of
+//      its type (CommitWatch.W2), and stops waiting when the store closes or the task is
 //      cancelled (the sequence then ends).
 // Thread-safety: the sequence is `Sendable`; an iterator belongs to the task iterating.
 import StrataContexts
@@ -31,13 +31,25 @@ public struct EventDelivery<E: Codable & Sendable>: Sendable {
     /// conflict with the consumer's other acknowledgements). Blocks for the fdatasync:
     /// from async code use `acknowledge() async`. To commit the consumer's own writes with
     /// the acknowledgement, acknowledge in its unit of work instead (`unit.acknowledge`).
+    /// Acknowledging an event acknowledges every event before it; acknowledging one the
+    /// consumer is past already changes nothing.
     public func acknowledge() throws {
-        try store.write(retries: 8) { unit in try unit.acknowledge(self) }
+        try store.write(retries: 8) { unit in try unit.context.acknowledgeIfBehind(self) }
     }
 
     /// `acknowledge()` for async code: suspends, never blocking, during the fdatasync.
     public func acknowledge(isolation: isolated (any Actor)? = #isolation) async throws {
-        try await store.write(isolation: isolation, retries: 8) { (unit: UnitOfWork) throws in try unit.acknowledge(self) }
+        try await store.write(isolation: isolation, retries: 8) { (unit: UnitOfWork) throws in
+            try unit.context.acknowledgeIfBehind(self)
+        }
+    }
+}
+
+extension Context {
+    /// `acknowledge(_:)`, doing nothing when the consumer is past the event already: a
+    /// standalone acknowledgement has no effects to keep from happening twice.
+    func acknowledgeIfBehind<E>(_ delivery: EventDelivery<E>) throws {
+        do { try acknowledge(delivery) } catch EventError.alreadyAcknowledged {}
     }
 }
 
@@ -92,8 +104,7 @@ extension Context {
         var read: [EventDelivery<E>] = []
         guard limit > 0 else { return read }
         // Committed events only: this context's own staged ones have version 0.
-        let start = position.version == 0
-            ? EventKeys.key(prefix: prefix, EventPosition(version: 1, sequence: 0)) : EventKeys.key(prefix: prefix, position) + [0]
+        let start = EventKeys.start(prefix: prefix, after: position)
         try forEach(from: start, prefix: prefix) { key, value in
             guard let position = EventKeys.position(of: key, prefix: prefix) else {
                 throw EventError.malformed(key: renderKey(key), reason: "not an event's key")

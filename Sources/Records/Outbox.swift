@@ -4,8 +4,8 @@
 //
 // Invariants:
 //  Outbox.B1. An event's key is its type's prefix, then its commit's version and its
-//      place among the commit's events, big-endian: keys sort in commit order, and within
-//      a commit in the order `publish` was called. Both are written by the commit itself
+//      place among the commit's events (all types, in key order), big-endian: a type's
+//      keys sort in commit order, and within a commit in the order `publish` was called. Both are written by the commit itself
 //      (`WALBatch.versionStampedOperations`); staged, the version is zero and a
 //      process-wide counter keeps the keys apart in publish order.
 //  Outbox.B2. An event is staged like any write of its context: a rolled-back unit, a
@@ -34,7 +34,9 @@ extension DomainEvent {
 public struct EventPosition: Hashable, Comparable, Sendable, Codable, CustomStringConvertible {
     /// The version of the commit that published the event.
     public var version: UInt64
-    /// The event's place among its commit's events (0, 1, …, in the order of `publish`).
+    /// The event's place in its commit: among the commit's events in key order, so that a
+    /// type's events of one commit come in the order they were published (their numbers
+    /// need not start at 0 when the commit published several types).
     public var sequence: UInt64
 
     public init(version: UInt64, sequence: UInt64) {
@@ -61,6 +63,8 @@ public enum EventError: Error, Sendable, Equatable, CustomStringConvertible {
     case malformed(key: String, reason: String)
     /// A retention limit is not positive.
     case invalidRetention(Int)
+    /// The consumer is at or past the event already: another instance of it handled it.
+    case alreadyAcknowledged(event: String, consumer: String, position: EventPosition, acknowledged: EventPosition)
     /// The consumer kept more than its retention limit of events unacknowledged, and the
     /// events after `acknowledged` through `lostThrough` were deleted before it saw them.
     case fellBehind(event: String, consumer: String, acknowledged: EventPosition, lostThrough: EventPosition, retention: Int)
@@ -73,6 +77,9 @@ public enum EventError: Error, Sendable, Equatable, CustomStringConvertible {
             "The consumer name \"\(name)\" is not usable: give 1 to 256 bytes of UTF-8."
         case let .malformed(key, reason):
             "The outbox entry under \(key) is damaged: \(reason)."
+        case let .alreadyAcknowledged(event, consumer, position, acknowledged):
+            "Consumer \"\(consumer)\" of \(event) events acknowledged \(acknowledged) already, which is at or past \(position): "
+                + "another instance of it handled the event; this unit of work was not committed, so its effects are not applied twice."
         case let .invalidRetention(retention):
             "A retention limit of \(retention) events keeps nothing: give 1 or more, or nil to keep every event."
         case let .fellBehind(event, consumer, acknowledged, lostThrough, retention):
@@ -88,6 +95,7 @@ public enum EventError: Error, Sendable, Equatable, CustomStringConvertible {
 package enum EventKeys {
     static let eventTag = UInt8(ascii: "e")
     static let consumerTag = UInt8(ascii: "c")
+    static let consumersChangedTag = UInt8(ascii: "k")
 
     /// A process-wide counter that keeps staged events apart, in publish order, until their
     /// commit numbers them (Outbox.B1).
@@ -101,6 +109,12 @@ package enum EventKeys {
 
     static func key(prefix: [UInt8], _ position: EventPosition) -> [UInt8] {
         prefix + position.version.keyBytes + position.sequence.keyBytes
+    }
+
+    /// The first key after `position` a reader of committed events starts at: never among
+    /// a context's own staged events (version 0).
+    static func start(prefix: [UInt8], after position: EventPosition) -> [UInt8] {
+        position.version == 0 ? key(prefix: prefix, EventPosition(version: 1, sequence: 0)) : key(prefix: prefix, position) + [0]
     }
 
     /// The key a new event is staged under (Outbox.B1): its version still zero.
@@ -120,6 +134,9 @@ package enum EventKeys {
     static func consumersPrefix(event: String) -> [UInt8] { RecordKeys.named(consumerTag, [event]) }
 
     static func consumer(event: String, name: String) -> [UInt8] { RecordKeys.named(consumerTag, [event, name]) }
+
+    /// Written when a consumer of `event` is registered or moved back (Outbox.B3).
+    static func consumersChanged(event: String) -> [UInt8] { RecordKeys.named(consumersChangedTag, [event]) }
 
     static func checkConsumerName(_ name: String) throws(EventError) {
         guard !name.isEmpty, name.utf8.count <= 256 else { throw .invalidConsumerName(name) }

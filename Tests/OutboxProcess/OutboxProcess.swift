@@ -4,7 +4,8 @@
 //   OutboxProcess <store-directory> <log> run     produce and consume until killed (60 s at most)
 //   OutboxProcess <store-directory> <log> drain   consume what is kept, then exit 0
 //
-// It logs `opened` once the store is open.
+// It logs `opened` once the store is open, and a drain logs `C n`: orders 0 to n − 1
+// committed.
 //
 // The producer places order n in a unit of work that also publishes `OrderPlaced(n)`, and
 // logs `T n` before the commit and `P n` once it returned. The consumer iterates the
@@ -46,6 +47,8 @@ func fail(_ message: String) -> Never {
             log.write("opened")
             if arguments[3] == "drain" {
                 try await drain(store, log: log)
+                let next = try await store.read { try $0.get(Array("next-order".utf8)) }
+                log.write("C \(next.map { String(decoding: $0, as: UTF8.self) } ?? "0")")
                 try store.close()
                 log.write("drained")
                 exit(0)

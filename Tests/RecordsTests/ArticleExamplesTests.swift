@@ -537,7 +537,7 @@ struct ArticleChildWasFed: DomainEvent { var child: Int; var grams: Int }
 /// The article's ledger consumer: its effect and its acknowledgement in one unit.
 private func runLedger(_ store: Store) async throws {
     for try await delivery in store.events(of: ArticleChildWasFed.self, consumer: "ledger") {
-        try await store.write { unit in
+        try await store.write(retries: 3) { unit in
             try unit.repository(ArticleMeal.self).insert(ArticleMeal(child: delivery.event.child, grams: delivery.event.grams))
             try unit.acknowledge(delivery)
         }

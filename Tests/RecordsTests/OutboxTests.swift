@@ -154,7 +154,7 @@ private func temporaryStorePath() -> String {
         // Removing the slow consumer leaves the fast one's position to decide.
         try await store.write { try $0.context.removeEventConsumer("slow", of: ChildWasFed.eventName) }
         #expect(try await store.read { try $0.eventTypes() }.isEmpty)
-        // Acknowledging an earlier event moves nothing back.
+        // Acknowledging an earlier event on its own moves nothing back.
         try await fast[0].acknowledge()
         #expect(try await store.read { try $0.eventConsumers() }.first?.acknowledged == fast[3].position)
         await #expect(throws: EventError.unknownConsumer(event: "ChildWasFed", consumer: "slow")) { try await slow[0].acknowledge() }
@@ -190,7 +190,7 @@ private func temporaryStorePath() -> String {
         let received = Task { try await take(3, from: store.events(of: ChildWasFed.self, consumer: "live")).map(\.event.grams) }
         for grams in 1...3 {
             try await Task.sleep(for: .milliseconds(20))
-            // Commits of other keys wake nobody and deliver nothing.
+            // Commits of other keys deliver nothing.
             try await store.write { try $0.put(Array("other\(grams)".utf8), [1]) }
             try await store.write { try $0.publish(ChildWasFed(child: "Di", grams: grams)) }
         }
@@ -258,6 +258,119 @@ private func temporaryStorePath() -> String {
         #expect(try await take(2, from: store.events(of: ChildWasFed.self, consumer: "slow")).map(\.event.grams) == [4, 5])
         await #expect(throws: EventError.invalidRetention(0)) {
             try await store.write { try $0.context.registerEventConsumer("none", of: name, retention: 0) }
+        }
+    }
+
+    @Test func aSecondInstanceOfAConsumerCannotApplyAnEventsEffectsAgain() async throws {
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        try await store.write { try $0.context.registerEventConsumer("ledger", of: ChildWasFed.eventName) }
+        try await store.write { try $0.publish(ChildWasFed(child: "Hal", grams: 9)) }
+        // Two instances read the same event at once.
+        let one = store.makeContext(), two = store.makeContext()
+        let first = try #require(try one.events(of: ChildWasFed.self, consumer: "ledger").first)
+        let second = try #require(try two.events(of: ChildWasFed.self, consumer: "ledger").first)
+        try one.repository(Meal.self).insert(Meal(id: 1, child: "Hal"))
+        try one.acknowledge(first)
+        try await one.commit()
+        try two.repository(Meal.self).insert(Meal(id: 2, child: "Hal"))
+        try two.acknowledge(second)
+        await #expect(throws: ContextError.self) { try await two.commit() }
+        two.discard()
+        // Run again, the unit finds the event acknowledged and is not committed.
+        await #expect(throws: EventError.alreadyAcknowledged(event: "ChildWasFed", consumer: "ledger", position: second.position,
+                                                              acknowledged: first.position)) {
+            try await store.write { unit in
+                try unit.repository(Meal.self).insert(Meal(id: 2, child: "Hal"))
+                try unit.acknowledge(second)
+            }
+        }
+        #expect(try await store.read { try $0.repository(Meal.self).count() } == 1)
+    }
+
+    @Test func aLimitedConsumerIsToldOnlyOfWhatWasDeleted() async throws {
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        let name = ChildWasFed.eventName
+        try await store.write { unit in
+            try unit.context.registerEventConsumer("limited", of: name, retention: 2)
+            try unit.context.registerEventConsumer("lagging", of: name)
+            try unit.context.registerEventConsumer("quick", of: name)
+        }
+        for grams in 1...5 { try await store.write { try $0.publish(ChildWasFed(child: "Ida", grams: grams)) } }
+        let all = try await store.read { try $0.events(of: ChildWasFed.self, consumer: "quick") }
+        try await all[4].acknowledge()
+        // "lagging" has no limit and is at the start: nothing goes, and "limited" lost nothing.
+        #expect(try await store.read { try $0.eventTypes() }.map(\.count) == [5])
+        #expect(try await store.read { try $0.events(of: ChildWasFed.self, consumer: "limited") }.count == 5)
+        try await store.write { unit in
+            try unit.acknowledge(try #require(try unit.context.events(of: ChildWasFed.self, consumer: "lagging", limit: 1).first))
+        }
+        // Only the first went: "limited" is told of exactly that one.
+        #expect(try await store.read { try $0.eventTypes() }.map(\.count) == [4])
+        await #expect(throws: EventError.fellBehind(event: name, consumer: "limited", acknowledged: .start, lostThrough: all[0].position,
+                                                    retention: 2)) {
+            try await store.read { try $0.events(of: ChildWasFed.self, consumer: "limited") }
+        }
+    }
+
+    @Test func aReclaimThatMissedANewConsumerConflictsInsteadOfDeletingItsEvents() async throws {
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        let name = ChildWasFed.eventName
+        try await store.write { try $0.context.registerEventConsumer("only", of: name) }
+        for grams in 1...3 { try await store.write { try $0.publish(ChildWasFed(child: "Jo", grams: grams)) } }
+        let acknowledging = store.makeContext()
+        let events = try acknowledging.events(of: ChildWasFed.self, consumer: "only")
+        try acknowledging.acknowledge(events[2])
+        // Meanwhile a new consumer registers: it must get the three events.
+        try await store.write { try $0.context.registerEventConsumer("newcomer", of: name) }
+        await #expect(throws: ContextError.self) { try await acknowledging.commit() }
+        acknowledging.discard()
+        try await events[2].acknowledge()
+        #expect(try await store.read { try $0.events(of: ChildWasFed.self, consumer: "newcomer") }.map(\.event.grams) == [1, 2, 3])
+        // Another consumer's acknowledgement meanwhile does not conflict with a reclaim...
+        try await store.write { try $0.publish(ChildWasFed(child: "Jo", grams: 4)) }
+        let slowest = store.makeContext()
+        let next = try slowest.events(of: ChildWasFed.self, consumer: "newcomer", limit: 1)
+        try slowest.acknowledge(next[0])
+        try await store.read { try $0.events(of: ChildWasFed.self, consumer: "only") }[0].acknowledge()
+        try await slowest.commit()
+        #expect(try await store.read { try $0.eventTypes() }.map(\.count) == [3])
+        // ...a registration does.
+        let again = store.makeContext()
+        try again.acknowledge(try again.events(of: ChildWasFed.self, consumer: "newcomer", limit: 1)[0])
+        try await store.write { try $0.context.registerEventConsumer("other", of: name) }
+        await #expect(throws: ContextError.self) { try await again.commit() }
+        again.discard()
+    }
+
+    @Test func eventsOfSeveralTypesInOneCommitAndFromConcurrentUnits() async throws {
+        struct Weighed: DomainEvent, Equatable { var grams: Int }
+        let store = try Store.inMemory()
+        defer { try? store.close() }
+        try await store.write { unit in
+            try unit.publish(Weighed(grams: 1))
+            try unit.publish(ChildWasFed(child: "Kim", grams: 2))
+            try unit.publish(Weighed(grams: 3))
+        }
+        try await store.write { try $0.context.registerEventConsumer("w", of: Weighed.eventName) }
+        let weighed = try await store.read { try $0.events(of: Weighed.self, consumer: "w") }
+        #expect(weighed.map(\.event.grams) == [1, 3] && weighed[0].position < weighed[1].position)
+        // Eight tasks publish 25 units each at once: group commits stamp each unit's own version.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for task in 0..<8 {
+                group.addTask {
+                    for unit in 0..<25 { try await store.write { try $0.publish(ChildWasFed(child: "task \(task)", grams: unit)) } }
+                }
+            }
+            try await group.waitForAll()
+        }
+        try await store.write { try $0.context.registerEventConsumer("all", of: ChildWasFed.eventName) }
+        let all = try await store.read { try $0.events(of: ChildWasFed.self, consumer: "all", limit: .max) }.dropFirst()
+        #expect(all.count == 200 && Set(all.map(\.position.version)).count == 200)
+        for task in 0..<8 {
+            #expect(all.filter { $0.event.child == "task \(task)" }.map(\.event.grams) == Array(0..<25))
         }
     }
 }

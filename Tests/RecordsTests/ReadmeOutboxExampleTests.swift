@@ -82,7 +82,7 @@ struct Child: Record {
             try unit.publish(ChildWasFed(child: hungriest.id, grams: 120))
         }
 
-        // Elsewhere: every event, in commit order, delivered again until acknowledged.
+        // Elsewhere: every event in commit order, after a restart from the last acknowledged.
         for try await delivery in store.events(of: ChildWasFed.self, consumer: "parents-app") {
             try await notifyParents(delivery.event)
             try await delivery.acknowledge()
