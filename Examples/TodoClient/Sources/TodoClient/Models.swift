@@ -141,3 +141,23 @@ actor TodoEventPublisher {
         }
     }
 }
+
+/// A domain event published through the outbox, in the unit of work that completed the todo:
+/// it exists if and only if the completion was committed.
+struct TodoCompleted: DomainEvent, Equatable {
+    var title: String
+}
+
+/// Tells the user of completed todos: a durable consumer of `TodoCompleted` events, which
+/// acknowledges each one after handling it, so a restart resumes after the last handled.
+actor CompletionNotifier {
+    private(set) var notified: [String] = []
+
+    /// Notifies until the task is cancelled or the store closes.
+    func run(_ store: Store) async throws {
+        for try await delivery in store.events(of: TodoCompleted.self, consumer: "notifier") {
+            notified.append(delivery.event.title)
+            try await delivery.acknowledge()
+        }
+    }
+}

@@ -63,6 +63,7 @@ try store.write { unit in
     guard var milk = try todos.first(#Predicate<Todo> { $0.title == "milk" }) else { throw TitleTaken(title: "milk") }
     milk.done = true
     try todos.update(milk)
+    try unit.publish(TodoCompleted(title: milk.title))
     try todos.delete(5)
 }
 let expectedEvents: [TodoEvent] = ["milk", "bread", "eggs", "tea", "jam"].map(TodoEvent.created) + [.completed("milk"), .removed(5)]
@@ -75,6 +76,25 @@ check(await publisher.events == expectedEvents, "domain events were published af
 publishing.cancel()
 let handled = await publisher.handledThrough
 check(handled == store.version, "the publisher handled every commit through version \(handled)")
+
+// The outbox: the completion's event reaches the notifier; a rolled-back unit's never does.
+do {
+    try store.write { unit in
+        try unit.publish(TodoCompleted(title: "bread"))
+        throw TitleTaken(title: "bread")
+    }
+} catch is TitleTaken {}
+let notifier = CompletionNotifier()
+let notifying = Task { try await notifier.run(store) }
+waited = 0
+while await notifier.notified.isEmpty && waited < 500 {
+    try await Task.sleep(for: .milliseconds(10))
+    waited += 1
+}
+try await Task.sleep(for: .milliseconds(50))
+check(await notifier.notified == ["milk"], "the outbox delivered the completion's event, and nothing of a rolled-back unit")
+notifying.cancel()
+check(try store.read { try $0.eventConsumers() }.map(\.pending) == [0], "the notifier acknowledged what it was handed")
 
 // A publisher started later resumes where the first one stopped.
 try store.write { unit in try unit.repository(Todo.self).insert(Todo(id: 9, title: "jam")) }
