@@ -188,7 +188,7 @@ extension Context {
             let newest = try scan(prefix: prefix, reverse: true, limit: 1).first.flatMap { EventKeys.position(of: $0.key, prefix: prefix) }
             types.append(EventTypeStatus(event: name, count: try countKeys(prefix: prefix),
                                          oldest: EventKeys.position(of: first.key, prefix: prefix), newest: newest))
-            start = Self.keyAfterPrefix(prefix)
+            start = keyAfterPrefix(prefix)
             guard start != nil else { break }
         }
         return types
@@ -268,19 +268,6 @@ extension Context {
         do { return try RecordDecoder().decode(EventConsumerState.self, from: bytes) } catch {
             throw EventError.malformed(key: renderKey(key), reason: "\(error)")
         }
-    }
-
-    /// The first key after every key that starts with `prefix` (nil: none is).
-    static func keyAfterPrefix(_ prefix: [UInt8]) -> [UInt8]? {
-        var key = prefix
-        while let last = key.last {
-            if last < 0xFF {
-                key[key.count - 1] = last + 1
-                return key
-            }
-            key.removeLast()
-        }
-        return nil
     }
 }
 

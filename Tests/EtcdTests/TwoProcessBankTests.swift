@@ -121,17 +121,7 @@ struct BankProcesses {
     let total: Int
 
     /// The built bank process: next to the test bundle (same build directory).
-    static let executable: URL = {
-        let candidates = [
-            Bundle.main.executableURL?.deletingLastPathComponent(),
-            URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent(),
-        ]
-        for case let directory? in candidates {
-            let tool = directory.appendingPathComponent("EtcdBankProcess")
-            if FileManager.default.isExecutableFile(atPath: tool.path) { return tool }
-        }
-        return URL(fileURLWithPath: "EtcdBankProcess")
-    }()
+    static let executable = builtExecutable("EtcdBankProcess")
 
     func start(_ name: String, seconds: Double, seed: UInt64) throws -> Process {
         let log = directory.appendingPathComponent("\(name).ack")

@@ -5,20 +5,11 @@
 import Foundation
 import Strata
 import StrataTesting
+import TestBackends
 import Testing
 
 @Suite struct OutboxKillTests {
-    static let executable: URL = {
-        let candidates = [
-            Bundle.main.executableURL?.deletingLastPathComponent(),
-            URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent(),
-        ]
-        for case let directory? in candidates {
-            let tool = directory.appendingPathComponent("OutboxProcess")
-            if FileManager.default.isExecutableFile(atPath: tool.path) { return tool }
-        }
-        return URL(fileURLWithPath: "OutboxProcess")
-    }()
+    static let executable = builtExecutable("OutboxProcess")
 
     /// One run's log lines, split at each process's `start`.
     struct Run {
