@@ -82,13 +82,16 @@ public enum ChangeFeedError: Error, Sendable, Equatable, CustomStringConvertible
 
 extension Store {
     /// The change sets committed after `version` (nil: from now on), in version order.
-    /// History comes from the write-ahead log: throws `EngineError.historyUnavailable`
-    /// when a checkpoint released the log that held version `version + 1`. Reading the
+    /// History comes from the write-ahead log and the history kept beside it
+    /// (`WALOptions.history`): throws `EngineError.historyUnavailable` when neither holds
+    /// version `version + 1` any more. Reading the
     /// history happens here, before this returns. The feed holds at most `bufferLimit`
     /// change sets beyond the history that the consumer has not taken; past that it ends
     /// with `ChangeFeedError.fellBehind` (ChangeFeed.F2).
     public func changes(after version: UInt64? = nil, bufferLimit: Int = 10_000) throws -> ChangeFeed {
         guard bufferLimit > 0 else { throw UnitOfWorkError.invalidRequest("bufferLimit must be positive (got \(bufferLimit))") }
+        // A consumer of changes may come back for history: keep it from now on.
+        try engine.keepHistory()
         let subscriber = ChangeFeedSubscriber()
         let id = feed.add(subscriber)
         let current = engine.version

@@ -66,9 +66,16 @@ extension Store {
         }
     }
 
-    /// The oldest version whose changes the log may still hold: `changes(after: v)` replays
-    /// history only when `v + 1` is at or after it. Checkpoints move it forward.
+    /// The oldest version whose batch the log itself holds (what recovery replays from);
+    /// checkpoints move it forward. History reaches further back: `oldestHistoryVersion`.
     public var oldestLoggedVersion: UInt64 { engine.oldestLoggedVersion }
+
+    /// The oldest version whose changes the log or its history still holds
+    /// (`WALOptions.history`): `changes(after: v)` and `changes(of:since: v)` replay history
+    /// when `v + 1` is at or after it, and throw `EngineError.historyUnavailable` otherwise.
+    public var oldestHistoryVersion: UInt64 {
+        get throws { try engine.oldestHistoryVersion }
+    }
 
     /// What the write-ahead log did since the store was opened: commits, group commits,
     /// fdatasyncs, bytes before and after compression. All zero for a read-only store; for a

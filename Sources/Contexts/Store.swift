@@ -63,10 +63,12 @@ public final class Store: Sendable {
 
     /// A store that lives in memory only (the same code on a simulated file system that
     /// never crashes): for tests and caches. Log segments are capped at
-    /// `StorageEngine.inMemorySegmentBytes`.
+    /// `StorageEngine.inMemorySegmentBytes`, and the log's history at four of them.
     public static func inMemory(options: EngineOptions = EngineOptions()) throws -> Store {
         var options = options
         options.log.segmentBytes = min(options.log.segmentBytes, StorageEngine.inMemorySegmentBytes)
+        // History lives in memory too: a few segments' worth.
+        options.log.history.bytes = min(options.log.history.bytes, 4 * StorageEngine.inMemorySegmentBytes)
         return try open(path: "/strata", fileSystem: SimulatedFileSystem(), options: options, isInMemory: true)
     }
 

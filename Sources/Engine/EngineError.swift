@@ -82,8 +82,8 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
             "\(path) holds a copy of a store that did not finish (a backup or compact was stopped before its end; the file "
                 + "INCOMPLETE marks it), so keys may be missing from it. It is not opened: remove the directory and copy again."
         case let .historyUnavailable(requested, oldest):
-            "The log no longer holds version \(requested) (a checkpoint released it; the oldest it may hold is \(oldest)); "
-                + "start from a later version or raise the checkpoint thresholds."
+            "Neither the log nor its history holds version \(requested) any more (the oldest kept is \(oldest)); "
+                + "start from a later version, or keep more history (WALOptions.history)."
         case let .invalidOptions(reason):
             "Invalid store options: \(reason)."
         case let .notEmbedded(operation, location):

@@ -18,8 +18,9 @@ public struct EngineOptions: Sendable {
     /// A checkpoint starts when the log grew this much since the last one. Default 256 MiB.
     public var checkpointLogBytes = 256 << 20
     /// Settings of the write-ahead log (its durability and logger follow `durability` and
-    /// `logger`).
-    public var log = WALOptions()
+    /// `logger`). A store keeps history by default (`log.history`: `HistoryRetention()`),
+    /// where a bare log keeps none.
+    public var log = WALOptions.storeDefault
     /// Where the store logs opening and recovery, checkpoints, released log segments and
     /// failed I/O. Default: `Logger.strataSilent` (nothing); pass `Logger(label: "strata")`
     /// to log through the application's swift-log handler.

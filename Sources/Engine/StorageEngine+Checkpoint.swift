@@ -136,8 +136,10 @@ extension StorageEngine {
         // Every segment the checkpoint covers goes, the active one too when no commit came
         // after the frozen version (a store killed now replays nothing it need not).
         do {
-            try log.releaseSegments(through: LSN(checkpointVersion))
-            try log.shrink(through: LSN(checkpointVersion), keepingSpares: true)
+            try historyLock.withLock { _ in
+                try log.releaseSegments(through: LSN(checkpointVersion))
+                try log.shrink(through: LSN(checkpointVersion), keepingSpares: true)
+            }
         } catch let error as WALError {
             throw EngineError.log(error)
         }

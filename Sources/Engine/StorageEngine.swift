@@ -54,6 +54,9 @@ public final class StorageEngine: Sendable {
     /// reabstraction thunks per read, so each commit called the observer through a longer
     /// chain (after 20,000 commits, 228 µs of CPU per commit).
     let publishObserver = Locked<CommitObserverBox?>(nil)
+    /// Held while history is read, and while a checkpoint or close moves log segments into
+    /// it, so that a read never misses a segment on its way from the log to the history.
+    let historyLock = Locked(())
 
     init(path: String, options: EngineOptions, fileSystem: any FileSystem, pageFile: PageFile, logAccess: LogAccess,
          locks: [any FileLock], state: EngineState, checkpoint: CheckpointState) {
@@ -143,21 +146,55 @@ public final class StorageEngine: Sendable {
         }
     }
 
-    /// Passes the committed batches with versions in `versions` to `visit` in order, read
-    /// back from the write-ahead log. Throws `EngineError.historyUnavailable` when the log
-    /// no longer holds the first of them, or the log's errors. Cost: reads the whole log.
-    public func history(_ versions: ClosedRange<UInt64>, visit: (UInt64, WALBatch) throws -> Void) throws {
-        let oldest = oldestLoggedVersion
-        guard versions.lowerBound >= oldest else {
-            throw EngineError.historyUnavailable(requested: versions.lowerBound, oldest: oldest)
+    /// Starts keeping history when the store's options keep it from the first change feed
+    /// (`HistoryRetention.Start.onFirstChangeFeed`); nothing for a read-only store.
+    package func keepHistory() throws {
+        guard case let .writer(log, _) = logAccess else { return }
+        do { try log.startKeepingHistory() } catch let error as WALError { throw EngineError.log(error) }
+    }
+
+    /// The oldest version whose batch the log or its history still holds
+    /// (`WALOptions.history`).
+    public var oldestHistoryVersion: UInt64 {
+        get throws {
+            try historyLock.withLock { _ in try oldestKeptVersion() }
         }
-        do {
-            _ = try WriteAheadLog.read(directory: joinPath(path, Self.logDirectoryName), fileSystem: fileSystem) { record in
+    }
+
+    private func oldestKeptVersion() throws -> UInt64 {
+        let kept = try WriteAheadLog.oldestHistoryLSN(directory: joinPath(path, Self.logDirectoryName), fileSystem: fileSystem)
+        return min(kept?.rawValue ?? .max, oldestLoggedVersion)
+    }
+
+    /// Passes the committed batches with versions in `versions` to `visit` in order, read
+    /// back from the log's history (from the segment that holds the first of them on) and
+    /// then the log. Throws `EngineError.historyUnavailable` when neither holds the first of
+    /// them any more, or the log's errors. Holds off checkpoints' release of log segments
+    /// meanwhile.
+    public func history(_ versions: ClosedRange<UInt64>, visit: (UInt64, WALBatch) throws -> Void) throws {
+        let logDirectory = joinPath(path, Self.logDirectoryName)
+        try historyLock.withLock { _ in
+            let oldestLogged = oldestLoggedVersion
+            if versions.lowerBound < oldestLogged {
+                let oldest = try oldestKeptVersion()
+                guard versions.lowerBound >= oldest else {
+                    throw EngineError.historyUnavailable(requested: versions.lowerBound, oldest: oldest)
+                }
+                let next = try WriteAheadLog.readHistory(directory: logDirectory, fileSystem: fileSystem,
+                                                         from: LSN(versions.lowerBound)) { record in
+                    let version = record.lsn.rawValue
+                    // A segment a crash left in both places is read from the log below.
+                    if version < oldestLogged && versions.contains(version) { try visit(version, record.batch) }
+                }
+                // History that ends before the log begins (a segment lost to a crash between
+                // the two) leaves a gap: never read past it.
+                guard let next, next.rawValue >= oldestLogged else {
+                    throw EngineError.historyUnavailable(requested: versions.lowerBound, oldest: oldestLogged)
+                }
+            }
+            _ = try WriteAheadLog.read(directory: logDirectory, fileSystem: fileSystem) { record in
                 if versions.contains(record.lsn.rawValue) { try visit(record.lsn.rawValue, record.batch) }
             }
-        } catch where oldestLoggedVersion > versions.lowerBound {
-            // A checkpoint released a segment while it was being read.
-            throw EngineError.historyUnavailable(requested: versions.lowerBound, oldest: oldestLoggedVersion)
         }
     }
 
@@ -213,7 +250,11 @@ public final class StorageEngine: Sendable {
                 try checkpointNow()
                 try vacuum()
             }
-            do { try log.shrink(through: LSN(checkpointed())) } catch let error as WALError { throw EngineError.log(error) }
+            do {
+                try historyLock.withLock { _ in _ = try log.shrink(through: LSN(checkpointed())) }
+            } catch let error as WALError {
+                throw EngineError.log(error)
+            }
         }
     }
 }

@@ -105,9 +105,10 @@ extension Store {
     /// The changes to `type`'s records made by commits after version `since` (nil: from now
     /// on), in commit order (RecordChanges.T1, RecordChanges.T2). A commit's changes carry its version and arrive
     /// together, the last marked `isLastOfCommit`: to resume after a restart, pass the
-    /// version of the last such change you handled. History comes from the write-ahead log: throws
-    /// `EngineError.historyUnavailable` when a checkpoint released the log that held
-    /// version `since + 1`. `bufferLimit` counts commits (of any entity) the consumer has
+    /// version of the last such change you handled. History comes from the write-ahead log
+    /// and the history kept beside it across checkpoints and restarts (`WALOptions.history`):
+    /// throws `EngineError.historyUnavailable` when neither holds version `since + 1` any
+    /// more. `bufferLimit` counts commits (of any entity) the consumer has
     /// not taken; past it the feed ends with `ChangeFeedError.fellBehind`.
     public func changes<R: Record>(of type: R.Type, since version: UInt64? = nil,
                                    bufferLimit: Int = 10_000) throws -> RecordChangeFeed<R> {

@@ -23,6 +23,7 @@
 @_exported import enum StrataWAL.Durability
 @_exported import enum StrataWAL.RecoveryMode
 @_exported import struct StrataWAL.WALOptions
+@_exported import struct StrataWAL.HistoryRetention
 @_exported import enum StrataWAL.WALError
 @_exported import struct StrataWAL.WALRecoveryReport
 @_exported import struct StrataWAL.WALDamage

@@ -10,6 +10,13 @@ import StrataFileIO
 struct SegmentFiles {
     let fileSystem: any FileSystem
     let directory: String
+    /// Segments with a smaller sequence number are left out of `list()` (a read of history
+    /// that starts at a later segment).
+    var firstSequence: UInt64 = 0
+
+    /// The directory inside a log's directory where released segments are kept as history
+    /// (FORMAT.md, "History").
+    static let historyDirectoryName = "history"
 
     static let prefix = "wal-"
     static let sparePrefix = "wal-spare-"
@@ -34,7 +41,7 @@ struct SegmentFiles {
         var temporaries: [String] = []
         for name in try fileSystem.contentsOfDirectory(directory) {
             if let sequence = Self.sequence(fromName: name) {
-                segments.append((sequence, joinPath(directory, name)))
+                if sequence >= firstSequence { segments.append((sequence, joinPath(directory, name))) }
             } else if name.hasPrefix(Self.sparePrefix) && name.hasSuffix(Self.suffix) {
                 spares.append(joinPath(directory, name))
             } else if name.hasPrefix(Self.prefix) && name.hasSuffix(Self.suffix + ".tmp") {
@@ -83,6 +90,71 @@ struct SegmentFiles {
         }
         try fileSystem.syncDirectory(directory)
         return spare
+    }
+}
+
+extension SegmentFiles {
+    /// The history kept beside this log (`SegmentFiles.historyDirectoryName`).
+    var history: SegmentFiles { SegmentFiles(fileSystem: fileSystem, directory: joinPath(directory, Self.historyDirectoryName)) }
+
+    /// Moves segment `sequence` of this log into `history` under the same name, and syncs
+    /// both directories. A crash before the syncs leaves it where it was, or in both, or
+    /// (its batches being in the data file already) in neither: never in a half state.
+    func moveToHistory(_ sequence: UInt64) throws {
+        let history = self.history
+        if !fileSystem.fileExists(history.directory) { try fileSystem.createDirectoryDurably(history.directory) }
+        try fileSystem.rename(path(ofSegment: sequence), to: history.path(ofSegment: sequence))
+        try fileSystem.syncDirectory(history.directory)
+        try fileSystem.syncDirectory(directory)
+    }
+
+    /// The first LSN in the header of the segment at `path`.
+    func firstLSN(ofSegment path: String) throws -> LSN {
+        do {
+            let handle = try fileSystem.open(path, options: [])
+            defer { try? handle.close() }
+            return try SegmentHeader.decode(handle.read(count: WALFormat.segmentHeaderBytes, at: 0), path: path).firstLSN
+        } catch let error as FileIOError {
+            throw WALError.io(error)
+        }
+    }
+
+    /// The segments of a history directory with their first LSNs and sizes, oldest first
+    /// (none when it does not exist).
+    func historySegments() throws -> [(sequence: UInt64, path: String, firstLSN: LSN, bytes: Int)] {
+        guard fileSystem.fileExists(directory) else { return [] }
+        let listing: [(sequence: UInt64, path: String)]
+        do { listing = try list().segments } catch let error as FileIOError { throw WALError.io(error) }
+        return try listing.map { segment in
+            let bytes: Int
+            do {
+                let handle = try fileSystem.open(segment.path, options: [])
+                defer { try? handle.close() }
+                bytes = Int(try handle.size())
+            } catch let error as FileIOError {
+                throw WALError.io(error)
+            }
+            return (segment.sequence, segment.path, try firstLSN(ofSegment: segment.path), bytes)
+        }
+    }
+
+    /// Removes the oldest history segments until the rest hold batches among the latest
+    /// `retention.versions` before `nextLSN` and take at most `retention.bytes`.
+    func pruneHistory(_ retention: HistoryRetention, nextLSN: LSN) throws {
+        let history = self.history
+        let segments = try history.historySegments()
+        var total = segments.reduce(0) { $0 + $1.bytes }
+        let oldestKept = nextLSN.rawValue > retention.versions ? nextLSN.rawValue - retention.versions : 0
+        var removed = false
+        for (index, segment) in segments.enumerated() {
+            // The segment after this one starts past the window's start: this one is needed.
+            let nextFirst = index + 1 < segments.count ? segments[index + 1].firstLSN.rawValue : nextLSN.rawValue
+            guard total > retention.bytes || nextFirst <= oldestKept else { break }
+            do { try fileSystem.removeFile(segment.path) } catch let error as FileIOError { throw WALError.io(error) }
+            total -= segment.bytes
+            removed = true
+        }
+        if removed { try fileSystem.syncDirectory(history.directory) }
     }
 }
 

@@ -67,6 +67,11 @@ public struct WALOptions: Sendable {
     /// checksums, which is all that telling a torn tail from corruption needs, but neither
     /// decompressed nor decoded. Default nil (every batch is replayed).
     public var replayFrom: LSN?
+    /// How much of the log a checkpoint keeps as history after it no longer needs it for
+    /// recovery (FORMAT.md, "History"): change feeds read it back, so a consumer that was
+    /// away resumes across checkpoints and restarts. Default `.none` for a log of its own;
+    /// a store's log (`EngineOptions.log`) keeps `HistoryRetention()`.
+    public var history = HistoryRetention.none
     /// Where failed writes and fdatasyncs, recovery's cuts and released segments are
     /// logged. Default: `Logger.strataSilent` (nothing).
     public var logger = Logger.strataSilent
@@ -75,6 +80,13 @@ public struct WALOptions: Sendable {
         self.durability = durability
         self.segmentBytes = segmentBytes
         self.recoveryMode = recoveryMode
+    }
+
+    /// The options of a store's log: the defaults, with history kept (`HistoryRetention()`).
+    public static var storeDefault: WALOptions {
+        var options = WALOptions()
+        options.history = HistoryRetention()
+        return options
     }
 
     /// Throws `WALError.invalidOptions` naming the setting that is out of range.
@@ -89,4 +101,40 @@ public struct WALOptions: Sendable {
         guard maxGroupBytes > 0 else { throw .invalidOptions("maxGroupBytes must be positive") }
         guard firstLSN > .none else { throw .invalidOptions("firstLSN must be at least 1") }
     }
+}
+
+/// How much history a log keeps (`WALOptions.history`): the released segments are kept,
+/// oldest dropped first, while they hold batches among the latest `versions` and take at
+/// most `bytes` together. Reading history costs a read of the segments from the one that
+/// holds the version asked for; keeping it costs their bytes on disk, so by default a store
+/// starts keeping it only when a change feed is first opened on it (`start`).
+public struct HistoryRetention: Sendable, Equatable {
+    /// When a log starts keeping history.
+    public enum Start: Sendable, Equatable {
+        /// From the log's creation.
+        case immediately
+        /// From the first change feed opened on the store (`Store.changes(after:)`,
+        /// `changes(of:since:)`), and from then on for good: a store that never serves a
+        /// change feed keeps no history and pays nothing for it.
+        case onFirstChangeFeed
+    }
+
+    /// How many of the latest versions history reaches back (at least). Default 8,640,000:
+    /// a day of a store committing 100 units a second.
+    public var versions: UInt64
+    /// The most bytes the kept segments take together. Default 1 GiB.
+    public var bytes: Int
+    /// When the log starts keeping history. Default `.onFirstChangeFeed`.
+    public var start: Start
+
+    public init(versions: UInt64 = 8_640_000, bytes: Int = 1 << 30, start: Start = .onFirstChangeFeed) {
+        self.versions = versions
+        self.bytes = bytes
+        self.start = start
+    }
+
+    /// No history: a checkpoint reuses or removes what it released.
+    public static let none = HistoryRetention(versions: 0, bytes: 0)
+
+    var isEnabled: Bool { versions > 0 && bytes > 0 }
 }

@@ -128,14 +128,23 @@ extension WriteAheadLog {
         guard !releasable.isEmpty else { return 0 }
         state.releasing = true
         var spareCount = state.spares.count
+        let nextLSN = state.nextLSN
+        let keepsHistory = state.keepsHistory
         monitor.unlock()
         var released: [(Segment, String?)] = []
         let result = Result {
             for segment in releasable {
+                // Kept as history, or reused or removed (WALOptions.history).
+                if keepsHistory {
+                    try files.moveToHistory(segment.sequence)
+                    released.append((segment, nil))
+                    continue
+                }
                 let spare = try files.release(segment.sequence, spareCount: spareCount, maxSpares: options.maxSpareSegments)
                 if spare != nil { spareCount += 1 }
                 released.append((segment, spare))
             }
+            if keepsHistory { try files.pruneHistory(options.history, nextLSN: nextLSN) }
         }
         monitor.lock()
         state.releasing = false
@@ -198,6 +207,7 @@ extension WriteAheadLog {
         let firstLSN = state.nextLSN
         var spareCount = keepingSpares ? state.spares.count : 0
         let maxSpares = keepingSpares ? options.maxSpareSegments : 0
+        let keepsHistory = state.keepsHistory
         monitor.unlock()
 
         var started: ActiveSegment?
@@ -214,12 +224,15 @@ extension WriteAheadLog {
                                                   minimumBytes: 0, files: files, options: options, reusing: nil,
                                                   smallest: !keepingSpares)
                 for segment in older {
-                    if let spare = try files.release(segment.sequence, spareCount: spareCount, maxSpares: maxSpares) {
+                    if keepsHistory {
+                        try files.moveToHistory(segment.sequence)
+                    } else if let spare = try files.release(segment.sequence, spareCount: spareCount, maxSpares: maxSpares) {
                         newSpares.append(spare)
                         spareCount += 1
                     }
                     removed.append(segment.path)
                 }
+                if keepsHistory { try files.pruneHistory(options.history, nextLSN: firstLSN) }
             }
             for spare in spares {
                 try files.fileSystem.removeFile(spare)

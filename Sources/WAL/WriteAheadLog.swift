@@ -50,7 +50,8 @@ package final class WriteAheadLog: @unchecked Sendable {
         }
         var (report, tail) = try readChecked(files: files, options: options, replay: replay)
         do {
-            let state = try Self.prepareTail(&tail, files: files, options: options, report: &report)
+            var state = try Self.prepareTail(&tail, files: files, options: options, report: &report)
+            state.keepsHistory = try Self.prepareHistory(files: files, options: options.history)
             return (WriteAheadLog(directory: directory, options: options, files: files, lock: lock, state: state), report)
         } catch let error as FileIOError {
             throw WALError.io(error)
@@ -103,6 +104,61 @@ package final class WriteAheadLog: @unchecked Sendable {
                             mode: RecoveryMode = .strict, visit: (WALRecord) throws -> Void) throws -> WALRecoveryReport {
         let files = SegmentFiles(fileSystem: fileSystem, directory: directory)
         return try WALReader(files: files, mode: mode).read(visit).0
+    }
+
+    /// Whether the log keeps history from now on: `retention` on, and either from the start
+    /// or once a change feed made the history directory. A history left by earlier opens
+    /// with retention now off is removed: kept no longer, it would leave a gap.
+    private static func prepareHistory(files: SegmentFiles, options retention: HistoryRetention) throws -> Bool {
+        let history = files.history
+        let exists = files.fileSystem.fileExists(history.directory)
+        guard retention.isEnabled else {
+            guard exists else { return false }
+            for segment in try history.list().segments { try files.fileSystem.removeFile(segment.path) }
+            try files.fileSystem.syncDirectory(history.directory)
+            return false
+        }
+        guard exists || retention.start == .immediately else { return false }
+        if !exists { try files.fileSystem.createDirectoryDurably(history.directory) }
+        return true
+    }
+
+    /// Starts keeping history (`HistoryRetention.Start.onFirstChangeFeed`): makes the
+    /// history directory, whose existence makes later opens keep it too. Does nothing when
+    /// retention is off or history is kept already.
+    package func startKeepingHistory() throws {
+        guard options.history.isEnabled else { return }
+        monitor.lock()
+        let keeps = state.keepsHistory
+        monitor.unlock()
+        guard !keeps else { return }
+        do { try files.fileSystem.createDirectoryDurably(files.history.directory) } catch let error as FileIOError {
+            throw WALError.io(error)
+        }
+        monitor.lock()
+        state.keepsHistory = true
+        monitor.unlock()
+    }
+
+    /// The first LSN of the history kept beside the log in `directory` (nil: none is kept).
+    package static func oldestHistoryLSN(directory: String, fileSystem: any FileSystem) throws -> LSN? {
+        try SegmentFiles(fileSystem: fileSystem, directory: directory).history.historySegments().first?.firstLSN
+    }
+
+    /// Reads the history kept beside the log in `directory` (FORMAT.md, "History") from the
+    /// segment that holds `from` on, without changing anything: every batch from `from` on
+    /// goes to `visit`; earlier segments are not opened.
+    /// Returns the LSN after the last batch it read (nil: no history is kept).
+    @discardableResult
+    package static func readHistory(directory: String, fileSystem: any FileSystem, from: LSN,
+                                    visit: (WALRecord) throws -> Void) throws -> LSN? {
+        var history = SegmentFiles(fileSystem: fileSystem, directory: directory).history
+        let segments = try history.historySegments()
+        guard let start = segments.lastIndex(where: { $0.firstLSN <= from }) ?? segments.indices.first else { return nil }
+        history.firstSequence = segments[start].sequence
+        var reader = WALReader(files: history, mode: .strict)
+        reader.replayFrom = from
+        return try reader.read(visit).1.nextLSN
     }
 
     private init(directory: String, options: WALOptions, files: SegmentFiles, lock: any FileLock, state: WriterState) {

@@ -57,6 +57,8 @@ struct WriterState {
     /// replaces or lists the segments (a shrink, a close, `extent()`, another release)
     /// waits for it: releases a few milliseconds each, and commits waited behind them.
     var releasing = false
+    /// Whether released segments go to history (WALOptions.history, FORMAT.md "History").
+    var keepsHistory = false
     var writtenLSN: LSN
     var durableLSN: LSN
     /// Set once by the first failed write or sync (WriteAheadLog.W6).

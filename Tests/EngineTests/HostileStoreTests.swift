@@ -232,7 +232,7 @@ import Testing
         let logBytes = try #require(other.contents(of: "/db/wal/" + log))
         try writer.checkpoint()
         try writer.close(checkpoint: false)
-        for name in try other.contentsOfDirectory("/db/wal") where name != "wal.lock" { try other.removeFile("/db/wal/" + name) }
+        for name in try other.contentsOfDirectory("/db/wal") where name.hasPrefix("wal-") { try other.removeFile("/db/wal/" + name) }
         let restored = try other.open("/db/wal/" + log, options: [.create, .write])
         try restored.write(logBytes, at: 0)
         try restored.close()

@@ -1,0 +1,158 @@
+import Foundation
+import Strata
+import StrataTesting
+import Testing
+
+struct Parcel: Record, Equatable {
+    var id: Int
+    var weight: Int
+}
+
+/// History kept across checkpoints and restarts (`WALOptions.history`, FORMAT.md "History"):
+/// a consumer of `changes(of:since:)` that was away resumes within the window, and is told
+/// (`historyUnavailable`) beyond it.
+@Suite struct HistoryRetentionTests {
+    static func path() -> String { NSTemporaryDirectory() + "strata-history-\(UUID().uuidString)" }
+
+    /// Small segments, so that checkpoints release some; history kept from the start.
+    static func options(_ history: HistoryRetention = HistoryRetention(start: .immediately)) -> EngineOptions {
+        var options = EngineOptions()
+        options.log.segmentBytes = 64 << 10
+        options.log.firstSegmentBytes = 4 << 10
+        options.log.history = history
+        return options
+    }
+
+    /// Twelve rounds of 20 units of work, each round ended by a checkpoint.
+    static func fill(_ store: Store, from first: Int = 0) throws {
+        for round in 0..<12 {
+            for unit in 0..<20 {
+                let id = first + round * 20 + unit
+                try store.write { try $0.repository(Parcel.self).insert(Parcel(id: id, weight: id % 7)) }
+            }
+            try store.checkpoint()
+        }
+    }
+
+    static func take(_ count: Int, from feed: RecordChangeFeed<Parcel>) async throws -> [Int] {
+        var ids: [Int] = []
+        for try await change in feed {
+            ids.append(change.id)
+            if ids.count == count { break }
+        }
+        return ids
+    }
+
+    @Test func changesResumeAcrossCheckpointsAndACleanReopen() async throws {
+        let path = Self.path()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let since: UInt64
+        do {
+            let store = try Store.open(path: path, options: Self.options())
+            defer { try? store.close() }
+            since = store.version
+            try Self.fill(store)
+            // The log itself no longer holds the first commits: the history does.
+            #expect(store.oldestLoggedVersion > since + 1)
+            #expect(try store.oldestHistoryVersion <= since + 1)
+            #expect(try await Self.take(240, from: store.changes(of: Parcel.self, since: since)) == Array(0..<240))
+        }
+        let store = try Store.open(path: path, options: Self.options())
+        defer { try? store.close() }
+        #expect(try await Self.take(240, from: store.changes(of: Parcel.self, since: since)) == Array(0..<240))
+        #expect(try await Self.take(20, from: store.changes(of: Parcel.self, since: since + 100)) == Array(100..<120))
+    }
+
+    @Test func beyondTheWindowHistoryIsUnavailableNeverSilent() async throws {
+        let path = Self.path()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let store = try Store.open(path: path, options: Self.options(HistoryRetention(versions: 60, bytes: 1 << 30, start: .immediately)))
+        defer { try? store.close() }
+        let since = store.version
+        try Self.fill(store)
+        let oldest = try store.oldestHistoryVersion
+        // At least the last 60 versions are kept; the first ones are gone.
+        #expect(oldest > since + 1 && oldest <= store.version - 59)
+        do {
+            _ = try store.changes(of: Parcel.self, since: since)
+            Issue.record("history beyond the window was read")
+        } catch let EngineError.historyUnavailable(requested, reported) {
+            #expect(requested == since + 1 && reported == oldest)
+        }
+        let recent = store.version - 60
+        let resumed = try await Self.take(20, from: store.changes(of: Parcel.self, since: recent))
+        #expect(resumed.first == Int(recent - since))
+        // A bytes limit of nothing keeps nothing; `.none` the same.
+        for retention in [HistoryRetention(versions: 1_000_000, bytes: 1, start: .immediately), .none] {
+            let other = Self.path()
+            defer { try? FileManager.default.removeItem(atPath: other) }
+            let small = try Store.open(path: other, options: Self.options(retention))
+            defer { try? small.close() }
+            try Self.fill(small)
+            #expect(throws: EngineError.self) { _ = try small.changes(after: 1) }
+        }
+    }
+
+    @Test func readingRecentHistoryDoesNotReadOlderSegments() async throws {
+        let path = Self.path()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let store = try Store.open(path: path, options: Self.options())
+        defer { try? store.close() }
+        try Self.fill(store)
+        // Damage the oldest kept segment's frames (its header stays): a read from the first
+        // version reports the damage, one from a later segment never reads it.
+        let history = path + "/wal/history"
+        let names = try FileManager.default.contentsOfDirectory(atPath: history).sorted()
+        try #require(names.count >= 3, "history segments: \(names)")
+        let oldest = try #require(FileHandle(forUpdatingAtPath: history + "/" + names[0]))
+        try oldest.seek(toOffset: 64)
+        oldest.write(Data(repeating: 0xAB, count: 512))
+        try oldest.close()
+        #expect(throws: (any Error).self) { _ = try store.changes(after: 1) }
+        let late = store.version - 30
+        #expect(try await Self.take(10, from: store.changes(of: Parcel.self, since: late)) == Array(210..<220))
+    }
+
+    /// By default a store keeps history only from the first change feed opened on it, and
+    /// from then on across reopening: a store that never serves one pays nothing.
+    @Test func historyIsKeptFromTheFirstChangeFeedOn() async throws {
+        let path = Self.path()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let defaults = Self.options(HistoryRetention())
+        do {
+            let store = try Store.open(path: path, options: defaults)
+            defer { try? store.close() }
+            try Self.fill(store)
+            #expect(!FileManager.default.fileExists(atPath: path + "/wal/history"))
+            #expect(throws: EngineError.self) { _ = try store.changes(after: 1) }
+            // That feed was a first one: from here on, history is kept.
+            let since = store.version
+            try Self.fill(store, from: 240)
+            #expect(try await Self.take(240, from: store.changes(of: Parcel.self, since: since)) == Array(240..<480))
+        }
+        let store = try Store.open(path: path, options: defaults)
+        defer { try? store.close() }
+        let since = store.version
+        try Self.fill(store, from: 480)
+        #expect(try await Self.take(240, from: store.changes(of: Parcel.self, since: since)) == Array(480..<720))
+        #expect(throws: EngineError.self) { _ = try store.changes(after: 1) }
+    }
+
+    /// A store reopened with history off drops what it kept, rather than leave a gap a later
+    /// feed would read across.
+    @Test func turningHistoryOffDropsIt() throws {
+        let path = Self.path()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        do {
+            let store = try Store.open(path: path, options: Self.options())
+            defer { try? store.close() }
+            try Self.fill(store)
+        }
+        let kept = try FileManager.default.contentsOfDirectory(atPath: path + "/wal/history")
+        #expect(!kept.isEmpty)
+        let store = try Store.open(path: path, options: Self.options(.none))
+        defer { try? store.close() }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: path + "/wal/history").isEmpty)
+        #expect(throws: EngineError.self) { _ = try store.changes(after: 1) }
+    }
+}
