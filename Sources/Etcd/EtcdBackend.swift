@@ -66,6 +66,8 @@ final class EtcdBackend: StorageBackend {
     static func open(client: EtcdClient, prefix: [UInt8]) async throws -> (EtcdBackend, RecoveryReport) {
         var options = EngineOptions()
         options.log.segmentBytes = StorageEngine.inMemorySegmentBytes
+        // The replica's history lives in memory, as an in-memory store's does.
+        options.log.history.bytes = 4 * StorageEngine.inMemorySegmentBytes
         let (replica, report) = try StorageEngine.open(path: "/strata-etcd-replica", fileSystem: SimulatedFileSystem(), options: options)
         // Off the cooperative pool: the load blocks its thread on each page.
         let (pairs, revision) = try await withCheckedThrowingContinuation { continuation in
