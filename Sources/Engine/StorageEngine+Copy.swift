@@ -73,6 +73,8 @@ extension StorageEngine {
         try mapIOErrors { try prepareDestination(destination) }
         var targetOptions = options
         targetOptions.completingCopy = true
+        // The copy's own loading batches are no one's history (FORMAT.md, "History").
+        targetOptions.log.history = .none
         let (target, _) = try StorageEngine.open(path: destination, fileSystem: fileSystem, options: targetOptions)
         var report = CopyReport(version: source.version)
         var cursor = try source.cursor()

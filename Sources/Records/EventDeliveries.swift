@@ -82,8 +82,10 @@ extension Context {
     /// for synchronous code, which acknowledges in the same context what it handled
     /// (`acknowledge(_:)`). Throws `EventError.unknownConsumer` for a consumer that is not
     /// registered (`registerEventConsumer`), and `EventError.fellBehind` when its
-    /// retention limit had events deleted that it had not seen.
+    /// retention limit had events deleted that it had not seen, `RecordError.invalidQuery`
+    /// for a negative `limit`.
     public func events<E: Codable & Sendable>(of type: E.Type, consumer: String, limit: Int = 64) throws -> [EventDelivery<E>] {
+        guard limit >= 0 else { throw RecordError.invalidQuery("limit \(limit) must not be negative") }
         let name = EventKeys.name(of: type)
         guard let position = try eventConsumerState(consumer, of: name)?.position else {
             throw EventError.unknownConsumer(event: name, consumer: consumer)

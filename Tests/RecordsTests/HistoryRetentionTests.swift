@@ -35,12 +35,7 @@ struct Parcel: Record, Equatable {
     }
 
     static func take(_ count: Int, from feed: RecordChangeFeed<Parcel>) async throws -> [Int] {
-        var ids: [Int] = []
-        for try await change in feed {
-            ids.append(change.id)
-            if ids.count == count { break }
-        }
-        return ids
+        try await firstElements(count, of: feed).map(\.id)
     }
 
     @Test func changesResumeAcrossCheckpointsAndACleanReopen() async throws {
@@ -154,5 +149,41 @@ struct Parcel: Record, Equatable {
         defer { try? store.close() }
         #expect(try FileManager.default.contentsOfDirectory(atPath: path + "/wal/history").isEmpty)
         #expect(throws: EngineError.self) { _ = try store.changes(after: 1) }
+    }
+
+    /// A segment a crash left both in the log and in its history (the move's directory syncs
+    /// not all done) is read once, from the log; and copies of the store carry no history.
+    @Test func aSegmentInBothPlacesIsReadOnceAndCopiesCarryNoHistory() async throws {
+        let path = Self.path()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        do {
+            let store = try Store.open(path: path, options: Self.options())
+            defer { try? store.close() }
+            try Self.fill(store)
+            for unit in 0..<5 { try await store.write { try $0.repository(Parcel.self).insert(Parcel(id: 240 + unit, weight: 1)) } }
+        }
+        // The newest history segment, back in the log under its name, as a crash can leave it.
+        let history = path + "/wal/history"
+        let newest = try #require(try FileManager.default.contentsOfDirectory(atPath: history).sorted().last)
+        try FileManager.default.copyItem(atPath: history + "/" + newest, toPath: path + "/wal/" + newest)
+        let store = try Store.open(path: path, options: Self.options())
+        defer { try? store.close() }
+        let oldest = try store.oldestHistoryVersion
+        let versions = try await firstElements(Int(store.version - oldest + 1), of: store.changes(after: oldest - 1)).map(\.version)
+        #expect(versions == Array(oldest...store.version))
+        let copy = Self.path(), compacted = Self.path()
+        defer {
+            try? FileManager.default.removeItem(atPath: copy)
+            try? FileManager.default.removeItem(atPath: compacted)
+        }
+        try store.backup(to: copy)
+        try store.compact(to: compacted)
+        for destination in [copy, compacted] {
+            let carried = (try? FileManager.default.contentsOfDirectory(atPath: destination + "/wal/history")) ?? []
+            #expect(carried.isEmpty, "\(destination): \(carried)")
+            let reopened = try Store.open(path: destination, mode: .readOnly)
+            #expect(try await reopened.read { try $0.repository(Parcel.self).count() } == 245)
+            try reopened.close()
+        }
     }
 }

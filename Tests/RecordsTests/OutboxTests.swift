@@ -13,17 +13,6 @@ struct Meal: Record, Equatable {
     var child: String
 }
 
-/// The first `count` deliveries of `deliveries`.
-private func take<E>(_ count: Int, from deliveries: EventDeliveries<E>) async throws -> [EventDelivery<E>] {
-    var taken: [EventDelivery<E>] = []
-    guard count > 0 else { return taken }
-    for try await delivery in deliveries {
-        taken.append(delivery)
-        if taken.count == count { break }
-    }
-    return taken
-}
-
 private func temporaryStorePath() -> String {
     NSTemporaryDirectory() + "strata-outbox-\(UUID().uuidString)"
 }
@@ -40,7 +29,7 @@ private func temporaryStorePath() -> String {
             return unit.context.version
         }
         try await store.write { unit in try unit.publish(ChildWasFed(child: "Bo", grams: 80)) }
-        let deliveries = try await take(3, from: store.events(of: ChildWasFed.self, consumer: "mailer"))
+        let deliveries = try await firstElements(3, of: store.events(of: ChildWasFed.self, consumer: "mailer"))
         #expect(deliveries.map(\.event) == [ChildWasFed(child: "Ann", grams: 120), ChildWasFed(child: "Ann", grams: 30),
                                             ChildWasFed(child: "Bo", grams: 80)])
         // The commit's own version is in each event's position, and the order of publish
@@ -86,7 +75,7 @@ private func temporaryStorePath() -> String {
         // A read-only context cannot publish.
         await #expect(throws: ContextError.readOnly) { try await store.read { try $0.publish(ChildWasFed(child: "read", grams: 7)) } }
         try await store.write { unit in try unit.publish(ChildWasFed(child: "last", grams: 8)) }
-        let seen = try await take(3, from: store.events(of: ChildWasFed.self, consumer: "audit")).map(\.event.child)
+        let seen = try await firstElements(3, of: store.events(of: ChildWasFed.self, consumer: "audit")).map(\.event.child)
         #expect(seen == ["kept", "nested, merged", "last"])
         #expect(try await store.read { try $0.eventTypes() }.map(\.count) == [3])
     }
@@ -107,7 +96,7 @@ private func temporaryStorePath() -> String {
             if attempts == 1 { try await racing.commit() }
         }
         #expect(attempts == 2)
-        let seen = try await take(1, from: store.events(of: ChildWasFed.self, consumer: "c"))
+        let seen = try await firstElements(1, of: store.events(of: ChildWasFed.self, consumer: "c"))
         #expect(seen.map(\.event) == [ChildWasFed(child: "once", grams: 2)])
         #expect(try await store.read { try $0.eventTypes() }.first?.count == 1)
     }
@@ -119,13 +108,13 @@ private func temporaryStorePath() -> String {
             let store = try Store.open(path: path)
             defer { try? store.close() }
             for grams in 1...5 { try await store.write { try $0.publish(ChildWasFed(child: "Ann", grams: grams)) } }
-            let firstTwo = try await take(3, from: store.events(of: ChildWasFed.self, consumer: "mailer"))
+            let firstTwo = try await firstElements(3, of: store.events(of: ChildWasFed.self, consumer: "mailer"))
             try await firstTwo[1].acknowledge()
             // The third was delivered, not acknowledged.
         }
         let store = try Store.open(path: path)
         defer { try? store.close() }
-        let again = try await take(3, from: store.events(of: ChildWasFed.self, consumer: "mailer"))
+        let again = try await firstElements(3, of: store.events(of: ChildWasFed.self, consumer: "mailer"))
         #expect(again.map(\.event.grams) == [3, 4, 5])
         // Everything before the acknowledged position is gone: "mailer" is the only consumer.
         #expect(try await store.read { try $0.eventTypes() }.map(\.count) == [3])
@@ -141,10 +130,10 @@ private func temporaryStorePath() -> String {
             try unit.context.registerEventConsumer("slow", of: ChildWasFed.eventName)
         }
         for grams in 1...4 { try await store.write { try $0.publish(ChildWasFed(child: "Bo", grams: grams)) } }
-        let fast = try await take(4, from: store.events(of: ChildWasFed.self, consumer: "fast"))
+        let fast = try await firstElements(4, of: store.events(of: ChildWasFed.self, consumer: "fast"))
         for delivery in fast { try await delivery.acknowledge() }
         #expect(try await store.read { try $0.eventTypes() }.map(\.count) == [4])
-        let slow = try await take(2, from: store.events(of: ChildWasFed.self, consumer: "slow"))
+        let slow = try await firstElements(2, of: store.events(of: ChildWasFed.self, consumer: "slow"))
         try await slow[1].acknowledge()
         #expect(try await store.read { try $0.eventTypes() }.map(\.count) == [2])
         let status = try await store.read { try $0.eventConsumers(of: ChildWasFed.eventName) }
@@ -164,7 +153,7 @@ private func temporaryStorePath() -> String {
         let store = try Store.inMemory()
         defer { try? store.close() }
         for grams in [10, 20] { try await store.write { try $0.publish(ChildWasFed(child: "Cy", grams: grams)) } }
-        let deliveries = try await take(2, from: store.events(of: ChildWasFed.self, consumer: "ledger"))
+        let deliveries = try await firstElements(2, of: store.events(of: ChildWasFed.self, consumer: "ledger"))
         struct SendFailed: Error {}
         await #expect(throws: SendFailed.self) {
             try await store.write { unit in
@@ -180,14 +169,14 @@ private func temporaryStorePath() -> String {
         }
         #expect(try await store.read { try $0.eventConsumers() }.first?.acknowledged == deliveries[0].position)
         #expect(try await store.read { try $0.repository(Meal.self).count() } == 1)
-        let rest = try await take(1, from: store.events(of: ChildWasFed.self, consumer: "ledger"))
+        let rest = try await firstElements(1, of: store.events(of: ChildWasFed.self, consumer: "ledger"))
         #expect(rest.map(\.event.grams) == [20])
     }
 
     @Test func aWaitingConsumerReceivesEventsAsTheyAreCommitted() async throws {
         let store = try Store.inMemory()
         defer { try? store.close() }
-        let received = Task { try await take(3, from: store.events(of: ChildWasFed.self, consumer: "live")).map(\.event.grams) }
+        let received = Task { try await firstElements(3, of: store.events(of: ChildWasFed.self, consumer: "live")).map(\.event.grams) }
         for grams in 1...3 {
             try await Task.sleep(for: .milliseconds(20))
             // Commits of other keys deliver nothing.
@@ -199,7 +188,7 @@ private func temporaryStorePath() -> String {
 
     @Test func iterationEndsWhenTheStoreClosesOrTheTaskIsCancelled() async throws {
         let store = try Store.inMemory()
-        let waiting = Task { try await take(5, from: store.events(of: ChildWasFed.self, consumer: "c")).count }
+        let waiting = Task { try await firstElements(5, of: store.events(of: ChildWasFed.self, consumer: "c")).count }
         try await store.write { try $0.publish(ChildWasFed(child: "Ed", grams: 1)) }
         try await Task.sleep(for: .milliseconds(50))
         try store.close()
@@ -207,7 +196,7 @@ private func temporaryStorePath() -> String {
 
         let other = try Store.inMemory()
         defer { try? other.close() }
-        let cancelled = Task { try await take(1, from: other.events(of: ChildWasFed.self, consumer: "c")).count }
+        let cancelled = Task { try await firstElements(1, of: other.events(of: ChildWasFed.self, consumer: "c")).count }
         try await Task.sleep(for: .milliseconds(50))
         cancelled.cancel()
         #expect(try await cancelled.value == 0)
@@ -221,10 +210,10 @@ private func temporaryStorePath() -> String {
             try unit.context.registerEventConsumer("b", of: ChildWasFed.eventName)
         }
         for grams in 1...3 { try await store.write { try $0.publish(ChildWasFed(child: "Fay", grams: grams)) } }
-        let all = try await take(3, from: store.events(of: ChildWasFed.self, consumer: "a"))
+        let all = try await firstElements(3, of: store.events(of: ChildWasFed.self, consumer: "a"))
         try await all[2].acknowledge()
         try await store.write { try $0.context.positionEventConsumer("a", of: ChildWasFed.eventName, at: all[0].position) }
-        let again = try await take(2, from: store.events(of: ChildWasFed.self, consumer: "a"))
+        let again = try await firstElements(2, of: store.events(of: ChildWasFed.self, consumer: "a"))
         #expect(again.map(\.event.grams) == [2, 3])
         await #expect(throws: EventError.invalidConsumerName("")) {
             try await store.write { try $0.context.registerEventConsumer("", of: ChildWasFed.eventName) }
@@ -242,20 +231,20 @@ private func temporaryStorePath() -> String {
         for grams in 1...5 { try await store.write { try $0.publish(ChildWasFed(child: "Gus", grams: grams)) } }
         // Before anyone acknowledges, nothing is deleted: the slow consumer reads from the first.
         #expect(try await store.read { try $0.events(of: ChildWasFed.self, consumer: "slow") }.map(\.event.grams) == [1, 2, 3, 4, 5])
-        let fast = try await take(5, from: store.events(of: ChildWasFed.self, consumer: "fast"))
+        let fast = try await firstElements(5, of: store.events(of: ChildWasFed.self, consumer: "fast"))
         for delivery in fast { try await delivery.acknowledge() }
         // Only the newest two are kept for "slow", so the first three went with the fast one's acknowledgements.
         #expect(try await store.read { try $0.eventTypes() }.map(\.count) == [2])
         let gap = EventError.fellBehind(event: name, consumer: "slow", acknowledged: .start, lostThrough: fast[2].position,
                                         retention: 2)
         await #expect(throws: gap) { try await store.read { try $0.events(of: ChildWasFed.self, consumer: "slow") } }
-        await #expect(throws: gap) { _ = try await take(1, from: store.events(of: ChildWasFed.self, consumer: "slow")) }
+        await #expect(throws: gap) { _ = try await firstElements(1, of: store.events(of: ChildWasFed.self, consumer: "slow")) }
         #expect(gap.description.contains("--move slow --event ChildWasFed --to \(fast[2].position)"))
         let slow = try await store.read { try $0.eventConsumers() }.first { $0.consumer == "slow" }
         #expect(slow?.retention == 2 && slow?.lostThrough == fast[2].position && slow?.pending == 2)
         // Accepting the gap: it reads on from there.
         try await store.write { try $0.context.positionEventConsumer("slow", of: name, at: fast[2].position) }
-        #expect(try await take(2, from: store.events(of: ChildWasFed.self, consumer: "slow")).map(\.event.grams) == [4, 5])
+        #expect(try await firstElements(2, of: store.events(of: ChildWasFed.self, consumer: "slow")).map(\.event.grams) == [4, 5])
         await #expect(throws: EventError.invalidRetention(0)) {
             try await store.write { try $0.context.registerEventConsumer("none", of: name, retention: 0) }
         }

@@ -36,21 +36,29 @@ struct ReadmeTodo: Record {
 
     /// The example's lines as README.md shows them, after `import Strata`.
     static func readmeExample() throws -> [String] {
-        let lines = try String(contentsOf: readme, encoding: .utf8).components(separatedBy: "\n")
-        let start = try #require(lines.firstIndex(of: "```swift"), "README.md has no Swift block")
-        let end = try #require(lines[(start + 1)...].firstIndex(of: "```"))
-        var block = Array(lines[(start + 1)..<end])
+        var block = try readmeBlock()
         try #require(block.first == "import Strata", "the README's example starts with import Strata")
         block.removeFirst()
         while block.first == "" { block.removeFirst() }
         return block
     }
 
-    /// The lines between the markers in this file, without their indentation.
-    static func exampleHere() throws -> [String] {
-        let lines = try String(contentsOf: URL(fileURLWithPath: #filePath), encoding: .utf8).components(separatedBy: "\n")
-        let start = try #require(lines.firstIndex { $0.hasSuffix("// README.md's example begins") })
-        let end = try #require(lines.firstIndex { $0.hasSuffix("// README.md's example ends") })
+    /// The lines of README.md's first Swift block after the line `heading` (after the
+    /// start when nil).
+    static func readmeBlock(after heading: String? = nil) throws -> [String] {
+        let lines = try String(contentsOf: readme, encoding: .utf8).components(separatedBy: "\n")
+        let from = try heading.map { heading in try #require(lines.firstIndex(of: heading), "README.md has no \(heading)") } ?? 0
+        let start = try #require(lines[from...].firstIndex(of: "```swift"), "README.md has no Swift block")
+        let end = try #require(lines[(start + 1)...].firstIndex(of: "```"))
+        return Array(lines[(start + 1)..<end])
+    }
+
+    /// The lines between the markers `README.md's <name> begins` and `… ends` in `file`,
+    /// without their indentation.
+    static func exampleHere(_ name: String = "example", in file: String = #filePath) throws -> [String] {
+        let lines = try String(contentsOf: URL(fileURLWithPath: file), encoding: .utf8).components(separatedBy: "\n")
+        let start = try #require(lines.firstIndex { $0.hasSuffix("// README.md's \(name) begins") })
+        let end = try #require(lines.firstIndex { $0.hasSuffix("// README.md's \(name) ends") })
         let indent = String(repeating: " ", count: 8)
         return lines[(start + 1)..<end].map { $0.hasPrefix(indent) ? String($0.dropFirst(indent.count)) : $0 }
     }

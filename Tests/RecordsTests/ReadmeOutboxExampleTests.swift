@@ -16,27 +16,9 @@ struct Child: Record {
 }
 
 @Suite struct ReadmeOutboxExampleTests {
-    static let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-        .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("README.md")
-
-    static func readmeExample() throws -> [String] {
-        let lines = try String(contentsOf: readme, encoding: .utf8).components(separatedBy: "\n")
-        let heading = try #require(lines.firstIndex(of: "## Domain events you can rely on"))
-        let start = try #require(lines[heading...].firstIndex(of: "```swift"))
-        let end = try #require(lines[(start + 1)...].firstIndex(of: "```"))
-        return Array(lines[(start + 1)..<end])
-    }
-
-    static func exampleHere() throws -> [String] {
-        let lines = try String(contentsOf: URL(fileURLWithPath: #filePath), encoding: .utf8).components(separatedBy: "\n")
-        let start = try #require(lines.firstIndex { $0.hasSuffix("// README.md's outbox example begins") })
-        let end = try #require(lines.firstIndex { $0.hasSuffix("// README.md's outbox example ends") })
-        let indent = String(repeating: " ", count: 8)
-        return lines[(start + 1)..<end].map { $0.hasPrefix(indent) ? String($0.dropFirst(indent.count)) : $0 }
-    }
-
     @Test func theExampleHereIsTheReadmesAsWritten() throws {
-        let readme = try Self.readmeExample(), here = try Self.exampleHere()
+        let readme = try ReadmeExampleTests.readmeBlock(after: "## Domain events you can rely on")
+        let here = try ReadmeExampleTests.exampleHere("outbox example")
         #expect(readme.count > 10, "README.md's outbox example: \(readme.count) lines")
         #expect(readme == here, "README.md's outbox example and the one this test runs differ")
     }

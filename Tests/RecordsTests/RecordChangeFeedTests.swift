@@ -19,17 +19,6 @@ private struct Seen: Equatable, CustomStringConvertible {
     var description: String { "\(kind) \(id)@\(version)" }
 }
 
-/// The first `count` changes of `feed`.
-private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async throws -> [RecordChange<R>] {
-    var changes: [RecordChange<R>] = []
-    guard count > 0 else { return changes }
-    for try await change in feed {
-        changes.append(change)
-        if changes.count == count { break }
-    }
-    return changes
-}
-
 /// `store.changes(of:since:)` (RecordChanges.T1, RecordChanges.T2): record-level changes, told apart by what the store
 /// held before each commit, in commit order, from the log's history or live.
 @Suite struct RecordChangeFeedTests {
@@ -50,7 +39,7 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
             try chores.upsert(Chore(id: 3, title: "plants"))
         }
         try await store.write { try $0.repository(Chore.self).delete(2) }
-        let changes = try await take(6, from: feed)
+        let changes = try await firstElements(6, of: feed)
         #expect(changes.map { Seen(kind: $0.kind, id: $0.id, version: $0.version) } == [
             Seen(kind: .inserted, id: 1, version: start + 1), Seen(kind: .inserted, id: 2, version: start + 1),
             Seen(kind: .updated, id: 1, version: start + 2),
@@ -76,9 +65,9 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
             try unit.repository(Chore.self).insert(Chore(id: 7, title: "walk"))
             try unit.repository(Gadget.self).update(Gadget(id: 1, serial: "g", color: "blue", weight: 1))
         }
-        let changes = try await take(1, from: try store.changes(of: Chore.self, since: start))
+        let changes = try await firstElements(1, of: try store.changes(of: Chore.self, since: start))
         #expect(changes.map(\.description) == ["inserted Chore 7 at version \(start + 2)"])
-        let gadgets = try await take(2, from: try store.changes(of: Gadget.self, since: start))
+        let gadgets = try await firstElements(2, of: try store.changes(of: Gadget.self, since: start))
         #expect(gadgets.map(\.kind) == [.inserted, .updated])
     }
 
@@ -102,7 +91,7 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
             try child.repository(Gadget.self).delete(9)
             try child.commit()
         }
-        let changes = try await take(1, from: feed)
+        let changes = try await firstElements(1, of: feed)
         #expect(changes.map { Seen(kind: $0.kind, id: $0.id, version: $0.version) } == [Seen(kind: .inserted, id: 2, version: start + 1)])
         #expect(try await store.read { try $0.repository(Gadget.self).all() }.isEmpty)
     }
@@ -124,7 +113,7 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
         try parent.repository(Chore.self).update(Chore(id: 2, title: "newer"))
         try parent.repository(Chore.self).insert(Chore(id: 1, title: "again"))
         try await parent.commit()
-        let changes = try await take(2, from: feed)
+        let changes = try await firstElements(2, of: feed)
         #expect(changes.map { Seen(kind: $0.kind, id: $0.id, version: $0.version) } == [
             Seen(kind: .updated, id: 1, version: start + 1), Seen(kind: .inserted, id: 2, version: start + 1),
         ])
@@ -145,7 +134,7 @@ private func take<R: Record>(_ count: Int, from feed: RecordChangeFeed<R>) async
         ended.crash(.keepAll)
         let reopened = try Store.open(path: "/db", fileSystem: ended)
         defer { try? reopened.close() }
-        let changes = try await take(3, from: try reopened.changes(of: Chore.self, since: start))
+        let changes = try await firstElements(3, of: try reopened.changes(of: Chore.self, since: start))
         #expect(changes.map { Seen(kind: $0.kind, id: $0.id, version: $0.version) } == [
             Seen(kind: .inserted, id: 1, version: start + 1), Seen(kind: .updated, id: 1, version: start + 2),
             Seen(kind: .deleted, id: 1, version: start + 3),
