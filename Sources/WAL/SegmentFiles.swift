@@ -120,29 +120,51 @@ extension SegmentFiles {
     }
 
     /// The segments of a history directory with their first LSNs and sizes, oldest first
-    /// (none when it does not exist).
+    /// (none when it does not exist). Throws `WALError` naming a segment whose header does
+    /// not read.
     func historySegments() throws -> [(sequence: UInt64, path: String, firstLSN: LSN, bytes: Int)] {
         guard fileSystem.fileExists(directory) else { return [] }
         let listing: [(sequence: UInt64, path: String)]
         do { listing = try list().segments } catch let error as FileIOError { throw WALError.io(error) }
-        return try listing.map { segment in
-            let bytes: Int
-            do {
-                let handle = try fileSystem.open(segment.path, options: [])
-                defer { try? handle.close() }
-                bytes = Int(try handle.size())
-            } catch let error as FileIOError {
-                throw WALError.io(error)
-            }
-            return (segment.sequence, segment.path, try firstLSN(ofSegment: segment.path), bytes)
+        return try listing.map(historySegment(_:))
+    }
+
+    /// One history segment's first LSN and size (`historySegments()`).
+    func historySegment(_ segment: (sequence: UInt64, path: String)) throws
+        -> (sequence: UInt64, path: String, firstLSN: LSN, bytes: Int) {
+        let bytes: Int
+        do {
+            let handle = try fileSystem.open(segment.path, options: [])
+            defer { try? handle.close() }
+            bytes = Int(try handle.size())
+        } catch let error as FileIOError {
+            throw WALError.io(error)
         }
+        return (segment.sequence, segment.path, try firstLSN(ofSegment: segment.path), bytes)
     }
 
     /// Removes the oldest history segments until the rest hold batches among the latest
-    /// `retention.versions` before `nextLSN` and take at most `retention.bytes`.
+    /// `retention.versions` before `nextLSN` and take at most `retention.bytes`. A segment
+    /// whose header does not read is removed, and every one before it: damaged history is
+    /// of no use to a reader, and must not stop the checkpoints that prune it.
     func pruneHistory(_ retention: HistoryRetention, nextLSN: LSN) throws {
         let history = self.history
-        let segments = try history.historySegments()
+        var segments: [(sequence: UInt64, path: String, firstLSN: LSN, bytes: Int)]
+        do {
+            segments = try history.historySegments()
+        } catch is WALError {
+            let listing: [(sequence: UInt64, path: String)]
+            do { listing = try history.list().segments } catch let error as FileIOError { throw WALError.io(error) }
+            let readable = listing.map { try? history.historySegment($0) }
+            let firstGood = (readable.lastIndex { $0 == nil }).map { $0 + 1 } ?? 0
+            do {
+                for segment in listing[..<firstGood] { try fileSystem.removeFile(segment.path) }
+                try fileSystem.syncDirectory(history.directory)
+            } catch let error as FileIOError {
+                throw WALError.io(error)
+            }
+            segments = readable[firstGood...].compactMap { $0 }
+        }
         var total = segments.reduce(0) { $0 + $1.bytes }
         let oldestKept = nextLSN.rawValue > retention.versions ? nextLSN.rawValue - retention.versions : 0
         var removed = false

@@ -186,4 +186,25 @@ struct Parcel: Record, Equatable {
             try reopened.close()
         }
     }
+
+    /// A history segment whose header is damaged is reported to a reader by name, and does
+    /// not stop the checkpoints that prune history: the next one removes it.
+    @Test func aDamagedHistoryHeaderIsNamedAndPrunedNotFatal() async throws {
+        let path = Self.path()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let store = try Store.open(path: path, options: Self.options())
+        defer { try? store.close() }
+        try Self.fill(store)
+        let history = path + "/wal/history"
+        let oldest = try #require(try FileManager.default.contentsOfDirectory(atPath: history).sorted().first)
+        let file = try #require(FileHandle(forUpdatingAtPath: history + "/" + oldest))
+        file.write(Data(repeating: 0x5A, count: 64))
+        try file.close()
+        #expect { _ = try store.changes(after: 1) } throws: { "\($0)".contains(oldest) }
+        // Checkpoints go on, and the damaged segment goes with the next one.
+        try Self.fill(store, from: 240)
+        #expect(!(try FileManager.default.contentsOfDirectory(atPath: history)).contains(oldest))
+        let since = store.version - 20
+        #expect(try await Self.take(20, from: store.changes(of: Parcel.self, since: since)) == Array(460..<480))
+    }
 }
