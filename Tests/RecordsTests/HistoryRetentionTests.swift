@@ -34,6 +34,20 @@ struct Parcel: Record, Equatable {
         }
     }
 
+    /// Overwrites `bytes` bytes at `offset` of the oldest history segment of the store at
+    /// `path` (of at least three); returns its name.
+    @discardableResult
+    static func damageOldestHistorySegment(of path: String, at offset: UInt64, bytes: Int) throws -> String {
+        let history = path + "/wal/history"
+        let names = try FileManager.default.contentsOfDirectory(atPath: history).sorted()
+        try #require(names.count >= 3, "history segments: \(names)")
+        let file = try #require(FileHandle(forUpdatingAtPath: history + "/" + names[0]))
+        try file.seek(toOffset: offset)
+        file.write(Data(repeating: 0xAB, count: bytes))
+        try file.close()
+        return names[0]
+    }
+
     static func take(_ count: Int, from feed: RecordChangeFeed<Parcel>) async throws -> [Int] {
         try await firstElements(count, of: feed).map(\.id)
     }
@@ -96,13 +110,7 @@ struct Parcel: Record, Equatable {
         try Self.fill(store)
         // Damage the oldest kept segment's frames (its header stays): a read from the first
         // version reports the damage, one from a later segment never reads it.
-        let history = path + "/wal/history"
-        let names = try FileManager.default.contentsOfDirectory(atPath: history).sorted()
-        try #require(names.count >= 3, "history segments: \(names)")
-        let oldest = try #require(FileHandle(forUpdatingAtPath: history + "/" + names[0]))
-        try oldest.seek(toOffset: 64)
-        oldest.write(Data(repeating: 0xAB, count: 512))
-        try oldest.close()
+        try Self.damageOldestHistorySegment(of: path, at: 64, bytes: 512)
         #expect(throws: (any Error).self) { _ = try store.changes(after: 1) }
         let late = store.version - 30
         #expect(try await Self.take(10, from: store.changes(of: Parcel.self, since: late)) == Array(210..<220))
@@ -196,10 +204,7 @@ struct Parcel: Record, Equatable {
         defer { try? store.close() }
         try Self.fill(store)
         let history = path + "/wal/history"
-        let oldest = try #require(try FileManager.default.contentsOfDirectory(atPath: history).sorted().first)
-        let file = try #require(FileHandle(forUpdatingAtPath: history + "/" + oldest))
-        file.write(Data(repeating: 0x5A, count: 64))
-        try file.close()
+        let oldest = try Self.damageOldestHistorySegment(of: path, at: 0, bytes: 64)
         #expect { _ = try store.changes(after: 1) } throws: { "\($0)".contains(oldest) }
         // Checkpoints go on, and the damaged segment goes with the next one.
         try Self.fill(store, from: 240)
