@@ -323,16 +323,19 @@ public struct Repository<R: Record> {
                 // One record key, rewritten for each entry (copied only if `body` keeps it).
                 var key = prefix
                 let batchSize = Swift.min(expected ?? .max, Self.largestReadBatch)
-                if snapshot != nil && batchSize > 1 {
+                if let batchSnapshot = snapshot, batchSize > 1 {
                     // The records of `batchSize` entries at a time, read side by side.
-                    var batch = KeyBatch()
+                    // (Locals, not `self.prefix` and the optional, in the per-entry
+                    // closure: each access there retained and released them.)
+                    let prefix = self.prefix
+                    var batch = KeyBatch(keys: batchSize, bytes: batchSize * (prefix.count + 16))
                     var going = true
                     try context.forEachLent(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in
                         batch.append(prefix, id)
-                        if batch.count == batchSize { going = try readRecords(&batch, from: snapshot.unsafelyUnwrapped, key: &key, body) }
+                        if batch.count == batchSize { going = try readRecords(&batch, from: batchSnapshot, key: &key, body) }
                         return going
                     }
-                    if going && !batch.isEmpty { _ = try readRecords(&batch, from: snapshot.unsafelyUnwrapped, key: &key, body) }
+                    if going && !batch.isEmpty { _ = try readRecords(&batch, from: batchSnapshot, key: &key, body) }
                     return
                 }
                 return try context.forEachLent(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in
@@ -376,10 +379,19 @@ public struct Repository<R: Record> {
     private func readRecords(_ batch: inout KeyBatch, from snapshot: Snapshot, key: inout [UInt8],
                       _ body: (_ key: [UInt8], _ bytes: UnsafeRawBufferPointer) throws -> Bool) throws -> Bool {
         var going = true
+        let prefixCount = prefix.count
         try snapshot.withValues(forKeys: batch) { index, value in
             guard let value else { return true }
-            let read = batch[index]
-            key.replaceSubrange(prefix.count..., with: read[(read.startIndex + prefix.count)...])
+            batch.withKey(index) { read in
+                // The id, written over the last one's (ids of one type are mostly of one length).
+                let id = UnsafeRawBufferPointer(rebasing: read[prefixCount...])
+                if key.count != read.count {
+                    key.removeSubrange(prefixCount...)
+                    key.append(contentsOf: id)
+                } else if let source = id.baseAddress {
+                    key.withUnsafeMutableBytes { ($0.baseAddress! + prefixCount).copyMemory(from: source, byteCount: id.count) }
+                }
+            }
             going = try value.withUnsafeBytes { try body(key, $0) }
             return going
         }
