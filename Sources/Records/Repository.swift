@@ -198,7 +198,7 @@ public struct Repository<R: Record> {
             if filtered, try !filter!.evaluate(record) { return true }
             if anchored, !Self.follows(record, anchor!, order) { return true }
             records.append(consume record)
-            if keepKeys { keys.append(key) }
+            if keepKeys { keys.append(Array(key)) }
             return stopAfter.map { records.count < $0 } ?? true
         }
         if keys.count > 1 {
@@ -294,20 +294,24 @@ public struct Repository<R: Record> {
     /// order, until it returns false. `expected`: how many candidates the caller means to
     /// take at most (nil: all it can), so that records found through an index are read
     /// that many at a time (`Snapshot.withValues`: their lookups overlap their cache
-    /// misses) without reading many past the last one taken.
+    /// misses) without reading many past the last one taken. The key and the bytes are
+    /// lent for the call: a caller that keeps the key copies it.
     @usableFromInline
     func forEachCandidate(_ plan: QueryPlan, expected: Int?,
-                          _ body: (_ key: [UInt8], _ bytes: UnsafeRawBufferPointer) throws -> Bool) throws {
+                          _ body: (_ key: UnsafeRawBufferPointer, _ bytes: UnsafeRawBufferPointer) throws -> Bool) throws {
         // Records are handed over where their bytes lie: with nothing staged, in the
         // memtable or a page of the snapshot (no copy); else as the context reads them.
+        // Keys too are lent where they lie, not copied into an array per record.
         let snapshot = try context.snapshotWhenUnstaged()
         func read(_ key: [UInt8]) throws -> Bool {
-            // Not `if let`: binding the snapshot retained it per record.
-            if snapshot != nil {
-                return try snapshot.unsafelyUnwrapped.withValue(forKey: key) { value in try value.withUnsafeBytes { try body(key, $0) } } ?? true
+            try key.withUnsafeBytes { keyBytes in
+                // Not `if let`: binding the snapshot retained it per record.
+                if snapshot != nil {
+                    return try snapshot.unsafelyUnwrapped.withValue(forKey: key) { value in try value.withUnsafeBytes { try body(keyBytes, $0) } } ?? true
+                }
+                guard let bytes = try context.get(key) else { return true }
+                return try bytes.withUnsafeBytes { try body(keyBytes, $0) }
             }
-            guard let bytes = try context.get(key) else { return true }
-            return try bytes.withUnsafeBytes { try body(key, $0) }
         }
         switch plan.access {
         case let .point(id):
@@ -315,13 +319,11 @@ public struct Repository<R: Record> {
         case let .range(lower, upper):
             try context.forEachLent(from: lower.map { prefix + $0 }, to: upper.map { prefix + $0 }, prefix: prefix,
                                     reverse: plan.sortedByID ?? false) { key, value in
-                try value.withUnsafeBytes { try body(key.withUnsafeBytes { Array($0) }, $0) }
+                try key.withUnsafeBytes { key in try value.withUnsafeBytes { try body(key, $0) } }
             }
         case let .index(index, lower, upper):
             // Each entry's value is a record id; the records are read in index order.
             guard let sorted = plan.sortedBy, sorted.reverse, !index.isUnique else {
-                // One record key, rewritten for each entry (copied only if `body` keeps it).
-                var key = prefix
                 let batchSize = Swift.min(expected ?? .max, Self.largestReadBatch)
                 if let batchSnapshot = snapshot, batchSize > 1 {
                     // The records of `batchSize` entries at a time, read side by side.
@@ -332,12 +334,14 @@ public struct Repository<R: Record> {
                     var going = true
                     try context.forEachLent(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in
                         batch.append(prefix, id)
-                        if batch.count == batchSize { going = try readRecords(&batch, from: batchSnapshot, key: &key, body) }
+                        if batch.count == batchSize { going = try readRecords(&batch, from: batchSnapshot, body) }
                         return going
                     }
-                    if going && !batch.isEmpty { _ = try readRecords(&batch, from: batchSnapshot, key: &key, body) }
+                    if going && !batch.isEmpty { _ = try readRecords(&batch, from: batchSnapshot, body) }
                     return
                 }
+                // One record key, rewritten for each entry.
+                var key = prefix
                 return try context.forEachLent(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in
                     id.withUnsafeBytes { key.replaceSubrange(prefix.count..., with: $0) }
                     return try read(key)
@@ -368,31 +372,20 @@ public struct Repository<R: Record> {
             _ = try read(prefix + id)
         case .scan:
             try context.forEachLent(prefix: prefix, reverse: plan.sortedByID ?? false) { key, value in
-                try value.withUnsafeBytes { try body(key.withUnsafeBytes { Array($0) }, $0) }
+                try key.withUnsafeBytes { key in try value.withUnsafeBytes { try body(key, $0) } }
             }
         }
     }
 
-    /// Hands `body` the records `batch` names (record keys), read side by side, in order
-    /// until it returns false, and empties the batch; returns whether `body` asked for more.
-    /// `key` is the record key handed to `body`, rewritten for each record.
-    private func readRecords(_ batch: inout KeyBatch, from snapshot: Snapshot, key: inout [UInt8],
-                      _ body: (_ key: [UInt8], _ bytes: UnsafeRawBufferPointer) throws -> Bool) throws -> Bool {
+    /// Hands `body` the records `batch` names (record keys, lent from the batch), read
+    /// side by side, in order until it returns false, and empties the batch; returns
+    /// whether `body` asked for more.
+    private func readRecords(_ batch: inout KeyBatch, from snapshot: Snapshot,
+                             _ body: (_ key: UnsafeRawBufferPointer, _ bytes: UnsafeRawBufferPointer) throws -> Bool) throws -> Bool {
         var going = true
-        let prefixCount = prefix.count
         try snapshot.withValues(forKeys: batch) { index, value in
             guard let value else { return true }
-            batch.withKey(index) { read in
-                // The id, written over the last one's (ids of one type are mostly of one length).
-                let id = UnsafeRawBufferPointer(rebasing: read[prefixCount...])
-                if key.count != read.count {
-                    key.removeSubrange(prefixCount...)
-                    key.append(contentsOf: id)
-                } else if let source = id.baseAddress {
-                    key.withUnsafeMutableBytes { ($0.baseAddress! + prefixCount).copyMemory(from: source, byteCount: id.count) }
-                }
-            }
-            going = try value.withUnsafeBytes { try body(key, $0) }
+            going = try batch.withKey(index) { key in try value.withUnsafeBytes { try body(key, $0) } }
             return going
         }
         batch.removeAll()
@@ -425,11 +418,17 @@ public struct Repository<R: Record> {
     /// reader's result cost a run-time metadata lookup per record.
     @inlinable
     func decode(_ bytes: UnsafeRawBufferPointer, key: [UInt8]) throws -> R {
+        try key.withUnsafeBytes { try decode(bytes, key: $0) }
+    }
+
+    /// `decode(_:key:)` with the key lent where it lies (copied only for an error).
+    @inlinable
+    func decode(_ bytes: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer) throws -> R {
         do {
             if let read { return try RecordReader.read(bytes, read) }
             return try RecordDecoder().decode(R.self, from: Array(bytes))
         } catch {
-            throw decodingError(error, key: key)
+            throw decodingError(error, key: Array(key))
         }
     }
 
