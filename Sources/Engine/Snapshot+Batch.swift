@@ -26,9 +26,12 @@ package struct KeyBatch: Sendable {
         ends.reserveCapacity(keys)
     }
 
-    /// How many keys the batch holds.
+    /// How many keys the batch holds. (Inlinable, as every accessor a query's per-entry
+    /// closure calls: a call out retained and released the batch's two arrays around it.)
+    @inlinable
     package var count: Int { ends.count }
 
+    @inlinable
     package var isEmpty: Bool { ends.isEmpty }
 
     /// Adds the key made of `prefix` followed by `suffix` (a record key: its entity's
@@ -65,14 +68,8 @@ package struct KeyBatch: Sendable {
         bytes[(index == 0 ? 0 : ends[index - 1])..<ends[index]]
     }
 
-    /// Calls `body` with the bytes of key `index` (0..<count), without copying them.
-    @inlinable
-    package func withKey<Result>(_ index: Int, _ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
-        let start = index == 0 ? 0 : ends[index - 1]
-        return try bytes.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[start..<ends[index]])) }
-    }
-
     /// Removes every key, keeping the memory for the next batch.
+    @inlinable
     package mutating func removeAll() {
         used = 0
         ends.removeAll(keepingCapacity: true)
@@ -80,20 +77,23 @@ package struct KeyBatch: Sendable {
 }
 
 extension Snapshot {
-    /// Calls `body` with the index of each key of `keys` and that key's value where it
-    /// lies (nil when the key has none), in the batch's order, until `body` returns false.
+    /// Calls `body` with the index of each key of `keys`, the key's bytes and its value
+    /// where they lie (nil when the key has none), in the batch's order, until `body`
+    /// returns false.
     /// Answers exactly what `withValue(forKey:_:)` answers key by key; faster when the keys
     /// lie far apart in a store larger than the caches, as the lookups of a batch overlap
-    /// their cache misses. Each span is valid only inside its call. Throws `EngineError`
+    /// their cache misses. The key and the span are valid only inside their call. Throws `EngineError`
     /// for a corrupt page, or what `body` throws.
-    package func withValues(forKeys keys: borrowing KeyBatch, _ body: (_ index: Int, _ value: RawSpan?) throws -> Bool) throws {
+    package func withValues(forKeys keys: borrowing KeyBatch,
+                            _ body: (_ index: Int, _ key: UnsafeRawBufferPointer, _ value: RawSpan?) throws -> Bool) throws {
         guard !keys.isEmpty else { return }
         try keys.bytes.withUnsafeBytes { bytes in
             try keys.ends.withUnsafeBufferPointer { ends in
-                try visitValues(count: ends.count, key: { index in
+                func key(_ index: Int) -> UnsafeRawBufferPointer {
                     let start = index == 0 ? 0 : ends[index - 1]
                     return UnsafeRawBufferPointer(start: bytes.baseAddress.map { $0 + start }, count: ends[index] - start)
-                }) { index, value in try body(index, value?.bytes) }
+                }
+                try visitValues(count: ends.count, key: key) { index, value in try body(index, key(index), value?.bytes) }
             }
         }
     }

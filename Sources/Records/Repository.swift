@@ -383,9 +383,9 @@ public struct Repository<R: Record> {
     private func readRecords(_ batch: inout KeyBatch, from snapshot: Snapshot,
                              _ body: (_ key: UnsafeRawBufferPointer, _ bytes: UnsafeRawBufferPointer) throws -> Bool) throws -> Bool {
         var going = true
-        try snapshot.withValues(forKeys: batch) { index, value in
+        try snapshot.withValues(forKeys: batch) { _, key, value in
             guard let value else { return true }
-            going = try batch.withKey(index) { key in try value.withUnsafeBytes { try body(key, $0) } }
+            going = try value.withUnsafeBytes { try body(key, $0) }
             return going
         }
         batch.removeAll()

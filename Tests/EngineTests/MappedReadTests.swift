@@ -100,8 +100,9 @@ import Testing
                     for key in chunk { batch.append(key.span.bytes) }
                     #expect((0..<batch.count).map { Array(batch[$0]) } == chunk)
                     var answered = 0
-                    try snapshot.withValues(forKeys: batch) { index, value in
+                    try snapshot.withValues(forKeys: batch) { index, key, value in
                         #expect(index == answered)
+                        #expect(Array(key) == chunk[index])
                         #expect(value?.withUnsafeBytes { Array($0) } == model[chunk[index]], "round \(round) batched read of \(chunk[index])")
                         answered += 1
                         return true
@@ -109,7 +110,7 @@ import Testing
                     #expect(answered == chunk.count)
                 }
                 var answered = 0
-                try snapshot.withValues(forKeys: batch) { _, _ in
+                try snapshot.withValues(forKeys: batch) { _, _, _ in
                     answered += 1
                     return answered < 3
                 }
@@ -174,7 +175,7 @@ import Testing
         #expect { try reader.withValue(forKey: Array("key10".utf8).span.bytes) { $0.byteCount } } throws: { isClosed($0) }
         var batch = KeyBatch()
         for index in [5, 2_000, 17] { batch.append(Array("key\(index)".utf8).span.bytes) }
-        #expect { try snapshot.withValues(forKeys: batch) { _, _ in true } } throws: { isClosed($0) }
+        #expect { try snapshot.withValues(forKeys: batch) { _, _, _ in true } } throws: { isClosed($0) }
 
         (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem)
         #expect(engine.verify().isValid)
@@ -232,7 +233,7 @@ import Testing
         var batch = KeyBatch()
         batch.append(Array("key0".utf8).span.bytes)
         batch.append(key.span.bytes)
-        #expect { try snapshot.withValues(forKeys: batch) { _, _ in true } } throws: { error in
+        #expect { try snapshot.withValues(forKeys: batch) { _, _, _ in true } } throws: { error in
             guard case let EngineError.corruptPage(errorPath, errorOffset, _) = error else { return false }
             return errorPath == data && errorOffset == offset
         }
