@@ -79,11 +79,10 @@ package struct KeyBatch: Sendable {
 extension Snapshot {
     /// Calls `body` with the index of each key of `keys`, the key's bytes and its value
     /// where they lie (nil when the key has none), in the batch's order, until `body`
-    /// returns false.
-    /// Answers exactly what `withValue(forKey:_:)` answers key by key; faster when the keys
-    /// lie far apart in a store larger than the caches, as the lookups of a batch overlap
-    /// their cache misses. The key and the span are valid only inside their call. Throws `EngineError`
-    /// for a corrupt page, or what `body` throws.
+    /// returns false. Answers exactly what `withValue(forKey:_:)` answers key by key;
+    /// faster when the keys lie far apart in a store larger than the caches, as the
+    /// lookups of a batch overlap their cache misses. The key and the span are valid only
+    /// inside their call. Throws `EngineError` for a corrupt page, or what `body` throws.
     package func withValues(forKeys keys: borrowing KeyBatch,
                             _ body: (_ index: Int, _ key: UnsafeRawBufferPointer, _ value: RawSpan?) throws -> Bool) throws {
         guard !keys.isEmpty else { return }
