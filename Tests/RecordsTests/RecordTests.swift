@@ -177,6 +177,46 @@ func makeBooks(_ count: Int, seed: UInt64) -> [Book] {
         }
     }
 
+    /// A record that does not decode names its key the same way on every read path: the
+    /// point read, a scan, an id range and an index walk read side by side (where the key
+    /// is lent from the batch, not copied).
+    @Test(arguments: Backend.allCases) func everyReadPathNamesTheKeyOfARecordThatDoesNotDecode(backend: Backend) async throws {
+        struct ShelfV0: Record {
+            static var entityName: String { "Shelf" }
+            var id: Int
+            var label: String
+            static var indexes: [RecordIndex<ShelfV0>] { [.index(\ShelfV0.label)] }
+        }
+        struct Shelf: Record {
+            var id: Int
+            var label: String
+            var floor: Int
+            static var indexes: [RecordIndex<Shelf>] { [.index(\Shelf.label)] }
+        }
+        try await backend.withStore { store throws in
+            try store.write { unit in
+                for id in 1...40 { try unit.repository(ShelfV0.self).insert(ShelfV0(id: id, label: "shelf \(1_000 - id)")) }
+            }
+            func failedKey(_ read: (Repository<Shelf>) throws -> Void) throws -> String? {
+                do {
+                    try read(store.makeContext().repository(Shelf.self))
+                    return nil
+                } catch let RecordError.decoding(entity, key, reason) {
+                    #expect(entity == "Shelf" && reason.contains("floor"))
+                    return key
+                }
+            }
+            // Labels run backwards against ids: the first by label is id 40.
+            let expected = try #require(try failedKey { _ = try $0.get(40) })
+            #expect(try failedKey { _ = try $0.fetch(#Predicate<Shelf> { $0.label >= "shelf" }, sortBy: [SortDescriptor(\Shelf.label)], limit: 5) } == expected)
+            #expect(try failedKey { _ = try $0.fetch(#Predicate<Shelf> { $0.id >= 40 }) } == expected)
+            #expect(try failedKey { _ = try $0.fetch(#Predicate<Shelf> { $0.label == "shelf 960" }) } == expected)
+            let first = try #require(try failedKey { _ = try $0.get(1) })
+            #expect(try failedKey { _ = try $0.fetch() } == first)
+            #expect(first != expected)
+        }
+    }
+
     @Test func theDecoderIsTotalOnHostileBytes() throws {
         var random = SplitMix64(seed: 99)
         let valid = try RecordEncoder().encode(makeBooks(1, seed: 5)[0])
