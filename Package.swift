@@ -41,6 +41,13 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-atomics", from: "1.3.0"),
         // HTTP/1.1 to etcd's JSON gateway (StrataEtcd only; Sources/Etcd/EtcdClient.swift says why not gRPC).
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        // TLS to etcd (StrataEtcd): the configuration AsyncHTTPClient's connections take. Also
+        // what StrataTesting makes an etcd cluster's certificates with (swift-certificates and
+        // swift-crypto, which swift-nio-ssl already builds).
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
     ],
     targets: [
         // liblz4 from the system (Debian/Ubuntu: liblz4-dev).
@@ -109,6 +116,7 @@ let package = Package(
             dependencies: [
                 "StrataContexts", "StrataEngine", "StrataWAL", "StrataFileIO",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Sources/Etcd"
@@ -117,7 +125,13 @@ let package = Package(
         // and the entry points of the decoders' fuzz targets (Fuzz/).
         .target(
             name: "StrataTesting",
-            dependencies: ["Strata", "StrataContexts", "StrataEngine", "StrataWAL", "StrataFileIO", "StrataCodec", "StrataLocks"]
+            dependencies: [
+                "Strata", "StrataContexts", "StrataEngine", "StrataWAL", "StrataFileIO", "StrataCodec", "StrataLocks",
+                "CStrataPlatform",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
         ),
         .executableTarget(
             name: "StrataCLI",

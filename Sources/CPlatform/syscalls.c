@@ -60,3 +60,34 @@ int cplatform_sync_full(int fd) {
     return fsync(fd);
 #endif
 }
+
+#include <signal.h>
+#include <spawn.h>
+extern char **environ;
+
+int cplatform_spawn_detached(pid_t *pid, const char *path, char *const argv[]) {
+    posix_spawnattr_t attributes;
+    posix_spawn_file_actions_t actions;
+    sigset_t none, all;
+    int rc = posix_spawnattr_init(&attributes);
+    if (rc != 0) return rc;
+    rc = posix_spawn_file_actions_init(&actions);
+    if (rc != 0) { posix_spawnattr_destroy(&attributes); return rc; }
+    sigemptyset(&none);
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    sigdelset(&all, SIGSTOP);
+    posix_spawnattr_setsigmask(&attributes, &none);
+    posix_spawnattr_setsigdefault(&attributes, &all);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+#if defined(__linux__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+#endif
+    rc = posix_spawn(pid, path, &actions, &attributes, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    return rc;
+}

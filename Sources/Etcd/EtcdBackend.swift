@@ -41,6 +41,8 @@ final class EtcdBackend: StorageBackend {
     private let applier = DispatchQueue(label: "strata.etcd.apply")
     private let state: Mutex<State>
     private let logger = Logger(label: "strata")
+    /// Set when the store compacts etcd's history itself (`EtcdOptions.compaction`).
+    let compactor: EtcdCompactor?
 
     private struct State {
         /// `revisions[i]` is the etcd revision of local version `firstVersion + i` (EtcdBackend.E1).
@@ -77,9 +79,28 @@ final class EtcdBackend: StorageBackend {
             let page = pairs[start..<min(start + 1000, pairs.count)]
             try replica.commit(WALBatch(page.map { .put(key: $0.key, value: $0.value) }))
         }
+        if client.options.credentials != nil {
+            try await checkWritePermission(client: client, prefix: prefix)
+        }
         let backend = EtcdBackend(replica: replica, client: client, prefix: prefix, revision: revision)
         try backend.startWatch(after: revision)
+        backend.scheduleCompaction()
         return (backend, report)
+    }
+
+    /// Whether the user's roles let it write the prefix, asked before the first commit: a
+    /// transaction whose compare never holds (no key's mod_revision is below 0) and whose
+    /// success branch puts the prefix's first key. etcd checks every operation of both
+    /// branches against the user's permissions before it evaluates a compare, so a role
+    /// without write is refused, and with write nothing is written and no revision made.
+    private static func checkWritePermission(client: EtcdClient, prefix: [UInt8]) async throws {
+        let probe = TxnRequest(compare: [Compare(key: EtcdBytes(prefix), result: .LESS, mod_revision: EtcdInt(0))],
+                               success: [RequestOp(request_put: PutRequest(key: EtcdBytes(prefix), value: EtcdBytes([])))],
+                               failure: [])
+        let response = try await client.txn(try client.encode(probe)).get()
+        guard response.succeeded != true else {
+            throw EtcdError.badResponse("a compare of mod_revision < 0 held on \(String(decoding: prefix, as: UTF8.self))")
+        }
     }
 
     private init(replica: StorageEngine, client: EtcdClient, prefix: [UInt8], revision: Int64) {
@@ -88,6 +109,15 @@ final class EtcdBackend: StorageBackend {
         self.prefix = prefix
         prefixEnd = Self.rangeEnd(of: prefix)
         state = Mutex(State(revisions: [revision], firstVersion: replica.version, appliedRevision: revision))
+        compactor = client.options.compaction.map { EtcdCompactor(client: client, settings: $0) }
+    }
+
+    /// Starts compacting, when the options ask for it, once the replica's revision is noted
+    /// as this store's need.
+    private func scheduleCompaction() {
+        guard let compactor else { return }
+        EtcdCompactor.need(state.withLock { $0.appliedRevision } + 1, by: ObjectIdentifier(self))
+        compactor.start()
     }
 
     /// The end of the range of keys starting with `prefix` (etcd's "prefix end"); `[0]`,
@@ -204,12 +234,17 @@ final class EtcdBackend: StorageBackend {
     private func handle(_ message: WatchStreamMessage, watch id: Int) {
         guard state.withLock({ !$0.closed && $0.watchID == id }) else { return }
         guard let response = message.result else {
+            if let text = message.error?.text, text.contains("invalid auth token") { client.discardToken() }
             logger.error("etcd watch failed", metadata: ["error": "\(message.error?.text ?? "no result")"])
             state.withLock { $0.watch }?.cancel()
             return
         }
         if response.canceled == true {
             if let compacted = response.compact_revision?.value, compacted > 0 { return resynchronize(watch: id) }
+            // A watch created with a token etcd no longer accepts: the next one gets another.
+            if let reason = response.cancel_reason, reason.contains("invalid auth token") || reason.contains("revision of auth store is old") {
+                client.discardToken()
+            }
             logger.error("etcd watch canceled", metadata: ["reason": "\(response.cancel_reason ?? "")"])
             state.withLock { $0.watch }?.cancel()
             return
@@ -256,6 +291,7 @@ final class EtcdBackend: StorageBackend {
             for resume in waiters { resume() }
             return
         }
+        if compactor != nil { EtcdCompactor.need(revision + 1, by: ObjectIdentifier(self)) }
         let ready: [@Sendable () -> Void] = state.withLock { state in
             state.appliedRevision = revision
             let retained = client.options.retainedVersions
@@ -561,6 +597,8 @@ final class EtcdBackend: StorageBackend {
         }
         watch?.cancel()
         for resume in waiters { resume() }
+        compactor?.stop()
+        EtcdCompactor.release(ObjectIdentifier(self))
         applier.sync {}
         try localEngine.close(checkpoint: false)
     }

@@ -23,6 +23,17 @@ public enum EtcdError: Error, CustomStringConvertible, CommitOutcomeReporting {
     case badResponse(String)
     /// `Store.open(etcd:)` was given something it cannot use.
     case invalidConfiguration(String)
+    /// TLS to `endpoint` failed: its certificate is not signed by a trusted CA, has expired
+    /// or does not name the host, or etcd refused this client's certificate (or its lack of
+    /// one). Nothing was sent, and nothing is ever retried in clear text.
+    case tls(endpoint: String, reason: String)
+    /// etcd did not accept who this client says it is: a wrong user or password, no
+    /// credentials for a server with authentication on, or credentials for one without.
+    /// Nothing was written.
+    case authenticationFailed(endpoint: String, user: String?, reason: String)
+    /// The user's roles do not grant `operation` ("read", "read and write", "compact") on
+    /// the store's prefix. Nothing was written.
+    case permissionDenied(prefix: String, user: String?, operation: String)
 
     /// Whether a commit that failed with this error may nevertheless have been applied.
     public var isCommitOutcomeUnknown: Bool {
@@ -51,6 +62,14 @@ public enum EtcdError: Error, CustomStringConvertible, CommitOutcomeReporting {
             "etcd's answer could not be read: \(reason)"
         case let .invalidConfiguration(reason):
             "The etcd store cannot be opened: \(reason)"
+        case let .tls(endpoint, reason):
+            "TLS to etcd at \(endpoint) failed: \(reason)"
+        case let .authenticationFailed(endpoint, user, reason):
+            "etcd at \(endpoint) did not authenticate \(user.map { "user \"\($0)\"" } ?? "this client"): \(reason). Nothing was written."
+        case let .permissionDenied(prefix, user, operation):
+            "\(user.map { "User \"\($0)\"" } ?? "This client") may not \(operation) the keys under \"\(prefix)\": grant a role "
+                + "\(operation == "read" ? "read" : "readwrite") permission on the prefix (etcdctl role grant-permission ROLE "
+                + "\(operation == "read" ? "read" : "readwrite") --prefix=true '\(prefix)'). Nothing was written."
         }
     }
 }
@@ -68,6 +87,48 @@ public struct EtcdOptions: Sendable {
     /// How many of the latest versions a commit can have read (each costs 8 bytes); a
     /// context that read an older one gets `EtcdError.snapshotTooOld`.
     public var retainedVersions = 1 << 20
+    /// TLS for `https://` endpoints: the CAs to trust and this client's certificate.
+    public var tls = EtcdTLS()
+    /// The etcd user this store authenticates as, for a server with authentication on;
+    /// the user's roles must grant readwrite on the store's prefix.
+    public var credentials: EtcdCredentials?
+    /// Opt-in compaction of etcd's history by the store itself; nil leaves it to the
+    /// server's `--auto-compaction-retention` or the operator.
+    public var compaction: EtcdCompaction?
 
     public init() {}
+}
+
+/// TLS to etcd's client port, for `https://` endpoints. The server's certificate is always
+/// checked: signed by a trusted CA, valid now, and naming the endpoint's host.
+public struct EtcdTLS: Sendable {
+    /// A PEM file of the certificate authorities that sign etcd's certificates (etcdctl's
+    /// `--cacert`); nil trusts the system's store.
+    public var trustedCAFile: String?
+    /// PEM files of this client's certificate and private key, for a server started with
+    /// `--client-cert-auth` (etcdctl's `--cert` and `--key`). With authentication on too,
+    /// etcd's gateway refuses a client certificate with a Common Name: the user is named by
+    /// `EtcdOptions.credentials`.
+    public var certificateFile: String?
+    public var keyFile: String?
+
+    public init(trustedCAFile: String? = nil, certificateFile: String? = nil, keyFile: String? = nil) {
+        self.trustedCAFile = trustedCAFile
+        self.certificateFile = certificateFile
+        self.keyFile = keyFile
+    }
+
+    var isEmpty: Bool { trustedCAFile == nil && certificateFile == nil && keyFile == nil }
+}
+
+/// An etcd user and password (etcd's `Auth.Authenticate`). The token it gives is sent with
+/// every request and renewed when etcd stops accepting it.
+public struct EtcdCredentials: Sendable {
+    public var user: String
+    public var password: String
+
+    public init(user: String, password: String) {
+        self.user = user
+        self.password = password
+    }
 }

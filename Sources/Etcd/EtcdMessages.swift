@@ -150,6 +150,23 @@ struct WatchResponse: Decodable, Sendable {
     var events: [WatchEvent]?
 }
 
+struct AuthenticateRequest: Encodable {
+    var name: String
+    var password: String
+}
+
+struct AuthenticateResponse: Decodable, Sendable {
+    var token: String?
+}
+
+struct CompactionRequest: Encodable {
+    var revision: EtcdInt
+}
+
+struct CompactionResponse: Decodable, Sendable {
+    var header: ResponseHeader?
+}
+
 /// One line of the watch stream: a response, or the gateway's error.
 struct WatchStreamMessage: Decodable, Sendable {
     var result: WatchResponse?

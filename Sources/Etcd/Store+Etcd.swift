@@ -24,7 +24,7 @@ extension Store {
         guard !prefix.isEmpty else {
             throw EtcdError.invalidConfiguration("the prefix is empty; give each store its own, such as \"myapp/\"")
         }
-        let client = try EtcdClient(endpoints: endpoints, options: options)
+        let client = try EtcdClient(endpoints: endpoints, options: options, prefix: prefix)
         let (backend, report) = try await EtcdBackend.open(client: client, prefix: Array(prefix.utf8))
         return Store(backend: backend, report: report, isInMemory: false)
     }

@@ -29,11 +29,18 @@ public final class TCPRelay: Sendable {
         /// Open relayed sockets, and how many of each pair's two pumps still run.
         var sockets: Set<Int32> = []
         var running: [Int32: Int] = [:]
+        /// What clients sent, when recording (the first `recordLimit` bytes).
+        var recorded: [UInt8] = []
     }
 
-    /// Starts relaying to `target` on 127.0.0.1.
-    public init(to target: UInt16) throws {
+    private let recording: Bool
+    private static let recordLimit = 16 << 20
+
+    /// Starts relaying to `target` on 127.0.0.1; with `recording`, keeps what clients send
+    /// (the first 16 MiB, every connection's bytes in arrival order) for `recorded()`.
+    public init(to target: UInt16, recording: Bool = false) throws {
         self.target = target
+        self.recording = recording
         let listener = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         self.listener = listener
         var address = loopbackAddress(port: 0)
@@ -59,6 +66,9 @@ public final class TCPRelay: Sendable {
             for socket in state.sockets { shutdown(socket, Int32(SHUT_RDWR)) }
         }
     }
+
+    /// The bytes clients sent through this relay so far (empty unless recording).
+    public func recorded() -> [UInt8] { state.withLock { $0.recorded } }
 
     /// Relays new connections again.
     public func restore() { state.withLock { $0.refusing = false } }
@@ -102,18 +112,24 @@ public final class TCPRelay: Sendable {
                 state.sockets.formUnion([client, upstream])
                 state.running[client] = 2
             }
-            Thread.detachNewThread { [self] in pump(from: client, to: upstream, pair: client) }
+            Thread.detachNewThread { [self] in pump(from: client, to: upstream, pair: client, record: recording) }
             Thread.detachNewThread { [self] in pump(from: upstream, to: client, pair: client) }
         }
     }
 
     /// Copies bytes one way until either side ends, then ends both; the pair's second pump
     /// to stop closes the two sockets.
-    private func pump(from source: Int32, to destination: Int32, pair: Int32) {
+    private func pump(from source: Int32, to destination: Int32, pair: Int32, record: Bool = false) {
         var buffer = [UInt8](repeating: 0, count: 16_384)
         copying: while true {
             let count = recv(source, &buffer, buffer.count, 0)
             if count <= 0 { break }
+            if record {
+                state.withLock { state in
+                    let room = Self.recordLimit - state.recorded.count
+                    if room > 0 { state.recorded += buffer[0..<min(count, room)] }
+                }
+            }
             var sent = 0
             while sent < count {
                 let written = buffer.withUnsafeBytes { send(destination, $0.baseAddress! + sent, count - sent, Int32(MSG_NOSIGNAL)) }

@@ -114,8 +114,8 @@ import Testing
         await #expect { try await Store.open(etcd: [EtcdServer.shared.get().endpoint], prefix: "") } throws: { error in
             "\(error)".contains("prefix is empty")
         }
-        await #expect { try await Store.open(etcd: ["https://127.0.0.1:2379"], prefix: "p/") } throws: { error in
-            "\(error)".contains("not an http:// URL")
+        await #expect { try await Store.open(etcd: ["ftp://127.0.0.1:2379"], prefix: "p/") } throws: { error in
+            "\(error)".contains("not an http:// or https:// URL")
         }
         // A port nobody listens on, then the real server: the open fails over to it.
         let closed = "http://127.0.0.1:1"

@@ -6,6 +6,8 @@
 //  - fallocate(2) and sync_file_range(2), which Glibc declares only under _GNU_SOURCE;
 //    preallocation and durable syncs as Darwin spells them (F_PREALLOCATE, F_FULLFSYNC).
 //  - a prefetch hint, which Swift has no spelling for.
+//  - posix_spawn with a clean signal mask and no inherited descriptors, for the test
+//    harness's servers.
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -35,6 +37,13 @@ int cplatform_sync_data(int fd);
 /// Makes the file's data and metadata durable: fsync(2); on Darwin fcntl(F_FULLFSYNC)
 /// (fsync only where the file system does not support it). Returns 0, or -1 with errno set.
 int cplatform_sync_full(int fd);
+
+/// Starts `path` with `argv`, with no signal blocked
+/// and every signal at its default action (whatever the calling thread blocks), standard
+/// input and output on /dev/null, and no other descriptor of the caller (on glibc 2.34 and
+/// later). The test harness starts servers this way: a shell inheriting a thread's blocked
+/// SIGCHLD would never see its child exit. Returns 0 and sets `pid`, or an errno value.
+int cplatform_spawn_detached(pid_t *pid, const char *path, char *const argv[]);
 
 /// Asks the CPU to start loading the cache line at `address` for reading (a hint: never
 /// faults, does nothing for a null or unmapped address).
