@@ -112,12 +112,11 @@ final class EtcdBackend: StorageBackend {
         compactor = client.options.compaction.map { EtcdCompactor(client: client, settings: $0) }
     }
 
-    /// Starts compacting, when the options ask for it, once the replica's revision is noted
-    /// as this store's need.
+    /// Notes what history this store needs (for any store of the process that compacts),
+    /// and starts compacting when the options ask for it.
     private func scheduleCompaction() {
-        guard let compactor else { return }
         EtcdCompactor.need(state.withLock { $0.appliedRevision } + 1, by: ObjectIdentifier(self))
-        compactor.start()
+        compactor?.start()
     }
 
     /// The end of the range of keys starting with `prefix` (etcd's "prefix end"); `[0]`,
@@ -291,7 +290,7 @@ final class EtcdBackend: StorageBackend {
             for resume in waiters { resume() }
             return
         }
-        if compactor != nil { EtcdCompactor.need(revision + 1, by: ObjectIdentifier(self)) }
+        EtcdCompactor.need(revision + 1, by: ObjectIdentifier(self))
         let ready: [@Sendable () -> Void] = state.withLock { state in
             state.appliedRevision = revision
             let retained = client.options.retainedVersions

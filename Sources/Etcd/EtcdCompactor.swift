@@ -87,7 +87,7 @@ final class EtcdCompactor: Sendable {
 
     /// One round: read etcd's revision, choose the target, compact.
     func tick() -> EventLoopFuture<Void> {
-        client.range(RangeRequest(key: EtcdBytes([0]), limit: EtcdInt(1), keys_only: true)).flatMap { response in
+                client.range(RangeRequest(key: EtcdBytes([0]), limit: EtcdInt(1), keys_only: true)).flatMap { response in
             let loop = MultiThreadedEventLoopGroup.singleton.any()
             guard let current = response.header?.revision?.value else { return loop.makeSucceededVoidFuture() }
             guard let target = self.target(current: current, now: .now) else { return loop.makeSucceededVoidFuture() }

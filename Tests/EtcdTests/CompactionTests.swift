@@ -54,6 +54,57 @@ extension EtcdStoreTests {
         #expect(try await eventually { try writer.read { try $0.get(bytes("kept")) } == bytes("2") })
     }
 
+    @Test func aStoreCompactsEtcdsHistoryButKeepsWhatAStoreOfItsProcessNeedsToResume() async throws {
+        let server = try EtcdServer.start()
+        defer { server.stop() }
+        let serverPort = try #require(UInt16(server.endpoint.split(separator: ":").last ?? ""))
+        let relay = try TCPRelay(to: serverPort)
+        defer { relay.close() }
+        let prefix = "compacting-\(UUID().uuidString)/"
+        var options = EtcdServer.options
+        options.compaction = EtcdCompaction(retainedRevisions: 3, retention: .zero, interval: .milliseconds(100))
+        let lagging = try await Store.open(etcd: ["http://127.0.0.1:\(relay.port)"], prefix: prefix, options: EtcdServer.options)
+        var laggingOpen = true
+        defer { if laggingOpen { try? lagging.close() } }
+        let compacting = try await Store.open(etcd: [server.endpoint], prefix: prefix, options: options)
+        defer { try? compacting.close() }
+        for index in 0..<5 { try await compacting.write { unit in try unit.put(bytes("k"), bytes("\(index)")) } }
+        #expect(try await eventually { try lagging.read { try $0.get(bytes("k")) } == bytes("4") })
+
+        // The lagging store's watch is cut at revision `cut`: it will resume from `cut` + 1.
+        let cut = try currentRevision(port: serverPort)
+        relay.cut()
+        for index in 5..<25 { try await compacting.write { unit in try unit.put(bytes("k"), bytes("\(index)")) } }
+        let latest = try currentRevision(port: serverPort)
+        // History below `cut` + 1 goes; from there on it stays while the lagging store is open.
+        #expect(try await eventually { isCompacted(port: serverPort, revision: cut) })
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(!isCompacted(port: serverPort, revision: cut + 1), "compacted what an open store needs to resume from")
+        relay.restore()
+        #expect(try await eventually { try lagging.read { try $0.get(bytes("k")) } == bytes("24") })
+        // Once it is closed (or has caught up), compaction goes on to the retention floor.
+        try lagging.close()
+        laggingOpen = false
+        #expect(try await eventually { isCompacted(port: serverPort, revision: latest - 4) })
+        #expect(!isCompacted(port: serverPort, revision: latest - 2), "compacted within the retained revisions")
+        #expect(try await compacting.read { try $0.get(bytes("k")) } == bytes("24"))
+    }
+
+    func currentRevision(port: UInt16) throws -> Int64 {
+        let answer = try etcdCall(port: port, "/v3/kv/range", #"{"key":"AA=="}"#)
+        return try #require(((answer["header"] as? [String: Any])?["revision"] as? String).flatMap { Int64($0) })
+    }
+
+    /// Whether etcd refuses a read at `revision` as compacted.
+    func isCompacted(port: UInt16, revision: Int64) -> Bool {
+        do {
+            _ = try etcdCall(port: port, "/v3/kv/range", #"{"key":"AA==","revision":"\#(revision)"}"#)
+            return false
+        } catch {
+            return "\(error)".contains("compacted")
+        }
+    }
+
     /// One call to etcd's JSON gateway on 127.0.0.1, its answer's JSON object.
     func etcdCall(port: UInt16, _ path: String, _ body: String) throws -> [String: Any] {
         let socket = try TCPRelay.connect(port: port)
@@ -72,7 +123,7 @@ extension EtcdStoreTests {
         let text = String(decoding: answer, as: UTF8.self)
         guard text.hasPrefix("HTTP/1.1 200"), let start = text.range(of: "\r\n\r\n")?.upperBound,
               let object = try JSONSerialization.jsonObject(with: Data(text[start...].utf8)) as? [String: Any] else {
-            throw NetworkError("etcd answered \(path) with \(text.prefix(300))")
+            throw NetworkError("etcd answered \(path) with \(text.prefix(2_000))")
         }
         return object
     }
