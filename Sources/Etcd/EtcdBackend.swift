@@ -158,7 +158,9 @@ final class EtcdBackend: StorageBackend {
         applier.asyncAfter(deadline: .now() + .milliseconds(200)) { [weak self] in
             guard let self, self.state.withLock({ !$0.closed && $0.watchID == id }) else { return }
             do { try self.startWatch(after: applied) } catch {
-                self.watchEnded(.failure(error), watch: id)
+                // startWatch made its own watch current before it failed (getting a token,
+                // say): retry as that one, or nothing would watch again.
+                self.watchEnded(.failure(error), watch: self.state.withLock { $0.watchID })
             }
         }
     }

@@ -133,12 +133,22 @@ final class EtcdClient: Sendable {
     /// event loop. The returned future ends with the stream (closed by etcd, an error, or
     /// `cancel` of the task). With credentials, gets a token first when it has none
     /// (blocking: call it off the cooperative pool and off event loops).
+    ///
+    /// The watch asks for a leader (etcd's `hasleader` metadata, clientv3's
+    /// WithRequireLeader): a member cut off from its cluster ends the stream instead of
+    /// going quiet. When a stream fails, the next call starts at the next endpoint.
     func watch(_ request: WatchRequest, onMessage: @escaping @Sendable (WatchStreamMessage) -> Void) throws -> HTTPClient.Task<Void> {
-        let endpoint = endpoints[preferred.withLock { $0 }]
+        let index = preferred.withLock { $0 }
         let token = try currentToken().wait()
-        let httpRequest = try HTTPClient.Request(url: endpoint + "/v3/watch", method: .POST, headers: headers(token: token),
+        var headers = headers(token: token)
+        headers.add(name: "Grpc-Metadata-hasleader", value: "true")
+        let httpRequest = try HTTPClient.Request(url: endpoints[index] + "/v3/watch", method: .POST, headers: headers,
                                                  body: .bytes(try JSONEncoder().encode(request)), tlsConfiguration: tls)
-        return http.execute(request: httpRequest, delegate: WatchDelegate(onMessage: onMessage))
+        let task = http.execute(request: httpRequest, delegate: WatchDelegate(onMessage: onMessage))
+        task.futureResult.whenFailure { [endpoints] _ in
+            self.preferred.withLock { if $0 == index { $0 = (index + 1) % endpoints.count } }
+        }
+        return task
     }
 
     /// Forgets `rejected`, a token etcd no longer accepts, so the next call gets another.

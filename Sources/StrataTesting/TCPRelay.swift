@@ -20,12 +20,13 @@ public final class TCPRelay: Sendable {
     /// The port this relay listens on.
     public let port: UInt16
     private let target: UInt16
-    private let listener: Int32
     private let state = Mutex(State())
 
     private struct State {
         var refusing = false
         var closed = false
+        /// The listening socket; -1 while cut.
+        var listener: Int32 = -1
         /// Open relayed sockets, and how many of each pair's two pumps still run.
         var sockets: Set<Int32> = []
         var running: [Int32: Int] = [:]
@@ -41,44 +42,80 @@ public final class TCPRelay: Sendable {
     public init(to target: UInt16, recording: Bool = false) throws {
         self.target = target
         self.recording = recording
-        let listener = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        self.listener = listener
-        var address = loopbackAddress(port: 0)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                bind(listener, address, length) == 0 && getsockname(listener, address, &length) == 0
-            }
-        }
-        guard bound, listen(listener, 16) == 0 else {
-            Glibc.close(listener)
-            throw NetworkError("the relay could not listen: errno \(errno)")
-        }
-        port = UInt16(bigEndian: address.sin_port)
+        let listener = try Self.listen(port: 0)
+        port = Self.port(of: listener)
+        state.withLock { $0.listener = listener }
         Thread.detachNewThread { [self] in acceptLoop() }
     }
 
-    /// Ends every relayed connection and refuses new ones. (Sockets are shut down here and
-    /// closed by their pumps, under the lock, so no number is reused while still listed.)
+    /// A socket listening on 127.0.0.1:`port` (0: any free port), with SO_REUSEADDR so a
+    /// relay can listen on its port again after `cut()`.
+    private static func listen(port: UInt16) throws -> Int32 {
+        let listener = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = loopbackAddress(port: port)
+        let bound = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+        guard bound, Glibc.listen(listener, 64) == 0 else {
+            let error = errno
+            Glibc.close(listener)
+            throw NetworkError("the relay could not listen on port \(port): errno \(error)")
+        }
+        return listener
+    }
+
+    private static func port(of socket: Int32) -> UInt16 {
+        var address = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
+        }
+        return UInt16(bigEndian: address.sin_port)
+    }
+
+    /// Ends every relayed connection and stops listening, so new connections are refused
+    /// (ECONNREFUSED, as from a host whose server is down), until `restore()`. (Sockets are
+    /// shut down here and closed by their pumps, under the lock, so no number is reused
+    /// while still listed.)
     public func cut() {
         state.withLock { state in
             state.refusing = true
             for socket in state.sockets { shutdown(socket, Int32(SHUT_RDWR)) }
+            if state.listener >= 0 {
+                shutdown(state.listener, Int32(SHUT_RDWR))
+                Glibc.close(state.listener)
+                state.listener = -1
+            }
         }
     }
 
     /// The bytes clients sent through this relay so far (empty unless recording).
     public func recorded() -> [UInt8] { state.withLock { $0.recorded } }
 
-    /// Relays new connections again.
-    public func restore() { state.withLock { $0.refusing = false } }
+    /// Listens on its port again and relays new connections (it retries for up to 10
+    /// seconds should another socket hold the port meanwhile).
+    public func restore() {
+        for _ in 0..<1_000 {
+            let listening: Bool = state.withLock { state in
+                guard !state.closed else { return true }
+                if state.listener < 0 {
+                    guard let listener = try? Self.listen(port: port) else { return false }
+                    state.listener = listener
+                }
+                state.refusing = false
+                return true
+            }
+            if listening { return }
+            usleep(10_000)
+        }
+    }
 
     /// Ends every connection and stops listening.
     public func close() {
         cut()
         state.withLock { $0.closed = true }
-        shutdown(listener, Int32(SHUT_RDWR))
-        Glibc.close(listener)
     }
 
     /// A connected TCP socket to 127.0.0.1:`port` (the caller closes it).
@@ -99,11 +136,14 @@ public final class TCPRelay: Sendable {
 
     private func acceptLoop() {
         while true {
-            let client = accept(listener, nil, nil)
-            if client < 0 {
-                if state.withLock({ $0.closed }) { return }
+            let (listener, closed) = state.withLock { ($0.listener, $0.closed) }
+            if closed { return }
+            guard listener >= 0 else {
+                usleep(10_000)
                 continue
             }
+            let client = accept(listener, nil, nil)
+            if client < 0 { continue }
             guard !state.withLock({ $0.refusing }), let upstream = try? Self.connect(port: target) else {
                 Glibc.close(client)
                 continue

@@ -1,13 +1,23 @@
-// One bank process of the two-process bank test (Tests/EtcdTests/TwoProcessBankTests.swift):
-// opens the store over etcd and, until its time is up and at least one transfer was
-// acknowledged (a loaded machine may need longer than the time), moves random amounts
-// between random accounts, one unit of work per transfer, which also writes the transfer
-// itself under `xfer/<name>/<n>`. It checks the total of the accounts in a snapshot before every
-// transfer, and appends each transfer to its acknowledgement log only after its commit
-// returned, so every line there is a transfer the store acknowledged.
+// One bank process of the bank tests (Tests/EtcdTests/TwoProcessBankTests.swift and
+// ClusterBankTests.swift): opens the store over etcd and, until its time is up and at least
+// one transfer was acknowledged (a loaded machine may need longer than the time), moves
+// random amounts between random accounts, one unit of work per transfer, which also writes
+// the transfer itself under `xfer/<name>/<n>`. It checks the total of the accounts in a
+// snapshot before every transfer, and appends each transfer to its acknowledgement log only
+// after its commit returned, so every line there is a transfer the store acknowledged.
 //
-//   EtcdBankProcess <endpoint> <prefix> <name> <accounts> <total> <seconds> <seed> <ack-log>
+// A commit whose outcome is unknown is resolved by reading, in a unit of work that reads
+// the transfer's key and, when it is absent, writes "void" there: that commit conflicts
+// with the lost one should it still be applied later, so once it returns the transfer is
+// either in the store or void for good. Each resolution is appended to `<ack-log>.resolved`
+// ("<key> applied" or "<key> void"). A commit that wrote nothing (no endpoint reachable,
+// say) is tried again after a pause.
 //
+//   EtcdBankProcess <endpoints> <prefix> <name> <accounts> <total> <seconds> <seed> <ack-log>
+//
+// <endpoints> are comma-separated. TLS and credentials come from the environment:
+// STRATA_ETCD_CA, STRATA_ETCD_CERT, STRATA_ETCD_KEY, STRATA_ETCD_USER, STRATA_ETCD_PASSWORD,
+// and STRATA_ETCD_TIMEOUT (the request timeout, seconds).
 // Exits 0 when its time is up, 3 when a snapshot's total was wrong, 2 on any other error.
 import Foundation
 import Strata
@@ -19,14 +29,15 @@ import StrataTesting
         let arguments = CommandLine.arguments
         guard arguments.count == 9, let accounts = Int(arguments[4]), let total = Int(arguments[5]),
               let seconds = Double(arguments[6]), let seed = UInt64(arguments[7]) else {
-            fail(2, "usage: EtcdBankProcess <endpoint> <prefix> <name> <accounts> <total> <seconds> <seed> <ack-log>")
+            fail(2, "usage: EtcdBankProcess <endpoints> <prefix> <name> <accounts> <total> <seconds> <seed> <ack-log>")
         }
-        let (endpoint, prefix, name, ackPath) = (arguments[1], arguments[2], arguments[3], arguments[8])
+        let (prefix, name, ackPath) = (arguments[2], arguments[3], arguments[8])
+        let endpoints = arguments[1].split(separator: ",").map(String.init)
         do {
-            var options = EtcdOptions()
-            options.maxTxnOps = 1024
-            let store = try await Store.open(etcd: [endpoint], prefix: prefix, options: options)
-            guard let ackLog = FileHandle(forWritingAtPath: ackPath) else { fail(2, "cannot open \(ackPath)") }
+            let store = try await open(endpoints: endpoints, prefix: prefix)
+            guard let ackLog = FileHandle(forWritingAtPath: ackPath),
+                  FileManager.default.createFile(atPath: ackPath + ".resolved", contents: nil),
+                  let resolvedLog = FileHandle(forWritingAtPath: ackPath + ".resolved") else { fail(2, "cannot open \(ackPath)") }
             ackLog.seekToEndOfFile()
             var random = SplitMix64(seed: seed)
             let deadline = Date().addingTimeInterval(seconds)
@@ -50,8 +61,14 @@ import StrataTesting
                         try unit.put(Array(key.utf8), Array(record.utf8))
                     }
                 } catch UnitOfWorkError.commitFailed(.outcomeUnknown) {
-                    // Not acknowledged: it may or may not be in the store; never logged.
+                    // Not acknowledged: resolved by reading, and never logged as acknowledged.
+                    let applied = try await resolve(key, in: store)
+                    resolvedLog.write(Data("\(key) \(applied ? "applied" : "void")\n".utf8))
                     count += 1
+                    continue
+                } catch UnitOfWorkError.commitFailed(.notWritten) {
+                    // Nothing was written: the same transfer again, after a pause.
+                    try await Task.sleep(for: .milliseconds(100))
                     continue
                 }
                 // One write(2) per line: a kill leaves whole lines.
@@ -63,6 +80,46 @@ import StrataTesting
             print("\(name): \(count) transfers")
         } catch {
             fail(2, "\(name): \(error)")
+        }
+    }
+
+    /// Opens the store, trying again for up to a minute while the cluster cannot serve
+    /// (a member down, an election under way).
+    static func open(endpoints: [String], prefix: String) async throws -> Store {
+        let environment = ProcessInfo.processInfo.environment
+        var options = EtcdOptions()
+        options.maxTxnOps = 1024
+        if let seconds = environment["STRATA_ETCD_TIMEOUT"].flatMap(Double.init) { options.requestTimeout = .milliseconds(Int(seconds * 1000)) }
+        options.tls = EtcdTLS(trustedCAFile: environment["STRATA_ETCD_CA"], certificateFile: environment["STRATA_ETCD_CERT"],
+                              keyFile: environment["STRATA_ETCD_KEY"])
+        if let user = environment["STRATA_ETCD_USER"] {
+            options.credentials = EtcdCredentials(user: user, password: environment["STRATA_ETCD_PASSWORD"] ?? "")
+        }
+        let deadline = Date().addingTimeInterval(60)
+        while true {
+            do { return try await Store.open(etcd: endpoints, prefix: prefix, options: options) } catch {
+                if Date() > deadline { throw error }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
+    }
+
+    /// Whether the transfer at `key`, whose commit's outcome is unknown, is in the store:
+    /// reads it in a unit of work that writes "void" there when it is absent. That unit's
+    /// own outcome may be unknown too: then it runs again.
+    static func resolve(_ key: String, in store: Store) async throws -> Bool {
+        while true {
+            do {
+                return try await store.write(retries: 1_000) { unit in
+                    if let value = try unit.get(Array(key.utf8)) { return value != Array("void".utf8) }
+                    try unit.put(Array(key.utf8), Array("void".utf8))
+                    return false
+                }
+            } catch UnitOfWorkError.commitFailed(.outcomeUnknown) {
+                continue
+            } catch UnitOfWorkError.commitFailed(.notWritten) {
+                try await Task.sleep(for: .milliseconds(100))
+            }
         }
     }
 

@@ -26,32 +26,11 @@ import Testing
             for index in 0..<Self.accounts { try unit.put(Self.account(index), bytes(String(Self.initialBalance))) }
         }
 
-        // Every state from here on, in revision order, with the total checked in each.
-        let (start, startBalances) = try await store.read { context in
-            (context.version, Self.balances(try context.scan(prefix: bytes("acct/"))))
-        }
-        let feed = try store.changes(after: start, bufferLimit: 1_000_000)
-        let follower = Task { () throws -> (states: Int, wrong: [String], balances: [String: Int]) in
-            var balances = startBalances, states = 0, wrong: [String] = []
-            for try await changeSet in feed {
-                var finished = false
-                for change in changeSet.changes {
-                    let key = String(decoding: change.key, as: UTF8.self)
-                    if key.hasPrefix("acct/") { balances[key] = change.value.flatMap { Int(String(decoding: $0, as: UTF8.self)) } }
-                    if key == "finished" { finished = true }
-                }
-                states += 1
-                let sum = balances.values.reduce(0, +)
-                if sum != total { wrong.append("version \(changeSet.version) totals \(sum)") }
-                if finished { return (states, wrong, balances) }
-            }
-            return (states, wrong, balances)
-        }
-
+        let follower = try await Self.follow(store, total: total)
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("strata-bank-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let bank = BankProcesses(endpoint: server.endpoint, prefix: prefix, directory: directory, total: total)
+        let bank = BankProcesses(endpoints: [server.endpoint], prefix: prefix, directory: directory, total: total)
         // The first runs until it is killed: on a loaded machine 20 transfers can take longer
         // than any time it would be given.
         let first = try bank.start("a1", seconds: 3_600, seed: seed)
@@ -69,6 +48,43 @@ import Testing
             #expect(process.terminationStatus == 0, "\(name) failed: \(bank.errors(of: name))")
         }
 
+        let (transfers, states) = try await Self.check(store, follower: follower, bank: bank, names: ["a1", "b1", "a2"], total: total)
+        for name in ["a1", "b1", "a2"] { #expect(try !bank.acknowledgements(of: name).isEmpty, "\(name) acknowledged no transfer") }
+        print("TwoProcessBankTests: \(transfers.count) transfers, \(states) states checked")
+    }
+
+    /// Follows every state of `store` from now on, in revision order, through its change
+    /// feed, checking the accounts' total in each, until a commit writes `finished`.
+    static func follow(_ store: Store, total: Int) async throws -> Task<(states: Int, wrong: [String], balances: [String: Int]), any Error> {
+        let (start, startBalances) = try await store.read { context in
+            (context.version, Self.balances(try context.scan(prefix: bytes("acct/"))))
+        }
+        let feed = try store.changes(after: start, bufferLimit: 1_000_000)
+        return Task { () throws -> (states: Int, wrong: [String], balances: [String: Int]) in
+            var balances = startBalances, states = 0, wrong: [String] = []
+            for try await changeSet in feed {
+                var finished = false
+                for change in changeSet.changes {
+                    let key = String(decoding: change.key, as: UTF8.self)
+                    if key.hasPrefix("acct/") { balances[key] = change.value.flatMap { Int(String(decoding: $0, as: UTF8.self)) } }
+                    if key == "finished" { finished = true }
+                }
+                states += 1
+                let sum = balances.values.reduce(0, +)
+                if sum != total { wrong.append("version \(changeSet.version) totals \(sum)") }
+                if finished { return (states, wrong, balances) }
+            }
+            return (states, wrong, balances)
+        }
+    }
+
+    /// After the bank processes `names` ended: every followed state held the total, the
+    /// balances are the initial ones moved by exactly the transfers in the store, every
+    /// acknowledged transfer is there, and every unknown outcome a process resolved by
+    /// reading is in the store as it was resolved. Returns the transfers (key → record) and
+    /// how many states were followed.
+    static func check(_ store: Store, follower: Task<(states: Int, wrong: [String], balances: [String: Int]), any Error>,
+                      bank: BankProcesses, names: [String], total: Int) async throws -> (transfers: [String: String], states: Int) {
         // A last commit from this store: once it returns, its replica holds every revision before it.
         try await store.write { unit in try unit.put(bytes("finished"), bytes("")) }
         let followed = try await follower.value
@@ -82,26 +98,32 @@ import Testing
         }
         #expect(final.values.reduce(0, +) == total)
         #expect(final == followed.balances, "the change feed's states end where the store is")
-        #expect(followed.states >= transfers.count + 1, "a state per transfer and the last commit")
+        let applied = transfers.values.filter { $0 != "void" }
+        #expect(followed.states >= applied.count + 1, "a state per transfer and the last commit")
         // The initial balances moved by every transfer in the store give the final ones.
         var replayed = Dictionary(uniqueKeysWithValues: (0..<Self.accounts).map {
             (String(decoding: Self.account($0), as: UTF8.self), Self.initialBalance)
         })
-        for record in transfers.values {
+        for record in applied {
             let fields = record.split(separator: ",").compactMap { Int($0) }
             try #require(fields.count == 3, "a transfer record reads \(record)")
             replayed[String(decoding: Self.account(fields[0]), as: UTF8.self), default: 0] -= fields[2]
             replayed[String(decoding: Self.account(fields[1]), as: UTF8.self), default: 0] += fields[2]
         }
         #expect(replayed == final)
-        // Every acknowledged transfer is there, the killed process's too.
-        for name in ["a1", "b1", "a2"] {
+        for name in names {
+            // Every acknowledged transfer is there, a killed process's too.
             let acknowledged = try bank.acknowledgements(of: name)
-            #expect(!acknowledged.isEmpty, "\(name) acknowledged no transfer")
             let missing = acknowledged.filter { transfers[$0.key] != $0.value }
             #expect(missing.isEmpty, "\(name)'s acknowledged transfers missing or changed: \(missing.prefix(5))")
+            // Every unknown outcome is in the store as it was resolved.
+            for (key, resolution) in bank.resolutions(of: name) {
+                let stored = transfers[key]
+                #expect(resolution == "applied" ? stored != nil && stored != "void" : stored == "void",
+                        "\(name) resolved \(key) as \(resolution) and the store holds \(stored ?? "nothing")")
+            }
         }
-        print("TwoProcessBankTests: \(transfers.count) transfers, \(followed.states) states checked")
+        return (transfers, followed.states)
     }
 
     static func account(_ index: Int) -> [UInt8] { bytes("acct/" + String(format: "%03d", index)) }
@@ -115,10 +137,12 @@ import Testing
 
 /// Starts bank processes and reads what they logged.
 struct BankProcesses {
-    let endpoint: String
+    let endpoints: [String]
     let prefix: String
     let directory: URL
     let total: Int
+    /// TLS files, credentials and the request timeout (EtcdBankProcess reads them).
+    var environment: [String: String] = [:]
 
     /// The built bank process: next to the test bundle (same build directory).
     static let executable = builtExecutable("EtcdBankProcess")
@@ -132,7 +156,8 @@ struct BankProcesses {
         }
         let process = Process()
         process.executableURL = Self.executable
-        process.arguments = [endpoint, prefix, name, String(TwoProcessBankTests.accounts), String(total), String(seconds), String(seed), log.path]
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.arguments = [endpoints.joined(separator: ","), prefix, name, String(TwoProcessBankTests.accounts), String(total), String(seconds), String(seed), log.path]
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         process.standardError = try FileHandle(forWritingTo: errors)
@@ -147,6 +172,20 @@ struct BankProcesses {
             let parts = line.split(separator: " ", maxSplits: 1)
             return (String(parts[0]), parts.count > 1 ? String(parts[1]) : "")
         }, uniquingKeysWith: { first, _ in first })
+    }
+
+    /// The unknown outcomes `name` resolved by reading: key → "applied" or "void".
+    func resolutions(of name: String) -> [String: String] {
+        let text = (try? String(contentsOf: directory.appendingPathComponent("\(name).ack.resolved"), encoding: .utf8)) ?? ""
+        return Dictionary(text.split(separator: "\n").map { line in
+            let parts = line.split(separator: " ", maxSplits: 1)
+            return (String(parts[0]), parts.count > 1 ? String(parts[1]) : "")
+        }, uniquingKeysWith: { first, _ in first })
+    }
+
+    /// How many transfers the processes `names` acknowledged so far.
+    func acknowledgedCount(of names: [String]) -> Int {
+        names.reduce(0) { $0 + ((try? acknowledgements(of: $1).count) ?? 0) }
     }
 
     /// Waits up to 30 seconds for `name` to log `count` acknowledged transfers.
