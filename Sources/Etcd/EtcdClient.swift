@@ -209,9 +209,11 @@ final class EtcdClient: Sendable {
         }
     }
 
-    /// With credentials, a request refused for its token is sent once more with a new one:
-    /// etcd checks the token before it proposes anything, so the refused one wrote nothing.
-    private func call<Response: Decodable & Sendable>(_ path: String, body: [UInt8],
+    /// With credentials, a request refused for its token is sent again with a new one, up
+    /// to `renewals` times: etcd checks the token before it applies anything, so a refused
+    /// request wrote nothing. (A new simple token expires after `--auth-token-ttl` unused,
+    /// which a loaded machine can let pass between issuing and sending it.)
+    private func call<Response: Decodable & Sendable>(_ path: String, body: [UInt8], renewals: Int = 3,
                                            sent: @escaping @Sendable (String, any Error) -> any Error) -> EventLoopFuture<Response> {
         currentToken().flatMap { token -> EventLoopFuture<Response> in
             let first = self.preferred.withLock { $0 }
@@ -219,18 +221,13 @@ final class EtcdClient: Sendable {
                 .flatMapError { error in
                     guard error is TokenRejected else { return MultiThreadedEventLoopGroup.singleton.any().makeFailedFuture(error) }
                     self.discardToken(token)
-                    return self.currentToken().flatMap { token in
-                        let first = self.preferred.withLock { $0 }
-                        return self.attempt(path, body: body, token: token, index: first, remaining: self.endpoints.count, causes: [], sent: sent)
+                    guard renewals > 0 else {
+                        return MultiThreadedEventLoopGroup.singleton.any().makeFailedFuture(
+                            EtcdError.authenticationFailed(endpoint: self.endpoints[self.preferred.withLock { $0 }], user: self.options.credentials?.user,
+                                                           reason: "etcd refused every token it issued (is --auth-token-ttl shorter than a request takes?)"))
                     }
+                    return self.call(path, body: body, renewals: renewals - 1, sent: sent)
                 }
-        }.flatMapErrorThrowing { error in
-            // A token refused twice in a row: etcd accepts the password but not its token.
-            if error is TokenRejected {
-                throw EtcdError.authenticationFailed(endpoint: self.endpoints[self.preferred.withLock { $0 }], user: self.options.credentials?.user,
-                                                     reason: "etcd refused a token it had just issued")
-            }
-            throw error
         }
     }
 

@@ -161,7 +161,16 @@ public final class EtcdCluster: Sendable {
         member?.kill()
     }
 
-    /// Starts member `index` again on its data, after `kill`.
+    /// Stops member `index` gracefully (SIGTERM) and waits until it has exited.
+    public func stop(_ index: Int) {
+        let member = members.withLock { members in
+            defer { members[index] = nil }
+            return members[index]
+        }
+        member?.stop()
+    }
+
+    /// Starts member `index` again on its data, after `kill` or `stop`.
     public func restart(_ index: Int) throws {
         guard members.withLock({ $0[index] == nil }) else { return }
         try start(index)

@@ -88,6 +88,14 @@ final class EtcdMember: Sendable {
         waitForExit()
     }
 
+    /// Stops etcd as an operator would (SIGTERM: it finishes what it is applying and
+    /// leaves), and waits until it has exited; killed after 10 seconds.
+    func stop() {
+        Glibc.kill(pid, SIGTERM)
+        waitForExit()
+        if isRunning { kill() }
+    }
+
     /// Waits, up to 10 seconds, for the wrapper to end (it ends when etcd has).
     func waitForExit() {
         let deadline = Date().addingTimeInterval(10)

@@ -14,6 +14,7 @@
 // say) is tried again after a pause.
 //
 //   EtcdBankProcess <endpoints> <prefix> <name> <accounts> <total> <seconds> <seed> <ack-log>
+//   EtcdBankProcess --start-etcd-and-exit <file>
 //
 // <endpoints> are comma-separated. TLS and credentials come from the environment:
 // STRATA_ETCD_CA, STRATA_ETCD_CERT, STRATA_ETCD_KEY, STRATA_ETCD_USER, STRATA_ETCD_PASSWORD,
@@ -27,6 +28,18 @@ import StrataTesting
 @main enum EtcdBankProcess {
     static func main() async {
         let arguments = CommandLine.arguments
+        // `EtcdBankProcess --start-etcd-and-exit <file>`: starts an etcd member, writes its
+        // pid and directory to <file> and exits at once (StrataTesting's exit handler must
+        // have stopped the member when this process is gone).
+        if arguments.count == 3, arguments[1] == "--start-etcd-and-exit" {
+            do {
+                let etcd = try EtcdProcess()
+                try "\(etcd.pid) \(etcd.directory)".write(toFile: arguments[2], atomically: true, encoding: .utf8)
+            } catch {
+                fail(2, "\(error)")
+            }
+            return
+        }
         guard arguments.count == 9, let accounts = Int(arguments[4]), let total = Int(arguments[5]),
               let seconds = Double(arguments[6]), let seed = UInt64(arguments[7]) else {
             fail(2, "usage: EtcdBankProcess <endpoints> <prefix> <name> <accounts> <total> <seconds> <seed> <ack-log>")

@@ -1,8 +1,8 @@
 // The bank test against a three-member etcd cluster with TLS (client certificates required)
 // and authentication on: two OS processes (Tests/EtcdBankProcess) transfer money between
-// accounts while, at random, the leader is killed and restarted, a member is cut off from
-// clients and peers for a few seconds, or one of the processes is SIGKILLed and started
-// again. This process follows every committed state through the change feed and checks the
+// accounts while, at random, the leader is killed or stopped and restarted, a member is cut
+// off from clients and peers for a few seconds, or one of the processes is SIGKILLed and
+// started again. This process follows every committed state through the change feed and checks the
 // total in each; afterwards every acknowledged transfer is in the store, every commit whose
 // outcome was unknown was resolved by reading and is in the store as resolved, and the
 // balances are exactly the initial ones moved by the transfers the store holds.
@@ -73,7 +73,9 @@ import Testing
                 let leader = try cluster.waitForLeader()
                 let before = bank.acknowledgedCount(of: names)
                 let killed = ContinuousClock.now
-                cluster.kill(leader)
+                // SIGKILL, or a graceful stop (SIGTERM) as an operator's restart does.
+                let graceful = random.next() % 2 == 0
+                if graceful { cluster.stop(leader) } else { cluster.kill(leader) }
                 // Commits resume once a new leader is elected and the unknown outcomes resolve.
                 var resumed: Duration?
                 while ContinuousClock.now - killed < .seconds(60) {
@@ -85,7 +87,7 @@ import Testing
                 }
                 let seconds = try #require(resumed, "commits did not resume within 60 s of killing leader m\(leader)").seconds
                 resumptions.append(seconds)
-                log.append("\(event): killed leader m\(leader), commits resumed after \(String(format: "%.2f", seconds)) s")
+                log.append("\(event): \(graceful ? "stopped" : "killed") leader m\(leader), commits resumed after \(String(format: "%.2f", seconds)) s")
                 try await Task.sleep(for: .milliseconds(200 + Int(random.next() % 800)))
                 try cluster.restart(leader)
             case 1:

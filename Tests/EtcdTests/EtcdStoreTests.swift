@@ -6,16 +6,17 @@ import StrataEtcd
 import TestBackends
 import Testing
 
-@Suite(.timeLimit(.minutes(2))) struct EtcdStoreTests {
-    /// Waits until `condition` holds (a watch's delay), for up to 30 seconds: a loaded
-    /// machine's fsyncs can take seconds.
-    func eventually(_ condition: () throws -> Bool) async throws -> Bool {
-        for _ in 0..<3_000 {
-            if try condition() { return true }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        return try condition()
+/// Waits until `condition` holds (a watch's delay), for up to 30 seconds: a loaded
+/// machine's fsyncs can take seconds.
+func eventually(_ condition: () throws -> Bool) async throws -> Bool {
+    for _ in 0..<3_000 {
+        if try condition() { return true }
+        try await Task.sleep(for: .milliseconds(10))
     }
+    return try condition()
+}
+
+@Suite(.timeLimit(.minutes(2))) struct EtcdStoreTests {
 
     @Test func storesOnOnePrefixSeeEachOthersCommitsAndConflict() async throws {
         let prefix = "shared-\(UUID().uuidString)/"
@@ -108,6 +109,26 @@ import Testing
         } catch let UnitOfWorkError.commitFailed(.notWritten(error)) {
             #expect("\(error)".contains("--max-request-bytes"), "\(error)")
         }
+    }
+
+    @Test func anEtcdMemberAProcessStartedHasExitedAndIsRemovedOnceTheProcessHas() async throws {
+        let file = NSTemporaryDirectory() + "strata-etcd-started-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let process = Process()
+        process.executableURL = BankProcesses.executable
+        process.arguments = ["--start-etcd-and-exit", file]
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        while process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(process.terminationStatus == 0)
+        let started = try String(contentsOfFile: file, encoding: .utf8).split(separator: " ", maxSplits: 1)
+        let pid = try #require(started.first.flatMap { Int32($0) })
+        let directory = String(try #require(started.last))
+        // Gone, not a zombie, and its ports and directory free, the moment the process ended.
+        #expect(!FileManager.default.fileExists(atPath: "/proc/\(pid)"), "etcd \(pid) outlived the process that started it")
+        #expect(!FileManager.default.fileExists(atPath: directory))
     }
 
     @Test func wrongConfigurationAndUnreachableServersAreClearErrors() async throws {

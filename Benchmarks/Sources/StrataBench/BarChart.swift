@@ -8,7 +8,7 @@ struct BarChart {
     let workloads: [String]
 
     static let colors = ["strata": "#1f77b4", "strata-relaxed": "#6baed6", "sqlite": "#ff7f0e", "lmdb": "#2ca02c",
-                         "leveldb": "#d62728", "rocksdb": "#9467bd", "fdatasync": "#7f7f7f", "etcd": "#8c564b"]
+                         "leveldb": "#d62728", "rocksdb": "#9467bd", "fdatasync": "#7f7f7f", "etcd": "#8c564b", "etcd-cluster": "#e377c2"]
 
     var svg: String {
         let barWidth = 26

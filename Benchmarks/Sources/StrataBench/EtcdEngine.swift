@@ -4,6 +4,11 @@
 // each is one etcd transaction that compares every written key's mod_revision and returns
 // once the local replica shows it. Reads are the replica's (in memory, kept current by
 // etcd's Watch), so readrandom measures no network round trip.
+//
+// etcd-cluster: the same store over three members on this machine (StrataTesting's
+// EtcdCluster), with TLS on the client and peer ports, client certificates required and
+// authentication on (a user whose role grants readwrite on the store's prefix): every
+// commit is a TLS request carrying a token, and a Raft commit on two of three members.
 import Foundation
 import Strata
 import StrataEtcd
@@ -11,25 +16,45 @@ import StrataTesting
 import Synchronization
 
 final class EtcdBench: BenchEngine {
-    private let server: EtcdProcess
+    private let server: EtcdProcess?
+    private let cluster: EtcdCluster?
     private let store: Store
     private let readContext = Mutex<Context?>(nil)
 
-    /// Starts etcd with room for `batch` keys per transaction (`--max-txn-ops`) and opens a
-    /// store on it.
-    init(directory: String, batch: Int) throws {
+    /// Starts etcd (one member, or a TLS cluster with authentication) with room for
+    /// `batch` keys per transaction (`--max-txn-ops`) and opens a store on it.
+    init(directory: String, batch: Int, cluster clustered: Bool) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let server = try EtcdProcess(maxTxnOps: max(batch, 128), parentDirectory: directory)
-        self.server = server
         var options = EtcdOptions()
         options.maxTxnOps = max(batch, 128)
-        let endpoint = server.endpoint
+        let endpoints: [String]
+        if clustered {
+            var configuration = EtcdCluster.Configuration(members: 3, tls: true, clientCertificates: true,
+                                                          rootPassword: "root-\(UUID().uuidString)")
+            configuration.maxTxnOps = options.maxTxnOps
+            configuration.parentDirectory = directory
+            let cluster = try EtcdCluster(configuration)
+            let password = "bench-\(UUID().uuidString)"
+            try cluster.addUser("bench", password: password, readWritePrefix: "bench/")
+            let certificates = cluster.certificates!
+            options.tls = EtcdTLS(trustedCAFile: certificates.caFile, certificateFile: certificates.clientCertificateFile,
+                                  keyFile: certificates.clientKeyFile)
+            options.credentials = EtcdCredentials(user: "bench", password: password)
+            endpoints = cluster.directEndpoints
+            self.cluster = cluster
+            server = nil
+        } else {
+            let server = try EtcdProcess(maxTxnOps: options.maxTxnOps, parentDirectory: directory)
+            endpoints = [server.endpoint]
+            self.server = server
+            cluster = nil
+        }
         let opened = Mutex<Swift.Result<Store, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         // The open is async; this thread is the benchmark's own, not one of the pool's.
         Task {
             let result: Swift.Result<Store, any Error>
-            do { result = .success(try await Store.open(etcd: [endpoint], prefix: "bench/", options: options)) } catch {
+            do { result = .success(try await Store.open(etcd: endpoints, prefix: "bench/", options: options)) } catch {
                 result = .failure(error)
             }
             opened.withLock { $0 = result }
@@ -37,13 +62,15 @@ final class EtcdBench: BenchEngine {
         }
         done.wait()
         do { store = try opened.withLock { $0! }.get() } catch {
-            server.stop()
+            server?.stop()
+            cluster?.shutdown()
             throw error
         }
     }
 
     deinit {
-        server.stop()
+        server?.stop()
+        cluster?.shutdown()
     }
 
     func write(_ keys: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws {

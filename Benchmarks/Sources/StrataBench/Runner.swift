@@ -148,7 +148,8 @@ struct Runner {
         case "lmdb": try LMDBBench(directory: directory)
         case "leveldb": try LSMBench(.leveldb, directory: directory)
         case "rocksdb": try LSMBench(.rocksdb, directory: directory)
-        case "etcd": try EtcdBench(directory: directory, batch: options.batch)
+        case "etcd": try EtcdBench(directory: directory, batch: options.batch, cluster: false)
+        case "etcd-cluster": try EtcdBench(directory: directory, batch: options.batch, cluster: true)
         default: try FdatasyncBench(directory: directory, capacityBytes: keys * (16 + options.valueSize) + 4096,
                                     valueBytes: options.valueSize)
         }

@@ -17,17 +17,19 @@ struct StrataBench: ParsableCommand {
         commandName: "strata-bench",
         abstract: "Strata next to SQLite, LMDB, LevelDB, RocksDB and the disk's raw fdatasync rate, and Strata over etcd.")
 
-    static let allEngines = ["strata", "strata-relaxed", "sqlite", "grdb", "lmdb", "leveldb", "rocksdb", "fdatasync", "etcd"]
+    static let allEngines = ["strata", "strata-relaxed", "sqlite", "grdb", "lmdb", "leveldb", "rocksdb", "fdatasync", "etcd", "etcd-cluster"]
     static let allWorkloads = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readrandom",
                                "readseq", "deleterandom", "nested", "recover", "reopen", "records-insert", "records-fetch",
                                "records-range", "records-count", "records-update", "records-relations", "records-sort-text",
                                "publish", "publish-baseline"]
 
     /// The engines a run takes when none are named: etcd only on request (it needs `etcd`
-    /// installed, and its fills are slow enough to want a smaller --num).
-    static let defaultEngines = allEngines.filter { $0 != "etcd" }
+    /// installed, and its fills are slow enough to want a smaller --num). `etcd` is one
+    /// member over plain HTTP; `etcd-cluster` three members with TLS (client certificates
+    /// required) and authentication on.
+    static let defaultEngines = allEngines.filter { !$0.hasPrefix("etcd") }
 
-    @Option(help: "Comma-separated engines: \(allEngines.joined(separator: ", ")) (etcd only when named).")
+    @Option(help: "Comma-separated engines: \(allEngines.joined(separator: ", ")) (etcd and etcd-cluster only when named).")
     var engines = defaultEngines.joined(separator: ",")
 
     @Option(help: "Comma-separated workloads: \(allWorkloads.joined(separator: ", ")).")
@@ -94,7 +96,7 @@ struct StrataBench: ParsableCommand {
                 let writesOnly = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "deleterandom"]
                 if engine == "fdatasync" && !writesOnly.contains(workload) { continue }
                 // Over etcd: the commit path (one transaction per commit) and the replica's reads.
-                if engine == "etcd" && !["fillsync", "fillsync-concurrent", "fillrandom", "readrandom"].contains(workload) {
+                if engine.hasPrefix("etcd") && !["fillsync", "fillsync-concurrent", "fillrandom", "readrandom"].contains(workload) {
                     continue
                 }
                 // (`nested` needs transactions inside transactions, which the LSM engines lack.)
