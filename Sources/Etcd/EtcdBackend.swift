@@ -43,6 +43,8 @@ final class EtcdBackend: StorageBackend {
     private let logger = Logger(label: "strata")
     /// Set when the store compacts etcd's history itself (`EtcdOptions.compaction`).
     let compactor: EtcdCompactor?
+    /// etcd's cluster id, as its answers give it.
+    private let cluster: String
 
     private struct State {
         /// `revisions[i]` is the etcd revision of local version `firstVersion + i` (EtcdBackend.E1).
@@ -71,20 +73,30 @@ final class EtcdBackend: StorageBackend {
         // The replica's history lives in memory, as an in-memory store's does.
         options.log.history.bytes = 4 * StorageEngine.inMemorySegmentBytes
         let (replica, report) = try StorageEngine.open(path: "/strata-etcd-replica", fileSystem: SimulatedFileSystem(), options: options)
-        // Off the cooperative pool: the load blocks its thread on each page.
-        let (pairs, revision) = try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(with: Result { try load(client: client, prefix: prefix) }) }
+        let revision: Int64, cluster: String
+        do {
+            // Off the cooperative pool: the load blocks its thread on each page.
+            let (pairs, loaded, id) = try await withCheckedThrowingContinuation { continuation in
+                DispatchQueue.global().async { continuation.resume(with: Result { try load(client: client, prefix: prefix) }) }
+            }
+            revision = loaded
+            cluster = id
+            for start in stride(from: 0, to: pairs.count, by: 1000) {
+                let page = pairs[start..<min(start + 1000, pairs.count)]
+                try replica.commit(WALBatch(page.map { .put(key: $0.key, value: $0.value) }))
+            }
+            if client.options.credentials != nil {
+                try await checkWritePermission(client: client, prefix: prefix)
+            }
+        } catch {
+            try? replica.close(checkpoint: false)
+            throw error
         }
-        for start in stride(from: 0, to: pairs.count, by: 1000) {
-            let page = pairs[start..<min(start + 1000, pairs.count)]
-            try replica.commit(WALBatch(page.map { .put(key: $0.key, value: $0.value) }))
-        }
-        if client.options.credentials != nil {
-            try await checkWritePermission(client: client, prefix: prefix)
-        }
-        let backend = EtcdBackend(replica: replica, client: client, prefix: prefix, revision: revision)
+        let backend = EtcdBackend(replica: replica, client: client, prefix: prefix, revision: revision, cluster: cluster)
+        // Until its watch is created, the store needs etcd's history from the next revision.
+        EtcdCompactor.need(revision + 1, on: cluster, by: ObjectIdentifier(backend))
         try backend.startWatch(after: revision)
-        backend.scheduleCompaction()
+        backend.compactor?.start()
         return (backend, report)
     }
 
@@ -97,27 +109,23 @@ final class EtcdBackend: StorageBackend {
         let probe = TxnRequest(compare: [Compare(key: EtcdBytes(prefix), result: .LESS, mod_revision: EtcdInt(0))],
                                success: [RequestOp(request_put: PutRequest(key: EtcdBytes(prefix), value: EtcdBytes([])))],
                                failure: [])
-        let response = try await client.txn(try client.encode(probe)).get()
+        let response = try await client.probe(try client.encode(probe)).get()
         guard response.succeeded != true else {
             throw EtcdError.badResponse("a compare of mod_revision < 0 held on \(String(decoding: prefix, as: UTF8.self))")
         }
     }
 
-    private init(replica: StorageEngine, client: EtcdClient, prefix: [UInt8], revision: Int64) {
+    private init(replica: StorageEngine, client: EtcdClient, prefix: [UInt8], revision: Int64, cluster: String) {
         localEngine = replica
+        self.cluster = cluster
         self.client = client
         self.prefix = prefix
         prefixEnd = Self.rangeEnd(of: prefix)
         state = Mutex(State(revisions: [revision], firstVersion: replica.version, appliedRevision: revision))
-        compactor = client.options.compaction.map { EtcdCompactor(client: client, settings: $0) }
+        compactor = client.options.compaction.map { EtcdCompactor(client: client, prefix: prefix, settings: $0) }
     }
 
-    /// Notes what history this store needs (for any store of the process that compacts),
-    /// and starts compacting when the options ask for it.
-    private func scheduleCompaction() {
-        EtcdCompactor.need(state.withLock { $0.appliedRevision } + 1, by: ObjectIdentifier(self))
-        compactor?.start()
-    }
+    deinit { EtcdCompactor.release(ObjectIdentifier(self)) }
 
     /// The end of the range of keys starting with `prefix` (etcd's "prefix end"); `[0]`,
     /// etcd's "every key above", for a prefix of 0xFF bytes only.
@@ -154,6 +162,8 @@ final class EtcdBackend: StorageBackend {
     private func watchEnded(_ result: Result<Void, any Error>, watch id: Int) {
         let (current, applied) = state.withLock { (!$0.closed && $0.watchID == id, $0.appliedRevision) }
         guard current else { return }
+        // Until the next watch is created, the store needs etcd's history after `applied`.
+        EtcdCompactor.need(applied + 1, on: cluster, by: ObjectIdentifier(self))
         logger.warning("etcd watch ended; watching again", metadata: ["prefix": "\(renderPrefix)", "revision": "\(applied)"])
         applier.asyncAfter(deadline: .now() + .milliseconds(200)) { [weak self] in
             guard let self, self.state.withLock({ !$0.closed && $0.watchID == id }) else { return }
@@ -169,13 +179,14 @@ final class EtcdBackend: StorageBackend {
     /// load the prefix at etcd's current revision, apply the difference as one commit, and
     /// watch from there. Runs on the applier queue.
     private func resynchronize(watch id: Int) {
+        guard !state.withLock({ $0.closed }) else { return }
         state.withLock { state in
             guard state.watchID == id else { return }
             state.watchID += 1
             state.watch?.cancel()
         }
         do {
-            let (remote, revision) = try Self.load(client: client, prefix: prefix)
+            let (remote, revision, _) = try Self.load(client: client, prefix: prefix)
             let local = try localEngine.snapshot().scan()
             var batch = WALBatch()
             var (i, j) = (0, 0)
@@ -208,10 +219,11 @@ final class EtcdBackend: StorageBackend {
 
     /// The prefix's keys (without the prefix) and values at etcd's current revision, in
     /// pages of 1,000, every page at the first page's revision.
-    private static func load(client: EtcdClient, prefix: [UInt8]) throws -> ([(key: [UInt8], value: [UInt8])], Int64) {
+    private static func load(client: EtcdClient, prefix: [UInt8]) throws -> ([(key: [UInt8], value: [UInt8])], Int64, cluster: String) {
         let end = rangeEnd(of: prefix)
         var pairs: [(key: [UInt8], value: [UInt8])] = []
         var revision: Int64 = 0
+        var cluster = ""
         var start = prefix
         while true {
             let page = try client.range(RangeRequest(key: EtcdBytes(start), range_end: EtcdBytes(end), limit: EtcdInt(1000),
@@ -219,6 +231,7 @@ final class EtcdBackend: StorageBackend {
             if revision == 0 {
                 guard let header = page.header?.revision?.value else { throw EtcdError.badResponse("a range answered without a revision") }
                 revision = header
+                cluster = page.header?.cluster_id?.text ?? ""
             }
             let kvs = page.kvs ?? []
             for kv in kvs {
@@ -228,7 +241,7 @@ final class EtcdBackend: StorageBackend {
             guard page.more == true, let last = kvs.last else { break }
             start = last.key.bytes + [0]
         }
-        return (pairs, revision)
+        return (pairs, revision, cluster)
     }
 
     /// Applies a watch message's events, one local commit per etcd revision (EtcdBackend.E1).
@@ -242,14 +255,19 @@ final class EtcdBackend: StorageBackend {
         }
         if response.canceled == true {
             if let compacted = response.compact_revision?.value, compacted > 0 { return resynchronize(watch: id) }
-            // A watch created with a token etcd no longer accepts: the next one gets another.
-            if let reason = response.cancel_reason, reason.contains("invalid auth token") || reason.contains("revision of auth store is old") {
+            // A watch refused for its token (etcd 3.4 says "invalid auth token"; other
+            // versions "permission denied"): the next one gets another token.
+            if client.options.credentials != nil, let reason = response.cancel_reason,
+               reason.contains("invalid auth token") || reason.contains("revision of auth store is old") || reason.contains("permission denied") {
                 client.discardToken()
             }
             logger.error("etcd watch canceled", metadata: ["reason": "\(response.cancel_reason ?? "")"])
             state.withLock { $0.watch }?.cancel()
             return
         }
+        // A live watch gets every later revision from etcd itself: the store needs no
+        // history while it runs (a compaction does not touch a synced watcher).
+        if response.created == true { EtcdCompactor.release(ObjectIdentifier(self)) }
         var batch = WALBatch()
         var batchRevision: Int64 = 0
         for event in response.events ?? [] {
@@ -292,7 +310,6 @@ final class EtcdBackend: StorageBackend {
             for resume in waiters { resume() }
             return
         }
-        EtcdCompactor.need(revision + 1, by: ObjectIdentifier(self))
         let ready: [@Sendable () -> Void] = state.withLock { state in
             state.appliedRevision = revision
             let retained = client.options.retainedVersions
@@ -599,8 +616,8 @@ final class EtcdBackend: StorageBackend {
         watch?.cancel()
         for resume in waiters { resume() }
         compactor?.stop()
-        EtcdCompactor.release(ObjectIdentifier(self))
         applier.sync {}
+        EtcdCompactor.release(ObjectIdentifier(self))
         try localEngine.close(checkpoint: false)
     }
 }

@@ -18,7 +18,7 @@
 // Authentication: with credentials, the first call gets a token (Auth.Authenticate) and
 // every request carries it (`Authorization`). A request etcd refuses for its token (expired,
 // or issued before an auth change) was not applied, so the client gets a new token and
-// sends it once more.
+// sends it again, up to three times.
 import AsyncHTTPClient
 import Foundation
 import NIOCore
@@ -121,6 +121,12 @@ final class EtcdClient: Sendable {
             if let gateway = error as? GatewayError { return Self.classify(gateway, outcomeUnknownAt: endpoint) }
             return EtcdError.commitOutcomeUnknown(endpoint: endpoint, cause: "\(error)")
         }
+    }
+
+    /// KV.Txn for a transaction that cannot write (its success branch never runs): its
+    /// failures are a read's, never an unknown outcome.
+    func probe(_ body: [UInt8]) -> EventLoopFuture<TxnResponse> {
+        call("/v3/kv/txn", body: body, sent: readFailure)
     }
 
     /// KV.Compact: discards the history below `revision` (etcd keeps every key's latest
@@ -262,7 +268,9 @@ final class EtcdClient: Sendable {
         }.flatMapError { error in
             let loop = MultiThreadedEventLoopGroup.singleton.any()
             if error is EtcdError || error is TokenRejected { return loop.makeFailedFuture(error) }
-            let refusedTLS = Self.tlsRefusal(error)
+            // A TLS alert after the handshake may come once a transaction was read (on a
+            // connection kept alive): for a transaction only a failed handshake is a refusal.
+            let refusedTLS = Self.tlsRefusal(error, handshakeOnly: path.hasSuffix("/txn"))
             guard refusedTLS != nil || Self.isConnectFailure(error) else { return loop.makeFailedFuture(sent(endpoint, error)) }
             let causes = causes + ["\(endpoint): \(refusedTLS ?? "\(error)")"]
             guard remaining > 1 else {
@@ -314,13 +322,13 @@ final class EtcdClient: Sendable {
     /// (on either side), or the server answered the request with an alert instead of
     /// reading it (TLS 1.3 checks a client's certificate after the client's handshake ends).
     /// Either way the server never read the request.
-    static func tlsRefusal(_ error: any Error) -> String? {
+    static func tlsRefusal(_ error: any Error, handshakeOnly: Bool) -> String? {
         switch error {
         case let error as NIOSSLError:
             if case let .handshakeFailed(inner) = error { return "the TLS handshake failed: \(inner)" }
             return nil
         case let error as BoringSSLError:
-            guard case let .sslError(stack) = error else { return nil }
+            guard !handshakeOnly, case let .sslError(stack) = error else { return nil }
             let text = "\(stack)"
             guard text.contains("ALERT") || text.contains("CERTIFICATE") else { return nil }
             return "the server refused the connection with a TLS alert: \(text)"

@@ -1,19 +1,21 @@
 // Compaction of etcd's history by the stores themselves (`EtcdOptions.compaction`, opt-in).
 //
 // etcd keeps every revision of every key until it is compacted. A store needs history
-// only to resume its watch after a dropped connection (from the revision after the last
-// one its replica applied); contexts read the replica, and commits compare against etcd's
-// current state, not its history. So a store may compact below the oldest revision any
-// store of this process still needs to resume from, and below a retention floor the
-// operator chooses, in revisions and in time: a store in another process whose watch is
-// cut for longer than the floor reloads its replica (a full read of its prefix) instead of
-// resuming.
+// only to resume its watch once it ended (from the revision after the last one its replica
+// applied); contexts read the replica, commits compare against etcd's current state, and a
+// live watch is sent every later revision whatever is compacted. So a store may compact
+// below the oldest revision a store of this process is waiting to resume from (its watch
+// ended and not yet created again; a live, idle watch pins nothing), and below a retention
+// floor the operator chooses, in revisions and in time: a store (of any process) whose watch
+// is down for longer than the floor reloads its replica (a full read of its prefix) instead
+// of resuming.
 //
-// Every `interval`, each store with compaction on reads etcd's current revision R (a one-key
-// range) and notes (now, R). It compacts to the lowest of: R − retainedRevisions, the
-// revision noted `retention` ago, and the oldest revision this process's open stores need;
-// only when that is above what it compacted last. Several stores (or processes) compacting
-// is harmless: a compaction at or below etcd's last one is refused and ignored.
+// Every `interval`, each store with compaction on reads etcd's current revision R (a
+// one-key range of its own prefix, which its role may read) and notes (now, R). It compacts
+// to the lowest of: R − retainedRevisions, the revision noted `retention` ago, and the
+// oldest revision a store of this process is waiting to resume from; only when that is
+// above what it compacted last. Several stores (or processes) compacting is harmless: a
+// compaction at or below etcd's last one is refused and ignored.
 import Foundation
 import Logging
 import NIOCore
@@ -40,6 +42,7 @@ public struct EtcdCompaction: Sendable {
 /// One store's compaction: a timer, the revisions it noted, and what it compacted last.
 final class EtcdCompactor: Sendable {
     private let client: EtcdClient
+    private let prefix: [UInt8]
     private let settings: EtcdCompaction
     private let queue = DispatchQueue(label: "strata.etcd.compact")
     private let state = Mutex(State())
@@ -53,18 +56,29 @@ final class EtcdCompactor: Sendable {
         var stopped = false
     }
 
-    /// The oldest revision each open store of this process needs to resume its watch from.
-    private static let needs = Mutex<[ObjectIdentifier: Int64]>([:])
+    /// The revision each store of this process whose watch is down will resume from, and
+    /// the etcd cluster it reads (its cluster id: revisions of other clusters do not count).
+    private static let needs = Mutex<[ObjectIdentifier: (cluster: String, revision: Int64)]>([:])
 
-    init(client: EtcdClient, settings: EtcdCompaction) {
+    init(client: EtcdClient, prefix: [UInt8], settings: EtcdCompaction) {
         self.client = client
+        self.prefix = prefix
         self.settings = settings
     }
 
-    /// Notes that `store` needs etcd's history from `revision` on (after each applied
-    /// revision: the watch resumes from the next one).
-    static func need(_ revision: Int64, by store: ObjectIdentifier) {
-        needs.withLock { $0[store] = revision }
+    /// The oldest revision a store of this process is waiting to resume its watch from on
+    /// `cluster`.
+    static func oldestNeed(on cluster: String) -> Int64? {
+        needs.withLock { $0.values.filter { $0.cluster == cluster }.map(\.revision).min() }
+    }
+
+    /// The revisions stores of this process wait to resume from, on any cluster (tests).
+    static var pendingNeeds: [Int64] { needs.withLock { $0.values.map(\.revision) } }
+
+    /// Notes that `store`, whose watch on `cluster` is down, needs etcd's history from
+    /// `revision` on.
+    static func need(_ revision: Int64, on cluster: String, by store: ObjectIdentifier) {
+        needs.withLock { $0[store] = (cluster, revision) }
     }
 
     static func release(_ store: ObjectIdentifier) {
@@ -87,10 +101,13 @@ final class EtcdCompactor: Sendable {
 
     /// One round: read etcd's revision, choose the target, compact.
     func tick() -> EventLoopFuture<Void> {
-                client.range(RangeRequest(key: EtcdBytes([0]), limit: EtcdInt(1), keys_only: true)).flatMap { response in
+                client.range(RangeRequest(key: EtcdBytes(prefix), range_end: EtcdBytes(EtcdBackend.rangeEnd(of: prefix)), limit: EtcdInt(1),
+                                  keys_only: true)).flatMap { response in
             let loop = MultiThreadedEventLoopGroup.singleton.any()
-            guard let current = response.header?.revision?.value else { return loop.makeSucceededVoidFuture() }
-            guard let target = self.target(current: current, now: .now) else { return loop.makeSucceededVoidFuture() }
+            guard let current = response.header?.revision?.value, let cluster = response.header?.cluster_id?.text else {
+                return loop.makeSucceededVoidFuture()
+            }
+            guard let target = self.target(current: current, cluster: cluster, now: .now) else { return loop.makeSucceededVoidFuture() }
             return self.client.compact(target).map { _ in
                 self.state.withLock { $0.compacted = max($0.compacted, target) }
                 self.logger.debug("etcd history compacted", metadata: ["revision": "\(target)"])
@@ -108,8 +125,8 @@ final class EtcdCompactor: Sendable {
     }
 
     /// The revision to compact to, given etcd's `current` one, or nil when nothing may go.
-    private func target(current: Int64, now: ContinuousClock.Instant) -> Int64? {
-        let oldestNeed = Self.needs.withLock { $0.values.min() } ?? current
+    private func target(current: Int64, cluster: String, now: ContinuousClock.Instant) -> Int64? {
+        let oldestNeed = Self.oldestNeed(on: cluster) ?? current
         return state.withLock { state -> Int64? in
             state.noted.append((now, current))
             // Keep the newest noted revision that is older than the retention, and the rest.

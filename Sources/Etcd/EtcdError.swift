@@ -25,7 +25,8 @@ public enum EtcdError: Error, CustomStringConvertible, CommitOutcomeReporting {
     case invalidConfiguration(String)
     /// TLS to `endpoint` failed: its certificate is not signed by a trusted CA, has expired
     /// or does not name the host, or etcd refused this client's certificate (or its lack of
-    /// one). Nothing was sent, and nothing is ever retried in clear text.
+    /// one). The server took no request: nothing was written, and nothing is ever retried in
+    /// clear text.
     case tls(endpoint: String, reason: String)
     /// etcd did not accept who this client says it is: a wrong user or password, no
     /// credentials for a server with authentication on, or credentials for one without.

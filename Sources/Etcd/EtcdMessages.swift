@@ -47,6 +47,17 @@ struct EtcdBytes: Codable, Sendable, Equatable {
 
 struct ResponseHeader: Decodable, Sendable {
     var revision: EtcdInt?
+    var cluster_id: EtcdID?
+}
+
+/// A uint64 id of the gateway (a JSON string, or a number), kept as its decimal text.
+struct EtcdID: Decodable, Sendable, Equatable {
+    let text: String
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let text = try? container.decode(String.self) { self.text = text } else { text = String(try container.decode(UInt64.self)) }
+    }
 }
 
 struct KeyValue: Decodable, Sendable {

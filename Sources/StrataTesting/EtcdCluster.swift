@@ -182,9 +182,9 @@ public final class EtcdCluster: Sendable {
         peerRelays[index].cut()
     }
 
-    public func heal(_ index: Int) {
-        clientRelays[index].restore()
-        peerRelays[index].restore()
+    public func heal(_ index: Int) throws {
+        try clientRelays[index].restore()
+        try peerRelays[index].restore()
     }
 
     /// Freezes or thaws member `index`'s process, as a hung machine would.

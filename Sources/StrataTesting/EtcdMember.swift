@@ -84,14 +84,15 @@ final class EtcdMember: Sendable {
     /// Kills etcd (SIGKILL) and waits, up to 10 seconds, until it has exited and its
     /// wrapper has reaped it (and removed what it removes).
     func kill() {
-        Glibc.kill(pid, SIGKILL)
+        // Only while the wrapper runs: once it has reaped etcd, the pid may be another's.
+        if isRunning { Glibc.kill(pid, SIGKILL) }
         waitForExit()
     }
 
     /// Stops etcd as an operator would (SIGTERM: it finishes what it is applying and
     /// leaves), and waits until it has exited; killed after 10 seconds.
     func stop() {
-        Glibc.kill(pid, SIGTERM)
+        if isRunning { Glibc.kill(pid, SIGTERM) }
         waitForExit()
         if isRunning { kill() }
     }
@@ -104,13 +105,13 @@ final class EtcdMember: Sendable {
     }
 
     /// Freezes or thaws the process, as a hung machine would.
-    func pause() { Glibc.kill(pid, SIGSTOP) }
-    func resume() { Glibc.kill(pid, SIGCONT) }
+    func pause() { if isRunning { Glibc.kill(pid, SIGSTOP) } }
+    func resume() { if isRunning { Glibc.kill(pid, SIGCONT) } }
 
     /// Kills every member still running and waits for each (at exit).
     static func stopAll() {
         let members = live.withLock { Array($0.values) }
-        for member in members { Glibc.kill(member.pid, SIGKILL) }
+        for member in members where member.isRunning { Glibc.kill(member.pid, SIGKILL) }
         for member in members { member.waitForExit() }
         for directory in directories.withLock({ $0 }) { try? FileManager.default.removeItem(atPath: directory) }
     }

@@ -25,7 +25,8 @@ public final class TCPRelay: Sendable {
     private struct State {
         var refusing = false
         var closed = false
-        /// The listening socket; -1 while cut.
+        /// The listening socket; -1 while cut. Only the accept loop closes it, after `cut`
+        /// shut it down, so its number cannot be reused while the loop may still accept on it.
         var listener: Int32 = -1
         /// Open relayed sockets, and how many of each pair's two pumps still run.
         var sockets: Set<Int32> = []
@@ -83,23 +84,22 @@ public final class TCPRelay: Sendable {
         state.withLock { state in
             state.refusing = true
             for socket in state.sockets { shutdown(socket, Int32(SHUT_RDWR)) }
-            if state.listener >= 0 {
-                shutdown(state.listener, Int32(SHUT_RDWR))
-                Glibc.close(state.listener)
-                state.listener = -1
-            }
+            // A shut-down listening socket refuses connections; the accept loop closes it.
+            if state.listener >= 0 { shutdown(state.listener, Int32(SHUT_RDWR)) }
         }
     }
 
     /// The bytes clients sent through this relay so far (empty unless recording).
     public func recorded() -> [UInt8] { state.withLock { $0.recorded } }
 
-    /// Listens on its port again and relays new connections (it retries for up to 10
-    /// seconds should another socket hold the port meanwhile).
-    public func restore() {
+    /// Listens on its port again and relays new connections. Throws when the port cannot
+    /// be listened on within 10 seconds (another socket took it meanwhile).
+    public func restore() throws {
         for _ in 0..<1_000 {
             let listening: Bool = state.withLock { state in
                 guard !state.closed else { return true }
+                // The accept loop has not closed the old listener yet.
+                guard state.listener < 0 || !state.refusing else { return false }
                 if state.listener < 0 {
                     guard let listener = try? Self.listen(port: port) else { return false }
                     state.listener = listener
@@ -110,6 +110,7 @@ public final class TCPRelay: Sendable {
             if listening { return }
             usleep(10_000)
         }
+        throw NetworkError("the relay could not listen on port \(port) again within 10 s")
     }
 
     /// Ends every connection and stops listening.
@@ -137,20 +138,37 @@ public final class TCPRelay: Sendable {
     private func acceptLoop() {
         while true {
             let (listener, closed) = state.withLock { ($0.listener, $0.closed) }
-            if closed { return }
+            if closed && listener < 0 { return }
             guard listener >= 0 else {
                 usleep(10_000)
                 continue
             }
             let client = accept(listener, nil, nil)
-            if client < 0 { continue }
-            guard !state.withLock({ $0.refusing }), let upstream = try? Self.connect(port: target) else {
+            if client < 0 {
+                // Cut (or closed): this loop owns the shut-down listener, and closes it.
+                state.withLock { state in
+                    if state.refusing || state.closed, state.listener == listener {
+                        Glibc.close(listener)
+                        state.listener = -1
+                    }
+                }
+                continue
+            }
+            guard let upstream = try? Self.connect(port: target) else {
                 Glibc.close(client)
                 continue
             }
-            state.withLock { state in
+            // Registered under the lock that `cut` takes, so none escapes a cut.
+            let relayed = state.withLock { state in
+                guard !state.refusing, !state.closed else { return false }
                 state.sockets.formUnion([client, upstream])
                 state.running[client] = 2
+                return true
+            }
+            guard relayed else {
+                Glibc.close(client)
+                Glibc.close(upstream)
+                continue
             }
             Thread.detachNewThread { [self] in pump(from: client, to: upstream, pair: client, record: recording) }
             Thread.detachNewThread { [self] in pump(from: upstream, to: client, pair: client) }

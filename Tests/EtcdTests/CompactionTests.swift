@@ -4,7 +4,7 @@
 // watch ends while another store writes and etcd compacts.
 import Foundation
 import Strata
-import StrataEtcd
+@testable import StrataEtcd
 import StrataTesting
 import TestBackends
 import Testing
@@ -43,7 +43,7 @@ extension EtcdStoreTests {
         #expect(try await watcher.read { try $0.get(bytes("changed")) } == bytes("1"), "the watcher saw a change through a cut relay")
 
         // Back in touch, the watch finds its revision compacted and the replica reloads.
-        relay.restore()
+        try relay.restore()
         #expect(try await eventually { try watcher.read { try $0.get(bytes("changed")) } == bytes("3") })
         let pairs = try await watcher.read { try $0.scan() }
         #expect(pairs.map { String(decoding: $0.key, as: UTF8.self) } == ["changed", "created", "kept"])
@@ -74,13 +74,15 @@ extension EtcdStoreTests {
         // The lagging store's watch is cut at revision `cut`: it will resume from `cut` + 1.
         let cut = try currentRevision(port: serverPort)
         relay.cut()
+        // Its watch has ended: it waits to resume from `cut` + 1.
+        #expect(try await eventually { EtcdCompactor.pendingNeeds.contains(cut + 1) })
         for index in 5..<25 { try await compacting.write { unit in try unit.put(bytes("k"), bytes("\(index)")) } }
         let latest = try currentRevision(port: serverPort)
         // History below `cut` + 1 goes; from there on it stays while the lagging store is open.
         #expect(try await eventually { isCompacted(port: serverPort, revision: cut) })
         try await Task.sleep(for: .milliseconds(500))
         #expect(!isCompacted(port: serverPort, revision: cut + 1), "compacted what an open store needs to resume from")
-        relay.restore()
+        try relay.restore()
         #expect(try await eventually { try lagging.read { try $0.get(bytes("k")) } == bytes("24") })
         // Once it is closed (or has caught up), compaction goes on to the retention floor.
         try lagging.close()

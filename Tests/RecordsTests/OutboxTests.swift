@@ -1,6 +1,7 @@
 import Strata
 import StrataTesting
 import Foundation
+import Synchronization
 import Testing
 
 struct ChildWasFed: DomainEvent, Equatable {
@@ -188,9 +189,15 @@ private func temporaryStorePath() -> String {
 
     @Test func iterationEndsWhenTheStoreClosesOrTheTaskIsCancelled() async throws {
         let store = try Store.inMemory()
-        let waiting = Task { try await firstElements(5, of: store.events(of: ChildWasFed.self, consumer: "c")).count }
+        // Counts what it received, so the store is closed once the event arrived (however
+        // long a loaded machine takes) and the iteration must then end on the close.
+        let received = Mutex(0)
+        let waiting = Task {
+            for try await _ in try store.events(of: ChildWasFed.self, consumer: "c") { received.withLock { $0 += 1 } }
+            return received.withLock { $0 }
+        }
         try await store.write { try $0.publish(ChildWasFed(child: "Ed", grams: 1)) }
-        try await Task.sleep(for: .milliseconds(50))
+        for _ in 0..<3_000 where received.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
         try store.close()
         #expect(try await waiting.value == 1)
 
