@@ -95,7 +95,10 @@ final class EtcdBackend: StorageBackend {
         let backend = EtcdBackend(replica: replica, client: client, prefix: prefix, revision: revision, cluster: cluster)
         // Until its watch is created, the store needs etcd's history from the next revision.
         EtcdCompactor.need(revision + 1, on: cluster, by: ObjectIdentifier(backend))
-        try backend.startWatch(after: revision)
+        // On the applier queue, as every later start: it may wait for a token.
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            backend.applier.async { continuation.resume(with: Result { try backend.startWatch(after: revision) }) }
+        }
         backend.compactor?.start()
         return (backend, report)
     }
