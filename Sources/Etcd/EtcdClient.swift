@@ -141,8 +141,8 @@ final class EtcdClient: Sendable {
     /// (blocking: call it off the cooperative pool and off event loops).
     ///
     /// The watch asks for a leader (etcd's `hasleader` metadata, clientv3's
-    /// WithRequireLeader): a member cut off from its cluster ends the stream instead of
-    /// going quiet. When a stream fails, the next call starts at the next endpoint.
+    /// WithRequireLeader), so a member that has lost its leader ends the stream instead of
+    /// going quiet. When a stream ends, the next call starts at the next endpoint.
     func watch(_ request: WatchRequest, onMessage: @escaping @Sendable (WatchStreamMessage) -> Void) throws -> HTTPClient.Task<Void> {
         let index = preferred.withLock { $0 }
         let token = try currentToken().wait()
@@ -151,7 +151,8 @@ final class EtcdClient: Sendable {
         let httpRequest = try HTTPClient.Request(url: endpoints[index] + "/v3/watch", method: .POST, headers: headers,
                                                  body: .bytes(try JSONEncoder().encode(request)), tlsConfiguration: tls)
         let task = http.execute(request: httpRequest, delegate: WatchDelegate(onMessage: onMessage))
-        task.futureResult.whenFailure { [endpoints] _ in
+        // A watch never ends while its member is well: whatever ended it, try the next.
+        task.futureResult.whenComplete { [endpoints] _ in
             self.preferred.withLock { if $0 == index { $0 = (index + 1) % endpoints.count } }
         }
         return task

@@ -60,11 +60,12 @@ public struct EtcdCertificates: Sendable {
     }
 
     /// Signs a new certificate and key with this CA: a member's (`server`: serving
-    /// 127.0.0.1 and localhost, and client use for its peers) or a client's (no Common
-    /// Name), valid from `validFrom` until `until` (in the past, for an expired one).
-    /// Returns the two files' paths.
+    /// 127.0.0.1 and localhost, or only `hostName` when given, and client use for its
+    /// peers) or a client's (no Common Name), valid from `validFrom` until `until` (in the
+    /// past, for an expired one). Returns the two files' paths.
     @discardableResult
-    public func issue(server: Bool, validFrom: Date, until: Date, certificate: String, key: String) throws -> (certificate: String, key: String) {
+    public func issue(server: Bool, hostName: String? = nil, validFrom: Date, until: Date,
+                      certificate: String, key: String) throws -> (certificate: String, key: String) {
         let subjectKey = P256.Signing.PrivateKey()
         let subject = try DistinguishedName {
             OrganizationName("Strata tests")
@@ -75,7 +76,11 @@ public struct EtcdCertificates: Sendable {
             Critical(KeyUsage(digitalSignature: true, keyAgreement: true))
             try ExtendedKeyUsage(server ? [.serverAuth, .clientAuth] : [.clientAuth])
             if server {
-                SubjectAlternativeNames([.dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))])
+                if let hostName {
+                    SubjectAlternativeNames([.dnsName(hostName)])
+                } else {
+                    SubjectAlternativeNames([.dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))])
+                }
             }
         }
         let issued = try Certificate(

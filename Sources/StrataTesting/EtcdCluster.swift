@@ -1,12 +1,15 @@
 // A throwaway etcd cluster on loopback for tests of code that runs on StrataEtcd: one or
 // more members, optionally with TLS (certificates made by EtcdCertificates) and with
 // authentication on (a root user; more users and roles through `addUser`). Each member's
-// client and peer ports are reached through a TCPRelay of their own, so a test can
-// partition a member: `partition(i)` cuts every connection into member i, from clients and
-// from its peers. Its own connections out to the others are not cut, but etcd's leader
-// steps down once it hears no follower (its check-quorum), and a follower cut off from the
-// leader's messages campaigns without winning, so member i is out of the cluster until
-// `heal(i)`. Members can also be killed, restarted (with their data), frozen and thawed.
+// client and peer ports are reached through a TCPRelay of their own, so a test can cut a
+// member off: `partition(i)` drops and refuses every connection into member i, from clients
+// and from its peers, until `heal(i)`. That is a one-way partition: the connections member i
+// dialed to its peers stay, and etcd's peers stream messages over connections each side
+// dials to read the other. So member i goes on hearing the others while they no longer hear
+// it: as leader it loses its followers (they read it over connections they dialed to it) and
+// steps down; as a follower it keeps receiving the leader's entries while its answers are
+// lost, and clients cannot reach it. A symmetric partition needs network namespaces.
+// Members can also be killed, stopped, restarted (with their data), frozen and thawed.
 //
 // Users and roles are set with etcdctl (Debian: etcd-client, installed by scripts/bootstrap),
 // the tool an operator would use.
@@ -34,9 +37,9 @@ public final class EtcdCluster: Sendable {
         /// Raft's heartbeat and election timeout, in milliseconds (etcd's defaults: 100, 1000).
         public var heartbeatMilliseconds = 100
         public var electionTimeoutMilliseconds = 1_000
-        /// The members serve clients a certificate of the cluster's CA that expired
-        /// yesterday (their peers still use a valid one); with `tls` only.
-        public var expiredServerCertificate = false
+        /// What certificate the members serve clients (their peers always use a valid one);
+        /// with `tls` only.
+        public var servedCertificate = ServedCertificate.valid
         /// The client relays keep what clients send (`clientRelays[i].recorded()`).
         public var recordClientTraffic = false
         public var parentDirectory = NSTemporaryDirectory()
@@ -47,6 +50,16 @@ public final class EtcdCluster: Sendable {
             self.clientCertificates = clientCertificates
             self.rootPassword = rootPassword
         }
+    }
+
+    /// The certificate members serve clients, to test how clients refuse a bad one.
+    public enum ServedCertificate: Sendable {
+        /// Signed by the cluster's CA, valid now, naming 127.0.0.1 and localhost.
+        case valid
+        /// Signed by the cluster's CA, expired yesterday.
+        case expired
+        /// Signed by the cluster's CA, valid now, naming only `elsewhere.invalid`.
+        case otherHost
     }
 
     public let configuration: Configuration
@@ -68,9 +81,10 @@ public final class EtcdCluster: Sendable {
     /// Starts the members and returns once the cluster has a leader (and, with a root
     /// password, authentication is on).
     public init(_ configuration: Configuration = Configuration()) throws {
-        precondition(configuration.members >= 1, "a cluster has at least one member")
-        precondition(configuration.tls || !configuration.clientCertificates && !configuration.expiredServerCertificate,
-                     "client certificates and an expired server certificate need tls")
+        guard configuration.members >= 1 else { throw EtcdProcess.StartError("a cluster needs at least one member") }
+        guard configuration.tls || !configuration.clientCertificates && configuration.servedCertificate == .valid else {
+            throw EtcdProcess.StartError("client certificates and a served certificate other than .valid need tls: set Configuration.tls")
+        }
         self.configuration = configuration
         let etcd = try EtcdMember.executable()
         directory = (configuration.parentDirectory as NSString).appendingPathComponent("strata-etcd-cluster-\(UUID().uuidString)")
@@ -87,11 +101,20 @@ public final class EtcdCluster: Sendable {
         let initialCluster = (0..<count).map { "\(names[$0])=\(scheme)://127.0.0.1:\(peerRelays[$0].port)" }.joined(separator: ",")
         let token = "strata-\(UUID().uuidString)"
         var served = certificates.map { ($0.serverCertificateFile, $0.serverKeyFile) }
-        if let certificates, configuration.expiredServerCertificate {
+        if let certificates {
             let now = Date()
-            served = try certificates.issue(server: true, validFrom: now - 3 * 86_400, until: now - 86_400,
-                                            certificate: certificates.directory + "/expired.pem",
-                                            key: certificates.directory + "/expired-key.pem")
+            switch configuration.servedCertificate {
+            case .valid:
+                break
+            case .expired:
+                served = try certificates.issue(server: true, validFrom: now - 3 * 86_400, until: now - 86_400,
+                                                certificate: certificates.directory + "/expired.pem",
+                                                key: certificates.directory + "/expired-key.pem")
+            case .otherHost:
+                served = try certificates.issue(server: true, hostName: "elsewhere.invalid", validFrom: now - 3_600, until: now + 86_400,
+                                                certificate: certificates.directory + "/other-host.pem",
+                                                key: certificates.directory + "/other-host-key.pem")
+            }
         }
         var arguments: [[String]] = []
         for index in 0..<count {
@@ -176,7 +199,8 @@ public final class EtcdCluster: Sendable {
         try start(index)
     }
 
-    /// Cuts every connection into member `index`, from clients and peers, until `heal`.
+    /// Drops and refuses every connection into member `index`, from clients and peers, until
+    /// `heal` (a one-way partition: see the top of this file).
     public func partition(_ index: Int) {
         clientRelays[index].cut()
         peerRelays[index].cut()
@@ -245,7 +269,7 @@ public final class EtcdCluster: Sendable {
             // The client certificate has no Common Name: etcd would take one for the user.
             command += ["--cacert", certificates.caFile, "--cert", certificates.clientCertificateFile, "--key", certificates.clientKeyFile]
             // The administrator's tool still reaches members that serve an expired certificate.
-            if configuration.expiredServerCertificate { command.append("--insecure-skip-tls-verify") }
+            if configuration.servedCertificate != .valid { command.append("--insecure-skip-tls-verify") }
         }
         if asRoot, let password = configuration.rootPassword { command += ["--user", "root:\(password)"] }
         let process = Process()

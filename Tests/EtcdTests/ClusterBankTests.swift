@@ -1,8 +1,8 @@
 // The bank test against a three-member etcd cluster with TLS (client certificates required)
 // and authentication on: two OS processes (Tests/EtcdBankProcess) transfer money between
 // accounts while, at random, the leader is killed or stopped and restarted, a member is cut
-// off from clients and peers for a few seconds, or one of the processes is SIGKILLed and
-// started again. This process follows every committed state through the change feed and checks the
+// off for a few seconds (every connection into it dropped and refused: EtcdCluster's
+// one-way partition), or one of the processes is SIGKILLed and started again. This process follows every committed state through the change feed and checks the
 // total in each; afterwards every acknowledged transfer is in the store, every commit whose
 // outcome was unknown was resolved by reading and is in the store as resolved, and the
 // balances are exactly the initial ones moved by the transfers the store holds.

@@ -155,7 +155,7 @@ enum SecureEtcd {
     @Test func anExpiredServerCertificateIsATLSError() async throws {
         // The member serves clients a certificate of the cluster's own CA that expired yesterday.
         var configuration = EtcdCluster.Configuration(members: 1, tls: true)
-        configuration.expiredServerCertificate = true
+        configuration.servedCertificate = .expired
         let cluster = try EtcdCluster(configuration)
         defer { cluster.shutdown() }
         var options = EtcdOptions()
@@ -182,6 +182,20 @@ enum SecureEtcd {
         })
         #expect(throws: (any Error).self) { try cluster.etcdctl(["get", prefix + "k", "--rev", "\(first)"]) }
         #expect(try await store.read { try $0.get(bytes("k")) } == bytes("9"))
+    }
+
+    @Test func aServerCertificateForAnotherHostIsATLSError() async throws {
+        // Signed by the CA the client trusts and valid now, but naming another host only.
+        var configuration = EtcdCluster.Configuration(members: 1, tls: true)
+        configuration.servedCertificate = .otherHost
+        let cluster = try EtcdCluster(configuration)
+        defer { cluster.shutdown() }
+        var options = EtcdOptions()
+        options.tls = EtcdTLS(trustedCAFile: try #require(cluster.certificates).caFile)
+        await #expect { try await Store.open(etcd: cluster.endpoints, prefix: "p/", options: options) } throws: { error in
+            guard case let EtcdError.tls(endpoint, reason) = error else { return false }
+            return endpoint == cluster.endpoints[0] && reason.contains("failedToValidateHostname")
+        }
     }
 
     @Test func certificatesWithPlainHTTPOrMixedSchemesAreRefused() async throws {
