@@ -91,3 +91,28 @@ int cplatform_spawn_detached(pid_t *pid, const char *path, char *const argv[]) {
     posix_spawnattr_destroy(&attributes);
     return rc;
 }
+
+static int cplatform_byte_lock(int fd, off_t offset, short type, int wait) {
+    struct flock lock = { 0 };
+    lock.l_type = type;
+    lock.l_whence = SEEK_SET;
+    lock.l_start = offset;
+    lock.l_len = 1;
+#if defined(__linux__)
+    int command = wait ? F_OFD_SETLKW : F_OFD_SETLK;
+#else
+    int command = wait ? F_SETLKW : F_SETLK;
+#endif
+    while (fcntl(fd, command, &lock) != 0) {
+        if (errno != EINTR) return errno;
+    }
+    return 0;
+}
+
+int cplatform_lock_byte(int fd, off_t offset, int exclusive, int wait) {
+    return cplatform_byte_lock(fd, offset, exclusive ? F_WRLCK : F_RDLCK, wait);
+}
+
+int cplatform_unlock_byte(int fd, off_t offset) {
+    return cplatform_byte_lock(fd, offset, F_UNLCK, 0);
+}

@@ -40,11 +40,13 @@ public final class Store: Sendable {
     }
 
     /// Opens the store in directory `path`: takes its lock, recovers from the log, and
-    /// returns. `.readWrite` (the default) creates the store when it does not exist;
-    /// `.readOnly` changes no byte on disk (a unit of work on it throws
-    /// `UnitOfWorkError.commitFailed(.notWritten(EngineError.readOnly))`), and any number of read-only opens may share a store while
-    /// no process writes it. Throws `EngineError` (an opener refused because another holds
-    /// the store gets `.inUse` naming the holder; damage names its file and offset).
+    /// returns. `.readWrite` (the default) creates the store when it does not exist, and
+    /// one process at a time may have it so; `.readOnly` changes no byte of the store but
+    /// its reader table (a unit of work on it throws
+    /// `UnitOfWorkError.commitFailed(.notWritten(EngineError.readOnly))`), and any number of
+    /// read-only opens, in any process, may read it beside its writer: each new read moves
+    /// to the newest version the writer made durable (`refresh()`). Throws `EngineError` (a
+    /// second writer gets `.inUse` naming the holder; damage names its file and offset).
     public static func open(path: String, mode: AccessMode = .readWrite, options: EngineOptions = EngineOptions()) throws -> Store {
         try open(path: path, mode: mode, fileSystem: POSIXFileSystem(), options: options)
     }
@@ -74,6 +76,14 @@ public final class Store: Sendable {
 
     /// The latest committed version.
     public var version: UInt64 { engine.version }
+
+    /// Moves a read-only store to the newest version its writer (in this process or
+    /// another) made durable. Each new read, context or unit of work already does so when
+    /// the writer has committed since; contexts made before keep the version they read. A
+    /// writable store has nothing to do. Throws `EngineError`.
+    public func refresh() throws {
+        try engine.refresh()
+    }
 
     /// A root context reading the latest version. `mergePolicy` settles `refresh()`
     /// conflicts and is inherited by its children.

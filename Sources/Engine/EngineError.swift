@@ -34,6 +34,8 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
     case inUse(path: String, holder: String)
     /// A read-only open found no store at `path` (a read-only open creates nothing).
     case notAStore(path: String)
+    /// Every slot of the store's reader table (`path`) is held by an open reader.
+    case tooManyReaders(path: String, limit: Int)
     /// The directory holds a copy (`backup` or `compact`) that did not finish: its
     /// `INCOMPLETE` marker is still there.
     case incompleteCopy(path: String)
@@ -78,6 +80,9 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
             "The store at \(path) is in use: \(holder)."
         case let .notAStore(path):
             "There is no store at \(path) (no data file); a read-only open creates nothing, open it for writing to create one."
+        case let .tooManyReaders(path, limit):
+            "\(limit) read-only openers already have the store open (the reader table \(path) has no free slot); "
+                + "close some, or share one read-only store between the readers of a process."
         case let .incompleteCopy(path):
             "\(path) holds a copy of a store that did not finish (a backup or compact was stopped before its end; the file "
                 + "INCOMPLETE marks it), so keys may be missing from it. It is not opened: remove the directory and copy again."

@@ -42,6 +42,11 @@ final class PageCache: Sendable {
         }
     }
 
+    /// Forgets every page.
+    func removeAll() {
+        maps.withLock { $0 = Generations() }
+    }
+
     var count: Int { maps.withLock { $0.hot.count + $0.cold.count } }
 
     private func insert(_ id: PageID, _ page: CachedPage, into maps: inout Generations) {

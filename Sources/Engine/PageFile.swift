@@ -285,6 +285,27 @@ final class PageFile: Sendable {
         }
     }
 
+    /// For a reader beside a writer in another process, when it moves to a newer tree:
+    /// forgets every page it verified or cached (the writer may since have rewritten pages
+    /// that no tree this reader still reads reaches: PageFile.P1 holds only for the trees
+    /// it pins), and learns how far the file now reaches (PageFile.P3).
+    func followWriter() throws(EngineError) {
+        cache.removeAll()
+        regions.withLock { regions in
+            for (_, address) in regions {
+                let region = UnsafePointer<Region>(bitPattern: address)!.pointee
+                for index in 0..<region.pages { UnsafeAtomic<UInt8>(at: region.verified + index).store(0, ordering: .relaxed) }
+            }
+        }
+        let size: Int64
+        do { size = try file.size() } catch { throw EngineError.io(error as? FileIOError ?? .closed(operation: .size, path: path)) }
+        let pages = Int(size / Int64(pageBytes))
+        guard pages > filePages.load(ordering: .relaxed) else { return }
+        let address = currentRegion.load(ordering: .acquiring)
+        if address != 0, pages > UnsafePointer<Region>(bitPattern: address)!.pointee.pages { mapCovering(pages) }
+        filePages.store(pages, ordering: .releasing)
+    }
+
     /// Cuts the file down to `pages` pages (a vacuuming close, its last page read done).
     /// Reads stop first: the file is marked closed, and the mappings' pages become zeros
     /// (PageFile.P3) for a reader already past that check.

@@ -58,7 +58,7 @@ extension StorageEngine {
         // Freeze: new commits go to a fresh memtable from here on, made (and, under a
         // stream of writes, its index backed with memory) before the locks are taken.
         let next = Memtable(budgetBytes: options.checkpointMemtableBytes, populated: underLoad)
-        let (frozenState, oldestPin, frozenThrough) = commitLock.withLock { commits in
+        let (frozenState, oldestInProcess, frozenThrough) = commitLock.withLock { commits in
             stateLock.withLock { readers in
                 readers.current = readers.current.with(frozen: .some(readers.current.active), active: next)
                 return (readers.current, readers.oldestPinnedTreeGeneration, commits.lastEnqueuedVersion)
@@ -78,7 +78,10 @@ extension StorageEngine {
         log.rotate(after: LSN(checkpointVersion))
         let frozen = frozenState.frozen ?? Memtable()
         let generation = durable.meta.generation + 1
-        // Pages freed by older checkpoints become reusable once no snapshot reads their trees.
+        // Pages freed by older checkpoints become reusable once no snapshot reads their
+        // trees, in this process or another (the reader table's pins).
+        let oldestReader = readerPins().generation
+        let oldestPin = [oldestInProcess, oldestReader].compactMap { $0 }.min()
         var reusable = durable.reusable
         durable.pending.removeAll { pending in
             guard oldestPin.map({ pending.generation <= $0 }) ?? true else { return false }
@@ -133,12 +136,17 @@ extension StorageEngine {
         stateLock.withLock { readers in
             readers.current = readers.current.with(tree: tree, treeGeneration: generation, frozen: .some(nil))
         }
+        readerTable?.publish(generation: generation)
+        readerTable?.publishPinned(pages: UInt64(durable.pending.reduce(0) { $0 + $1.pages.count }))
         // Every segment the checkpoint covers goes, the active one too when no commit came
-        // after the frozen version (a store killed now replays nothing it need not).
+        // after the frozen version (a store killed now replays nothing it need not), but
+        // none that a reader still reads: the table is read after the meta page is written
+        // (ReaderTable.T1).
+        let releasable = LSN(releasableLSN(through: checkpointVersion))
         do {
             try historyLock.withLock { _ in
-                try log.releaseSegments(through: LSN(checkpointVersion))
-                try log.shrink(through: LSN(checkpointVersion), keepingSpares: true)
+                try log.releaseSegments(through: releasable)
+                try log.shrink(through: releasable, keepingSpares: true)
             }
         } catch let error as WALError {
             throw EngineError.log(error)

@@ -214,6 +214,8 @@ extension StorageEngine {
             stateLock.withLock { readers in
                 readers.current = readers.current.with(version: published)
             }
+            // Readers in other processes read the log up to here (ReaderTable.swift).
+            readerTable?.publish(version: published)
             // Still under the commit lock, so observers see versions in order.
             if !batches.isEmpty { publishObserver.withLock { $0 }?.observe(batches) }
         }

@@ -26,7 +26,8 @@ extension StorageEngine {
     /// and the bytes to copy. Throws `EngineError`.
     @discardableResult
     public func backup(to destination: String, progress: (_ copied: Int, _ total: Int) -> Void = { _, _ in }) throws -> CopyReport {
-        try checkpointLock.withLock { _ in
+        if readerSlot != nil { return try backupBesideWriter(to: destination, progress: progress) }
+        return try checkpointLock.withLock { _ in
             try mapIOErrors {
                 try prepareDestination(destination)
                 var report = CopyReport(version: 0)
@@ -60,6 +61,75 @@ extension StorageEngine {
                 report.version = lastLSN.rawValue
                 return report
             }
+        }
+    }
+
+    /// A read-only store's backup, while a writer may be running in another process: the
+    /// version this store reads, copied as it stands on disk. Its tree's pages (pinned, so
+    /// the writer leaves them alone) are copied with the data file's first pages, both meta
+    /// slots are given this tree's meta page (the file may hold a newer one, whose pages
+    /// the copy lacks), and the log's segments from the tree's checkpoint on are copied up
+    /// to the last batch of this version, with the log pinned meanwhile.
+    private func backupBesideWriter(to destination: String, progress: (Int, Int) -> Void) throws -> CopyReport {
+        guard let slot = readerSlot else { throw EngineError.readOnly(path: path) }
+        try mapIOErrors { try prepareDestination(destination) }
+        for attempt in 1...50 {
+            do {
+                return try refreshLock.withLock { _ in
+                    try copyPinnedVersion(to: destination, slot: slot, progress: progress)
+                }
+            } catch let error as WALError where attempt < 50 {
+                // A checkpoint released the log of this version before the pin was seen:
+                // move to the newest version (its log pinned the same way) and copy that.
+                options.logger.debug("backup moves to a newer version", metadata: ["path": "\(path)", "error": "\(error)"])
+                try refresh()
+            } catch let error as FileIOError where attempt < 50 {
+                if case .notFound = error { try refresh() } else { throw EngineError.io(error) }
+            }
+        }
+        throw EngineError.inUse(path: path, holder: "its writer released the log of every version this backup tried; retry")
+    }
+
+    private func copyPinnedVersion(to destination: String, slot: ReaderSlot, progress: (Int, Int) -> Void) throws -> CopyReport {
+        let meta = checkpointLock.withLock { $0.meta }
+        let version = stateLock.withLock { $0.current.version }
+        slot.pin(logFrom: meta.checkpointVersion + 1)
+        defer { slot.pin(logFrom: ReaderTable.none) }
+        let logDirectory = joinPath(path, Self.logDirectoryName)
+        let (_, extent) = try WriteAheadLog.readForReplay(
+            directory: logDirectory, fileSystem: fileSystem, options: Self.logOptions(options, checkpointVersion: meta.checkpointVersion),
+            through: LSN(version), skippingSegmentsBefore: LSN(meta.checkpointVersion + 1)) { _ in }
+        guard extent.lastLSN.rawValue >= version else {
+            throw WALError.missingData(path: logDirectory, reason: "the log ends at \(extent.lastLSN) before version \(version)")
+        }
+        return try mapIOErrors {
+            var report = CopyReport(version: version)
+            let dataBytes = Int(meta.pageCount) * pageFile.pageBytes
+            let sources = try extent.segmentPaths.enumerated().map { index, path in
+                let source = try fileSystem.open(path, options: [])
+                let size = Int(try source.size())
+                return (source, path, index == extent.segmentPaths.count - 1 ? extent.activeBytes : size, size)
+            }
+            defer { for (source, _, _, _) in sources { try? source.close() } }
+            let total = dataBytes + sources.reduce(0) { $0 + $1.2 }
+            var copiedBefore = 0
+            let copied = { (done: Int) in progress(copiedBefore + done, total) }
+            let dataPath = joinPath(destination, Self.dataFileName)
+            copiedBefore = try copyFile(pageFile.file, bytes: dataBytes, to: dataPath, progress: copied)
+            let data = try fileSystem.open(dataPath, options: [.write])
+            defer { try? data.close() }
+            for slot in 0..<2 { try data.write(meta.encoded(), at: Int64(slot * pageFile.pageBytes)) }
+            try data.syncData()
+            try fileSystem.createDirectoryDurably(joinPath(destination, Self.logDirectoryName))
+            for (source, path, bytes, size) in sources {
+                let name = String(path.split(separator: "/").last ?? "")
+                copiedBefore += try copyFile(source, bytes: bytes, to: joinPath(joinPath(destination, Self.logDirectoryName), name), size: size,
+                                             progress: copied)
+            }
+            report.byteCount = copiedBefore
+            try fileSystem.syncDirectory(joinPath(destination, Self.logDirectoryName))
+            try finishCopy(destination)
+            return report
         }
     }
 

@@ -3,6 +3,7 @@
 // the log into the memtable (a read-only open replays it in memory and changes nothing).
 import Foundation
 import StrataFileIO
+import StrataLocks
 import StrataWAL
 
 /// What opening a store found.
@@ -17,6 +18,33 @@ public struct RecoveryReport: Sendable {
     public var log: WALRecoveryReport
     /// Batches applied to the memtable (those after the checkpoint).
     public var batchesReplayed: Int
+}
+
+/// One version of a store as an open (or a reader's refresh) read it.
+struct LoadedVersion {
+    var meta: MetaPage
+    var rejectedMeta: String?
+    /// The meta page's free list, and the pages that hold it.
+    var free: [PageID]
+    var freeListPages: [PageID]
+    /// The changes the log holds after the checkpoint, and the version they reach.
+    var active: Memtable
+    var version: UInt64
+    var replayed: Int
+    var logReport: WALRecoveryReport
+    var extent: LogExtent
+
+    init(meta: MetaPage, rejectedMeta: String?, pageFile: PageFile, changes: ReplayedChanges, replayed: Int,
+         logReport: WALRecoveryReport, extent: LogExtent) throws {
+        self.meta = meta
+        self.rejectedMeta = rejectedMeta
+        (free, freeListPages) = try StorageEngine.readFreeList(meta, pageFile: pageFile)
+        active = changes.linkLatest()
+        version = max(meta.checkpointVersion, logReport.lastLSN.rawValue)
+        self.replayed = replayed
+        self.logReport = logReport
+        self.extent = extent
+    }
 }
 
 /// The durable layout of the data file, owned by checkpoints.
@@ -40,8 +68,9 @@ extension StorageEngine {
 
     /// Opens the store in directory `path`, recovers it, and returns it with a report.
     /// `.readWrite` (the default) creates the store when it does not exist and takes it
-    /// for this opener alone; `.readOnly` creates and changes nothing, replays the log in
-    /// memory, and may be open any number of times at once, but not beside a writer.
+    /// for this opener alone; `.readOnly` creates and changes nothing in the store but its
+    /// reader table, replays the log in memory, and may be open any number of times at
+    /// once, in any process, beside one writer (see `AccessMode.readOnly`).
     /// Throws `EngineError`: `.inUse` naming the holder (a writer's process ID, or
     /// read-only openers) when another opener has it, `.notAStore` for a read-only open
     /// of a directory without a store, `.noValidMetaPage` / `.corruptPage` /
@@ -49,14 +78,39 @@ extension StorageEngine {
     public static func open(path: String, mode: AccessMode = .readWrite, fileSystem: any FileSystem = POSIXFileSystem(),
                             options: EngineOptions = EngineOptions()) throws -> (engine: StorageEngine, report: RecoveryReport) {
         try options.validate()
-        let dataPath = joinPath(path, dataFileName)
         guard options.completingCopy || !fileSystem.fileExists(joinPath(path, incompleteMarkerName)) else {
             throw EngineError.incompleteCopy(path: path)
         }
-        let locks = switch mode {
-        case .readWrite: try lockForWriting(path, fileSystem: fileSystem, options: options)
-        case .readOnly: try lockForReading(path, fileSystem: fileSystem)
+        switch mode {
+        case .readWrite:
+            let locks = try lockForWriting(path, fileSystem: fileSystem, options: options)
+            return try openLocked(path: path, mode: mode, fileSystem: fileSystem, options: options, locks: locks, table: nil)
+        case .readOnly:
+            try checkIsStore(path, fileSystem: fileSystem)
+            let table: ReaderTable
+            do {
+                table = try ReaderTable.open(directory: path, fileSystem: fileSystem)
+            } catch let error as FileIOError {
+                switch error {
+                case .permissionDenied, .readOnlyFileSystem:
+                    // A store this opener may not write beside (read-only media, another
+                    // user's files): read it the way that needs no reader table, alone with
+                    // other such readers and no writer.
+                    let locks = try lockForReading(path, fileSystem: fileSystem)
+                    return try openLocked(path: path, mode: mode, fileSystem: fileSystem, options: options, locks: locks,
+                                          table: nil)
+                default: throw EngineError.io(error)
+                }
+            }
+            return try openLocked(path: path, mode: mode, fileSystem: fileSystem, options: options, locks: [], table: table)
         }
+    }
+
+    /// Opens a store whose locks are taken: a writer's, a reader's without a reader table
+    /// (`table` nil), or a reader's with its table.
+    private static func openLocked(path: String, mode: AccessMode, fileSystem: any FileSystem, options: EngineOptions,
+                                   locks: [any FileLock], table: ReaderTable?) throws -> (engine: StorageEngine, report: RecoveryReport) {
+        let dataPath = joinPath(path, dataFileName)
         let file: any OpenFile
         do {
             file = try fileSystem.open(dataPath, options: mode == .readWrite ? [.write] : [])
@@ -67,59 +121,74 @@ extension StorageEngine {
         // Why the newer meta page was passed over, for an error the older one then leads to.
         var rejectedMeta: String?
         do {
-            let (meta, rejected) = try readMeta(file, path: dataPath)
-            rejectedMeta = rejected
-            let pageFile = try PageFile(path: dataPath, file: file, pageBytes: meta.pageBytes,
-                                    cachePages: options.cacheBytes / meta.pageBytes)
-            let (free, freeListPages) = try readFreeList(meta, pageFile: pageFile)
-            var logOptions = options.log
-            logOptions.durability = options.durability
-            logOptions.logger = options.logger
-            logOptions.firstLSN = LSN(meta.checkpointVersion + 1)
-            logOptions.requiredFirstLSN = LSN(meta.checkpointVersion + 1)
-            logOptions.replayFrom = LSN(meta.checkpointVersion + 1)
-            // Replayed changes are made into nodes as they are read, sorted once and linked as
-            // one sorted run (O(1) per key), the last change of each key only (ReplayedChanges.swift).
-            let changes = ReplayedChanges(budgetBytes: options.checkpointMemtableBytes)
-            var replayed = 0
-            let replay = { (record: WALRecord) throws in
-                guard record.lsn.rawValue > meta.checkpointVersion else { return }
-                changes.append(record, version: record.lsn.rawValue)
-                replayed += 1
-            }
-            let logDirectory = joinPath(path, logDirectoryName)
+            let slot = try table.map { try $0.claimSlot() }
+            let (firstMeta, _) = try readMeta(file, path: dataPath)
+            let pageFile = try PageFile(path: dataPath, file: file, pageBytes: firstMeta.pageBytes,
+                                        cachePages: options.cacheBytes / firstMeta.pageBytes)
+            let loaded: LoadedVersion
             let logAccess: LogAccess
-            let logReport: WALRecoveryReport
-            switch mode {
-            case .readWrite:
-                let log: WriteAheadLog
-                (log, logReport) = try WriteAheadLog.open(directory: logDirectory, fileSystem: fileSystem, options: logOptions,
-                                                          replay: replay)
-                logAccess = .writer(log, DurabilityWaiter(log: log))
-            case .readOnly:
-                let extent: LogExtent
-                (logReport, extent) = try WriteAheadLog.readForReplay(directory: logDirectory, fileSystem: fileSystem,
-                                                                      options: logOptions, replay: replay)
-                logAccess = .reader(extent)
+            var readerTable = table
+            if let table, let slot {
+                loaded = try loadBesideWriter(path: path, fileSystem: fileSystem, options: options, pageFile: pageFile,
+                                              table: table, slot: slot, olderPins: nil)
+                logAccess = .reader(Locked(loaded.extent))
+            } else {
+                let (meta, rejected) = try readMeta(file, path: dataPath)
+                rejectedMeta = rejected
+                if mode == .readWrite {
+                    readerTable = try ReaderTable.open(directory: path, fileSystem: fileSystem)
+                    let changes = ReplayedChanges(budgetBytes: options.checkpointMemtableBytes)
+                    var replayed = 0
+                    let (log, logReport) = try WriteAheadLog.open(
+                        directory: joinPath(path, logDirectoryName), fileSystem: fileSystem,
+                        options: logOptions(options, checkpointVersion: meta.checkpointVersion)
+                    ) { record in
+                        guard record.lsn.rawValue > meta.checkpointVersion else { return }
+                        changes.append(record, version: record.lsn.rawValue)
+                        replayed += 1
+                    }
+                    logAccess = .writer(log, DurabilityWaiter(log: log))
+                    do {
+                        loaded = try LoadedVersion(meta: meta, rejectedMeta: rejected, pageFile: pageFile, changes: changes,
+                                                   replayed: replayed, logReport: logReport, extent: log.extent())
+                    } catch {
+                        try? log.close()
+                        throw error
+                    }
+                } else {
+                    loaded = try readLog(path: path, fileSystem: fileSystem, options: options, meta: meta, rejectedMeta: rejected,
+                                         pageFile: pageFile, through: nil)
+                    logAccess = .reader(Locked(loaded.extent))
+                }
             }
-            let active = changes.linkLatest()
-            let version = max(meta.checkpointVersion, logReport.lastLSN.rawValue)
-            let state = EngineState(version: version, tree: BTree(root: meta.root, height: Int(meta.height)),
-                                    treeGeneration: meta.generation, frozen: nil, active: active)
-            let checkpoint = CheckpointState(meta: meta, reusable: free, freeListPages: freeListPages)
+            let meta = loaded.meta
+            let state = EngineState(version: loaded.version, tree: BTree(root: meta.root, height: Int(meta.height)),
+                                    treeGeneration: meta.generation, frozen: nil, active: loaded.active)
+            var checkpoint = CheckpointState(meta: meta, reusable: loaded.free, freeListPages: loaded.freeListPages)
+            if mode == .readWrite, let readerTable,
+               readerTable.liveReaders().contains(where: { $0.generation < meta.generation }) {
+                // A reader (of a process that outlived the last writer) still reads an older
+                // tree, whose pages this free list may name: none is reused until it moves on.
+                checkpoint.reusable = []
+                checkpoint.pending = [(meta.generation, loaded.free)]
+            }
             let engine = StorageEngine(path: path, options: options, fileSystem: fileSystem, pageFile: pageFile,
-                                       logAccess: logAccess, locks: locks, state: state, checkpoint: checkpoint)
-            let report = RecoveryReport(checkpointVersion: meta.checkpointVersion, lastDurableVersion: version,
-                                        metaGeneration: meta.generation, rejectedMeta: rejected, log: logReport,
-                                        batchesReplayed: replayed)
+                                       logAccess: logAccess, locks: locks, state: state, checkpoint: checkpoint,
+                                       readerTable: readerTable, readerSlot: slot)
+            if mode == .readWrite, let readerTable {
+                try readerTable.attachWriter(version: loaded.version, generation: meta.generation)
+            }
+            let report = RecoveryReport(checkpointVersion: meta.checkpointVersion, lastDurableVersion: loaded.version,
+                                        metaGeneration: meta.generation, rejectedMeta: loaded.rejectedMeta, log: loaded.logReport,
+                                        batchesReplayed: loaded.replayed)
             options.logger.info("opened store", metadata: [
-                "path": "\(path)", "mode": "\(mode)", "checkpoint_version": "\(meta.checkpointVersion)", "version": "\(version)",
-                "batches_replayed": "\(replayed)", "log_segments": "\(logReport.segmentCount)",
+                "path": "\(path)", "mode": "\(mode)", "checkpoint_version": "\(meta.checkpointVersion)", "version": "\(loaded.version)",
+                "batches_replayed": "\(loaded.replayed)", "log_segments": "\(loaded.logReport.segmentCount)",
             ])
-            for damage in logReport.damage {
+            for damage in loaded.logReport.damage {
                 options.logger.warning("recovery cut the log", metadata: ["path": "\(path)", "damage": "\(damage)"])
             }
-            if let rejected {
+            if let rejected = loaded.rejectedMeta {
                 options.logger.warning("a meta page was rejected; the other one was used",
                                      metadata: ["path": "\(path)", "reason": "\(rejected)"])
             }
@@ -127,18 +196,101 @@ extension StorageEngine {
         } catch {
             try? file.close()
             for lock in locks { lock.unlock() }
-            switch error {
-            case let WALError.missingData(path, reason):
-                // The older meta page's checkpoint needs batches a later checkpoint released.
-                throw EngineError.missingData(path: path, reason: rejectedMeta.map {
-                    "\(reason); the newer meta page was rejected (\($0)) and the older checkpoint's later batches "
-                        + "are no longer in the log"
-                } ?? reason)
-            case let error as WALError: throw EngineError.log(error)
-            case let error as FileIOError: throw EngineError.io(error)
-            default: throw error
+            throw mapOpenError(error, rejectedMeta: rejectedMeta)
+        }
+    }
+
+    /// The log options that replay the batches after `checkpointVersion`.
+    static func logOptions(_ options: EngineOptions, checkpointVersion: UInt64) -> WALOptions {
+        var logOptions = options.log
+        logOptions.durability = options.durability
+        logOptions.logger = options.logger
+        logOptions.firstLSN = LSN(checkpointVersion + 1)
+        logOptions.requiredFirstLSN = LSN(checkpointVersion + 1)
+        logOptions.replayFrom = LSN(checkpointVersion + 1)
+        return logOptions
+    }
+
+    /// Reads, without changing anything, the log after `meta`'s checkpoint (through the
+    /// batch `through` when given) into a new memtable, with `meta`'s free list.
+    static func readLog(path: String, fileSystem: any FileSystem, options: EngineOptions, meta: MetaPage, rejectedMeta: String?,
+                        pageFile: PageFile, through: UInt64?) throws -> LoadedVersion {
+        // Replayed changes are made into nodes as they are read, sorted once and linked as
+        // one sorted run (O(1) per key), the last change of each key only (ReplayedChanges.swift).
+        let changes = ReplayedChanges(budgetBytes: options.checkpointMemtableBytes)
+        var replayed = 0
+        let (logReport, extent) = try WriteAheadLog.readForReplay(
+            directory: joinPath(path, logDirectoryName), fileSystem: fileSystem,
+            options: logOptions(options, checkpointVersion: meta.checkpointVersion), through: through.map { LSN($0) },
+            skippingSegmentsBefore: LSN(meta.checkpointVersion + 1)
+        ) { record in
+            guard record.lsn.rawValue > meta.checkpointVersion else { return }
+            changes.append(record, version: record.lsn.rawValue)
+            replayed += 1
+        }
+        return try LoadedVersion(meta: meta, rejectedMeta: rejectedMeta, pageFile: pageFile, changes: changes, replayed: replayed,
+                                 logReport: logReport, extent: extent)
+    }
+
+    /// Reads the newest version of a store whose writer may be running in another process,
+    /// pinned in the reader's `slot` (ReaderTable.swift gives the protocol): the newest
+    /// valid meta page, checked again once pinned, its tree's free list and the log after
+    /// it through the version the writer last made durable. `olderPins` is the oldest tree
+    /// generation this reader's snapshots still read (nil for none). Leaves the slot
+    /// pinning the tree read (or `olderPins`) and no log.
+    static func loadBesideWriter(path: String, fileSystem: any FileSystem, options: EngineOptions, pageFile: PageFile,
+                                 table: ReaderTable, slot: ReaderSlot, olderPins: UInt64?) throws -> LoadedVersion {
+        let attempts = 50
+        for attempt in 1...attempts {
+            let (meta, rejected) = try readMeta(pageFile.file, path: pageFile.path)
+            slot.pin(generation: min(olderPins ?? .max, meta.generation), logFrom: meta.checkpointVersion + 1)
+            // A newer meta page written meanwhile may be one whose checkpoint did not see
+            // this pin: start over from it (ReaderTable.T1).
+            guard try readMeta(pageFile.file, path: pageFile.path).0.generation == meta.generation else { continue }
+            try pageFile.followWriter()
+            let through = table.writerIsLive ? table.writerVersion : nil
+            do {
+                let loaded = try readLog(path: path, fileSystem: fileSystem, options: options, meta: meta,
+                                         rejectedMeta: rejected, pageFile: pageFile, through: through)
+                slot.pin(logFrom: ReaderTable.none, version: loaded.version)
+                return loaded
+            } catch let error as WALError where attempt < attempts {
+                // A writer that started (and recovered the log) while it was read: read again.
+                options.logger.debug("reading the log beside its writer failed; reading again",
+                                     metadata: ["path": "\(path)", "error": "\(error)"])
+                Thread.sleep(forTimeInterval: 0.001 * Double(attempt))
             }
         }
+        throw EngineError.inUse(path: path, holder: "its writer kept replacing the version this reader was opening "
+            + "(\(attempts) attempts); retry")
+    }
+
+    /// A readable error for a failed open.
+    private static func mapOpenError(_ error: any Error, rejectedMeta: String?) -> any Error {
+        switch error {
+        case let WALError.missingData(path, reason):
+            // The older meta page's checkpoint needs batches a later checkpoint released.
+            return EngineError.missingData(path: path, reason: rejectedMeta.map {
+                "\(reason); the newer meta page was rejected (\($0)) and the older checkpoint's later batches "
+                    + "are no longer in the log"
+            } ?? reason)
+        case let error as WALError: return EngineError.log(error)
+        case let error as FileIOError: return EngineError.io(error)
+        default: return error
+        }
+    }
+
+    /// Throws `.notAStore` (or `.missingData` for a log without its data file) when
+    /// `path` holds no store; creates nothing.
+    private static func checkIsStore(_ path: String, fileSystem: any FileSystem) throws {
+        let dataPath = joinPath(path, dataFileName)
+        guard !fileSystem.fileExists(dataPath) else { return }
+        let logPath = joinPath(path, logDirectoryName)
+        if (try? WriteAheadLog.holdsSegments(directory: logPath, fileSystem: fileSystem)) == true {
+            throw EngineError.missingData(path: dataPath, reason:
+                "the data file is missing while \(logPath) holds a log that continues it")
+        }
+        throw EngineError.notAStore(path: path)
     }
 
     /// Takes the store for one writer: the exclusive lock on `LOCK` (which then holds

@@ -30,7 +30,9 @@ extension StorageEngine {
             let olderTreePinned = stateLock.withLock { readers in
                 readers.oldestPinnedTreeGeneration.map { $0 < meta.generation } ?? false
             }
-            guard !olderTreePinned else { return 0 }
+            // A reader in another process (or a read-only store of this one) may read any
+            // page of the file: nothing moves while one is open.
+            guard !olderTreePinned, readerTable.map({ $0.liveReaders().isEmpty }) ?? true else { return 0 }
             let free = durable.reusable + durable.pending.flatMap(\.pages)
             let freeCount = UInt64(free.count + durable.freeListPages.count)
             guard meta.root != .none, meta.pageCount >= 2 + freeCount else { return 0 }
@@ -117,6 +119,10 @@ extension StorageEngine {
                 readers.current = readers.current.with(tree: BTree(root: root, height: Int(meta.height)), treeGeneration: generation,
                                                        frozen: .some(nil))
             }
+            // A reader that opened after the check above and missed this meta page reads
+            // pages past the cutoff: the file keeps its length (its tail unreachable, as
+            // after a crash here) until a later close finds no reader.
+            guard readerTable.map({ $0.liveReaders().isEmpty }) ?? true else { return 0 }
             try pageFile.cut(toPages: Int(cutoff))
             options.logger.debug("close gave free pages back", metadata: [
                 "path": "\(path)", "pages_before": "\(meta.pageCount)", "pages_after": "\(cutoff)",

@@ -57,9 +57,20 @@ public final class StorageEngine: Sendable {
     /// Held while history is read, and while a checkpoint or close moves log segments into
     /// it, so that a read never misses a segment on its way from the log to the history.
     let historyLock = Locked(())
+    /// The reader table shared with the store's other processes (ReaderTable.swift): the
+    /// writer publishes its durable version there and respects the pins of the readers it
+    /// lists; nil for a reader that opened without one (read-only media).
+    let readerTable: ReaderTable?
+    /// A read-only store's slot in that table, pinning what it reads.
+    let readerSlot: ReaderSlot?
+    /// Serializes a read-only store's moves to newer versions (`refresh()`).
+    let refreshLock = Locked(())
+    /// The writer's durable version when this reader last moved (see `refreshIfBehind`).
+    let followedWriterVersion = Atomic<UInt64>(0)
 
     init(path: String, options: EngineOptions, fileSystem: any FileSystem, pageFile: PageFile, logAccess: LogAccess,
-         locks: [any FileLock], state: EngineState, checkpoint: CheckpointState) {
+         locks: [any FileLock], state: EngineState, checkpoint: CheckpointState, readerTable: ReaderTable? = nil,
+         readerSlot: ReaderSlot? = nil) {
         self.path = path
         self.options = options
         self.fileSystem = fileSystem
@@ -70,6 +81,9 @@ public final class StorageEngine: Sendable {
         self.commitLock = Locked(CommitState(publishedVersion: state.version, lastEnqueuedVersion: state.version))
         self.checkpointLock = Locked(checkpoint)
         self.applier = MemtableApplier(appliedVersion: state.version)
+        self.readerTable = readerTable
+        self.readerSlot = readerSlot
+        if let readerTable, readerSlot != nil { followedWriterVersion.store(readerTable.writerVersion, ordering: .relaxed) }
     }
 
     deinit {
@@ -80,6 +94,8 @@ public final class StorageEngine: Sendable {
         }
         try? pageFile.file.close()
         for lock in locks { lock.unlock() }
+        readerSlot?.release()
+        if case .writer = logAccess { readerTable?.detachWriter() }
     }
 
     /// Whether the store was opened with `.readOnly`: it never writes a byte.
@@ -96,7 +112,7 @@ public final class StorageEngine: Sendable {
     var logExtent: LogExtent {
         switch logAccess {
         case let .writer(log, _): log.extent()
-        case let .reader(extent): extent
+        case let .reader(extent): extent.withLock { $0 }
         }
     }
 
@@ -117,6 +133,7 @@ public final class StorageEngine: Sendable {
 
     /// A snapshot of the latest published version.
     public func snapshot() -> Snapshot {
+        refreshIfBehind()
         let state = stateLock.withLock { readers in
             readers.pins[readers.current.treeGeneration, default: 0] += 1
             readers.versionPins[readers.current.version, default: 0] += 1
@@ -142,7 +159,7 @@ public final class StorageEngine: Sendable {
     public var oldestLoggedVersion: UInt64 {
         switch logAccess {
         case let .writer(log, _): log.oldestLSN.rawValue
-        case let .reader(extent): extent.oldestLSN.rawValue
+        case let .reader(extent): extent.withLock { $0.oldestLSN.rawValue }
         }
     }
 
@@ -211,6 +228,10 @@ public final class StorageEngine: Sendable {
             if readers.pins[generation] == 0 { readers.pins[generation] = nil }
             readers.versionPins[state.version, default: 1] -= 1
             if readers.versionPins[state.version] == 0 { readers.versionPins[state.version] = nil }
+            // A reader beside a writer gives the pages of trees it no longer reads back.
+            if let readerSlot, readers.pins[generation] == nil {
+                readerSlot.pin(generation: min(readers.oldestPinnedTreeGeneration ?? .max, readers.current.treeGeneration))
+            }
         }
     }
 
@@ -238,8 +259,10 @@ public final class StorageEngine: Sendable {
             pageFile.markClosed()
             try? pageFile.file.close()
             for lock in locks { lock.unlock() }
+            readerSlot?.release()
         }
         guard case let .writer(log, waiter) = logAccess else { return }
+        defer { readerTable?.detachWriter() }
         waiter.stop()
         defer { try? log.close() }
         // After the checkpoint, which waits for the batches it folds to be linked.
@@ -251,7 +274,7 @@ public final class StorageEngine: Sendable {
                 try vacuum()
             }
             do {
-                try historyLock.withLock { _ in _ = try log.shrink(through: LSN(checkpointed())) }
+                try historyLock.withLock { _ in _ = try log.shrink(through: LSN(releasableLSN(through: checkpointed()))) }
             } catch let error as WALError {
                 throw EngineError.log(error)
             }
@@ -263,18 +286,22 @@ public final class StorageEngine: Sendable {
 enum LogAccess: Sendable {
     /// A writer appends to the log; async commits wait for its fdatasyncs on the waiter.
     case writer(WriteAheadLog, DurabilityWaiter)
-    /// A read-only store read the log once at open. It cannot change while the store is
-    /// open: the read-only open's shared lock on the data file keeps every writer out.
-    case reader(LogExtent)
+    /// A read-only store read the log at open and reads it again at each `refresh()`
+    /// (as far as it read it last).
+    case reader(Locked<LogExtent>)
 }
 
 /// How a store is opened.
 public enum AccessMode: Sendable, Equatable {
     /// Commits and checkpoints: one opener at a time, in any process.
     case readWrite
-    /// Reads only: never writes a byte or changes an mtime, takes no writer's lock, and
-    /// any number may be open at once. The log is replayed in memory. Refused, with the
-    /// writer's process ID, while a process has the store open for writing.
+    /// Reads only, beside one writer in this or another process: never writes a byte of
+    /// the store but its reader table (`readers`), where it pins the version it reads
+    /// (FORMAT.md, "Reader table"). Any number may be open at once (up to the table's
+    /// slots). The log is replayed in memory; each new snapshot moves to the newest version
+    /// the writer made durable (`StorageEngine.refresh()`). Where the table cannot be
+    /// written (read-only media), it is opened without one: then alone with other such
+    /// readers, and refused while a process writes the store.
     case readOnly
 }
 

@@ -1,4 +1,5 @@
 // A store's vital signs, for `strata stat` and monitoring.
+import Foundation
 import StrataFileIO
 
 /// What a store holds and where, at one moment.
@@ -16,6 +17,13 @@ public struct StoreStatus: Sendable {
     /// The log's segment files and their total size on disk.
     public var logSegments: [String]
     public var logBytes: Int
+    /// The process that has the store open for writing (this one, for a writable store;
+    /// nil when none does).
+    public var writerProcess: Int32?
+    /// The store's other open readers (FORMAT.md, "Reader table"), and the pages freed by
+    /// checkpoints that wait for readers of older trees before they are reused.
+    public var readers: [ReaderStatus] = []
+    public var pagesHeldForReaders: UInt64 = 0
 }
 
 extension StorageEngine {
@@ -30,14 +38,22 @@ extension StorageEngine {
                 let file = try fileSystem.open(path, options: [])
                 logBytes += Int(try file.size())
                 try file.close()
+            } catch FileIOError.notFound where readerSlot != nil {
+                // Released by the writer since this reader read it.
             } catch let error as FileIOError {
                 throw EngineError.io(error)
             }
+        }
+        let writerProcess: Int32? = if isReadOnly {
+            readerTable.flatMap { $0.writerIsLive ? Int32(truncatingIfNeeded: $0.writerProcess) : nil }
+        } else {
+            ProcessInfo.processInfo.processIdentifier
         }
         return StoreStatus(version: state.version, checkpointVersion: meta.checkpointVersion, pageBytes: pageFile.pageBytes,
                            pageCount: meta.pageCount, treeHeight: Int(meta.height),
                            memtableKeys: state.active.count + (state.frozen?.count ?? 0),
                            memtableBytes: state.active.byteCount + (state.frozen?.byteCount ?? 0),
-                           logSegments: segments, logBytes: logBytes)
+                           logSegments: segments, logBytes: logBytes, writerProcess: writerProcess, readers: readers,
+                           pagesHeldForReaders: readerTable?.pinnedPages ?? 0)
     }
 }

@@ -58,6 +58,11 @@ public protocol FileSystem: Sendable {
     /// one. Throws `FileIOError.locked` when an exclusive holder has it, `.notFound` when
     /// the file does not exist.
     func lockShared(_ path: String) throws -> any FileLock
+    /// Opens the file at `path` (created when missing, extended with zeros to `byteCount`
+    /// bytes when shorter) as memory shared by every opener in every process, with locks on
+    /// single bytes that belong to this opening. Not a durable file: it says what live
+    /// processes are doing (a store's reader table). Throws `FileIOError`.
+    func openShared(_ path: String, byteCount: Int) throws -> any SharedFile
 }
 
 /// An open file.
@@ -125,6 +130,25 @@ public final class FileMapping: @unchecked Sendable {
     public func discard() {
         _ = mmap(UnsafeMutableRawPointer(mutating: base), length, PROT_READ, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
     }
+}
+
+/// A small file mapped into memory and shared by every process that opens it (see
+/// `FileSystem.openShared`). Callers read and write its words with atomic loads and
+/// stores. Its byte locks belong to this opening: they are released by `close()`, by the
+/// opening's deinit, or by its process's death, and two openings in one process conflict
+/// as two processes do.
+public protocol SharedFile: AnyObject, Sendable {
+    var path: String { get }
+    /// The first mapped byte; `byteCount` bytes are mapped, readable and writable.
+    var base: UnsafeMutableRawPointer { get }
+    var byteCount: Int { get }
+    /// Takes the lock on byte `offset`, exclusive or shared. With `wait` false, returns
+    /// false at once when another opening holds a conflicting lock. Throws `FileIOError`.
+    func lockByte(_ offset: Int, exclusive: Bool, wait: Bool) throws -> Bool
+    /// Releases this opening's lock on byte `offset` (nothing when it holds none).
+    func unlockByte(_ offset: Int)
+    /// Unmaps the memory and releases every lock of this opening; later use is a bug.
+    func close()
 }
 
 /// A lock on a file (exclusive or shared), held until `unlock()`.

@@ -97,6 +97,28 @@ public struct POSIXFileSystem: FileSystem {
         }
         return POSIXFileLock(fd: fd, path: path)
     }
+
+    public func openShared(_ path: String, byteCount: Int) throws -> any SharedFile {
+        let fd = try retryingInterrupts(.open, path) { systemOpen(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644) }
+        do {
+            // Byte 0's lock, held exclusively while the size is checked and made whole, so
+            // that no opener maps the file while another extends it.
+            try POSIXSharedFile.lock(fd, 0, exclusive: true, wait: true, path: path)
+            defer { _ = cplatform_unlock_byte(fd, 0) }
+            var info = stat()
+            guard fstat(fd, &info) == 0 else { throw FileIOError(errno: errno, operation: .read, path: path) }
+            if Int(info.st_size) < byteCount {
+                try retryingInterrupts(.truncate, path) { ftruncate(fd, off_t(byteCount)) }
+            }
+            guard let base = mmap(nil, byteCount, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), base != MAP_FAILED else {
+                throw FileIOError(errno: errno, operation: .read, path: path)
+            }
+            return POSIXSharedFile(fd: fd, path: path, base: base, byteCount: byteCount)
+        } catch {
+            _ = systemClose(fd)
+            throw error
+        }
+    }
 }
 
 /// Runs a syscall that returns -1 and sets errno on failure, retrying EINTR.
@@ -216,6 +238,52 @@ final class POSIXOpenFile: OpenFile {
         if systemClose(fd) != 0 && errno != EINTR {
             throw FileIOError(errno: errno, operation: .close, path: path)
         }
+    }
+}
+
+/// A shared file mapped with MAP_SHARED, with open-file-description byte locks.
+final class POSIXSharedFile: SharedFile, @unchecked Sendable {
+    // @unchecked: `fd`, `base` and `byteCount` never change until `close()`, which the
+    // owner calls once, after its last use.
+    let path: String
+    let base: UnsafeMutableRawPointer
+    let byteCount: Int
+    private let fd: Locked<Int32?>
+
+    init(fd: Int32, path: String, base: UnsafeMutableRawPointer, byteCount: Int) {
+        self.fd = Locked(fd)
+        self.path = path
+        self.base = base
+        self.byteCount = byteCount
+    }
+
+    deinit { close() }
+
+    static func lock(_ fd: Int32, _ offset: Int, exclusive: Bool, wait: Bool, path: String) throws {
+        let code = cplatform_lock_byte(fd, off_t(offset), exclusive ? 1 : 0, wait ? 1 : 0)
+        guard code != 0 else { return }
+        throw FileIOError(errno: code == EACCES ? EWOULDBLOCK : code, operation: .lock, path: path)
+    }
+
+    func lockByte(_ offset: Int, exclusive: Bool, wait: Bool) throws -> Bool {
+        guard let descriptor = fd.withLock({ $0 }) else { throw FileIOError.closed(operation: .lock, path: path) }
+        do {
+            try Self.lock(descriptor, offset, exclusive: exclusive, wait: wait, path: path)
+            return true
+        } catch FileIOError.locked {
+            return false
+        }
+    }
+
+    func unlockByte(_ offset: Int) {
+        guard let descriptor = fd.withLock({ $0 }) else { return }
+        _ = cplatform_unlock_byte(descriptor, off_t(offset))
+    }
+
+    func close() {
+        guard let descriptor = fd.withLock({ value in defer { value = nil }; return value }) else { return }
+        munmap(base, byteCount)
+        _ = systemClose(descriptor)
     }
 }
 

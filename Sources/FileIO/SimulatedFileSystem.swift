@@ -132,6 +132,8 @@ public final class SimulatedFileSystem: FileSystem {
         snapshot.faults.removeAll()
         snapshot.powerCutIndex = nil
         snapshot.locks.removeAll()
+        snapshot.sharedFiles.removeAll()
+        snapshot.byteLocks.removeAll()
         snapshot.generation += 1
         copy.state.withLock { $0 = snapshot }
         return copy
@@ -307,6 +309,20 @@ public final class SimulatedFileSystem: FileSystem {
             guard holders >= 0 else { throw FileIOError.locked(path: path) }
             state.locks[normalize(path)] = holders + 1
             return SimulatedFileLock(fileSystem: self, path: path, generation: state.generation)
+        }
+    }
+
+    public func openShared(_ path: String, byteCount: Int) throws -> any SharedFile {
+        try state.withLock { state in
+            try state.begin(.open, path)
+            _ = try state.split(path, .open)
+            let key = normalize(path)
+            let memory = state.sharedFiles[key].flatMap { $0.byteCount >= byteCount ? $0 : nil }
+                ?? SimulatedSharedMemory(byteCount: byteCount)
+            state.sharedFiles[key] = memory
+            defer { state.nextSharedOpening += 1 }
+            return SimulatedSharedFile(fileSystem: self, path: path, memory: memory, opening: state.nextSharedOpening,
+                                       generation: state.generation)
         }
     }
 }

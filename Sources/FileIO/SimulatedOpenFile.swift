@@ -1,5 +1,6 @@
 // Handles and locks of a `SimulatedFileSystem`. Every call takes the file system's mutex,
 // is numbered and counted there, and fails with `closed` once a crash has outlived it.
+import Foundation
 import StrataLocks
 
 final class SimulatedOpenFile: OpenFile {
@@ -124,6 +125,77 @@ final class SimulatedFileLock: FileLock {
             // A crash already released every lock of the earlier "process".
             guard state.generation == generation, let holders = state.locks[normalize(path)] else { return }
             state.locks[normalize(path)] = holders > 1 ? holders - 1 : nil
+        }
+    }
+}
+
+/// An opening of a simulated shared file: its byte locks live in the file system's state,
+/// and a crash (the death of every process) releases them.
+final class SimulatedSharedFile: SharedFile {
+    let path: String
+    private let fileSystem: SimulatedFileSystem
+    private let memory: SimulatedSharedMemory
+    private let opening: Int
+    private let generation: Int
+    private let isOpen = Locked(true)
+
+    var base: UnsafeMutableRawPointer { memory.base }
+    var byteCount: Int { memory.byteCount }
+
+    init(fileSystem: SimulatedFileSystem, path: String, memory: SimulatedSharedMemory, opening: Int, generation: Int) {
+        self.fileSystem = fileSystem
+        self.path = path
+        self.memory = memory
+        self.opening = opening
+        self.generation = generation
+    }
+
+    deinit { close() }
+
+    func lockByte(_ offset: Int, exclusive: Bool, wait: Bool) throws -> Bool {
+        guard isOpen.withLock({ $0 }) else { throw FileIOError.closed(operation: .lock, path: path) }
+        while true {
+            let taken = fileSystem.state.withLock { state -> Bool in
+                // An opening from before a crash belongs to a dead process: it holds nothing.
+                guard state.generation == generation else { return true }
+                var lock = state.byteLocks[normalize(path), default: [:]][offset] ?? SimulatedByteLock()
+                let others = lock.shared.subtracting([opening])
+                if let owner = lock.exclusive, owner != opening { return false }
+                if exclusive {
+                    guard others.isEmpty else { return false }
+                    lock.exclusive = opening
+                    lock.shared.remove(opening)
+                } else {
+                    if lock.exclusive == opening { lock.exclusive = nil }
+                    lock.shared.insert(opening)
+                }
+                state.byteLocks[normalize(path), default: [:]][offset] = lock
+                return true
+            }
+            if taken || !wait { return taken }
+            Thread.sleep(forTimeInterval: 0.001)
+        }
+    }
+
+    func unlockByte(_ offset: Int) {
+        fileSystem.state.withLock { state in
+            guard state.generation == generation, var lock = state.byteLocks[normalize(path)]?[offset] else { return }
+            if lock.exclusive == opening { lock.exclusive = nil }
+            lock.shared.remove(opening)
+            state.byteLocks[normalize(path)]![offset] = lock.exclusive == nil && lock.shared.isEmpty ? nil : lock
+        }
+    }
+
+    func close() {
+        guard isOpen.withLock({ open in defer { open = false }; return open }) else { return }
+        fileSystem.state.withLock { state in
+            guard state.generation == generation, var locks = state.byteLocks[normalize(path)] else { return }
+            for (offset, var lock) in locks {
+                if lock.exclusive == opening { lock.exclusive = nil }
+                lock.shared.remove(opening)
+                locks[offset] = lock.exclusive == nil && lock.shared.isEmpty ? nil : lock
+            }
+            state.byteLocks[normalize(path)] = locks
         }
     }
 }

@@ -50,6 +50,12 @@ struct SimulatedState {
     var unsyncedDirectories: Set<String> = []
     /// Held locks by normalized path: -1 exclusive, n > 0 that many shared holders.
     var locks: [String: Int] = [:]
+    /// Shared files (`openShared`) by normalized path: memory outside the file tree, which
+    /// neither a sync nor a crash changes (it describes live processes only).
+    var sharedFiles: [String: SimulatedSharedMemory] = [:]
+    /// Byte locks of shared files by normalized path and offset: the openings holding each.
+    var byteLocks: [String: [Int: SimulatedByteLock]] = [:]
+    var nextSharedOpening = 1
     /// The sector size torn writes are cut at (fault model 3).
     var sectorBytes = 512
 
@@ -133,6 +139,7 @@ struct SimulatedState {
             faults.removeAll()
             powerCutIndex = nil
             locks.removeAll()
+            byteLocks.removeAll()
             generation += 1
         }
         // A process kill: the kernel keeps every write and name, still unsynced, so a later
@@ -224,4 +231,25 @@ public struct SplitMix64: RandomNumberGenerator, Sendable {
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
     }
+}
+
+/// The memory of one simulated shared file, freed when no state refers to it.
+final class SimulatedSharedMemory: @unchecked Sendable {
+    // @unchecked: its bytes are accessed with atomic loads and stores by its users.
+    let base: UnsafeMutableRawPointer
+    let byteCount: Int
+
+    init(byteCount: Int) {
+        self.byteCount = byteCount
+        base = UnsafeMutableRawPointer.allocate(byteCount: byteCount, alignment: 64)
+        base.initializeMemory(as: UInt8.self, repeating: 0, count: byteCount)
+    }
+
+    deinit { base.deallocate() }
+}
+
+/// Who holds one byte lock: one opening exclusively, or openings sharing it.
+struct SimulatedByteLock {
+    var exclusive: Int?
+    var shared: Set<Int> = []
 }

@@ -16,6 +16,7 @@
 @_exported import enum StrataEngine.Limits
 @_exported import struct StrataEngine.RecoveryReport
 @_exported import struct StrataEngine.StoreStatus
+@_exported import struct StrataEngine.ReaderStatus
 @_exported import struct StrataEngine.VerifyReport
 @_exported import struct StrataEngine.CopyReport
 

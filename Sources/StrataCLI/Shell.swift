@@ -170,5 +170,21 @@ func statusLines(_ store: Store) throws -> [String] {
         "memtable: \(status.memtableKeys) key(s), \(status.memtableBytes) bytes not yet checkpointed",
         "log: \(status.logSegments.count) segment(s), \(status.logBytes) bytes on disk; this session: "
             + "\(log.groupCount) group commit(s), \(log.syncCount) fdatasync(s)",
-    ]
+    ] + readerLines(status)
+}
+
+/// Who else has the store open: its writer (seen from a reader) and its readers.
+func readerLines(_ status: StoreStatus) -> [String] {
+    var lines: [String] = []
+    if let writer = status.writerProcess, writer != ProcessInfo.processInfo.processIdentifier {
+        lines.append("writer: process \(writer) has it open; this reads version \(status.version), the newest it made durable")
+    }
+    if !status.readers.isEmpty {
+        lines.append("readers: \(status.readers.count) other open; \(status.pagesHeldForReaders) freed page(s) wait for readers of older trees")
+        for reader in status.readers {
+            lines.append("  process \(reader.process) reads version \(reader.version)"
+                         + (reader.generation.map { ", tree generation \($0)" } ?? ""))
+        }
+    }
+    return lines
 }

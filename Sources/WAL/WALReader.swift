@@ -17,6 +17,11 @@ struct WALReader {
     let mode: RecoveryMode
     /// Batches before this LSN are verified but not decompressed, decoded or visited.
     var replayFrom = LSN.none
+    /// Reading stops after this batch (for a reader beside a live writer: the newest batch
+    /// the writer made durable; the frames after it may be being written).
+    var readThrough: LSN?
+    /// Segments wholly before the one that may hold this LSN are not read at all.
+    var skipSegmentsBefore: LSN?
 
     /// Reads every segment; calls `visit` for each batch in LSN order. Throws `WALError`.
     func read(_ visit: (WALRecord) throws -> Void) throws -> (WALRecoveryReport, WALTail) {
@@ -30,6 +35,13 @@ struct WALReader {
         var expected: LSN?
         var index = 0
         let segments = listing.segments
+        if let skipBefore = skipSegmentsBefore {
+            // The last segment that starts at or before that LSN holds it (or the log ends
+            // before it): read from there.
+            var first = segments.count - 1
+            while first > 0, try peekFirstLSN(segments[first].path) > skipBefore { first -= 1 }
+            index = max(0, first)
+        }
         if let last = segments.last, last.sequence >= WALFormat.maxSegmentSequence {
             throw WALError.corruptSegmentHeader(path: last.path, reason:
                 "its sequence number \(last.sequence) is past the largest a log uses (\(WALFormat.maxSegmentSequence - 1))")
@@ -54,6 +66,7 @@ struct WALReader {
             tail.segments.append((sequence, path, header.firstLSN))
             var segment = SegmentScan(path: path, window: window, salt: header.salt, expected: header.firstLSN,
                                       replayFrom: replayFrom, proof: proof)
+            segment.readThrough = readThrough
             let nextFirstLSN = index + 1 < segments.count ? try peekFirstLSN(segments[index + 1].path) : nil
             let outcome = try segment.run(mode: mode, nextFirstLSN: nextFirstLSN, report: &report, visit: visit)
             proof = segment.proof
@@ -78,6 +91,7 @@ struct WALReader {
                 tail.discardedSegments = segments[(index + 1)...].map(\.path)
                 break
             }
+            if outcome == .readThrough { break }
             index += 1
         }
         if segments.isEmpty { tail.needsNewSegment = true }
@@ -104,6 +118,8 @@ enum SegmentOutcome: Equatable {
     case cut
     /// `.pointInTime` stopped here: later segments are discarded.
     case stopHere
+    /// The batch at `WALReader.readThrough` was read: nothing after it is.
+    case readThrough
 }
 
 /// The state of reading one segment's frames.
@@ -117,6 +133,8 @@ struct SegmentScan {
     var offset = WALFormat.segmentHeaderBytes
     /// Batches before this LSN are skipped once their frames verify.
     let replayFrom: LSN
+    /// The last batch to read (see `WALReader.readThrough`).
+    var readThrough: LSN?
     /// The frames read so far that no durable LSN covers.
     var proof: DurabilityProof
 
@@ -160,6 +178,7 @@ struct SegmentScan {
     mutating func run(mode: RecoveryMode, nextFirstLSN: LSN?, report: inout WALRecoveryReport,
                       visit: (WALRecord) throws -> Void) throws -> SegmentOutcome {
         while true {
+            if let readThrough, expected > readThrough, partial == nil { return .readThrough }
             let (header, defect) = try check(at: offset)
             if let header, defect == nil {
                 guard let damaged = try accept(header, report: &report, visit: visit) else { continue }

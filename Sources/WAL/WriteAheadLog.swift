@@ -48,7 +48,8 @@ package final class WriteAheadLog: @unchecked Sendable {
         } catch let error as FileIOError {
             throw error.isLocked ? error : WALError.io(error)
         }
-        var (report, tail) = try readChecked(files: files, options: options, replay: replay)
+        var (report, tail) = try readChecked(WALReader(files: files, mode: options.recoveryMode, replayFrom: options.replayFrom ?? .none),
+                                             options: options, replay: replay)
         do {
             var state = try Self.prepareTail(&tail, files: files, options: options, report: &report)
             state.keepsHistory = try Self.prepareHistory(files: files, options: options.history)
@@ -64,7 +65,8 @@ package final class WriteAheadLog: @unchecked Sendable {
     /// a read-only store, which keeps writers out while it is open. Returns what was read
     /// and the extent of the log's valid frames. Throws as `open` does.
     package static func readForReplay(directory: String, fileSystem: any FileSystem = POSIXFileSystem(),
-                                     options: WALOptions = WALOptions(),
+                                     options: WALOptions = WALOptions(), through readThrough: LSN? = nil,
+                                     skippingSegmentsBefore skipBefore: LSN? = nil,
                                      replay: (WALRecord) throws -> Void) throws -> (WALRecoveryReport, LogExtent) {
         try options.validate()
         guard fileSystem.fileExists(directory) else {
@@ -73,7 +75,10 @@ package final class WriteAheadLog: @unchecked Sendable {
                                                   oldestLSN: options.firstLSN))
         }
         let files = SegmentFiles(fileSystem: fileSystem, directory: directory)
-        let (report, tail) = try readChecked(files: files, options: options, replay: replay)
+        var reader = WALReader(files: files, mode: options.recoveryMode, replayFrom: options.replayFrom ?? .none)
+        reader.readThrough = readThrough
+        reader.skipSegmentsBefore = skipBefore
+        let (report, tail) = try readChecked(reader, options: options, replay: replay)
         let nextLSN = tail.segments.isEmpty ? max(tail.nextLSN, options.firstLSN) : tail.nextLSN
         let extent = LogExtent(segmentPaths: tail.segments.map(\.path), activeBytes: tail.segments.isEmpty ? 0 : tail.offset,
                                lastLSN: LSN(nextLSN.rawValue - 1), oldestLSN: tail.segments.first?.firstLSN ?? nextLSN)
@@ -81,10 +86,9 @@ package final class WriteAheadLog: @unchecked Sendable {
     }
 
     /// Reads every segment and checks that the log starts where `options` requires.
-    private static func readChecked(files: SegmentFiles, options: WALOptions,
+    private static func readChecked(_ reader: WALReader, options: WALOptions,
                                     replay: (WALRecord) throws -> Void) throws -> (WALRecoveryReport, WALTail) {
-        let (report, tail) = try WALReader(files: files, mode: options.recoveryMode, replayFrom: options.replayFrom ?? .none)
-            .read(replay)
+        let (report, tail) = try reader.read(replay)
         if let required = options.requiredFirstLSN, let first = tail.segments.first, first.firstLSN > required {
             throw WALError.missingData(path: first.path, reason:
                 "the log starts at \(first.firstLSN) but must hold every batch from \(required) on; "

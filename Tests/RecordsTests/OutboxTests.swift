@@ -193,7 +193,7 @@ private func temporaryStorePath() -> String {
         // long a loaded machine takes) and the iteration must then end on the close.
         let received = Mutex(0)
         let waiting = Task {
-            for try await _ in try store.events(of: ChildWasFed.self, consumer: "c") { received.withLock { $0 += 1 } }
+            for try await _ in store.events(of: ChildWasFed.self, consumer: "c") { received.withLock { $0 += 1 } }
             return received.withLock { $0 }
         }
         try await store.write { try $0.publish(ChildWasFed(child: "Ed", grams: 1)) }

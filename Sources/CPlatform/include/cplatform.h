@@ -5,6 +5,8 @@
 //    choice and a portable slice-by-8 fallback. Every checksum on disk uses it (FORMAT.md).
 //  - fallocate(2) and sync_file_range(2), which Glibc declares only under _GNU_SOURCE;
 //    preallocation and durable syncs as Darwin spells them (F_PREALLOCATE, F_FULLFSYNC).
+//  - byte-range locks that belong to an open file description (Linux's F_OFD_SETLK), for
+//    the reader table shared by a store's processes.
 //  - a prefetch hint, which Swift has no spelling for.
 //  - posix_spawn with a clean signal mask and no inherited descriptors, for the test
 //    harness's servers.
@@ -44,6 +46,17 @@ int cplatform_sync_full(int fd);
 /// later). The test harness starts servers this way: a shell inheriting a thread's blocked
 /// SIGCHLD would never see its child exit. Returns 0 and sets `pid`, or an errno value.
 int cplatform_spawn_detached(pid_t *pid, const char *path, char *const argv[]);
+
+/// Locks the byte at `offset` of `fd`'s file: exclusively when `exclusive` is 1, else
+/// shared; waiting for it when `wait` is 1. The lock belongs to the open file description
+/// (F_OFD_SETLK on Linux; process-wide F_SETLK on Darwin, which has no such lock), so it
+/// is released when that descriptor is closed or its process dies, and two descriptors of
+/// one process conflict as two processes do. Returns 0, or an errno value (EAGAIN or
+/// EACCES when another holder has it and `wait` is 0).
+int cplatform_lock_byte(int fd, off_t offset, int exclusive, int wait);
+
+/// Releases a lock `cplatform_lock_byte` took. Returns 0, or an errno value.
+int cplatform_unlock_byte(int fd, off_t offset);
 
 /// Asks the CPU to start loading the cache line at `address` for reading (a hint: never
 /// faults, does nothing for a null or unmapped address).

@@ -1,0 +1,137 @@
+// Readers beside the writer: how a read-only store moves to newer versions, and what the
+// writer's checkpoints, vacuum and log release leave to the readers that the reader table
+// lists (ReaderTable.swift gives the protocol; FORMAT.md, "Reader table", the bytes).
+import Foundation
+import StrataFileIO
+import StrataLocks
+import StrataWAL
+
+extension StorageEngine {
+    /// Moves a read-only store to the newest version its writer made durable: new
+    /// snapshots see it; those taken before keep the version they read, and their trees
+    /// stay pinned until they end. A writer, or a read-only store opened without a reader
+    /// table (which no writer can change meanwhile), has nothing to do. A store's version
+    /// never goes backwards. Throws `EngineError` (`.closed`, a damaged page or log).
+    public func refresh() throws {
+        guard let table = readerTable, let slot = readerSlot, case let .reader(extent) = logAccess else { return }
+        if commitLock.withLock({ $0.closed }) { throw EngineError.closed }
+        try refreshLock.withLock { _ in
+            let writerVersion = table.writerVersion
+            let current = stateLock.withLock { $0.current }
+            if try readOn(from: current, table: table, slot: slot, extent: extent) {
+                followedWriterVersion.store(writerVersion, ordering: .relaxed)
+                return
+            }
+            let olderPins = stateLock.withLock { $0.oldestPinnedTreeGeneration }
+            let loaded = try Self.loadBesideWriter(path: path, fileSystem: fileSystem, options: options, pageFile: pageFile,
+                                                   table: table, slot: slot, olderPins: olderPins)
+            followedWriterVersion.store(writerVersion, ordering: .relaxed)
+            let meta = loaded.meta
+            guard loaded.version >= current.version, meta.generation >= current.treeGeneration else {
+                // Never backwards (a writer's recovery may have cut frames never made durable).
+                slot.pin(generation: min(olderPins ?? .max, current.treeGeneration), version: current.version)
+                return
+            }
+            let state = EngineState(version: loaded.version, tree: BTree(root: meta.root, height: Int(meta.height)),
+                                    treeGeneration: meta.generation, frozen: nil, active: loaded.active)
+            checkpointLock.withLock { durable in
+                durable = CheckpointState(meta: meta, reusable: loaded.free, freeListPages: loaded.freeListPages)
+            }
+            extent.withLock { $0 = loaded.extent }
+            stateLock.withLock { readers in
+                readers.current = state
+                slot.pin(generation: min(readers.oldestPinnedTreeGeneration ?? .max, meta.generation))
+            }
+        }
+    }
+
+    /// When the tree read is still the newest, reads the log on from `current`'s version
+    /// into its memtable and publishes what it read; returns false when a newer tree must
+    /// be read instead.
+    private func readOn(from current: EngineState, table: ReaderTable, slot: ReaderSlot,
+                        extent: Locked<LogExtent>) throws -> Bool {
+        guard try Self.readMeta(pageFile.file, path: pageFile.path).0.generation == current.treeGeneration else { return false }
+        slot.pin(logFrom: current.version + 1)
+        defer { slot.pin(logFrom: ReaderTable.none) }
+        // A checkpoint that missed the pin wrote a newer meta page first (ReaderTable.T1).
+        guard try Self.readMeta(pageFile.file, path: pageFile.path).0.generation == current.treeGeneration else { return false }
+        let through = table.writerIsLive ? table.writerVersion : nil
+        if let through, through <= current.version { return true }
+        var last = current.version
+        let read: (WALRecoveryReport, LogExtent)
+        do {
+            read = try WriteAheadLog.readForReplay(
+                directory: joinPath(path, Self.logDirectoryName), fileSystem: fileSystem,
+                options: Self.logOptions(options, checkpointVersion: current.version), through: through.map { LSN($0) },
+                skippingSegmentsBefore: LSN(current.version + 1)
+            ) { record in
+                let version = record.lsn.rawValue
+                guard version > last else { return }
+                current.active.apply(record.batch.encoding(), version: version)
+                last = version
+            }
+        } catch is WALError {
+            // What was applied is above every snapshot's version (unseen); read the newest
+            // tree and its log afresh instead.
+            return false
+        }
+        extent.withLock { $0 = read.1 }
+        stateLock.withLock { readers in
+            if readers.current === current { readers.current = current.with(version: last) }
+        }
+        slot.pin(version: last)
+        return true
+    }
+
+    /// A read-only store beside a live writer moves to the writer's newest durable version
+    /// when the writer published one since the last move (one atomic load otherwise). A
+    /// failure leaves the version held; `refresh()` reports it.
+    func refreshIfBehind() {
+        guard let table = readerTable, readerSlot != nil else { return }
+        guard table.writerVersion > followedWriterVersion.load(ordering: .relaxed) else { return }
+        do { try refresh() } catch {
+            options.logger.warning("a read-only store could not move to its writer's newest version",
+                                   metadata: ["path": "\(path)", "error": "\(error)"])
+        }
+    }
+
+    // MARK: The writer's side
+
+    /// The oldest tree generation and the first log LSN that live readers in any process
+    /// still read (nil for none), clearing the slots of dead ones.
+    func readerPins() -> (generation: UInt64?, logFrom: UInt64?) {
+        guard let table = readerTable, readerSlot == nil else { return (nil, nil) }
+        let live = table.liveReaders()
+        let generation = live.map(\.generation).filter { $0 != ReaderTable.none }.min()
+        let logFrom = live.map(\.logFrom).filter { $0 != ReaderTable.none }.min()
+        return (generation, logFrom)
+    }
+
+    /// The highest LSN the log may release up to `lsn` given the readers' pins.
+    func releasableLSN(through lsn: UInt64) -> UInt64 {
+        guard let logFrom = readerPins().logFrom else { return lsn }
+        return min(lsn, logFrom - 1)
+    }
+
+    /// The store's readers in other processes (and read-only stores of this one), for
+    /// `status()`: each reader's process ID, the oldest tree generation and the version it
+    /// reads.
+    public var readers: [ReaderStatus] {
+        guard let table = readerTable else { return [] }
+        return table.liveReaders().filter { $0.slot != readerSlot?.slot }.map {
+            ReaderStatus(process: Int32(truncatingIfNeeded: $0.process),
+                         generation: $0.generation == ReaderTable.none ? nil : $0.generation, version: $0.version)
+        }
+    }
+}
+
+/// One read-only opener of a store, as the reader table lists it.
+public struct ReaderStatus: Sendable, Equatable {
+    /// The process that opened it.
+    public var process: Int32
+    /// The oldest tree (checkpoint generation) it may still read, whose pages the writer
+    /// keeps; nil while it pins none.
+    public var generation: UInt64?
+    /// The version it reads.
+    public var version: UInt64
+}

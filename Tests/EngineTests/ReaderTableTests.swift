@@ -1,0 +1,268 @@
+import Foundation
+import StrataFileIO
+import Testing
+import StrataWAL
+@testable import StrataEngine
+
+/// Read-only stores beside a writer (ReaderTable.swift): in one process here, through the
+/// same reader table other processes use (the multi-process bank is in ReaderProcessTests).
+@Suite struct ReaderTableTests {
+    private func put(_ engine: StorageEngine, _ key: String, _ value: String) throws {
+        try engine.commit(WALBatch([.put(key: Array(key.utf8), value: Array(value.utf8))]))
+    }
+
+    private func text(_ snapshot: Snapshot, _ key: String) throws -> String? {
+        try snapshot.get(Array(key.utf8)).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    private func temporaryStore() -> (directory: String, store: String) {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("strata-readers-\(UUID().uuidString)").path
+        return (directory, directory + "/s")
+    }
+
+    @Test func aReaderBesideAWriterFollowsItsCommitsAndKeepsItsSnapshots() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (writer, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        try put(writer, "k", "1")
+        let (reader, _) = try StorageEngine.open(path: "/db", mode: .readOnly, fileSystem: fileSystem)
+        let first = reader.snapshot()
+        #expect(try text(first, "k") == "1")
+        try put(writer, "k", "2")
+        // A new snapshot moves to the writer's newest durable version; the old one stays.
+        #expect(try text(reader.snapshot(), "k") == "2")
+        #expect(try text(first, "k") == "1")
+        // Across checkpoints (a new tree, the log released behind it).
+        try writer.checkpoint()
+        try put(writer, "k", "3")
+        try writer.checkpoint()
+        try put(writer, "j", "4")
+        let latest = reader.snapshot()
+        #expect(try text(latest, "k") == "3" && text(latest, "j") == "4")
+        #expect(latest.version == writer.version)
+        #expect(try text(first, "k") == "1")
+        #expect(writer.readers.count == 1 && writer.readers.first?.process == ProcessInfo.processInfo.processIdentifier)
+        #expect(throws: EngineError.self) { try put(reader, "x", "y") }
+        try reader.close()
+        #expect(writer.readers.isEmpty)
+        try writer.close()
+    }
+
+    /// A snapshot of a reader pins its tree: checkpoints that rewrite every key go on
+    /// reusing freed pages, never this tree's, and the snapshot reads what it read.
+    @Test(arguments: [false, true])
+    func aReadersOldSnapshotSurvivesCheckpointsThatReuseFreedPages(onDisk: Bool) throws {
+        let (directory, path) = onDisk ? temporaryStore() : ("", "/db")
+        defer { if onDisk { try? FileManager.default.removeItem(atPath: directory) } }
+        let fileSystem: any FileSystem = onDisk ? POSIXFileSystem() : SimulatedFileSystem()
+        let (writer, _) = try StorageEngine.open(path: path, fileSystem: fileSystem)
+        func rewriteAll(_ round: Int) throws {
+            var batch = WALBatch()
+            for index in 0..<3_000 { batch.put(Array("key\(index)".utf8), Array("round \(round) of \(index) ".utf8) + [UInt8](repeating: UInt8(round), count: 60)) }
+            try writer.commit(batch)
+            try writer.checkpoint()
+        }
+        try rewriteAll(0)
+        let (reader, _) = try StorageEngine.open(path: path, mode: .readOnly, fileSystem: fileSystem)
+        do {
+            let pinned = reader.snapshot()
+            let expected = try pinned.scan().map { $0.key + [0] + $0.value }
+            #expect(expected.count == 3_000)
+            for round in 1...6 { try rewriteAll(round) }
+            #expect(try pinned.scan().map { $0.key + [0] + $0.value } == expected)
+            #expect(reader.verify().isValid)
+            #expect(try #require(writer.readerTable).pinnedPages > 0)
+        }
+        // Once the snapshot ends, a reader that keeps up (each snapshot moves it to the
+        // newest version) pins only the tree it reads: the pages come back and the file
+        // stops growing.
+        let pagesWhilePinned = writer.checkpointLock.withLock { $0.meta.pageCount }
+        for round in 7...12 {
+            _ = reader.snapshot()
+            try rewriteAll(round)
+        }
+        #expect(writer.checkpointLock.withLock { $0.meta.pageCount } <= pagesWhilePinned + 4)
+        #expect(try text(reader.snapshot(), "key7")?.hasPrefix("round 12") == true)
+        try reader.close()
+        try writer.close()
+        #expect(try StorageEngine.open(path: path, fileSystem: fileSystem).engine.verify().isValid)
+    }
+
+    /// A reader whose process died holds its slot's lock no more: the writer clears the
+    /// slot and reuses what it pinned.
+    @Test func aDeadReadersSlotIsClearedAndPinsNothing() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (writer, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        try put(writer, "k", "1")
+        try writer.checkpoint()
+        let (reader, _) = try StorageEngine.open(path: "/db", mode: .readOnly, fileSystem: fileSystem)
+        _ = reader.snapshot()
+        #expect(writer.readerPins().generation == 1)
+        // What a process's death does: its openings close, its slot's words stay.
+        try #require(reader.readerTable).file.close()
+        #expect(writer.readerPins().generation == nil)
+        #expect(writer.readers.isEmpty)
+    }
+
+    /// A writer that opens while a reader (of a process that outlived the last writer)
+    /// reads an older tree reuses none of the free list until that reader moves on.
+    @Test func aNewWriterRespectsAReaderOfAnOlderTree() throws {
+        let (directory, path) = temporaryStore()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var (writer, _) = try StorageEngine.open(path: path)
+        func rewriteAll(_ round: Int) throws {
+            var batch = WALBatch()
+            for index in 0..<2_000 { batch.put(Array("key\(index)".utf8), Array("round \(round) ".utf8) + [UInt8](repeating: 1, count: 80)) }
+            try writer.commit(batch)
+            try writer.checkpoint()
+        }
+        try rewriteAll(0)
+        let (reader, _) = try StorageEngine.open(path: path, mode: .readOnly)
+        let pinned = reader.snapshot()
+        let expected = try pinned.scan().map { $0.key + [0] + $0.value }
+        try rewriteAll(1)
+        try writer.close()
+        (writer, _) = try StorageEngine.open(path: path)
+        #expect(writer.checkpointLock.withLock { $0.reusable.isEmpty && !$0.pending.isEmpty })
+        for round in 2...5 { try rewriteAll(round) }
+        #expect(try pinned.scan().map { $0.key + [0] + $0.value } == expected)
+        try reader.close()
+        try writer.close()
+    }
+
+    /// Readers in threads of their own, each through its own read-only store, read the sum
+    /// of the accounts while a writer moves money and checkpoints every 40 transfers:
+    /// every read sees the invariant and versions never go backwards.
+    @Test func readersSeeOneConsistentVersionWhileTheWriterCheckpoints() throws {
+        let (directory, path) = temporaryStore()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let accounts = 20
+        let options = {
+            var options = EngineOptions()
+            options.checkpointLogBytes = 64 << 10
+            options.log.segmentBytes = 64 << 10
+            return options
+        }()
+        let (writer, _) = try StorageEngine.open(path: path, options: options)
+        @Sendable func key(_ account: Int) -> [UInt8] { Array("account\(account)".utf8) }
+        @Sendable func encode(_ value: Int) -> [UInt8] { withUnsafeBytes(of: Int64(value).littleEndian) { Array($0) } }
+        @Sendable func decode(_ bytes: [UInt8]) -> Int { Int(bytes.withUnsafeBytes { $0.loadUnaligned(as: Int64.self) }) }
+        try writer.commit(WALBatch((0..<accounts).map { .put(key: key($0), value: encode(100)) }))
+        let seed = UInt64.random(in: 0...UInt64.max)
+        print("readersSeeOneConsistentVersionWhileTheWriterCheckpoints seed \(seed)")
+        let done = ManagedFlag()
+        let failures = Failures()
+        let readers = (0..<3).map { index in
+            Thread.detachedRun {
+                do {
+                    let (reader, _) = try StorageEngine.open(path: path, mode: .readOnly, options: options)
+                    defer { try? reader.close() }
+                    var lastVersion: UInt64 = 0
+                    var reads = 0
+                    while !done.isSet || reads < 50 {
+                        let snapshot = reader.snapshot()
+                        var sum = 0
+                        for account in 0..<accounts { sum += try snapshot.get(key(account)).map(decode) ?? 0 }
+                        if sum != accounts * 100 { failures.add("reader \(index) saw \(sum) at version \(snapshot.version)") }
+                        if snapshot.version < lastVersion {
+                            failures.add("reader \(index) went back from \(lastVersion) to \(snapshot.version)")
+                        }
+                        lastVersion = snapshot.version
+                        reads += 1
+                    }
+                } catch {
+                    failures.add("reader \(index): \(error)")
+                }
+            }
+        }
+        var generator = SplitMix64(seed: seed)
+        for transfer in 0..<1_500 {
+            let from = Int(generator.next() % UInt64(accounts)), to = Int(generator.next() % UInt64(accounts))
+            let snapshot = writer.snapshot()
+            let amount = Int(generator.next() % 10)
+            let fromBalance = try snapshot.get(key(from)).map(decode) ?? 0
+            guard from != to, fromBalance >= amount else { continue }
+            let toBalance = try snapshot.get(key(to)).map(decode) ?? 0
+            try writer.commit(WALBatch([.put(key: key(from), value: encode(fromBalance - amount)),
+                                        .put(key: key(to), value: encode(toBalance + amount))]))
+            if transfer % 40 == 39 { try writer.checkpoint() }
+        }
+        done.set()
+        for reader in readers { reader.wait() }
+        #expect(failures.all.isEmpty, "\(failures.all.prefix(5))")
+        #expect(writer.checkpointLock.withLock { $0.meta.generation } > 30)
+        try writer.close()
+    }
+
+    /// A backup made by a reader while the writer commits: the copy verifies and holds
+    /// every commit acknowledged before it began, at the reader's version.
+    @Test func aReadersBackupOfALiveStoreIsConsistent() throws {
+        let (directory, path) = temporaryStore()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var options = EngineOptions()
+        options.checkpointLogBytes = 256 << 10
+        let (writer, _) = try StorageEngine.open(path: path, options: options)
+        for index in 0..<3_000 { try put(writer, "key\(index)", String(repeating: "v", count: index % 200)) }
+        let acknowledged = writer.version
+        let stop = ManagedFlag()
+        let background = Thread.detachedRun {
+            var index = 3_000
+            while !stop.isSet {
+                try? self.put(writer, "key\(index)", "later")
+                if index % 500 == 0 { try? writer.checkpoint() }
+                index += 1
+            }
+        }
+        let (reader, _) = try StorageEngine.open(path: path, mode: .readOnly)
+        let copy = directory + "/copy"
+        let report = try reader.backup(to: copy)
+        stop.set()
+        background.wait()
+        #expect(report.version >= acknowledged)
+        try reader.close()
+        try writer.close()
+        let (restored, restoredReport) = try StorageEngine.open(path: copy, mode: .readOnly)
+        #expect(restored.verify().isValid)
+        #expect(restoredReport.log.damage.isEmpty)
+        #expect(restored.version == report.version)
+        let snapshot = restored.snapshot()
+        for index in stride(from: 0, to: 3_000, by: 7) {
+            #expect(try text(snapshot, "key\(index)") == String(repeating: "v", count: index % 200))
+        }
+        try restored.close()
+    }
+}
+
+/// A flag set once, read from any thread.
+final class ManagedFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    var isSet: Bool { lock.withLock { value } }
+    func set() { lock.withLock { value = true } }
+}
+
+/// Failures gathered from threads.
+final class Failures: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [String] = []
+    func add(_ item: String) { lock.withLock { items.append(item) } }
+    var all: [String] { lock.withLock { items } }
+}
+
+/// A thread to wait for.
+final class DetachedRun: @unchecked Sendable {
+    private let finished = DispatchSemaphore(value: 0)
+    fileprivate init() {}
+    fileprivate func finish() { finished.signal() }
+    func wait() { finished.wait() }
+}
+
+extension Thread {
+    static func detachedRun(_ body: @escaping @Sendable () -> Void) -> DetachedRun {
+        let run = DetachedRun()
+        Thread.detachNewThread {
+            body()
+            run.finish()
+        }
+        return run
+    }
+}
