@@ -153,7 +153,9 @@ let package = Package(
         ),
         // Contexts and records are tested through the public API only, as an app uses them
         // (`import Strata`, plus `StrataTesting` for the crash harness).
-        .testTarget(name: "ContextsTests", dependencies: ["Strata", "StrataContexts", "StrataTesting", "TestBackends"]),
+        .testTarget(name: "ContextsTests", dependencies: ["Strata", "StrataContexts", "StrataTesting", "TestBackends", "ReaderBankProcess"]),
+        // The writer and the readers of the reader bank test, each a process of its own.
+        .executableTarget(name: "ReaderBankProcess", dependencies: ["Strata"], path: "Tests/ReaderBankProcess"),
         .testTarget(name: "StrataTestingTests", dependencies: ["StrataTesting"]),
         // What only a store over etcd has, and the two-process bank test; the tests start etcd.
         .testTarget(name: "EtcdTests", dependencies: ["Strata", "StrataEtcd", "StrataTesting", "TestBackends", "EtcdBankProcess"]),

@@ -137,7 +137,9 @@ extension StorageEngine {
             readers.current = readers.current.with(tree: tree, treeGeneration: generation, frozen: .some(nil))
         }
         readerTable?.publish(generation: generation)
-        readerTable?.publishPinned(pages: UInt64(durable.pending.reduce(0) { $0 + $1.pages.count }))
+        // What older checkpoints freed and snapshots of older trees still hold (this
+        // checkpoint's own freed pages wait for the next one whatever readers do).
+        readerTable?.publishPinned(pages: UInt64(stillPending.count))
         // Every segment the checkpoint covers goes, the active one too when no commit came
         // after the frozen version (a store killed now replays nothing it need not), but
         // none that a reader still reads: the table is read after the meta page is written
