@@ -63,7 +63,8 @@ extension StorageEngine {
             read = try WriteAheadLog.readForReplay(
                 directory: joinPath(path, Self.logDirectoryName), fileSystem: fileSystem,
                 options: Self.logOptions(options, checkpointVersion: current.version), through: through.map { LSN($0) },
-                skippingSegmentsBefore: LSN(current.version + 1)
+                skippingSegmentsBefore: LSN(current.version + 1),
+                resumingAt: extent.withLock { $0.end.flatMap { $0.lsn.rawValue == current.version + 1 ? $0 : nil } }
             ) { record in
                 let version = record.lsn.rawValue
                 guard version > last else { return }

@@ -1,6 +1,7 @@
 // One-shot commands on a whole store: stat, verify, dump, load, checkpoint, backup,
 // compact. The ones that only read (stat, verify, dump, backup, compact) open the store
-// read-only: they change no byte and no mtime of it, and several may run at once.
+// read-only: they change no byte and no mtime of it (but their slot in the reader table),
+// several may run at once, and they run beside a process that writes the store.
 import ArgumentParser
 import Strata
 import Foundation
@@ -25,6 +26,11 @@ struct StatCommand: ParsableCommand {
         var treeHeight, liveKeys, leafPages, branchPages, overflowPages, freePages, freeListPages: Int
         var memtableKeys, memtableBytes: Int
         var logSegments, logBytes, logBatches, logRawBytes, logStoredBytes: Int
+        /// The process writing the store (nil when none), the other open readers, and the
+        /// freed pages that wait for readers of older trees.
+        var writerProcess: Int32?
+        var readers: Int
+        var pagesHeldForReaders: UInt64
     }
 
     func run() throws {
@@ -42,7 +48,9 @@ struct StatCommand: ParsableCommand {
                     leafPages: check.leafPages, branchPages: check.branchPages, overflowPages: check.overflowPages,
                     freePages: check.freePages, freeListPages: check.freeListPages, memtableKeys: status.memtableKeys,
                     memtableBytes: status.memtableBytes, logSegments: status.logSegments.count, logBytes: status.logBytes,
-                    logBatches: log.batchCount, logRawBytes: log.rawBytes, logStoredBytes: log.storedBytes)))
+                    logBatches: log.batchCount, logRawBytes: log.rawBytes, logStoredBytes: log.storedBytes,
+                    writerProcess: status.writerProcess, readers: status.readers.count,
+                    pagesHeldForReaders: status.pagesHeldForReaders)))
                 return
             }
             for line in try statusLines(store) { print(line) }
@@ -86,6 +94,12 @@ struct VerifyCommand: ParsableCommand {
             }
             // Record index entries that name no record (the type-free part of RecordIndex.X1).
             report.problems += try store.checkIndexEntries()
+            // Beside a live writer, what was checked is the one version this reader holds.
+            let status = try store.status()
+            if let writer = status.writerProcess, writer != ProcessInfo.processInfo.processIdentifier, !json {
+                print("checked version \(status.version), the newest that process \(writer) (writing the store) had made "
+                      + "durable; it may have committed more since")
+            }
             return (report, store.recoveryReport.log.damage)
         }
         if json {
@@ -266,9 +280,11 @@ struct CheckpointCommand: ParsableCommand {
 struct BackupCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backup",
-        abstract: "Copy the store, consistently, to a new directory. Read-only: refused while another process writes it.",
+        abstract: "Copy the store, consistently, to a new directory. Read-only: runs beside a process that writes it.",
         discussion: """
-            An application backs up a store it has open with `StorageEngine.backup(to:)`, which runs beside its commits.
+            Beside a live writer the copy holds the newest version that writer had made durable when the backup \
+            began (every commit it acknowledged before), and the writer goes on meanwhile. An application backs up \
+            a store it has open with `Store.backup(to:)`, which runs beside its commits.
             """)
 
     @Argument(help: "The new store's directory.")

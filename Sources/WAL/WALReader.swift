@@ -22,6 +22,9 @@ struct WALReader {
     var readThrough: LSN?
     /// Segments wholly before the one that may hold this LSN are not read at all.
     var skipSegmentsBefore: LSN?
+    /// Where an earlier read of this log stopped: reading starts there, at that batch,
+    /// when that segment is still listed (a reader that follows a live writer).
+    var resumeAt: LogPosition?
 
     /// Reads every segment; calls `visit` for each batch in LSN order. Throws `WALError`.
     func read(_ visit: (WALRecord) throws -> Void) throws -> (WALRecoveryReport, WALTail) {
@@ -42,6 +45,8 @@ struct WALReader {
             while first > 0, try peekFirstLSN(segments[first].path) > skipBefore { first -= 1 }
             index = max(0, first)
         }
+        let resumeIndex = resumeAt.flatMap { resume in segments.firstIndex { $0.path == resume.path } }
+        if let resumeIndex { index = resumeIndex }
         if let last = segments.last, last.sequence >= WALFormat.maxSegmentSequence {
             throw WALError.corruptSegmentHeader(path: last.path, reason:
                 "its sequence number \(last.sequence) is past the largest a log uses (\(WALFormat.maxSegmentSequence - 1))")
@@ -67,6 +72,10 @@ struct WALReader {
             var segment = SegmentScan(path: path, window: window, salt: header.salt, expected: header.firstLSN,
                                       replayFrom: replayFrom, proof: proof)
             segment.readThrough = readThrough
+            if let resumeAt, index == resumeIndex, resumeAt.offset > WALFormat.segmentHeaderBytes {
+                segment.offset = resumeAt.offset
+                segment.expected = resumeAt.lsn
+            }
             let nextFirstLSN = index + 1 < segments.count ? try peekFirstLSN(segments[index + 1].path) : nil
             let outcome = try segment.run(mode: mode, nextFirstLSN: nextFirstLSN, report: &report, visit: visit)
             proof = segment.proof
@@ -107,6 +116,20 @@ struct WALReader {
         } catch let error as FileIOError {
             throw WALError.io(error)
         }
+    }
+}
+
+/// A frame boundary in a log: the segment file, the offset of the next frame in it, and
+/// the LSN of the batch that frame must begin.
+package struct LogPosition: Sendable, Equatable {
+    package var path: String
+    package var offset: Int
+    package var lsn: LSN
+
+    package init(path: String, offset: Int, lsn: LSN) {
+        self.path = path
+        self.offset = offset
+        self.lsn = lsn
     }
 }
 

@@ -66,7 +66,7 @@ package final class WriteAheadLog: @unchecked Sendable {
     /// and the extent of the log's valid frames. Throws as `open` does.
     package static func readForReplay(directory: String, fileSystem: any FileSystem = POSIXFileSystem(),
                                      options: WALOptions = WALOptions(), through readThrough: LSN? = nil,
-                                     skippingSegmentsBefore skipBefore: LSN? = nil,
+                                     skippingSegmentsBefore skipBefore: LSN? = nil, resumingAt resume: LogPosition? = nil,
                                      replay: (WALRecord) throws -> Void) throws -> (WALRecoveryReport, LogExtent) {
         try options.validate()
         guard fileSystem.fileExists(directory) else {
@@ -78,6 +78,7 @@ package final class WriteAheadLog: @unchecked Sendable {
         var reader = WALReader(files: files, mode: options.recoveryMode, replayFrom: options.replayFrom ?? .none)
         reader.readThrough = readThrough
         reader.skipSegmentsBefore = skipBefore
+        reader.resumeAt = resume
         let (report, tail) = try readChecked(reader, options: options, replay: replay)
         let nextLSN = tail.segments.isEmpty ? max(tail.nextLSN, options.firstLSN) : tail.nextLSN
         let extent = LogExtent(segmentPaths: tail.segments.map(\.path), activeBytes: tail.segments.isEmpty ? 0 : tail.offset,
@@ -311,6 +312,11 @@ package struct LogExtent: Sendable {
     package var lastLSN: LSN
     /// The first LSN the oldest segment may hold.
     package var oldestLSN: LSN
+
+    /// Where a later read may go on: after the last whole frame of the last segment.
+    package var end: LogPosition? {
+        segmentPaths.last.map { LogPosition(path: $0, offset: activeBytes, lsn: LSN(lastLSN.rawValue + 1)) }
+    }
 }
 
 extension FileIOError {

@@ -34,6 +34,15 @@ protocol BenchEngine: AnyObject, Sendable {
     /// away, then the root's durable commit.
     func nested(kept: ArraySlice<Int>, discarded: ArraySlice<Int>, values: (Int) -> [UInt8]?) throws
     func close() throws
+    /// A reader for `readwhilewriting`, for one thread: each read sees the newest
+    /// committed state (no snapshot held across reads).
+    func makeReader() throws -> any BenchReader
+}
+
+/// One reading thread's handle (see `BenchEngine.makeReader`).
+protocol BenchReader: AnyObject {
+    func read(_ key: Int) throws -> Bool
+    func close()
 }
 
 /// Runs `sql` on `db`; throws SQLite's message when it fails.
@@ -114,6 +123,21 @@ final class StrataEngineBench: BenchEngine {
     var fdatasyncs: Int? { engine.logStatistics.syncCount }
 
     func close() throws { try engine.close() }
+
+    func makeReader() throws -> any BenchReader { StrataReader(engine: engine) }
+}
+
+/// A Strata reader: a snapshot of the newest version per read, its value borrowed.
+final class StrataReader: BenchReader {
+    let engine: StorageEngine
+
+    init(engine: StorageEngine) { self.engine = engine }
+
+    func read(_ key: Int) throws -> Bool {
+        try engine.snapshot().withValue(forKey: Workload.key(key)) { $0.byteCount } != nil
+    }
+
+    func close() {}
 }
 
 /// SQLite through its C API. One connection, serialized by a lock (SQLite serializes
@@ -126,9 +150,11 @@ final class SQLiteBench: BenchEngine, @unchecked Sendable {
     private var delete: OpaquePointer?
     private var get: OpaquePointer?
     private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+    let path: String
 
     init(directory: String) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        path = directory + "/sqlite.db"
         guard sqlite3_open(directory + "/sqlite.db", &db) == SQLITE_OK else { throw BenchError(description: "sqlite3_open failed") }
         try exec("PRAGMA journal_mode=WAL")
         try exec("PRAGMA synchronous=FULL")
@@ -206,6 +232,38 @@ final class SQLiteBench: BenchEngine, @unchecked Sendable {
 
     func close() throws {
         for statement in [put, delete, get] { sqlite3_finalize(statement) }
+        sqlite3_close(db)
+    }
+
+    func makeReader() throws -> any BenchReader { try SQLiteReader(path: path) }
+}
+
+/// A SQLite reader: a read-only connection of its own (WAL mode lets it read beside the
+/// writer), one autocommit SELECT per read.
+final class SQLiteReader: BenchReader {
+    private var db: OpaquePointer?
+    private var get: OpaquePointer?
+    private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+    init(path: String) throws {
+        guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, nil) == SQLITE_OK else {
+            throw BenchError(description: "sqlite3_open_v2(readonly) failed")
+        }
+        get = try sqlitePrepare(db, "SELECT v FROM kv WHERE k = ?")
+    }
+
+    func read(_ key: Int) throws -> Bool {
+        let k = Workload.key(key)
+        sqlite3_reset(get)
+        k.withUnsafeBytes { _ = sqlite3_bind_blob(get, 1, $0.baseAddress, Int32(k.count), transient) }
+        let step = sqlite3_step(get)
+        guard step == SQLITE_ROW || step == SQLITE_DONE else { throw BenchError(description: "sqlite: read failed (\(step))") }
+        if step == SQLITE_ROW { _ = sqlite3_column_bytes(get, 0) }
+        return step == SQLITE_ROW
+    }
+
+    func close() {
+        sqlite3_finalize(get)
         sqlite3_close(db)
     }
 }
@@ -311,6 +369,38 @@ final class LMDBBench: BenchEngine, @unchecked Sendable {
     var fdatasyncs: Int? { nil }
 
     func close() throws { mdb_env_close(env) }
+
+    func makeReader() throws -> any BenchReader {
+        var txn: OpaquePointer?
+        try check(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn), "txn_begin(rdonly)")
+        mdb_txn_reset(txn)
+        return LMDBReader(txn: txn, dbi: dbi)
+    }
+}
+
+/// An LMDB reader: one read transaction handle of its thread, renewed for each read (as
+/// LMDB's docs advise for short reads) and reset after it.
+final class LMDBReader: BenchReader {
+    private let txn: OpaquePointer?
+    private let dbi: MDB_dbi
+
+    init(txn: OpaquePointer?, dbi: MDB_dbi) {
+        self.txn = txn
+        self.dbi = dbi
+    }
+
+    func read(_ key: Int) throws -> Bool {
+        guard mdb_txn_renew(txn) == 0 else { throw BenchError(description: "lmdb txn_renew failed") }
+        defer { mdb_txn_reset(txn) }
+        var k = Workload.key(key)
+        return k.withUnsafeMutableBytes { kb in
+            var mk = MDB_val(mv_size: kb.count, mv_data: kb.baseAddress)
+            var mv = MDB_val()
+            return mdb_get(txn, dbi, &mk, &mv) == 0
+        }
+    }
+
+    func close() { mdb_txn_abort(txn) }
 }
 
 /// The disk's own limit: append and fdatasync, once per transaction.
@@ -343,6 +433,7 @@ final class FdatasyncBench: BenchEngine {
         throw BenchError(description: "fdatasync has no transactions to nest")
     }
     func read(_ key: Int) throws -> Bool { throw BenchError(description: "fdatasync measures writes only") }
+    func makeReader() throws -> any BenchReader { throw BenchError(description: "fdatasync measures writes only") }
     func scanCount() throws -> Int { throw BenchError(description: "fdatasync measures writes only") }
     var fdatasyncs: Int? { syncs.withLock { $0 } }
     func close() throws { try file.close() }

@@ -102,5 +102,7 @@ final class EtcdBench: BenchEngine {
     var fdatasyncs: Int? { nil }
 
     /// Closes the store; etcd keeps running (its files are measured) until the engine goes away.
+    func makeReader() throws -> any BenchReader { throw BenchError(description: "etcd runs no readwhilewriting") }
+
     func close() throws { try store.close() }
 }

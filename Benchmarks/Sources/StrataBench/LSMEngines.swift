@@ -192,4 +192,32 @@ final class LSMBench: BenchEngine, @unchecked Sendable {
     var fdatasyncs: Int? { nil }
 
     func close() throws { api.close(db) }
+
+    func makeReader() throws -> any BenchReader { LSMReader(api: api, db: db) }
+}
+
+/// A LevelDB or RocksDB reader: `Get` on the shared handle (thread-safe) with read
+/// options of its own and no snapshot, so each read sees the newest write.
+final class LSMReader: BenchReader {
+    private let api: LSMFunctions
+    private let db: OpaquePointer?
+    private let readOptions: OpaquePointer?
+
+    init(api: LSMFunctions, db: OpaquePointer?) {
+        self.api = api
+        self.db = db
+        readOptions = api.makeReadOptions()
+    }
+
+    func read(_ key: Int) throws -> Bool {
+        var message: UnsafeMutablePointer<CChar>?
+        let found = Workload.key(key).withUnsafeBytes { k in api.get(db, readOptions, k, &message) }
+        if let message {
+            defer { api.free(message) }
+            throw BenchError(description: "\(api.name) get: \(String(cString: message))")
+        }
+        return found
+    }
+
+    func close() {}
 }

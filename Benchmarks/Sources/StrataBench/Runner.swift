@@ -4,7 +4,7 @@
 import Foundation
 import Histogram
 import Strata
-import StrataTesting
+@_spi(StorageEngine) import StrataTesting
 import Synchronization
 
 struct Runner {
@@ -28,13 +28,14 @@ struct Runner {
         order.shuffle(using: &shuffler)
 
         // Untimed preparation.
-        if ["overwrite", "readrandom", "readseq", "deleterandom"].contains(workload) {
+        if ["overwrite", "readrandom", "readseq", "deleterandom", "readwhilewriting"].contains(workload) {
             for start in stride(from: 0, to: keys, by: perTransaction) {
                 try bench.write(ArraySlice(start..<min(keys, start + perTransaction)), values: value)
             }
         }
         let start = ContinuousClock.now
         var operations = keys
+        var writesPerSecond: Double?
         let latencies = LatencyRecorder()
         switch workload {
         case "fillseq":
@@ -50,6 +51,14 @@ struct Runner {
                           latencies, value)
         case "deleterandom":
             try commitAll(order, per: perTransaction, threads: 1, bench, latencies) { _ in nil }
+        case "readwhilewriting":
+            // The readers' reads, timed over the writer's full overwrite of every key.
+            let overwrites = order.map { _ in Int(shuffler.next() % UInt64(keys)) }
+            let (reads, writeSeconds) = try readWhileWriting(bench, directory: directory, keys: keys, latencies: latencies) {
+                try commitAll(overwrites, per: perTransaction, threads: 1, bench, LatencyRecorder(), value)
+            }
+            operations = reads
+            writesPerSecond = Double(keys) / writeSeconds
         case "nested":
             let half = max(perTransaction / 2, 1)
             for first in stride(from: 0, to: keys, by: 2 * half) {
@@ -92,7 +101,109 @@ struct Runner {
         let histogram = latencies.histogram.withLock { $0 }
         return Result(engine: engine, bench: workload, num: operations, batch: perTransaction, valueSize: options.valueSize,
                       seconds: seconds, bytesOnDisk: directoryBytes(directory), fdatasyncs: syncs,
-                      latency: histogram.totalCount > 0 ? Latencies(histogram) : nil)
+                      latency: histogram.totalCount > 0 ? Latencies(histogram) : nil, writesPerSecond: writesPerSecond)
+    }
+
+    /// `readwhilewriting`: reader threads (and, for Strata and SQLite, reader processes)
+    /// read random keys, each read seeing the newest commit, while `write` runs; returns
+    /// the reads made and the writer's seconds. Every key exists throughout, so a read
+    /// that misses is an error.
+    private func readWhileWriting(_ bench: any BenchEngine, directory: String, keys: Int, latencies: LatencyRecorder,
+                                  write: () throws -> Void) throws -> (reads: Int, writeSeconds: Double) {
+        let stop = Atomic(false)
+        let reads = Atomic(0)
+        let failure = Mutex<String?>(nil)
+        let group = DispatchGroup()
+        let handles = try (0..<options.readers).map { _ in try bench.makeReader() }
+        let shared = UncheckedReaders(handles)
+        for thread in 0..<options.readers {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                let reader = shared.readers[thread]
+                var random = SplitMix64(seed: UInt64(thread) &+ 977)
+                var histogram = Histogram<UInt64>.latencies()
+                defer { latencies.add(histogram) }
+                var done = 0
+                while !stop.load(ordering: .relaxed) {
+                    let key = Int(random.next() % UInt64(keys))
+                    let before = monotonicNanoseconds()
+                    do {
+                        guard try reader.read(key) else {
+                            failure.withLock { $0 = "key \(key) was not found" }
+                            return
+                        }
+                    } catch {
+                        failure.withLock { $0 = "\(error)" }
+                        return
+                    }
+                    _ = histogram.record(monotonicNanoseconds() - before)
+                    done += 1
+                }
+                reads.add(done, ordering: .relaxed)
+            }
+        }
+        let processes = try startReadProcesses(directory: directory, keys: keys)
+        let start = ContinuousClock.now
+        try write()
+        let elapsed = start.duration(to: .now)
+        stop.store(true, ordering: .relaxed)
+        group.wait()
+        for handle in handles { handle.close() }
+        let processReads = try finishReadProcesses(processes)
+        if let message = failure.withLock({ $0 }) { throw BenchError(description: "\(engine) readwhilewriting: \(message)") }
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        FileHandle.standardError.write(Data(("readwhilewriting \(engine): writer \(Int(Double(keys) / seconds)) keys/s; "
+            + "\(options.readers) thread(s) \(Int(Double(reads.load(ordering: .relaxed)) / seconds)) reads/s"
+            + (processes.isEmpty ? "" : ", \(processes.count) process(es) \(Int(processReads.perSecond)) reads/s") + "\n").utf8))
+        // Process reads count at the rate each process measured over the writer's time.
+        return (reads.load(ordering: .relaxed) + Int(processReads.perSecond * seconds), seconds)
+    }
+
+    /// Reader processes of this executable (`--read-process`), for the engines whose
+    /// stores other processes can read beside a writer.
+    private func startReadProcesses(directory: String, keys: Int) throws -> [(Process, Pipe)] {
+        let path: String
+        switch engine {
+        case "strata", "strata-relaxed": path = directory
+        case "sqlite": path = directory + "/sqlite.db"
+        default: return []
+        }
+        return try (0..<options.readerProcesses).map { index in
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+            process.arguments = ["--read-process", engine, "--read-path", path, "--num", "\(keys)", "--seed", "\(index + 1)"]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardInput = Pipe()
+            try process.run()
+            // The process says `ready` once its store is open.
+            let handle = output.fileHandleForReading
+            var line = Data()
+            while !line.contains(UInt8(ascii: "\n")) {
+                let chunk = handle.availableData
+                guard !chunk.isEmpty else { throw BenchError(description: "a reader process ended before it was ready") }
+                line += chunk
+            }
+            return (process, output)
+        }
+    }
+
+    /// Stops the reader processes (by closing their standard input) and sums their rates.
+    private func finishReadProcesses(_ processes: [(Process, Pipe)]) throws -> (reads: Int, perSecond: Double) {
+        var total = (reads: 0, perSecond: 0.0)
+        for (process, output) in processes {
+            try (process.standardInput as? Pipe)?.fileHandleForWriting.close()
+            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            let fields = text.split(whereSeparator: { $0 == " " || $0 == "\n" })
+            guard process.terminationStatus == 0, fields.count >= 2, let reads = Int(fields[0]), let seconds = Double(fields[1]) else {
+                throw BenchError(description: "a reader process failed: \(text)")
+            }
+            total.reads += reads
+            total.perSecond += Double(reads) / seconds
+        }
+        return total
     }
 
     /// `recover`: an untimed fill with checkpoints off (everything stays in the log), a
@@ -207,4 +318,54 @@ final class LatencyRecorder: Sendable {
     let histogram = Mutex(Histogram<UInt64>.latencies())
 
     func add(_ other: Histogram<UInt64>) { histogram.withLock { $0.add(other) } }
+}
+
+/// The reader handles of `readwhilewriting`, each used by one thread only.
+final class UncheckedReaders: @unchecked Sendable {
+    let readers: [any BenchReader]
+    init(_ readers: [any BenchReader]) { self.readers = readers }
+}
+
+/// A reader process of `readwhilewriting`: opens the store read-only beside the writer in
+/// its parent, prints `ready`, reads random keys until its standard input closes, then
+/// prints the reads made and the seconds they took.
+struct ReadProcess {
+    let engine: String
+    let path: String
+    let keys: Int
+    let seed: UInt64
+
+    func run() throws {
+        let reader: any BenchReader
+        var store: Store?
+        switch engine {
+        case "strata", "strata-relaxed":
+            let opened = try Store.open(path: path, mode: .readOnly)
+            store = opened
+            reader = StrataReader(engine: opened.storageEngine)
+        case "sqlite":
+            reader = try SQLiteReader(path: path)
+        default:
+            throw BenchError(description: "no reader process for \(engine)")
+        }
+        let stop = Atomic(false)
+        Thread.detachNewThread {
+            _ = FileHandle.standardInput.readDataToEndOfFile()
+            stop.store(true, ordering: .relaxed)
+        }
+        FileHandle.standardOutput.write(Data("ready\n".utf8))
+        var random = SplitMix64(seed: seed &* 7919)
+        var reads = 0
+        let start = ContinuousClock.now
+        while !stop.load(ordering: .relaxed) {
+            let key = Int(random.next() % UInt64(keys))
+            guard try reader.read(key) else { throw BenchError(description: "key \(key) was not found") }
+            reads += 1
+        }
+        let elapsed = start.duration(to: .now)
+        reader.close()
+        try store?.close()
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        FileHandle.standardOutput.write(Data("\(reads) \(seconds)\n".utf8))
+    }
 }

@@ -19,7 +19,7 @@ struct StrataBench: ParsableCommand {
 
     static let allEngines = ["strata", "strata-relaxed", "sqlite", "grdb", "lmdb", "leveldb", "rocksdb", "fdatasync", "etcd", "etcd-cluster"]
     static let allWorkloads = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readrandom",
-                               "readseq", "deleterandom", "nested", "recover", "reopen", "records-insert", "records-fetch",
+                               "readseq", "deleterandom", "readwhilewriting", "nested", "recover", "reopen", "records-insert", "records-fetch",
                                "records-range", "records-count", "records-update", "records-relations", "records-sort-text",
                                "publish", "publish-baseline"]
 
@@ -47,6 +47,18 @@ struct StrataBench: ParsableCommand {
     @Option(help: "Threads for the concurrent workload.")
     var threads = 8
 
+    @Option(help: "readwhilewriting: reader threads beside the writer.")
+    var readers = 4
+
+    @Option(help: "readwhilewriting: reader processes beside the writer as well (strata, strata-relaxed and sqlite).")
+    var readerProcesses = 0
+
+    /// Set for a reader process of `readwhilewriting`: the engine and the store to read.
+    @Option(help: .hidden)
+    var readProcess: String?
+    @Option(help: .hidden)
+    var readPath: String?
+
     @Option(help: "Directory for the data (a fresh subdirectory per run is made and removed).")
     var dir = NSTemporaryDirectory()
 
@@ -73,6 +85,10 @@ struct StrataBench: ParsableCommand {
     var replot: String?
 
     func run() throws {
+        if let readProcess, let readPath {
+            try ReadProcess(engine: readProcess, path: readPath, keys: num ?? 1_000_000, seed: seed).run()
+            return
+        }
         let engineNames = engines.split(separator: ",").map(String.init)
         let workloadNames = benchmarks.split(separator: ",").map(String.init)
         if let replot {
@@ -102,6 +118,7 @@ struct StrataBench: ParsableCommand {
                 // (`nested` needs transactions inside transactions, which the LSM engines lack.)
                 if workload == "nested" && (engine == "leveldb" || engine == "rocksdb") { continue }
                 if (workload == "recover" || workload == "reopen") && !engine.hasPrefix("strata") { continue }
+                if workload == "readwhilewriting" && ["fdatasync", "etcd", "etcd-cluster"].contains(engine) { continue }
                 if workload.hasPrefix("publish") && engine != "strata" { continue }
                 // The record workloads compare Strata's repositories with an indexed SQLite table
                 // and with GRDB's records on it; GRDB runs nothing else.
@@ -141,7 +158,8 @@ struct StrataBench: ParsableCommand {
         let child = Process()
         child.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         var arguments = ["--in-process", "--child", "--engines", engine, "--benchmarks", workload, "--batch", "\(batch)",
-                         "--value-size", "\(valueSize)", "--threads", "\(threads)", "--dir", dir, "--seed", "\(seed)"]
+                         "--value-size", "\(valueSize)", "--threads", "\(threads)", "--readers", "\(readers)",
+                         "--reader-processes", "\(readerProcesses)", "--dir", dir, "--seed", "\(seed)"]
         if let num { arguments += ["--num", "\(num)"] }
         child.arguments = arguments
         let output = Pipe()

@@ -43,6 +43,8 @@ struct Result {
     /// The peak resident set of the process that ran this measurement alone (its untimed
     /// fill included), in KiB; nil when the process ran other measurements too.
     var peakRSSKilobytes: Int? = nil
+    /// `readwhilewriting`: keys the writer committed per second while the readers read.
+    var writesPerSecond: Double? = nil
 
     var opsPerSecond: Double { Double(num) / seconds }
 
@@ -60,6 +62,7 @@ extension Result: Codable {
     enum CodingKeys: String, CodingKey {
         case engine, bench, num, batch, valueSize = "value_size", seconds, opsPerSecond = "ops_per_sec"
         case bytesOnDisk = "bytes_on_disk", fdatasyncs, latency = "latency_us", peakRSSKilobytes = "peak_rss_kb"
+        case writesPerSecond = "writes_per_sec"
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -75,6 +78,7 @@ extension Result: Codable {
         try container.encode(fdatasyncs, forKey: .fdatasyncs)
         try container.encodeIfPresent(latency, forKey: .latency)
         try container.encodeIfPresent(peakRSSKilobytes, forKey: .peakRSSKilobytes)
+        try container.encodeIfPresent(writesPerSecond.map { Int($0) }, forKey: .writesPerSecond)
     }
 
     /// Reads back one line of `json` (the ops/s figure is derived, so it is not read).
@@ -89,7 +93,8 @@ extension Result: Codable {
                   bytesOnDisk: try container.decode(Int.self, forKey: .bytesOnDisk),
                   fdatasyncs: try container.decodeIfPresent(Int.self, forKey: .fdatasyncs),
                   latency: try container.decodeIfPresent(Latencies.self, forKey: .latency),
-                  peakRSSKilobytes: try container.decodeIfPresent(Int.self, forKey: .peakRSSKilobytes))
+                  peakRSSKilobytes: try container.decodeIfPresent(Int.self, forKey: .peakRSSKilobytes),
+                  writesPerSecond: try container.decodeIfPresent(Int.self, forKey: .writesPerSecond).map(Double.init))
     }
 
     init(jsonLine: String) throws {
