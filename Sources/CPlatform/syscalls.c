@@ -101,6 +101,8 @@ static int cplatform_byte_lock(int fd, off_t offset, short type, int wait) {
 #if defined(__linux__)
     int command = wait ? F_OFD_SETLKW : F_OFD_SETLK;
 #else
+    // Process-wide locks: two openings in one process do not exclude each other, and
+    // closing either releases both. Only Linux is built and tested (README, "Platforms").
     int command = wait ? F_SETLKW : F_SETLK;
 #endif
     while (fcntl(fd, command, &lock) != 0) {

@@ -306,6 +306,17 @@ final class PageFile: Sendable {
         filePages.store(pages, ordering: .releasing)
     }
 
+    /// Stops every read of the file: marks it closed and turns the mappings' pages into
+    /// zeros, for a read-only store's close (once it gives its slot up, a writer's close
+    /// may cut the file under a read that was already past the closed check).
+    func discardMappings() {
+        markClosed()
+        currentRegion.store(0, ordering: .releasing)
+        regions.withLock { regions in
+            for (mapping, _) in regions { mapping.discard() }
+        }
+    }
+
     /// Cuts the file down to `pages` pages (a vacuuming close, its last page read done).
     /// Reads stop first: the file is marked closed, and the mappings' pages become zeros
     /// (PageFile.P3) for a reader already past that check.

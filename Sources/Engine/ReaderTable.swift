@@ -36,7 +36,8 @@ final class ReaderTable: Sendable {
     /// "STRATARD" read as a little-endian word.
     static let magic = UInt64(littleEndian: "STRATARD".utf8.reversed().reduce(0) { $0 << 8 | UInt64($1) })
     static let formatVersion: UInt64 = 1
-    /// Byte 0: held exclusively while the file is checked and initialized.
+    /// Byte 0: held exclusively while the file is checked and initialized, and while a
+    /// close moves pages; shared by a reader while it pins a tree and checks the meta pages.
     static let initLockByte = 0
     /// Byte 8: held exclusively by the writer while it has the store open.
     static let writerLockByte = 8
@@ -114,6 +115,23 @@ final class ReaderTable: Sendable {
         publish(version: version, generation: generation)
         word(Header.writerProcess).store(UInt64(ProcessInfo.processInfo.processIdentifier), ordering: .sequentiallyConsistent)
         _ = try file.lockByte(Self.writerLockByte, exclusive: true, wait: true)
+    }
+
+    /// Runs `body` while no reader is between pinning a meta page's tree and reading the
+    /// meta pages again: byte 0, shared by readers for that step, exclusive for a close
+    /// that moves pages and cuts the file (a reader that pinned the old tree before is
+    /// then in the table; one that pins after sees the new meta page).
+    func excludingPinningReaders<T>(_ body: () throws -> T) throws -> T {
+        _ = try file.lockByte(Self.initLockByte, exclusive: true, wait: true)
+        defer { file.unlockByte(Self.initLockByte) }
+        return try body()
+    }
+
+    /// Runs a reader's pin-and-recheck step (see `excludingPinningReaders`).
+    func pinning<T>(_ body: () throws -> T) throws -> T {
+        _ = try file.lockByte(Self.initLockByte, exclusive: false, wait: true)
+        defer { file.unlockByte(Self.initLockByte) }
+        return try body()
     }
 
     /// Gives up the writer's role (its close).
@@ -223,7 +241,9 @@ struct ReaderEntry: Sendable, Equatable {
 final class ReaderSlot: Sendable {
     let table: ReaderTable
     let slot: Int
-    private let released = Atomic(false)
+    /// Set once the slot is given up: from then on it may be another reader's, so this
+    /// one neither pins nor clears it (pins and the release are serialized by it).
+    private let released = Mutex(false)
 
     fileprivate init(table: ReaderTable, slot: Int) {
         self.table = table
@@ -234,12 +254,18 @@ final class ReaderSlot: Sendable {
 
     /// Pins `generation`'s pages and the log from `logFrom` (either may be `ReaderTable.none`).
     func pin(generation: UInt64? = nil, logFrom: UInt64? = nil, version: UInt64? = nil) {
-        table.set(slot, generation: generation, logFrom: logFrom, version: version)
+        released.withLock { released in
+            guard !released else { return }
+            table.set(slot, generation: generation, logFrom: logFrom, version: version)
+        }
     }
 
     /// Clears the slot and gives it up (once: the slot may be someone else's after).
     func release() {
-        guard !released.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        table.release(slot)
+        released.withLock { released in
+            guard !released else { return }
+            released = true
+            table.release(slot)
+        }
     }
 }

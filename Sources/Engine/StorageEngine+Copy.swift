@@ -78,16 +78,26 @@ extension StorageEngine {
                 return try refreshLock.withLock { _ in
                     try copyPinnedVersion(to: destination, slot: slot, progress: progress)
                 }
-            } catch let error as WALError where attempt < 50 {
-                // A checkpoint released the log of this version before the pin was seen:
+            } catch where attempt < 50 && Self.movesOn(error) {
+                // A checkpoint may release the log of this version before it sees the pin:
                 // move to the newest version (its log pinned the same way) and copy that.
                 options.logger.debug("backup moves to a newer version", metadata: ["path": "\(path)", "error": "\(error)"])
                 try refresh()
-            } catch let error as FileIOError where attempt < 50 {
-                if case .notFound = error { try refresh() } else { throw EngineError.io(error) }
             }
         }
         throw EngineError.inUse(path: path, holder: "its writer released the log of every version this backup tried; retry")
+    }
+
+    /// The data file holds a newer tree than the one a read-only store's backup pinned.
+    private struct NewerTree: Error {}
+
+    /// Whether a backup beside a writer should move to the newest version and try again:
+    /// the version's log or a file of it went, or a newer tree came.
+    private static func movesOn(_ error: any Error) -> Bool {
+        switch error {
+        case is WALError, is NewerTree, EngineError.io(.notFound), EngineError.log: true
+        default: false
+        }
     }
 
     private func copyPinnedVersion(to destination: String, slot: ReaderSlot, progress: (Int, Int) -> Void) throws -> CopyReport {
@@ -95,6 +105,9 @@ extension StorageEngine {
         let version = stateLock.withLock { $0.current.version }
         slot.pin(logFrom: meta.checkpointVersion + 1)
         defer { slot.pin(logFrom: ReaderTable.none) }
+        // A checkpoint that read the slots before the pin wrote its meta page first: with
+        // a newer meta page in the file, move to it (ReaderTable.T1).
+        guard try Self.readMeta(pageFile.file, path: pageFile.path).0.generation == meta.generation else { throw NewerTree() }
         let logDirectory = joinPath(path, Self.logDirectoryName)
         let (_, extent) = try WriteAheadLog.readForReplay(
             directory: logDirectory, fileSystem: fileSystem, options: Self.logOptions(options, checkpointVersion: meta.checkpointVersion),

@@ -242,11 +242,14 @@ extension StorageEngine {
                                  table: ReaderTable, slot: ReaderSlot, olderPins: UInt64?) throws -> LoadedVersion {
         let attempts = 50
         for attempt in 1...attempts {
-            let (meta, rejected) = try readMeta(pageFile.file, path: pageFile.path)
-            slot.pin(generation: min(olderPins ?? .max, meta.generation), logFrom: meta.checkpointVersion + 1)
-            // A newer meta page written meanwhile may be one whose checkpoint did not see
-            // this pin: start over from it (ReaderTable.T1).
-            guard try readMeta(pageFile.file, path: pageFile.path).0.generation == meta.generation else { continue }
+            let pinned = try table.pinning { () throws -> (MetaPage, String?)? in
+                let (meta, rejected) = try readMeta(pageFile.file, path: pageFile.path)
+                slot.pin(generation: min(olderPins ?? .max, meta.generation), logFrom: meta.checkpointVersion + 1)
+                // A newer meta page written meanwhile may be one whose checkpoint did not see
+                // this pin: start over from it (ReaderTable.T1).
+                return try readMeta(pageFile.file, path: pageFile.path).0.generation == meta.generation ? (meta, rejected) : nil
+            }
+            guard let (meta, rejected) = pinned else { continue }
             try pageFile.followWriter()
             let through = table.writerIsLive ? table.writerVersion : nil
             do {
@@ -254,8 +257,10 @@ extension StorageEngine {
                                          rejectedMeta: rejected, pageFile: pageFile, through: through)
                 slot.pin(logFrom: ReaderTable.none, version: loaded.version)
                 return loaded
-            } catch let error as WALError where attempt < attempts {
-                // A writer that started (and recovered the log) while it was read: read again.
+            } catch let error as WALError where attempt < attempts && table.writerIsLive {
+                // A writer running (or one that started and recovered the log while it was
+                // read) may have released or cut what was read: read again. Without one, the
+                // log is as damaged as it reads.
                 options.logger.debug("reading the log beside its writer failed; reading again",
                                      metadata: ["path": "\(path)", "error": "\(error)"])
                 Thread.sleep(forTimeInterval: 0.001 * Double(attempt))

@@ -17,19 +17,22 @@ extension StorageEngine {
         if commitLock.withLock({ $0.closed }) { throw EngineError.closed }
         try refreshLock.withLock { _ in
             let writerVersion = table.writerVersion
-            let current = stateLock.withLock { $0.current }
-            if try readOn(from: current, table: table, slot: slot, extent: extent) {
+            let held = stateLock.withLock { $0.current }
+            if try readOn(from: held, table: table, slot: slot, extent: extent) {
                 followedWriterVersion.store(writerVersion, ordering: .relaxed)
                 return
             }
-            let olderPins = stateLock.withLock { $0.oldestPinnedTreeGeneration }
+            // The tree new snapshots take until the swap below stays pinned meanwhile.
+            let olderPins = stateLock.withLock { min($0.oldestPinnedTreeGeneration ?? .max, $0.current.treeGeneration) }
             let loaded = try Self.loadBesideWriter(path: path, fileSystem: fileSystem, options: options, pageFile: pageFile,
                                                    table: table, slot: slot, olderPins: olderPins)
             followedWriterVersion.store(writerVersion, ordering: .relaxed)
             let meta = loaded.meta
-            guard loaded.version >= current.version, meta.generation >= current.treeGeneration else {
+            // (`readOn` may have published what it read before it gave up.)
+            let latest = stateLock.withLock { $0.current }
+            guard loaded.version >= latest.version, meta.generation >= latest.treeGeneration else {
                 // Never backwards (a writer's recovery may have cut frames never made durable).
-                slot.pin(generation: min(olderPins ?? .max, current.treeGeneration), version: current.version)
+                slot.pin(version: latest.version)
                 return
             }
             let state = EngineState(version: loaded.version, tree: BTree(root: meta.root, height: Int(meta.height)),
@@ -72,8 +75,12 @@ extension StorageEngine {
                 last = version
             }
         } catch is WALError {
-            // What was applied is above every snapshot's version (unseen); read the newest
-            // tree and its log afresh instead.
+            // The batches applied passed their checks and are at most the writer's durable
+            // version: publish them (never apply them twice), then read the newest tree
+            // and its log afresh.
+            stateLock.withLock { readers in
+                if readers.current === current, last > current.version { readers.current = current.with(version: last) }
+            }
             return false
         }
         extent.withLock { $0 = read.1 }
@@ -111,7 +118,7 @@ extension StorageEngine {
     /// The highest LSN the log may release up to `lsn` given the readers' pins.
     func releasableLSN(through lsn: UInt64) -> UInt64 {
         guard let logFrom = readerPins().logFrom else { return lsn }
-        return min(lsn, logFrom - 1)
+        return min(lsn, max(logFrom, 1) - 1)
     }
 
     /// The store's readers in other processes (and read-only stores of this one), for

@@ -25,6 +25,12 @@ extension StorageEngine {
     /// Returns the pages given back (0 when it did nothing).
     @discardableResult
     func vacuum() throws -> UInt64 {
+        // No reader may pin a tree between the check for readers below and the cut.
+        guard let readerTable else { return try vacuumAlone() }
+        return try readerTable.excludingPinningReaders { try vacuumAlone() }
+    }
+
+    private func vacuumAlone() throws -> UInt64 {
         try checkpointLock.withLock { durable in
             let meta = durable.meta
             let olderTreePinned = stateLock.withLock { readers in
@@ -119,10 +125,6 @@ extension StorageEngine {
                 readers.current = readers.current.with(tree: BTree(root: root, height: Int(meta.height)), treeGeneration: generation,
                                                        frozen: .some(nil))
             }
-            // A reader that opened after the check above and missed this meta page reads
-            // pages past the cutoff: the file keeps its length (its tail unreachable, as
-            // after a crash here) until a later close finds no reader.
-            guard readerTable.map({ $0.liveReaders().isEmpty }) ?? true else { return 0 }
             try pageFile.cut(toPages: Int(cutoff))
             options.logger.debug("close gave free pages back", metadata: [
                 "path": "\(path)", "pages_before": "\(meta.pageCount)", "pages_after": "\(cutoff)",

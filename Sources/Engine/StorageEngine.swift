@@ -257,6 +257,7 @@ public final class StorageEngine: Sendable {
         guard !alreadyClosed else { return }
         defer {
             pageFile.markClosed()
+            if readerSlot != nil { pageFile.discardMappings() }
             try? pageFile.file.close()
             for lock in locks { lock.unlock() }
             readerSlot?.release()

@@ -99,7 +99,9 @@ public struct POSIXFileSystem: FileSystem {
     }
 
     public func openShared(_ path: String, byteCount: Int) throws -> any SharedFile {
-        let fd = try retryingInterrupts(.open, path) { systemOpen(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644) }
+        // Not through a symbolic link: a link planted in its place would have this call
+        // extend and lay out whatever file it names.
+        let fd = try retryingInterrupts(.open, path) { systemOpen(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o644) }
         do {
             // Byte 0's lock, held exclusively while the size is checked and made whole, so
             // that no opener maps the file while another extends it.
@@ -107,6 +109,7 @@ public struct POSIXFileSystem: FileSystem {
             defer { _ = cplatform_unlock_byte(fd, 0) }
             var info = stat()
             guard fstat(fd, &info) == 0 else { throw FileIOError(errno: errno, operation: .read, path: path) }
+            guard info.st_mode & S_IFMT == S_IFREG else { throw FileIOError(errno: EINVAL, operation: .open, path: path) }
             if Int(info.st_size) < byteCount {
                 try retryingInterrupts(.truncate, path) { ftruncate(fd, off_t(byteCount)) }
             }
