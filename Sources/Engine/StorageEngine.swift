@@ -2,8 +2,9 @@
 // snapshots, durable commits through the write-ahead log, checkpoints into a page file,
 // and recovery (FORMAT.md; docs/Contexts.md and docs/Durability.md).
 //
-// A store is a directory: `LOCK` (held while open), `data` (the page file) and `wal/`
-// (the write-ahead log). Commits append to the log and land in the active memtable;
+// A store is a directory: `LOCK` (held while open), `data` (the page file), `wal/`
+// (the write-ahead log) and `readers` (the reader table other processes read through;
+// ReaderTable.swift). Commits append to the log and land in the active memtable;
 // checkpoints fold the memtable into the B+tree copy-on-write and then release log
 // segments. Versions are the log's LSNs.
 //
