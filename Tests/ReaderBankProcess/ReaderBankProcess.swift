@@ -3,7 +3,7 @@
 // sum the accounts beside it.
 //
 //   ReaderBankProcess writer <store> <log> [seconds]   transfer until killed (or for that long)
-//   ReaderBankProcess reader <store> <log> <reads>     sum the accounts that many times
+//   ReaderBankProcess reader <store> <log> <reads>     sum the accounts that many times (2 s at least)
 //   ReaderBankProcess backup <store> <log> <copy>      back the live store up into <copy>
 //
 // The writer opens the store (creating the accounts), logs `opened`, then in each unit of
@@ -88,7 +88,12 @@ func runReader(store path: String, log: Log, reads: Int) throws -> Int32 {
     var first: UInt64?
     var last: UInt64 = 0
     var distinct = 0
-    for _ in 0..<reads {
+    // At least `reads` reads and at least two seconds, so that the writer commits many
+    // versions meanwhile however the machine shares its cores.
+    let until = Date().addingTimeInterval(2)
+    var done = 0
+    while done < reads || Date() < until {
+        done += 1
         let (sum, version) = try audit(store)
         guard sum == accounts * initialBalance else {
             log.write("BAD sum \(sum) at version \(version)")
