@@ -103,6 +103,79 @@ import StrataWAL
         #expect(writer.readers.isEmpty)
     }
 
+    /// `readers` is bytes from disk like any other (FORMAT.md, "Reader table"): a file of
+    /// another magic is laid out anew, a newer layout is refused naming it, a symbolic link
+    /// or a directory in its place is an error naming the path, and a live slot holding
+    /// extreme words (generation and LSN 0) costs the writer space, never a trap.
+    @Test func aHostileReaderTableIsLaidOutAnewRefusedOrHarmless() throws {
+        let (directory, path) = temporaryStore()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (writer, _) = try StorageEngine.open(path: path)
+        try put(writer, "k", "1")
+        try writer.close()
+        let tablePath = path + "/readers"
+        // Garbage: laid out anew, and the store opens both ways.
+        try Data(repeating: 0xA5, count: 8192).write(to: URL(fileURLWithPath: tablePath))
+        let (reader, _) = try StorageEngine.open(path: path, mode: .readOnly)
+        #expect(try text(reader.snapshot(), "k") == "1")
+        try reader.close()
+        #expect(try Data(contentsOf: URL(fileURLWithPath: tablePath)).prefix(8) == Data("STRATARD".utf8))
+        // A newer layout version (the high half of the word at 8).
+        var newer = try Data(contentsOf: URL(fileURLWithPath: tablePath))
+        newer[12] = 2
+        try newer.write(to: URL(fileURLWithPath: tablePath))
+        for mode in [AccessMode.readWrite, .readOnly] {
+            #expect { try StorageEngine.open(path: path, mode: mode) } throws: { error in
+                guard case let EngineError.unsupportedVersion(file, found, supported) = error else { return false }
+                return file == tablePath && found == 2 && supported == 1
+            }
+        }
+        // A symbolic link or a directory in its place.
+        try FileManager.default.removeItem(atPath: tablePath)
+        try FileManager.default.createSymbolicLink(atPath: tablePath, withDestinationPath: directory + "/elsewhere")
+        #expect { try StorageEngine.open(path: path) } throws: { error in
+            guard case let EngineError.io(cause) = error else { return false }
+            return "\(cause)".contains(tablePath)
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory + "/elsewhere"))
+        try FileManager.default.removeItem(atPath: tablePath)
+        try FileManager.default.createDirectory(atPath: tablePath, withIntermediateDirectories: false)
+        #expect { try StorageEngine.open(path: path, mode: .readOnly) } throws: { error in
+            guard case let EngineError.io(cause) = error else { return false }
+            return "\(cause)".contains(tablePath)
+        }
+        try FileManager.default.removeItem(atPath: tablePath)
+        // A live slot whose words are all zero (pid aside): it pins generation 0 and LSN 0.
+        let (again, _) = try StorageEngine.open(path: path)
+        let table = try ReaderTable.open(directory: path, fileSystem: POSIXFileSystem())
+        let slot = try table.claimSlot()
+        slot.pin(generation: 0, logFrom: 0, version: 0)
+        try put(again, "k", "2")
+        try again.checkpoint()
+        #expect(again.readers.count == 1 && again.readers[0].generation == 0)
+        #expect(try text(again.snapshot(), "k") == "2")
+        slot.release()
+        try again.close()
+    }
+
+    /// Every slot held: the next reader is refused with the limit and what to do.
+    @Test func theReaderTableHoldsItsSlotsAndNoMore() throws {
+        let fileSystem = SimulatedFileSystem()
+        try StorageEngine.open(path: "/db", fileSystem: fileSystem).engine.close()
+        let tables = try (0..<ReaderTable.slotCount).map { _ in try ReaderTable.open(directory: "/db", fileSystem: fileSystem) }
+        let slots = try tables.map { try $0.claimSlot() }
+        #expect(Set(slots.map(\.slot)).count == 127)
+        #expect { try StorageEngine.open(path: "/db", mode: .readOnly, fileSystem: fileSystem) } throws: { error in
+            guard case let EngineError.tooManyReaders(path, limit) = error else { return false }
+            return path == "/db/readers" && limit == 127 && "\(error)".contains("close some")
+        }
+        slots[0].release()
+        let (reader, _) = try StorageEngine.open(path: "/db", mode: .readOnly, fileSystem: fileSystem)
+        #expect(reader.readerSlot?.slot == 0)
+        try reader.close()
+        withExtendedLifetime(slots) {}
+    }
+
     /// A writer that opens while a reader (of a process that outlived the last writer)
     /// reads an older tree reuses none of the free list until that reader moves on.
     @Test func aNewWriterRespectsAReaderOfAnOlderTree() throws {
