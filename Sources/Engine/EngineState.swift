@@ -40,6 +40,7 @@ extension EngineState {
         var found = Set<[UInt8]>()
         let lower = range.lower ?? []
         for memtable in [active, frozen].compactMap({ $0 }) where !memtable.isEmpty {
+            memtable.linkDeferred()
             var node = lower.withUnsafeBytes { memtable.firstNode(atLeast: $0) }
             while let current = node {
                 if let upper = range.upper, upper.withUnsafeBytes({ current.compare(with: $0) >= 0 }) { break }

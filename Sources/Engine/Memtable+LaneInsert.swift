@@ -57,7 +57,7 @@ extension Memtable {
     /// Finds, for each key, its predecessor at every level up to `top` in the list as it
     /// stands (the last node whose key is below it), into `predecessors` (`maxHeight` per
     /// key), running `searchLanes` searches interleaved.
-    private func search(_ keys: ArraySlice<UnsafeRawBufferPointer>, top: Int, into predecessors: UnsafeMutablePointer<MemtableNode>) {
+    func search(_ keys: ArraySlice<UnsafeRawBufferPointer>, top: Int, into predecessors: UnsafeMutablePointer<MemtableNode>) {
         struct Lane {
             var key = -1
             var node: MemtableNode

@@ -20,11 +20,15 @@
 //      changes of one key (a later change is newer and goes before the newest, Memtable.K1 and Memtable.K3),
 //      a node linked after a key's oldest change has another key, and none is unlinked.
 //      So a walk tells a key's changes apart from the next key without reading keys.
+//  A memtable that defers linking (a read-only store's, beside a writer in another process:
+//  Memtable+Deferred.swift) names new nodes in its hash index before they are in the skip
+//  list, and links them there before any walk in key order; Memtable.D1–D3 say how.
 // Thread-safety: `insert`/`apply` only from one thread at a time (the engine's applier,
 // or recovery before the memtable is shared); every other member from any thread.
 import Atomics
 import CStrataPlatform
 import StrataWAL
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -67,14 +71,24 @@ final class Memtable: @unchecked Sendable {
     private let nodeBytes = ManagedAtomic(0)
     /// Whether its hash index and filter were backed with memory when made.
     let isPopulated: Bool
+    /// Whether `apply` leaves new nodes out of the skip list (Memtable+Deferred.swift):
+    /// set when made for a reader, cleared for good once its index can take no more keys.
+    let defersLinking: ManagedAtomic<Bool>
+    /// The nodes named by the index but not linked yet, in the order made, and how many.
+    let unlinked = Mutex<[MemtableNode]>([])
+    let unlinkedCount = ManagedAtomic(0)
 
     /// An empty memtable expected to grow to about `budgetBytes` (sizes its hash index).
     /// `populated` backs its hash index and filter with memory at once: for the memtable a
     /// checkpoint starts under a stream of writes, whose first batches would otherwise take
     /// a page fault per key (random slots of an 8 MiB index), milliseconds in which every
     /// commit waits for its batch to be linked. A store's first memtable is left sparse.
-    init(budgetBytes: Int = 1 << 20, populated: Bool = false) {
+    ///
+    /// `defersLinking`: the memtable of a read-only store that follows a writer, whose
+    /// batches it replays as they come but mostly reads by key (Memtable+Deferred.swift).
+    init(budgetBytes: Int = 1 << 20, populated: Bool = false, defersLinking: Bool = false) {
         isPopulated = populated
+        self.defersLinking = ManagedAtomic(defersLinking)
         index = MemtableIndex(budgetBytes: budgetBytes, populated: populated)
         filter = MemtableFilter(words: index.slotCount / 8, populated: populated)
         let size = MemtableNode.byteCount(height: Self.maxHeight, key: 0, value: 0)
@@ -146,6 +160,7 @@ final class Memtable: @unchecked Sendable {
     func apply(_ batch: WALBatch.Encoding, version: UInt64) {
         let locations = batch.operationLocations
         guard !locations.isEmpty else { return }
+        if defersLinking.load(ordering: .relaxed), applyUnlinked(batch, version: version) { return }
         batch.bytes.withUnsafeBytes { bytes in
             locations.withUnsafeBufferPointer { locations in
                 func key(_ index: Int) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[locations[index].key]) }
@@ -159,11 +174,7 @@ final class Memtable: @unchecked Sendable {
                 // Sorted, a batch goes in as one run: each key continues from the previous
                 // one's place instead of searching from the top (a sequential batch costs
                 // O(1) per key).
-                let order = positionsInKeyOrder(count: locations.count, key)
-                // The last operation of each key wins; earlier ones are skipped.
-                let winners = order.indices.filter { position in
-                    position + 1 == order.count || compareBytes(key(order[position]), key(order[position + 1])) != 0
-                }.map { order[$0] }
+                let winners = lastOperations(count: locations.count, key)
                 let keys = winners.map(key)
                 if let last = lastNode(below: nil), last.compare(with: keys[0]) >= 0 {
                     insert(sorted: keys, version: version) { position, link in link(value(winners[position])) }
@@ -182,6 +193,15 @@ final class Memtable: @unchecked Sendable {
         }
     }
 
+    /// The positions of the last operation of each key among `count` operations, in key
+    /// order (earlier operations of a key are skipped: the last one wins).
+    func lastOperations(count: Int, _ key: (Int) -> UnsafeRawBufferPointer) -> [Int] {
+        let order = positionsInKeyOrder(count: count, key)
+        return order.indices.filter { position in
+            position + 1 == order.count || compareBytes(key(order[position]), key(order[position + 1])) != 0
+        }.map { order[$0] }
+    }
+
     /// A node for a change, made but not linked: recovery makes one per replayed change as
     /// it reads the log (the change's bytes copied once, straight into the arena), then
     /// links the last change of each key with `link(sortedUniqueCount:_:)`. A node never
@@ -198,13 +218,14 @@ final class Memtable: @unchecked Sendable {
     }
 
     /// Links `count` nodes made by `makeNode` and not linked yet, in key order with no key
-    /// twice, node `i` being `node(i)`, as one run (recovery's replay). Writer only. Such a
-    /// memtable gets no hash index: building it costs as much as the replay itself (a
-    /// random slot per key), so lookups search the skip list until the next checkpoint
-    /// starts a fresh memtable.
-    func link(sortedUniqueCount count: Int, _ node: (Int) -> MemtableNode) {
+    /// twice, node `i` being `node(i)`, as one run (recovery's replay). Writer only. Unless
+    /// `indexed`, such a memtable gets no hash index: building it costs as much as the
+    /// replay itself (a random slot per key), so lookups search the skip list until the
+    /// next checkpoint starts a fresh memtable. A reader that follows a writer pays it: its
+    /// reads are by key, and its later batches go into the index alone (Memtable.D2).
+    func link(sortedUniqueCount count: Int, indexed: Bool = false, _ node: (Int) -> MemtableNode) {
         guard count > 0 else { return }
-        index.abandon()
+        if !indexed { index.abandon() }
         for position in 0..<count {
             // The nodes lie wherever the log put them: start loading one a few places ahead,
             // and the filter word of a nearer one.
@@ -218,6 +239,7 @@ final class Memtable: @unchecked Sendable {
     /// below it (reverse), nil starting at the end: for each key its newest change at or
     /// below `version`. O(log n) to start; forward steps O(1), reverse steps O(log n).
     func entries(from start: [UInt8]?, reverse: Bool, at version: UInt64 = .max) -> MemtableIterator {
+        linkDeferred()
         var node: MemtableNode?
         if let start {
             node = start.withUnsafeBytes { start in
@@ -274,7 +296,11 @@ final class Memtable: @unchecked Sendable {
                         // The first node of a key is its newest change.
                         let hash = hashKey(current.key)
                         guard filter.mayContain(hash) else { throw fail("MemtableIndex.F1", "a key's filter bits are not set") }
-                        if index.isComplete, index.newest(current.key, hash: hash) != current {
+                        // The index names the newest node, or a newer one left out of the list whose
+                        // level-0 links lead to it (Memtable.D1).
+                        var named = index.isComplete ? index.newest(current.key, hash: hash) : current
+                        while let node = named, node != current, node.compare(with: current.key) == 0 { named = node.next(0) }
+                        if named != current {
                             throw fail("MemtableIndex.X1", "the index does not name a key's newest node")
                         }
                     }
@@ -284,7 +310,10 @@ final class Memtable: @unchecked Sendable {
             }
             if level == 0, let previous, previous.olderFollows { throw fail("Memtable.K4", "the last node has olderFollows set") }
         }
-        guard nodes == count else { throw fail("count", "\(nodes) nodes linked, count says \(count)") }
+        let unlinked = unlinkedCount.load(ordering: .acquiring)
+        guard nodes + unlinked == count else {
+            throw fail("count", "\(nodes) nodes linked and \(unlinked) not yet, count says \(count)")
+        }
     }
     #endif
 
@@ -324,7 +353,7 @@ final class Memtable: @unchecked Sendable {
 
     /// Links `inserted` (made, not linked) at its key's place: after a smaller key linked
     /// just before when `continuingRun`, else searched from the top.
-    private func link(_ inserted: MemtableNode, continuingRun: Bool) {
+    func link(_ inserted: MemtableNode, continuingRun: Bool) {
         let key = inserted.key
         let top = levels.load(ordering: .relaxed) - 1
         var level = top
@@ -350,6 +379,9 @@ final class Memtable: @unchecked Sendable {
         }
         linkAfterFinger(inserted)
     }
+
+    /// Counts `count` nodes made and named in the index but not linked (Memtable+Deferred.swift).
+    func countMade(_ count: Int) { nodeCount.wrappingIncrement(by: count, ordering: .relaxed) }
 
     /// Links `inserted` after `finger[level]` at each of its levels (its predecessors
     /// there), leaving `finger` at it.

@@ -12,7 +12,9 @@
 // Invariants:
 //  MemtableIndex.X1. While `isComplete`, every key in the memtable has a slot, and it names the key's
 //      newest node (older versions follow it at level 0).
-//  MemtableIndex.X2. A slot is written only after the node it names is linked into the skip list.
+//  MemtableIndex.X2. A slot is written only after the node it names is linked into the skip list,
+//      or, in a memtable that defers linking, after the node's level-0 link names its key's
+//      older change (Memtable.D1).
 // Thread-safety: written by the memtable's single writer; slots are loaded with acquire
 // (a node's bytes are visible before its slot), `isComplete` relaxed (publication of a
 // version through the engine's state lock orders it before the reads of that version).
@@ -80,6 +82,12 @@ struct MemtableIndex {
             index = (index + 1) & mask
         }
     }
+
+    /// Whether the index can name `count` more keys and stay complete (writer only).
+    func hasRoom(for count: Int) -> Bool { isComplete && used.pointee + count <= limit }
+
+    /// Whether a slot can hold `node`'s address.
+    static func canName(_ node: MemtableNode) -> Bool { node.bits & ~addressMask == 0 }
 
     /// Stops taking keys: from now on lookups go through the skip list (writer only).
     func abandon() { complete.store(false, ordering: .relaxed) }

@@ -21,6 +21,9 @@ final class ReplayedChanges {
     static let compactionBytes = 16 << 20
 
     private let budgetBytes: Int
+    /// Whether the memtable is a reader's that follows a writer: it keeps its hash index
+    /// and defers linking later batches (Memtable+Deferred.swift).
+    private let followsWriter: Bool
     private(set) var memtable: Memtable
     private var nodes: [MemtableNode] = []
     /// Node bytes that trigger the next compaction.
@@ -30,10 +33,13 @@ final class ReplayedChanges {
     private(set) var compactions = 0
 
     /// Changes to be linked into a memtable of about `budgetBytes`, which only this replay
-    /// writes until `linkLatest`. `compactionBytes` is for tests.
-    init(budgetBytes: Int, compactionBytes: Int = ReplayedChanges.compactionBytes) {
+    /// writes until `linkLatest`. `followsWriter`: for a read-only store beside a writer,
+    /// which gets a hash index over the changes replayed (its reads are mostly by key) and
+    /// defers the linking of the batches it reads later. `compactionBytes` is for tests.
+    init(budgetBytes: Int, followsWriter: Bool = false, compactionBytes: Int = ReplayedChanges.compactionBytes) {
         self.budgetBytes = budgetBytes
-        memtable = Memtable(budgetBytes: budgetBytes)
+        self.followsWriter = followsWriter
+        memtable = Memtable(budgetBytes: budgetBytes, defersLinking: followsWriter)
         compactAt = compactionBytes
         self.compactionBytes = compactionBytes
     }
@@ -63,7 +69,7 @@ final class ReplayedChanges {
                     latest.append(index)
                 }
             }
-            memtable.link(sortedUniqueCount: latest.count) { nodes[latest[$0]] }
+            memtable.link(sortedUniqueCount: latest.count, indexed: followsWriter) { nodes[latest[$0]] }
         }
         nodes = []
         return memtable
@@ -98,7 +104,7 @@ final class ReplayedChanges {
             return
         }
         latest.sort()
-        let fresh = Memtable(budgetBytes: budgetBytes)
+        let fresh = Memtable(budgetBytes: budgetBytes, defersLinking: followsWriter)
         let kept = latest.map { position in
             let node = nodes[position]
             return fresh.makeNode(node.key, version: node.version, value: node.value, height: node.height)

@@ -213,11 +213,15 @@ extension StorageEngine {
 
     /// Reads, without changing anything, the log after `meta`'s checkpoint (through the
     /// batch `through` when given) into a new memtable, with `meta`'s free list.
+    /// `followsWriter`: for a reader beside a live writer, whose memtable grows with the
+    /// writer's batches (it takes a hash index twice the writer's memtable budget, for the
+    /// writer's frozen memtable and its active one).
     static func readLog(path: String, fileSystem: any FileSystem, options: EngineOptions, meta: MetaPage, rejectedMeta: String?,
-                        pageFile: PageFile, through: UInt64?) throws -> LoadedVersion {
+                        pageFile: PageFile, through: UInt64?, followsWriter: Bool = false) throws -> LoadedVersion {
         // Replayed changes are made into nodes as they are read, sorted once and linked as
         // one sorted run (O(1) per key), the last change of each key only (ReplayedChanges.swift).
-        let changes = ReplayedChanges(budgetBytes: options.checkpointMemtableBytes)
+        let changes = ReplayedChanges(budgetBytes: (followsWriter ? 2 : 1) * options.checkpointMemtableBytes,
+                                      followsWriter: followsWriter)
         var replayed = 0
         let (logReport, extent) = try WriteAheadLog.readForReplay(
             directory: joinPath(path, logDirectoryName), fileSystem: fileSystem,
@@ -254,7 +258,7 @@ extension StorageEngine {
             let through = table.writerIsLive ? table.writerVersion : nil
             do {
                 let loaded = try readLog(path: path, fileSystem: fileSystem, options: options, meta: meta,
-                                         rejectedMeta: rejected, pageFile: pageFile, through: through)
+                                         rejectedMeta: rejected, pageFile: pageFile, through: through, followsWriter: true)
                 slot.pin(logFrom: ReaderTable.none, version: loaded.version)
                 return loaded
             } catch let error as WALError where attempt < attempts && table.writerIsLive {

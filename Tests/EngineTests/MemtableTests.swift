@@ -67,11 +67,21 @@ extension Memtable {
     /// of the keys it lacks go through the skip list.
     /// Seed 4 commits batches of up to 700 keys: a batch is searched and linked in rounds
     /// of 256, each round seeing the nodes the one before it linked.
-    @Test(arguments: [UInt64(1), 2, 3, 4])
+    /// Seeds 5 and 6 run a reader's memtable, which defers linking (Memtable+Deferred.swift):
+    /// keys are looked up at every version before anything walks the list, then walks link
+    /// what was left out. Seed 6's index fills up halfway: the memtable links everything and
+    /// stops deferring, and lookups go on through the skip list.
+    @Test(arguments: [UInt64(1), 2, 3, 4, 5, 6])
     func everyVersionReadsAsTheModelSays(seed: UInt64) throws {
         print("MemtableTests seed \(seed)")
         var random = SplitMix64(seed: seed)
-        let memtable = seed == 3 ? Memtable(budgetBytes: 4_096) : Memtable()
+        let memtable = switch seed {
+        case 3: Memtable(budgetBytes: 4_096)
+        case 5: Memtable(defersLinking: true)
+        case 6: Memtable(budgetBytes: 512 << 10, defersLinking: true)
+        default: Memtable()
+        }
+        let defers = seed >= 5
         var model = MemtableModel()
         func key(_ number: UInt64) -> [UInt8] { Array(String(format: "%06llu", number).utf8) }
         for version in UInt64(1)...150 {
@@ -90,7 +100,19 @@ extension Memtable {
             model.apply(batch, version: version)
             try memtable._checkInvariants()
             #expect(memtable.count == model.changes.values.reduce(0) { $0 + $1.count }, "seed \(seed), version \(version)")
+            if defers && version % 5 == 0 {
+                // Before any walk: what was left out is found by key, at every version.
+                for _ in 0..<200 {
+                    let at = 1 + random.next() % version
+                    let probe = random.next() % 4 == 0 ? key(0) : key(random.next() % (version * 1_000))
+                    #expect(memtable.entry(probe, at: at) == model.entry(probe, at: at), "seed \(seed), at \(at)")
+                }
+            }
             guard version % 25 == 0 else { continue }
+            if defers {
+                let unlinked = memtable.unlinkedCount.load(ordering: .relaxed)
+                #expect(unlinked > 0 || !memtable.defersLinking.load(ordering: .relaxed), "seed \(seed), version \(version)")
+            }
             for _ in 0..<4 {
                 let at = 1 + random.next() % version
                 let view = model.view(at: at)
@@ -116,7 +138,10 @@ extension Memtable {
                     #expect(memtable.entry(probe, at: at) == model.entry(probe, at: at), "seed \(seed), at \(at)")
                 }
             }
+            #expect(memtable.unlinkedCount.load(ordering: .relaxed) == 0, "seed \(seed), version \(version)")
         }
+        // Seed 5's index took every key; seed 6's filled up and the memtable stopped deferring.
+        if defers { #expect(memtable.defersLinking.load(ordering: .relaxed) == (seed == 5), "seed \(seed)") }
     }
 
     /// A long forward walk reads ahead, a batch of segments at a time (MemtableLookahead):
@@ -245,16 +270,20 @@ extension Memtable {
     /// links in newer ones, always see exactly that version: every batch writes every key
     /// with a value naming its version; some of the walks read ahead (MemtableLookahead)
     /// while the writer links nodes. (Threads, not tasks: the readers spin.)
-    @Test func readersBesideTheWriterSeeExactlyTheirVersion() throws {
+    /// With `defers`, a reader's memtable (Memtable+Deferred.swift): the readers' walks link
+    /// the nodes left out while the writer applies more.
+    @Test(arguments: [false, true])
+    func readersBesideTheWriterSeeExactlyTheirVersion(defers: Bool) throws {
         final class Shared: Sendable {
-            let memtable = Memtable()
+            let memtable: Memtable
+            init(defers: Bool) { memtable = Memtable(defersLinking: defers) }
             let published = Atomic<UInt64>(0)
             let failures = Atomic(0)
             /// Walks that read ahead (MemtableLookahead) while the writer linked nodes.
             let walksReadingAhead = Atomic(0)
             let finished = DispatchSemaphore(value: 0)
         }
-        let shared = Shared()
+        let shared = Shared(defers: defers)
         let keys = (0..<200).map { Array(String(format: "key%04d", $0).utf8) }
         let lastVersion: UInt64 = 400
         func batch(_ version: UInt64) -> WALBatch {
@@ -298,6 +327,8 @@ extension Memtable {
         #expect(shared.failures.load(ordering: .relaxed) == 0)
         #expect(shared.walksReadingAhead.load(ordering: .relaxed) > 0)
         // The readers are done: the writer's thread is the only one left.
+        try shared.memtable._checkInvariants()
+        shared.memtable.linkDeferred()
         try shared.memtable._checkInvariants()
         #expect(shared.memtable.count == keys.count * Int(lastVersion))
     }
