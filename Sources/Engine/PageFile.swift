@@ -40,12 +40,23 @@ final class PageFile: Sendable {
         let base: UnsafeRawPointer
         /// Pages the mapping covers (the file may hold fewer: PageFile.P3).
         let pages: Int
+        /// One flag per page the mapping's span may ever cover (sparse memory: only the
+        /// flags of pages read take any); shared by the regions of one mapping.
         let verified: UnsafeMutablePointer<UnsafeAtomic<UInt8>.Storage>
+        /// The flags' count, when this region allocated them (0 when an earlier region of
+        /// the same mapping did).
+        let ownedFlags: Int
     }
 
     /// The current region's address (a `Region` allocated below), or 0 when tree pages are
-    /// read through the cache. Earlier regions stay mapped until the file is closed: a
-    /// reader that loaded one may still be using it.
+    /// read through the cache. A mapping grows in place, into the span of address space
+    /// it reserved (`reservedMappingBytes`), and its regions share their flags: a page
+    /// read before the file grew is neither faulted in again nor verified again, and
+    /// counts once in the resident set (each new mapping of the whole file counted every
+    /// page read again: readwhilewriting's writer peaked at 561 MB, most of it the data
+    /// file mapped nine times). Only a file past the span gets a new mapping, and earlier
+    /// ones stay mapped until the file is closed: a reader that loaded one may still be
+    /// using it.
     private let currentRegion = Atomic<Int>(0)
     /// Every mapping made, and its region.
     private let regions = Mutex<[(mapping: FileMapping, region: Int)]>([])
@@ -62,6 +73,8 @@ final class PageFile: Sendable {
 
     /// The smallest mapping, in pages: virtual address space only.
     static let smallestMappingPages = 256
+    /// The address space a mapping reserves to grow into: no memory until pages are read.
+    static let reservedMappingBytes = 1 << 36
 
     init(path: String, file: any OpenFile, pageBytes: Int, cachePages: Int) throws(EngineError) {
         self.path = path
@@ -78,7 +91,9 @@ final class PageFile: Sendable {
         regions.withLock { regions in
             for (_, address) in regions {
                 let region = UnsafeMutablePointer<Region>(bitPattern: address)!
-                region.pointee.verified.deallocate()
+                if region.pointee.ownedFlags > 0 {
+                    MappedMemory.deallocate(UnsafeMutableRawPointer(region.pointee.verified), byteCount: region.pointee.ownedFlags)
+                }
                 region.deallocate()
             }
         }
@@ -89,16 +104,36 @@ final class PageFile: Sendable {
     /// the mapping fails (address space exhausted).
     private func mapCovering(_ pages: Int) {
         let capacity = max(Self.smallestMappingPages, 2 * pages)
-        guard let mapping = try? file.mapReadOnly(length: capacity * pageBytes) else {
-            currentRegion.store(0, ordering: .releasing)
-            return
+        regions.withLock { regions in
+            // In place, when the current mapping's span holds it.
+            if let (mapping, address) = regions.last, file.growMapping(mapping, to: capacity * pageBytes) {
+                let grown = UnsafeMutablePointer<Region>.allocate(capacity: 1)
+                grown.initialize(to: Region(base: mapping.base, pages: capacity,
+                                            verified: UnsafePointer<Region>(bitPattern: address)!.pointee.verified, ownedFlags: 0))
+                regions.append((mapping, Int(bitPattern: grown)))
+                currentRegion.store(Int(bitPattern: grown), ordering: .releasing)
+                return
+            }
+            let reserving = max(capacity * pageBytes, Self.reservedMappingBytes)
+            guard let mapping = try? file.mapReadOnly(length: capacity * pageBytes, reserving: reserving) else {
+                currentRegion.store(0, ordering: .releasing)
+                return
+            }
+            // Zeroed by the kernel, and backed only where pages are read.
+            let flags = mapping.reservedLength / pageBytes
+            let verified = MappedMemory.allocate(flags).bindMemory(to: UnsafeAtomic<UInt8>.Storage.self, capacity: flags)
+            let region = UnsafeMutablePointer<Region>.allocate(capacity: 1)
+            region.initialize(to: Region(base: mapping.base, pages: capacity, verified: verified, ownedFlags: flags))
+            regions.append((mapping, Int(bitPattern: region)))
+            currentRegion.store(Int(bitPattern: region), ordering: .releasing)
         }
-        let verified = UnsafeMutablePointer<UnsafeAtomic<UInt8>.Storage>.allocate(capacity: capacity)
-        verified.initialize(repeating: UnsafeAtomic<UInt8>.Storage(0), count: capacity)
-        let region = UnsafeMutablePointer<Region>.allocate(capacity: 1)
-        region.initialize(to: Region(base: mapping.base, pages: capacity, verified: verified))
-        regions.withLock { $0.append((mapping, Int(bitPattern: region))) }
-        currentRegion.store(Int(bitPattern: region), ordering: .releasing)
+    }
+
+    /// How many mappings of the file were made, and how many regions they had (tests).
+    var mappings: (count: Int, regions: Int) {
+        regions.withLock { regions in
+            (Set(regions.map { ObjectIdentifier($0.mapping) }).count, regions.count)
+        }
     }
 
     /// Calls `body` with the verified leaf or branch page `id`, borrowed from the mapping
@@ -292,9 +327,15 @@ final class PageFile: Sendable {
     func followWriter() throws(EngineError) {
         cache.removeAll()
         regions.withLock { regions in
-            for (_, address) in regions {
+            // The last region of each mapping covers what its earlier ones did.
+            for (position, (mapping, address)) in regions.enumerated()
+            where position + 1 == regions.count || regions[position + 1].mapping !== mapping {
                 let region = UnsafePointer<Region>(bitPattern: address)!.pointee
-                for index in 0..<region.pages { UnsafeAtomic<UInt8>(at: region.verified + index).store(0, ordering: .relaxed) }
+                for index in 0..<region.pages {
+                    // (A flag never set stays untouched memory.)
+                    let flag = UnsafeAtomic<UInt8>(at: region.verified + index)
+                    if flag.load(ordering: .relaxed) != 0 { flag.store(0, ordering: .relaxed) }
+                }
             }
         }
         let size: Int64

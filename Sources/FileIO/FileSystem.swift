@@ -17,6 +17,7 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Synchronization
 
 /// How to open a file.
 public struct FileOpenOptions: OptionSet, Sendable {
@@ -100,10 +101,19 @@ public protocol OpenFile: AnyObject, Sendable {
     /// past the end of the file may be touched (the kernel raises SIGBUS): the caller
     /// bounds every access by a size it knows.
     func mapReadOnly(length: Int) throws -> FileMapping?
+    /// `mapReadOnly(length:)` in a span of `reserving` bytes of address space (no memory),
+    /// which `growMapping` can later map more of the file into at the same addresses.
+    func mapReadOnly(length: Int, reserving: Int) throws -> FileMapping?
+    /// Maps the file's first `length` bytes into `mapping`, a mapping of this file, in
+    /// place: the bytes mapped before stay where they are, and reads of them are never
+    /// disturbed. False when `length` exceeds the span reserved, or the system refuses.
+    func growMapping(_ mapping: FileMapping, to length: Int) -> Bool
 }
 
 extension OpenFile {
     public func mapReadOnly(length: Int) throws -> FileMapping? { nil }
+    public func mapReadOnly(length: Int, reserving: Int) throws -> FileMapping? { try mapReadOnly(length: length) }
+    public func growMapping(_ mapping: FileMapping, to length: Int) -> Bool { false }
     public func startWriteback() {}
 }
 
@@ -114,15 +124,25 @@ public final class FileMapping: @unchecked Sendable {
     // MAP_FIXED), so a reader never sees an unmapped address.
     /// The first byte.
     public let base: UnsafeRawPointer
-    /// Bytes mapped (virtual; only the file's own bytes may be read).
-    public let length: Int
+    /// Bytes of address space held from `base`: the file is mapped over the first
+    /// `length`, and may grow into the rest (`OpenFile.growMapping`).
+    public let reservedLength: Int
+    private let mapped: Atomic<Int>
 
-    init(base: UnsafeRawPointer, length: Int) {
+    /// Bytes mapped (virtual; only the file's own bytes may be read).
+    public var length: Int { mapped.load(ordering: .acquiring) }
+
+    init(base: UnsafeRawPointer, length: Int, reservedLength: Int? = nil) {
         self.base = base
-        self.length = length
+        self.mapped = Atomic(length)
+        self.reservedLength = max(length, reservedLength ?? length)
     }
 
-    deinit { munmap(UnsafeMutableRawPointer(mutating: base), length) }
+    deinit { munmap(UnsafeMutableRawPointer(mutating: base), reservedLength) }
+
+    /// Records that the file is now mapped over the first `length` bytes (its opener, once
+    /// the system mapped them).
+    func didGrow(to length: Int) { mapped.store(length, ordering: .releasing) }
 
     /// Replaces the mapped file pages with zero-filled memory in place, before the file is
     /// cut short: a reader still holding an address reads zeros (which fail every page

@@ -223,12 +223,42 @@ final class POSIXOpenFile: OpenFile {
         _ = cplatform_start_writeback(fd)
     }
 
-    func mapReadOnly(length: Int) throws -> FileMapping? {
+    func mapReadOnly(length: Int) throws -> FileMapping? { try mapReadOnly(length: length, reserving: length) }
+
+    func mapReadOnly(length: Int, reserving: Int) throws -> FileMapping? {
         try checkOpen(.read)
+        // The span is reserved first (no access, no memory, no swap charged), then the file
+        // mapped over its start; where the system refuses the span, the file alone.
+        if reserving > length,
+           let span = mmap(nil, reserving, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), span != MAP_FAILED {
+            guard let base = mmap(span, length, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0), base != MAP_FAILED else {
+                let error = FileIOError(errno: errno, operation: .read, path: path)
+                munmap(span, reserving)
+                throw error
+            }
+            return FileMapping(base: base, length: length, reservedLength: reserving)
+        }
         guard let base = mmap(nil, length, PROT_READ, MAP_SHARED, fd, 0), base != MAP_FAILED else {
             throw FileIOError(errno: errno, operation: .read, path: path)
         }
         return FileMapping(base: base, length: length)
+    }
+
+    func growMapping(_ mapping: FileMapping, to length: Int) -> Bool {
+        guard (try? checkOpen(.read)) != nil, length <= mapping.reservedLength else { return false }
+        let mapped = mapping.length
+        guard length > mapped else { return true }
+        // Only the part not mapped yet is mapped, at its place in the span: pages already
+        // mapped (and being read) are left alone. An offset the system's page size does not
+        // divide cannot be mapped on its own: the whole prefix is mapped again, which
+        // replaces the old pages atomically (a reader faults the new ones in).
+        let pageSize = Int(getpagesize())
+        let start = mapped % pageSize == 0 ? mapped : 0
+        let address = UnsafeMutableRawPointer(mutating: mapping.base) + start
+        guard let placed = mmap(address, length - start, PROT_READ, MAP_SHARED | MAP_FIXED, fd, off_t(start)),
+              placed != MAP_FAILED else { return false }
+        mapping.didGrow(to: length)
+        return true
     }
 
     func close() throws {

@@ -54,6 +54,27 @@ import Testing
         }
     }
 
+    /// A mapping grows in place inside the span it reserved: bytes mapped before stay at
+    /// their addresses, bytes written since are read through the same base, and a growth
+    /// past the span is refused.
+    @Test func aMappingGrowsInPlaceWithinItsReservedSpan() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let file = try POSIXFileSystem().open(directory + "/f", options: [.create, .write])
+        defer { try? file.close() }
+        try file.write([UInt8](repeating: 7, count: 8192), at: 0)
+        let mapping = try #require(try file.mapReadOnly(length: 8192, reserving: 1 << 20))
+        #expect(mapping.length == 8192 && mapping.reservedLength == 1 << 20)
+        let base = mapping.base
+        try file.write([UInt8](repeating: 9, count: 3 * 4096), at: 8192)
+        #expect(file.growMapping(mapping, to: 5 * 4096))
+        #expect(mapping.base == base && mapping.length == 5 * 4096)
+        #expect(base.load(fromByteOffset: 100, as: UInt8.self) == 7)
+        #expect(base.load(fromByteOffset: 4 * 4096 + 5, as: UInt8.self) == 9)
+        #expect(!file.growMapping(mapping, to: 2 << 20))
+        #expect(mapping.length == 5 * 4096)
+    }
+
     @Test func aSecondLockInTheSameProcessIsRefused() throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
