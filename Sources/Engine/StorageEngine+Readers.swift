@@ -15,10 +15,14 @@ extension StorageEngine {
     public func refresh() throws {
         guard let table = readerTable, let slot = readerSlot, case let .reader(extent) = logAccess else { return }
         if commitLock.withLock({ $0.closed }) { throw EngineError.closed }
-        try refreshLock.withLock { _ in
+        try refreshLock.withLock { frozenThrough in
             let writerVersion = table.writerVersion
             let held = stateLock.withLock { $0.current }
             if try readOn(from: held, table: table, slot: slot, extent: extent) {
+                followedWriterVersion.store(writerVersion, ordering: .relaxed)
+                return
+            }
+            if try moveToNewerTree(frozenThrough: &frozenThrough, table: table, slot: slot, extent: extent) {
                 followedWriterVersion.store(writerVersion, ordering: .relaxed)
                 return
             }
@@ -63,17 +67,7 @@ extension StorageEngine {
         var last = current.version
         let read: (WALRecoveryReport, LogExtent)
         do {
-            read = try WriteAheadLog.readForReplay(
-                directory: joinPath(path, Self.logDirectoryName), fileSystem: fileSystem,
-                options: Self.logOptions(options, checkpointVersion: current.version), through: through.map { LSN($0) },
-                skippingSegmentsBefore: LSN(current.version + 1),
-                resumingAt: extent.withLock { $0.end.flatMap { $0.lsn.rawValue == current.version + 1 ? $0 : nil } }
-            ) { record in
-                let version = record.lsn.rawValue
-                guard version > last else { return }
-                current.active.apply(record.batch.encoding(), version: version)
-                last = version
-            }
+            read = try readLog(after: current.version, through: through, into: current.active, extent: extent, last: &last)
         } catch is WALError {
             // The batches applied passed their checks and are at most the writer's durable
             // version: publish them (never apply them twice), then read the newest tree
@@ -88,6 +82,77 @@ extension StorageEngine {
             if readers.current === current { readers.current = current.with(version: last) }
         }
         slot.pin(version: last)
+        return true
+    }
+
+    /// Reads the log's batches after `version` (through `through` when given) into
+    /// `memtable`, from where the last read stopped when it stopped there; `last` follows
+    /// the last batch applied.
+    private func readLog(after version: UInt64, through: UInt64?, into memtable: Memtable, extent: Locked<LogExtent>,
+                         last: inout UInt64) throws -> (WALRecoveryReport, LogExtent) {
+        var applied = last
+        defer { last = applied }
+        return try WriteAheadLog.readForReplay(
+            directory: joinPath(path, Self.logDirectoryName), fileSystem: fileSystem,
+            options: Self.logOptions(options, checkpointVersion: version), through: through.map { LSN($0) },
+            skippingSegmentsBefore: LSN(version + 1),
+            resumingAt: extent.withLock { $0.end.flatMap { $0.lsn.rawValue == version + 1 ? $0 : nil } }
+        ) { record in
+            let lsn = record.lsn.rawValue
+            guard lsn > applied else { return }
+            memtable.apply(record.batch.encoding(), version: lsn)
+            applied = lsn
+        }
+    }
+
+    /// Moves to a newer tree keeping the changes already read: the active memtable becomes
+    /// the frozen one, the frozen one is dropped, and the log is read on into a new active
+    /// one. Reading the whole log after the new tree again, at every checkpoint of the
+    /// writer, was most of a reader process's work under a steady stream of writes. Valid
+    /// when the memtables kept hold every change from some version at or below the new
+    /// tree's checkpoint on: the active memtable holds every change after the frozen one's
+    /// (`frozenThrough`), so it is enough that the frozen one dropped holds none above the
+    /// checkpoint, and that the log is read at least as far as the checkpoint (the tree
+    /// holds nothing newer than the version published). A key's newest change is then in
+    /// the memtables, or in the tree when they hold none of it. Returns false, having
+    /// published nothing, when that does not hold or the log cannot be read on (then the
+    /// tree and the log after it are read afresh).
+    private func moveToNewerTree(frozenThrough: inout UInt64, table: ReaderTable, slot: ReaderSlot,
+                                 extent: Locked<LogExtent>) throws -> Bool {
+        let (current, olderPins) = stateLock.withLock { ($0.current, min($0.oldestPinnedTreeGeneration ?? .max, $0.current.treeGeneration)) }
+        let pinned = try table.pinning { () throws -> MetaPage? in
+            let meta = try Self.readMeta(pageFile.file, path: pageFile.path).0
+            slot.pin(generation: min(olderPins, meta.generation), logFrom: current.version + 1)
+            // As `loadBesideWriter` (ReaderTable.T1).
+            return try Self.readMeta(pageFile.file, path: pageFile.path).0.generation == meta.generation ? meta : nil
+        }
+        defer { slot.pin(logFrom: ReaderTable.none) }
+        guard let meta = pinned, meta.generation > current.treeGeneration,
+              current.frozen == nil || frozenThrough <= meta.checkpointVersion else { return false }
+        try pageFile.followWriter()
+        let (free, freeListPages) = try Self.readFreeList(meta, pageFile: pageFile)
+        let active = Memtable(budgetBytes: 2 * options.checkpointMemtableBytes, defersLinking: true)
+        let through = table.writerIsLive ? table.writerVersion : nil
+        var last = current.version
+        var read: (WALRecoveryReport, LogExtent)?
+        if through.map({ $0 > current.version }) ?? true {
+            do { read = try readLog(after: current.version, through: through, into: active, extent: extent, last: &last) } catch is WALError {
+                return false
+            }
+        }
+        guard last >= meta.checkpointVersion else { return false }
+        let state = EngineState(version: last, tree: BTree(root: meta.root, height: Int(meta.height)),
+                                treeGeneration: meta.generation, frozen: current.active, active: active)
+        checkpointLock.withLock { durable in
+            durable = CheckpointState(meta: meta, reusable: free, freeListPages: freeListPages)
+        }
+        if let read { extent.withLock { $0 = read.1 } }
+        stateLock.withLock { readers in
+            readers.current = state
+            slot.pin(generation: min(readers.oldestPinnedTreeGeneration ?? .max, meta.generation))
+        }
+        slot.pin(version: last)
+        frozenThrough = current.version
         return true
     }
 

@@ -64,8 +64,9 @@ public final class StorageEngine: Sendable {
     let readerTable: ReaderTable?
     /// A read-only store's slot in that table, pinning what it reads.
     let readerSlot: ReaderSlot?
-    /// Serializes a read-only store's moves to newer versions (`refresh()`).
-    let refreshLock = Locked(())
+    /// Serializes a read-only store's moves to newer versions (`refresh()`), and holds the
+    /// version through which its frozen memtable holds changes (`moveToNewerTree`).
+    let refreshLock = Locked(UInt64(0))
     /// The writer's durable version when this reader last moved (see `refreshIfBehind`).
     let followedWriterVersion = Atomic<UInt64>(0)
 

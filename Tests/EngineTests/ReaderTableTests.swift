@@ -47,6 +47,64 @@ import StrataWAL
         try writer.close()
     }
 
+    /// A reader that moves to a newer tree keeps the changes it read (its active memtable
+    /// becomes the frozen one) when they cover what the tree lacks, and reads the tree and
+    /// its log afresh when they do not (it fell two checkpoints behind): either way every
+    /// key reads as the writer wrote it, by key and in order, deletes included.
+    @Test func aReaderMovingToANewerTreeReadsWhatTheWriterWrote() throws {
+        let seed: UInt64 = 0x5EED_0042
+        print("aReaderMovingToANewerTreeReadsWhatTheWriterWrote seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let fileSystem = SimulatedFileSystem()
+        let (writer, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        let (reader, _) = try StorageEngine.open(path: "/db", mode: .readOnly, fileSystem: fileSystem)
+        var model: [String: String] = [:]
+        var kept = 0
+        var reloaded = 0
+        for round in 0..<60 {
+            var batch = WALBatch()
+            for _ in 0..<(1 + Int(random.next() % 40)) {
+                let key = "key\(random.next() % 500)"
+                if random.next() % 5 == 0 {
+                    batch.delete(Array(key.utf8))
+                    model[key] = nil
+                } else {
+                    let value = "r\(round)-\(random.next() % 1_000)"
+                    batch.put(Array(key.utf8), Array(value.utf8))
+                    model[key] = value
+                }
+            }
+            try writer.commit(batch)
+            // Every third round a checkpoint: mostly with the reader at the checkpoint's
+            // version (it read the log before the checkpoint released it), every ninth two,
+            // the reader reading neither (the log it would need is gone).
+            let checkpoints = round % 3 == 0 ? (round % 9 == 0 ? 2 : 1) : 0
+            if checkpoints == 1 { _ = reader.snapshot() }
+            let generation = reader.stateLock.withLock { $0.current.treeGeneration }
+            for _ in 0..<checkpoints {
+                try writer.checkpoint()
+                try writer.commit(WALBatch([.put(key: Array("count".utf8), value: Array("\(round)".utf8))]))
+                model["count"] = "\(round)"
+            }
+            let snapshot = reader.snapshot()
+            #expect(snapshot.version == writer.version, "round \(round)")
+            if checkpoints > 0 {
+                let moved = reader.stateLock.withLock { $0.current }
+                #expect(moved.treeGeneration > generation, "round \(round)")
+                if moved.frozen != nil { kept += 1 } else { reloaded += 1 }
+            }
+            for key in (0..<500).map({ "key\($0)" }) + ["count"] {
+                #expect(try text(snapshot, key) == model[key], "round \(round), \(key)")
+            }
+            let scanned = try snapshot.scan().map { (String(decoding: $0.key, as: UTF8.self), String(decoding: $0.value, as: UTF8.self)) }
+            #expect(scanned.map(\.0) == model.keys.sorted() && scanned.allSatisfy { model[$0.0] == $0.1 }, "round \(round)")
+        }
+        // Both ways of moving ran.
+        #expect(kept > 5 && reloaded > 0, "kept \(kept), reloaded \(reloaded)")
+        try reader.close()
+        try writer.close()
+    }
+
     /// A snapshot of a reader pins its tree: checkpoints that rewrite every key go on
     /// reusing freed pages, never this tree's, and the snapshot reads what it read.
     @Test(arguments: [false, true])
