@@ -21,11 +21,12 @@ let package = Package(
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CLMDB", path: "Sources/CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
         .systemLibrary(name: "CLevelDB", path: "Sources/CLevelDB", providers: [.apt(["libleveldb-dev"])]),
+        .systemLibrary(name: "CAffinity", path: "Sources/CAffinity"),
         .systemLibrary(name: "CRocksDB", path: "Sources/CRocksDB", pkgConfig: "rocksdb", providers: [.apt(["librocksdb-dev"])]),
         .executableTarget(
             name: "strata-bench",
             dependencies: [
-                "CSQLite", "CLMDB", "CLevelDB", "CRocksDB",
+                "CSQLite", "CLMDB", "CLevelDB", "CRocksDB", "CAffinity",
                 .product(name: "Strata", package: "Strata"),
                 // The `etcd` engine: a store over etcd, on an etcd this run starts (EtcdProcess).
                 .product(name: "StrataEtcd", package: "Strata"),

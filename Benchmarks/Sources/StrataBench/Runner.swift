@@ -118,8 +118,10 @@ struct Runner {
         let shared = UncheckedReaders(handles)
         for thread in 0..<options.readers {
             group.enter()
+            let split = options.splitCPUs
             Thread.detachNewThread {
                 defer { group.leave() }
+                if split { CPUSplit.pin(readers: true) }
                 let reader = shared.readers[thread]
                 var random = SplitMix64(seed: UInt64(thread) &+ 977)
                 var histogram = Histogram<UInt64>.latencies()
@@ -173,6 +175,7 @@ struct Runner {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
             process.arguments = ["--read-process", engine, "--read-path", path, "--num", "\(keys)", "--seed", "\(index + 1)"]
+                + (options.splitCPUs ? ["--split-cpus"] : [])
             let output = Pipe()
             process.standardOutput = output
             process.standardInput = Pipe()

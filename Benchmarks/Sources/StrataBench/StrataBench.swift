@@ -7,6 +7,7 @@
 // committers (≥ 5 × fillsync with 8 threads); batched fills are bounded by CPU (encoding,
 // LZ4, the memtable) and reads by the page cache's decode cost.
 import ArgumentParser
+import CAffinity
 import Foundation
 import Strata
 import Synchronization
@@ -53,6 +54,13 @@ struct StrataBench: ParsableCommand {
     @Option(help: "readwhilewriting: reader processes beside the writer as well (strata, strata-relaxed and sqlite).")
     var readerProcesses = 0
 
+    @Flag(name: .customLong("split-cpus"), help: """
+        readwhilewriting and its baseline: the writer's process on the first half of the CPUs, \
+        the reader threads and processes on the other half (what readers cost a writer beyond \
+        the CPU time they take from it).
+        """)
+    var splitCPUs = false
+
     /// Set for a reader process of `readwhilewriting`: the engine and the store to read.
     @Option(help: .hidden)
     var readProcess: String?
@@ -85,6 +93,7 @@ struct StrataBench: ParsableCommand {
     var replot: String?
 
     func run() throws {
+        if splitCPUs { CPUSplit.pin(readers: readProcess != nil) }
         if let readProcess, let readPath {
             try ReadProcess(engine: readProcess, path: readPath, keys: num ?? 1_000_000, seed: seed).run()
             return
@@ -161,6 +170,7 @@ struct StrataBench: ParsableCommand {
                          "--value-size", "\(valueSize)", "--threads", "\(threads)", "--readers", "\(readers)",
                          "--reader-processes", "\(readerProcesses)", "--dir", dir, "--seed", "\(seed)"]
         if let num { arguments += ["--num", "\(num)"] }
+        if splitCPUs { arguments.append("--split-cpus") }
         child.arguments = arguments
         let output = Pipe()
         child.standardOutput = output
@@ -217,5 +227,18 @@ struct StrataBench: ParsableCommand {
             }
             print("| \(workload) | " + cells.joined(separator: " | ") + " |")
         }
+    }
+}
+
+/// `--split-cpus`: the CPUs of this machine in two halves, the writer's and the readers'.
+enum CPUSplit {
+    /// Pins the calling thread (and the threads it starts from now on) to the readers' half
+    /// or the writer's.
+    static func pin(readers: Bool) {
+        let count = ProcessInfo.processInfo.activeProcessorCount
+        guard count >= 2 else { return }
+        let half = readers ? (count / 2)..<count : 0..<(count / 2)
+        let failed = strata_bench_pin_cpus(Int32(half.lowerBound), Int32(half.count))
+        if failed != 0 { FileHandle.standardError.write(Data("strata-bench: sched_setaffinity failed (errno \(failed))\n".utf8)) }
     }
 }
