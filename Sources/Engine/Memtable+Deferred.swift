@@ -112,23 +112,14 @@ extension Memtable {
             let top = levels.load(ordering: .relaxed) - 1
             let keys = starts[first..<end].map { nodes[order[$0]].key }
             search(keys[...], top: top, into: predecessors)
-            // As in `insert(sorted:)`: `finger[level]` is a node this round linked, or the
-            // predecessor found for an earlier key; the later of it and the one found for
-            // this key, stepped forward past smaller keys, precedes the key.
+            // As in `insert(sorted:)`: each key's predecessors corrected for the nodes this
+            // round linked before it (`seekFinger`).
             for level in 0..<height { finger[level] = head }
             for group in first..<end {
                 let key = keys[group - first]
                 let found = predecessors + (group - first) * height
                 let changes = order[starts[group]..<(group + 1 < starts.count ? starts[group + 1] : order.count)]
-                let groupHeight = changes.map { nodes[$0].height }.max()!
-                if groupHeight > levels.load(ordering: .relaxed) { levels.store(groupHeight, ordering: .relaxed) }
-                for level in 0..<groupHeight {
-                    var predecessor = level <= top ? found[level] : head
-                    let linked = finger[level]
-                    if linked != head && (predecessor == head || linked.compare(with: predecessor.key) > 0) { predecessor = linked }
-                    while let next = predecessor.next(level), next.compare(with: key) < 0 { predecessor = next }
-                    finger[level] = predecessor
-                }
+                seekFinger(to: key, found: found, top: top, height: changes.map { nodes[$0].height }.max()!)
                 // Oldest first, each right after the predecessors: newer before older.
                 for position in changes {
                     let node = nodes[position]

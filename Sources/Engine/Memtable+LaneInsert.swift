@@ -37,14 +37,7 @@ extension Memtable {
                 let key = keys[index]
                 let found = predecessors + (index - start) * height
                 let nodeHeight = randomHeight()
-                if nodeHeight > levels.load(ordering: .relaxed) { levels.store(nodeHeight, ordering: .relaxed) }
-                for level in 0..<nodeHeight {
-                    var predecessor = level <= top ? found[level] : head
-                    let linked = finger[level]
-                    if linked != head && (predecessor == head || linked.compare(with: predecessor.key) > 0) { predecessor = linked }
-                    while let next = predecessor.next(level), next.compare(with: key) < 0 { predecessor = next }
-                    finger[level] = predecessor
-                }
+                seekFinger(to: key, found: found, top: top, height: nodeHeight)
                 withValue(index) { linkAfterFinger(makeNode(key, version: version, value: $0, height: nodeHeight)) }
             }
             start = end
@@ -52,6 +45,21 @@ extension Memtable {
         // `finger` now holds the last key's predecessors at its levels only: a later
         // continuing run must not start from it.
         for level in 0..<height { finger[level] = head }
+    }
+
+    /// Sets `finger` to `key`'s predecessors at the levels below `height` (raising the
+    /// list's levels to it), in a round of `insert(sorted:)` or `linkAll`: at each level the
+    /// later of the predecessor the round's search found (`found`, up to level `top`) and
+    /// the node the round left in `finger`, stepped forward past smaller keys.
+    func seekFinger(to key: UnsafeRawBufferPointer, found: UnsafeMutablePointer<MemtableNode>, top: Int, height: Int) {
+        if height > levels.load(ordering: .relaxed) { levels.store(height, ordering: .relaxed) }
+        for level in 0..<height {
+            var predecessor = level <= top ? found[level] : head
+            let linked = finger[level]
+            if linked != head && (predecessor == head || linked.compare(with: predecessor.key) > 0) { predecessor = linked }
+            while let next = predecessor.next(level), next.compare(with: key) < 0 { predecessor = next }
+            finger[level] = predecessor
+        }
     }
 
     /// Finds, for each key, its predecessor at every level up to `top` in the list as it
