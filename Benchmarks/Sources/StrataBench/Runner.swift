@@ -33,6 +33,7 @@ struct Runner {
                 try bench.write(ArraySlice(start..<min(keys, start + perTransaction)), values: value)
             }
         }
+        let writtenBefore = deviceWrittenBytes()
         let start = ContinuousClock.now
         var operations = keys
         var writesPerSecond: Double?
@@ -98,10 +99,23 @@ struct Runner {
         }
         let syncs = bench.fdatasyncs
         try bench.close()
+        let writtenAfter = deviceWrittenBytes()
+        let written = writtenBefore.flatMap { before in writtenAfter.map { $0 - before } }
         let histogram = latencies.histogram.withLock { $0 }
+        let bytesOnDisk = directoryBytes(directory)
+        let pairBytes = Workload.key(0).count + options.valueSize
+        // The keys and values the workload wrote, and those the store holds at the end.
+        let (userBytes, liveBytes): (Int, Int) = switch workload {
+        case "fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readwhilewriting": (keys * pairBytes, keys * pairBytes)
+        case "deleterandom": (keys * Workload.key(0).count, 0)
+        case "nested": (keys / 2 * pairBytes, keys / 2 * pairBytes)
+        default: (0, keys * pairBytes)
+        }
         return Result(engine: engine, bench: workload, num: operations, batch: perTransaction, valueSize: options.valueSize,
-                      seconds: seconds, bytesOnDisk: directoryBytes(directory), fdatasyncs: syncs,
-                      latency: histogram.totalCount > 0 ? Latencies(histogram) : nil, writesPerSecond: writesPerSecond)
+                      seconds: seconds, bytesOnDisk: bytesOnDisk, fdatasyncs: syncs,
+                      latency: histogram.totalCount > 0 ? Latencies(histogram) : nil, writesPerSecond: writesPerSecond,
+                      writeAmplification: userBytes > 0 ? written.map { Double($0) / Double(userBytes) } : nil,
+                      spaceAmplification: liveBytes > 0 && engine != "fdatasync" ? Double(bytesOnDisk) / Double(liveBytes) : nil)
     }
 
     /// `readwhilewriting`: reader threads (and, for Strata and SQLite, reader processes)

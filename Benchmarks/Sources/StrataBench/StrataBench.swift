@@ -210,6 +210,20 @@ struct StrataBench: ParsableCommand {
                 print("| \(workload) | " + cells.joined(separator: " | ") + " |")
             }
         }
+        // Write amplification (device bytes ÷ bytes written) and space amplification (bytes
+        // on disk ÷ bytes held), where measured.
+        for (title, value) in [("write amplification", \Result.writeAmplification), ("space amplification", \Result.spaceAmplification)] {
+            let rows = workloads.filter { workload in results.contains { $0.bench == workload && $0[keyPath: value] != nil } }
+            guard !rows.isEmpty else { continue }
+            print("\n| \(title) | " + engines.joined(separator: " | ") + " |")
+            print("|---|" + engines.map { _ in "---:|" }.joined())
+            for workload in rows {
+                let cells = engines.map { engine in
+                    results.first { $0.bench == workload && $0.engine == engine }?[keyPath: value].map { String(format: "%.2f", $0) } ?? ""
+                }
+                print("| \(workload) | " + cells.joined(separator: " | ") + " |")
+            }
+        }
         // Peak resident set of each measurement's process, in MB, with its ratio to Strata's.
         let measured = workloads.filter { workload in
             results.contains { $0.bench == workload && $0.peakRSSKilobytes != nil }

@@ -45,6 +45,13 @@ struct Result {
     var peakRSSKilobytes: Int? = nil
     /// `readwhilewriting`: keys the writer committed per second while the readers read.
     var writesPerSecond: Double? = nil
+    /// Bytes the process sent to the device from the workload's start through the engine's
+    /// close (`/proc/self/io`: written less cancelled), ÷ the keys and values it wrote;
+    /// nil for workloads that write nothing, or where the system does not count.
+    var writeAmplification: Double? = nil
+    /// Bytes on disk after the close ÷ the keys and values the store then holds; nil when
+    /// it holds none.
+    var spaceAmplification: Double? = nil
 
     var opsPerSecond: Double { Double(num) / seconds }
 
@@ -63,6 +70,7 @@ extension Result: Codable {
         case engine, bench, num, batch, valueSize = "value_size", seconds, opsPerSecond = "ops_per_sec"
         case bytesOnDisk = "bytes_on_disk", fdatasyncs, latency = "latency_us", peakRSSKilobytes = "peak_rss_kb"
         case writesPerSecond = "writes_per_sec"
+        case writeAmplification = "write_amp", spaceAmplification = "space_amp"
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -79,6 +87,8 @@ extension Result: Codable {
         try container.encodeIfPresent(latency, forKey: .latency)
         try container.encodeIfPresent(peakRSSKilobytes, forKey: .peakRSSKilobytes)
         try container.encodeIfPresent(writesPerSecond.map { Int($0) }, forKey: .writesPerSecond)
+        try container.encodeIfPresent(writeAmplification.map { rounded($0, 2) }, forKey: .writeAmplification)
+        try container.encodeIfPresent(spaceAmplification.map { rounded($0, 2) }, forKey: .spaceAmplification)
     }
 
     /// Reads back one line of `json` (the ops/s figure is derived, so it is not read).
@@ -94,7 +104,9 @@ extension Result: Codable {
                   fdatasyncs: try container.decodeIfPresent(Int.self, forKey: .fdatasyncs),
                   latency: try container.decodeIfPresent(Latencies.self, forKey: .latency),
                   peakRSSKilobytes: try container.decodeIfPresent(Int.self, forKey: .peakRSSKilobytes),
-                  writesPerSecond: try container.decodeIfPresent(Int.self, forKey: .writesPerSecond).map(Double.init))
+                  writesPerSecond: try container.decodeIfPresent(Int.self, forKey: .writesPerSecond).map(Double.init),
+                  writeAmplification: try container.decodeIfPresent(Double.self, forKey: .writeAmplification),
+                  spaceAmplification: try container.decodeIfPresent(Double.self, forKey: .spaceAmplification))
     }
 
     init(jsonLine: String) throws {
@@ -143,4 +155,18 @@ func rounded(_ value: Double, _ places: Int) -> Double {
     var scale = 1.0
     for _ in 0..<places { scale *= 10 }
     return (value * scale).rounded() / scale
+}
+
+/// Bytes this process has sent to the storage layer (`write_bytes` less
+/// `cancelled_write_bytes` of `/proc/self/io`, counted as pages are dirtied, by every
+/// thread of the process); nil where the system does not say.
+func deviceWrittenBytes() -> Int? {
+    guard let text = try? String(contentsOfFile: "/proc/self/io", encoding: .utf8) else { return nil }
+    var fields: [Substring: Int] = [:]
+    for line in text.split(separator: "\n") {
+        let parts = line.split(separator: ":", maxSplits: 1)
+        if parts.count == 2, let value = Int(parts[1].trimmingCharacters(in: .whitespaces)) { fields[parts[0]] = value }
+    }
+    guard let written = fields["write_bytes"], let cancelled = fields["cancelled_write_bytes"] else { return nil }
+    return written - cancelled
 }
