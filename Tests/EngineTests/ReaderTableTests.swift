@@ -1,5 +1,6 @@
 import Foundation
 import StrataFileIO
+import Synchronization
 import Testing
 import StrataWAL
 @testable import StrataEngine
@@ -159,6 +160,76 @@ import StrataWAL
         try #require(reader.readerTable).file.close()
         #expect(writer.readerPins().generation == nil)
         #expect(writer.readers.isEmpty)
+    }
+
+    /// A shrinking close moves no page and cuts nothing while a reader is open (FORMAT.md,
+    /// "Reader table"): the reader reads every key after the close, and the file keeps its
+    /// length. Once no reader is open, the next close gives the free pages back.
+    @Test func aClosingWriterShrinksNothingUnderAReader() throws {
+        let fileSystem = SimulatedFileSystem()
+        func dataBytes() throws -> Int64 { try fileSystem.open("/db/data", options: []).size() }
+        var (writer, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        var batch = WALBatch()
+        for index in 0..<4_000 { batch.put(Array("key\(index)".utf8), [UInt8](repeating: UInt8(index % 251), count: 200)) }
+        try writer.commit(batch)
+        try writer.checkpoint()
+        // Most pages become free: a close would move what is left and cut the file.
+        var deletes = WALBatch()
+        for index in 100..<4_000 { deletes.delete(Array("key\(index)".utf8)) }
+        try writer.commit(deletes)
+        try writer.checkpoint()
+        let (reader, _) = try StorageEngine.open(path: "/db", mode: .readOnly, fileSystem: fileSystem)
+        let snapshot = reader.snapshot()
+        try put(writer, "last", "1")
+        let before = try dataBytes()
+        try writer.close()
+        #expect(try dataBytes() == before)
+        for index in 0..<100 { #expect(try snapshot.get(Array("key\(index)".utf8))?.count == 200) }
+        #expect(try text(reader.snapshot(), "last") == "1")
+        try reader.close()
+        (writer, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        try put(writer, "after", "2")
+        try writer.close()
+        #expect(try dataBytes() < before / 2)
+    }
+
+    /// A close's move of pages and a reader's pin-and-recheck exclude each other (byte 0 of
+    /// `readers`, exclusive for the close, shared for readers): a reader that comes while
+    /// the close holds it waits until the close is done, and readers do not wait for each other.
+    @Test func aClosesMoveAndAReadersPinExcludeEachOther() throws {
+        let fileSystem = SimulatedFileSystem()
+        try fileSystem.createDirectory("/db")
+        let closing = try ReaderTable.open(directory: "/db", fileSystem: fileSystem)
+        let reading = try ReaderTable.open(directory: "/db", fileSystem: fileSystem)
+        let other = try ReaderTable.open(directory: "/db", fileSystem: fileSystem)
+        let events = Mutex<[String]>([])
+        let inside = DispatchSemaphore(value: 0)
+        let leave = DispatchSemaphore(value: 0)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            _ = try? closing.excludingPinningReaders {
+                events.withLock { $0.append("close in") }
+                inside.signal()
+                leave.wait()
+                events.withLock { $0.append("close out") }
+            }
+            done.signal()
+        }
+        inside.wait()
+        Thread.detachNewThread {
+            _ = try? reading.pinning { events.withLock { $0.append("pin") } }
+            done.signal()
+        }
+        // The reader is kept waiting while the close holds the byte.
+        Thread.sleep(forTimeInterval: 0.2)
+        #expect(events.withLock { $0 } == ["close in"])
+        leave.signal()
+        done.wait()
+        done.wait()
+        #expect(events.withLock { $0 } == ["close in", "close out", "pin"])
+        // Two readers pin side by side.
+        let sideBySide = try reading.pinning { try other.pinning { true } }
+        #expect(sideBySide)
     }
 
     /// `readers` is bytes from disk like any other (FORMAT.md, "Reader table"): a file of
