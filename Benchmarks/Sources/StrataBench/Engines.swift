@@ -42,6 +42,9 @@ protocol BenchEngine: AnyObject, Sendable {
 /// One reading thread's handle (see `BenchEngine.makeReader`).
 protocol BenchReader: AnyObject {
     func read(_ key: Int) throws -> Bool
+    /// An ordered scan of at most `count` keys from `key` on (a short range scan, YCSB's
+    /// workload E): the keys seen and the bytes of their values, each value reached.
+    func scan(from key: Int, count: Int) throws -> (keys: Int, bytes: Int)
     func close()
 }
 
@@ -135,6 +138,17 @@ final class StrataReader: BenchReader {
 
     func read(_ key: Int) throws -> Bool {
         try engine.snapshot().withValue(forKey: Workload.key(key)) { $0.byteCount } != nil
+    }
+
+    func scan(from key: Int, count: Int) throws -> (keys: Int, bytes: Int) {
+        var seen = 0
+        var bytes = 0
+        try engine.snapshot().forEach(KeyRange(from: Workload.key(key))) { _, value in
+            bytes &+= value.byteCount
+            seen += 1
+            return seen < count
+        }
+        return (seen, bytes)
     }
 
     func close() {}
@@ -243,6 +257,7 @@ final class SQLiteBench: BenchEngine, @unchecked Sendable {
 final class SQLiteReader: BenchReader {
     private var db: OpaquePointer?
     private var get: OpaquePointer?
+    private var range: OpaquePointer?
     private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
     init(path: String) throws {
@@ -250,6 +265,23 @@ final class SQLiteReader: BenchReader {
             throw BenchError(description: "sqlite3_open_v2(readonly) failed")
         }
         get = try sqlitePrepare(db, "SELECT v FROM kv WHERE k = ?")
+        range = try sqlitePrepare(db, "SELECT k, v FROM kv WHERE k >= ? ORDER BY k LIMIT ?")
+    }
+
+    func scan(from key: Int, count: Int) throws -> (keys: Int, bytes: Int) {
+        let k = Workload.key(key)
+        sqlite3_reset(range)
+        k.withUnsafeBytes { _ = sqlite3_bind_blob(range, 1, $0.baseAddress, Int32(k.count), transient) }
+        sqlite3_bind_int64(range, 2, Int64(count))
+        var (seen, bytes) = (0, 0)
+        var step = sqlite3_step(range)
+        while step == SQLITE_ROW {
+            bytes += Int(sqlite3_column_bytes(range, 1))
+            seen += 1
+            step = sqlite3_step(range)
+        }
+        guard step == SQLITE_DONE else { throw BenchError(description: "sqlite: scan failed (\(step))") }
+        return (seen, bytes)
     }
 
     func read(_ key: Int) throws -> Bool {
@@ -264,6 +296,7 @@ final class SQLiteReader: BenchReader {
 
     func close() {
         sqlite3_finalize(get)
+        sqlite3_finalize(range)
         sqlite3_close(db)
     }
 }
@@ -397,6 +430,28 @@ final class LMDBReader: BenchReader {
             var mk = MDB_val(mv_size: kb.count, mv_data: kb.baseAddress)
             var mv = MDB_val()
             return mdb_get(txn, dbi, &mk, &mv) == 0
+        }
+    }
+
+    func scan(from key: Int, count: Int) throws -> (keys: Int, bytes: Int) {
+        guard mdb_txn_renew(txn) == 0 else { throw BenchError(description: "lmdb txn_renew failed") }
+        defer { mdb_txn_reset(txn) }
+        var cursor: OpaquePointer?
+        guard mdb_cursor_open(txn, dbi, &cursor) == 0 else { throw BenchError(description: "lmdb cursor_open failed") }
+        defer { mdb_cursor_close(cursor) }
+        var k = Workload.key(key)
+        return k.withUnsafeMutableBytes { kb in
+            var mk = MDB_val(mv_size: kb.count, mv_data: kb.baseAddress)
+            var mv = MDB_val()
+            var seen = 0
+            var bytes = 0
+            var op = MDB_SET_RANGE
+            while seen < count, mdb_cursor_get(cursor, &mk, &mv, op) == 0 {
+                bytes &+= mv.mv_size
+                seen += 1
+                op = MDB_NEXT
+            }
+            return (seen, bytes)
         }
     }
 

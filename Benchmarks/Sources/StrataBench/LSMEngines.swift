@@ -31,6 +31,9 @@ struct LSMFunctions: Sendable {
     let iterator: @Sendable (Handle?, Handle?) -> Handle?
     let destroyIterator: @Sendable (Handle?) -> Void
     let seekToFirst: @Sendable (Handle?) -> Void
+    let seek: @Sendable (Handle?, UnsafeRawBufferPointer) -> Void
+    /// The length of the iterator's current value (its bytes reached).
+    let valueLength: @Sendable (Handle?) -> Int
     let isValid: @Sendable (Handle?) -> Bool
     let next: @Sendable (Handle?) -> Void
     let free: @Sendable (UnsafeMutableRawPointer?) -> Void
@@ -70,6 +73,12 @@ struct LSMFunctions: Sendable {
         iterator: { leveldb_create_iterator($0, $1) },
         destroyIterator: { leveldb_iter_destroy($0) },
         seekToFirst: { leveldb_iter_seek_to_first($0) },
+        seek: { iterator, key in leveldb_iter_seek(iterator, key.baseAddress?.assumingMemoryBound(to: CChar.self), key.count) },
+        valueLength: { iterator in
+            var length = 0
+            _ = leveldb_iter_value(iterator, &length)
+            return length
+        },
         isValid: { leveldb_iter_valid($0) != 0 },
         next: { leveldb_iter_next($0) },
         free: { leveldb_free($0) })
@@ -109,6 +118,12 @@ struct LSMFunctions: Sendable {
         iterator: { rocksdb_create_iterator($0, $1) },
         destroyIterator: { rocksdb_iter_destroy($0) },
         seekToFirst: { rocksdb_iter_seek_to_first($0) },
+        seek: { iterator, key in rocksdb_iter_seek(iterator, key.baseAddress?.assumingMemoryBound(to: CChar.self), key.count) },
+        valueLength: { iterator in
+            var length = 0
+            _ = rocksdb_iter_value(iterator, &length)
+            return length
+        },
         isValid: { rocksdb_iter_valid($0) != 0 },
         next: { rocksdb_iter_next($0) },
         free: { rocksdb_free($0) })
@@ -217,6 +232,20 @@ final class LSMReader: BenchReader {
             throw BenchError(description: "\(api.name) get: \(String(cString: message))")
         }
         return found
+    }
+
+    func scan(from key: Int, count: Int) throws -> (keys: Int, bytes: Int) {
+        let iterator = api.iterator(db, readOptions)
+        defer { api.destroyIterator(iterator) }
+        Workload.key(key).withUnsafeBytes { api.seek(iterator, $0) }
+        var seen = 0
+        var bytes = 0
+        while seen < count, api.isValid(iterator) {
+            bytes &+= api.valueLength(iterator)
+            seen += 1
+            api.next(iterator)
+        }
+        return (seen, bytes)
     }
 
     func close() {}

@@ -12,8 +12,11 @@ struct Runner {
     let workload: String
     let options: StrataBench
 
+    var valueSize: Int { options.valueSize(for: workload) }
+
     func run() throws -> Result {
         if workload == "recover" || workload == "reopen" { return try recover(checkpointed: workload == "reopen") }
+        if workload.hasPrefix("ycsb-") { return try ycsb() }
         let syncWorkload = workload.hasPrefix("fillsync")
         let keys = options.num ?? (syncWorkload ? 2_000 : 1_000_000)
         let perTransaction = syncWorkload ? 1 : options.batch
@@ -21,7 +24,7 @@ struct Runner {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let bench = try makeEngine(directory: directory, keys: keys)
         var random = SplitMix64(seed: options.seed)
-        let values = (0..<min(keys, 10_000)).map { _ in Workload.value(options.valueSize, random: &random) }
+        let values = Workload.values(count: keys, bytes: valueSize, random: &random)
         let value: @Sendable (Int) -> [UInt8]? = { values[$0 % values.count] }
         var order = Array(0..<keys)
         var shuffler = SplitMix64(seed: options.seed &+ 1)
@@ -46,7 +49,7 @@ struct Runner {
         case "fillsync":
             try commitAll(Array(0..<keys), per: 1, threads: 1, bench, latencies, value)
         case "fillsync-concurrent":
-            try commitAll(Array(0..<keys), per: 1, threads: options.threads, bench, latencies, value)
+            try commitAll(Array(0..<keys), per: 1, threads: options.threads ?? 8, bench, latencies, value)
         case "overwrite":
             try commitAll(order.map { _ in Int(shuffler.next() % UInt64(keys)) }, per: perTransaction, threads: 1, bench,
                           latencies, value)
@@ -103,7 +106,7 @@ struct Runner {
         let written = writtenBefore.flatMap { before in writtenAfter.map { $0 - before } }
         let histogram = latencies.histogram.withLock { $0 }
         let bytesOnDisk = directoryBytes(directory)
-        let pairBytes = Workload.key(0).count + options.valueSize
+        let pairBytes = Workload.key(0).count + valueSize
         // The keys and values the workload wrote, and those the store holds at the end.
         let (userBytes, liveBytes): (Int, Int) = switch workload {
         case "fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readwhilewriting": (keys * pairBytes, keys * pairBytes)
@@ -111,7 +114,7 @@ struct Runner {
         case "nested": (keys / 2 * pairBytes, keys / 2 * pairBytes)
         default: (0, keys * pairBytes)
         }
-        return Result(engine: engine, bench: workload, num: operations, batch: perTransaction, valueSize: options.valueSize,
+        return Result(engine: engine, bench: workload, num: operations, batch: perTransaction, valueSize: valueSize,
                       seconds: seconds, bytesOnDisk: bytesOnDisk, fdatasyncs: syncs,
                       latency: histogram.totalCount > 0 ? Latencies(histogram) : nil, writesPerSecond: writesPerSecond,
                       writeAmplification: userBytes > 0 ? written.map { Double($0) / Double(userBytes) } : nil,
@@ -234,7 +237,7 @@ struct Runner {
         let durability: Durability = engine == "strata-relaxed" ? .relaxed : .full
         let filler = try StrataEngineBench(directory: directory, durability: durability, checkpoints: false)
         var random = SplitMix64(seed: options.seed)
-        let values = (0..<min(keys, 10_000)).map { _ in Workload.value(options.valueSize, random: &random) }
+        let values = Workload.values(count: keys, bytes: valueSize, random: &random)
         for start in stride(from: 0, to: keys, by: options.batch) {
             try filler.write(ArraySlice(start..<min(keys, start + options.batch))) { values[$0 % values.count] }
         }
@@ -257,18 +260,18 @@ struct Runner {
             FileHandle.standardError.write(Data(("reopen: opened \(keys) checkpointed keys in "
                 + "\(String(format: "%.1f", seconds * 1000)) ms; the log still held \(report.log.batchCount) checkpointed "
                 + "batch(es), \(String(format: "%.1f", Double(report.log.storedBytes) / Double(1 << 20))) MiB stored\n").utf8))
-            return Result(engine: self.engine, bench: workload, num: keys, batch: options.batch, valueSize: options.valueSize,
+            return Result(engine: self.engine, bench: workload, num: keys, batch: options.batch, valueSize: valueSize,
                           seconds: seconds, bytesOnDisk: directoryBytes(directory), fdatasyncs: nil)
         }
         let mebibytes = Double(report.log.rawBytes) / Double(1 << 20)
         FileHandle.standardError.write(Data(("recover: replayed \(String(format: "%.1f", mebibytes)) MiB of batches "
             + "(\(String(format: "%.1f", Double(report.log.storedBytes) / Double(1 << 20))) MiB stored) "
             + "at \(String(format: "%.0f", mebibytes / seconds)) MiB/s\n").utf8))
-        return Result(engine: self.engine, bench: workload, num: keys, batch: options.batch, valueSize: options.valueSize,
+        return Result(engine: self.engine, bench: workload, num: keys, batch: options.batch, valueSize: valueSize,
                       seconds: seconds, bytesOnDisk: directoryBytes(directory), fdatasyncs: nil)
     }
 
-    private func makeEngine(directory: String, keys: Int) throws -> any BenchEngine {
+    func makeEngine(directory: String, keys: Int) throws -> any BenchEngine {
         switch engine {
         case "strata": try StrataEngineBench(directory: directory, durability: .full)
         case "strata-relaxed": try StrataEngineBench(directory: directory, durability: .relaxed)
@@ -278,8 +281,8 @@ struct Runner {
         case "rocksdb": try LSMBench(.rocksdb, directory: directory)
         case "etcd": try EtcdBench(directory: directory, batch: options.batch, cluster: false)
         case "etcd-cluster": try EtcdBench(directory: directory, batch: options.batch, cluster: true)
-        default: try FdatasyncBench(directory: directory, capacityBytes: keys * (16 + options.valueSize) + 4096,
-                                    valueBytes: options.valueSize)
+        default: try FdatasyncBench(directory: directory, capacityBytes: keys * (16 + valueSize) + 4096,
+                                    valueBytes: valueSize)
         }
     }
 
@@ -312,7 +315,7 @@ struct Runner {
         if let message = failure.withLock({ $0 }) { throw BenchError(description: "\(engine) \(workload): \(message)") }
     }
 
-    private func directoryBytes(_ path: String) -> Int {
+    func directoryBytes(_ path: String) -> Int {
         guard let names = try? FileManager.default.subpathsOfDirectory(atPath: path) else { return 0 }
         return names.reduce(0) { total, name in
             let attributes = try? FileManager.default.attributesOfItem(atPath: (path as NSString).appendingPathComponent(name))

@@ -22,7 +22,7 @@ struct StrataBench: ParsableCommand {
     static let allWorkloads = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readrandom",
                                "readseq", "deleterandom", "readwhilewriting", "nested", "recover", "reopen", "records-insert", "records-fetch",
                                "records-range", "records-count", "records-update", "records-relations", "records-sort-text",
-                               "publish", "publish-baseline"]
+                               "publish", "publish-baseline", "ycsb-a", "ycsb-b", "ycsb-c", "ycsb-d", "ycsb-e", "ycsb-f"]
 
     /// The engines a run takes when none are named: etcd only on request (it needs `etcd`
     /// installed, and its fills are slow enough to want a smaller --num). `etcd` is one
@@ -42,11 +42,17 @@ struct StrataBench: ParsableCommand {
     @Option(help: "Keys per transaction for batched workloads.")
     var batch = 1_000
 
-    @Option(help: "Value size in bytes.")
-    var valueSize = 100
+    @Option(name: .customLong("value-size"), help: "Value size in bytes (default: 1,000 for the ycsb workloads, 100 otherwise).")
+    var valueSizeOption: Int?
 
-    @Option(help: "Threads for the concurrent workload.")
-    var threads = 8
+    @Option(help: "Threads for fillsync-concurrent (default 8) and the ycsb workloads (default 1).")
+    var threads: Int?
+
+    @Option(help: "ycsb: operations after the load of --num records (default 100,000).")
+    var operations = 100_000
+
+    @Option(help: "ycsb: how keys are picked, uniform, zipfian or latest (default: zipfian, latest for ycsb-d).")
+    var distribution: YCSB.Distribution?
 
     @Option(help: "readwhilewriting: reader threads beside the writer.")
     var readers = 4
@@ -92,6 +98,9 @@ struct StrataBench: ParsableCommand {
     @Option(help: "Run nothing: read the JSON lines of an earlier run from this file and print its table and chart.")
     var replot: String?
 
+    /// The value size of `workload`: `--value-size`, else its default.
+    func valueSize(for workload: String) -> Int { valueSizeOption ?? (workload.hasPrefix("ycsb-") ? 1_000 : 100) }
+
     func run() throws {
         if splitCPUs { CPUSplit.pin(readers: readProcess != nil) }
         if let readProcess, let readPath {
@@ -129,6 +138,7 @@ struct StrataBench: ParsableCommand {
                 if (workload == "recover" || workload == "reopen") && !engine.hasPrefix("strata") { continue }
                 if workload == "readwhilewriting" && ["fdatasync", "etcd", "etcd-cluster"].contains(engine) { continue }
                 if workload.hasPrefix("publish") && engine != "strata" { continue }
+                if workload.hasPrefix("ycsb-") && ["fdatasync", "etcd", "etcd-cluster"].contains(engine) { continue }
                 // The record workloads compare Strata's repositories with an indexed SQLite table
                 // and with GRDB's records on it; GRDB runs nothing else.
                 if workload.hasPrefix("records-") ? !["strata", "sqlite", "grdb"].contains(engine) : engine == "grdb" { continue }
@@ -167,9 +177,12 @@ struct StrataBench: ParsableCommand {
         let child = Process()
         child.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         var arguments = ["--in-process", "--child", "--engines", engine, "--benchmarks", workload, "--batch", "\(batch)",
-                         "--value-size", "\(valueSize)", "--threads", "\(threads)", "--readers", "\(readers)",
-                         "--reader-processes", "\(readerProcesses)", "--dir", dir, "--seed", "\(seed)"]
+                         "--readers", "\(readers)", "--reader-processes", "\(readerProcesses)", "--dir", dir, "--seed", "\(seed)",
+                         "--operations", "\(operations)"]
         if let num { arguments += ["--num", "\(num)"] }
+        if let valueSizeOption { arguments += ["--value-size", "\(valueSizeOption)"] }
+        if let threads { arguments += ["--threads", "\(threads)"] }
+        if let distribution { arguments += ["--distribution", distribution.rawValue] }
         if splitCPUs { arguments.append("--split-cpus") }
         child.arguments = arguments
         let output = Pipe()

@@ -21,6 +21,13 @@ enum Workload {
         }
     }
 
+    /// The values a workload cycles through: one per key up to 10,000 of them, and no
+    /// more than 64 MiB in all (at least one), so that values of up to 1 MiB fit.
+    static func values(count keys: Int, bytes: Int, random: inout SplitMix64) -> [[UInt8]] {
+        let count = max(1, min(keys, 10_000, (64 << 20) / max(bytes, 1)))
+        return (0..<count).map { _ in value(bytes, random: &random) }
+    }
+
     static func value(_ bytes: Int, random: inout SplitMix64) -> [UInt8] {
         let half = bytes / 2
         let randomHalf = (0..<half).map { _ in UInt8(truncatingIfNeeded: random.next()) }
