@@ -40,6 +40,7 @@ struct Runner {
         let start = ContinuousClock.now
         var operations = keys
         var writesPerSecond: Double?
+        var intervals: [Int]?
         let latencies = LatencyRecorder()
         switch workload {
         case "fillseq":
@@ -50,6 +51,9 @@ struct Runner {
             try commitAll(Array(0..<keys), per: 1, threads: 1, bench, latencies, value)
         case "fillsync-concurrent":
             try commitAll(Array(0..<keys), per: 1, threads: options.threads ?? 8, bench, latencies, value)
+        case "overwrite" where options.seconds != nil:
+            (operations, intervals) = try sustainedOverwrite(bench, keys: keys, per: perTransaction, seconds: options.seconds!,
+                                                             random: &shuffler, latencies, value)
         case "overwrite":
             try commitAll(order.map { _ in Int(shuffler.next() % UInt64(keys)) }, per: perTransaction, threads: 1, bench,
                           latencies, value)
@@ -109,7 +113,7 @@ struct Runner {
         let pairBytes = Workload.key(0).count + valueSize
         // The keys and values the workload wrote, and those the store holds at the end.
         let (userBytes, liveBytes): (Int, Int) = switch workload {
-        case "fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readwhilewriting": (keys * pairBytes, keys * pairBytes)
+        case "fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readwhilewriting": (operations * pairBytes, keys * pairBytes)
         case "deleterandom": (keys * Workload.key(0).count, 0)
         case "nested": (keys / 2 * pairBytes, keys / 2 * pairBytes)
         default: (0, keys * pairBytes)
@@ -118,7 +122,41 @@ struct Runner {
                       seconds: seconds, bytesOnDisk: bytesOnDisk, fdatasyncs: syncs,
                       latency: histogram.totalCount > 0 ? Latencies(histogram) : nil, writesPerSecond: writesPerSecond,
                       writeAmplification: userBytes > 0 ? written.map { Double($0) / Double(userBytes) } : nil,
-                      spaceAmplification: liveBytes > 0 && engine != "fdatasync" ? Double(bytesOnDisk) / Double(liveBytes) : nil)
+                      spaceAmplification: liveBytes > 0 && engine != "fdatasync" ? Double(bytesOnDisk) / Double(liveBytes) : nil,
+                      intervals: intervals)
+    }
+
+    /// `overwrite --seconds`: transactions of `per` random keys until `seconds` have
+    /// passed; returns the keys written and the keys a second of each 10-second interval
+    /// (the last one as long as it ran), each also printed as it ends.
+    private func sustainedOverwrite(_ bench: any BenchEngine, keys: Int, per: Int, seconds: Int, random: inout SplitMix64,
+                                    _ latencies: LatencyRecorder, _ value: (Int) -> [UInt8]?) throws -> (written: Int, intervals: [Int]) {
+        let interval: UInt64 = 10_000_000_000
+        let start = monotonicNanoseconds()
+        let end = start + UInt64(seconds) * 1_000_000_000
+        var histogram = Histogram<UInt64>.latencies()
+        defer { latencies.add(histogram) }
+        var intervals: [Int] = []
+        var (written, intervalStart, writtenAtIntervalStart) = (0, start, 0)
+        func closeInterval(at now: UInt64) {
+            let rate = Double(written - writtenAtIntervalStart) / (Double(now - intervalStart) / 1e9)
+            intervals.append(Int(rate))
+            FileHandle.standardError.write(Data("overwrite \(engine): \((now - start) / 1_000_000_000) s, \(Int(rate)) keys/s\n".utf8))
+            (intervalStart, writtenAtIntervalStart) = (now, written)
+        }
+        var now = start
+        while now < end {
+            let batch = (0..<per).map { _ in Int(random.next() % UInt64(keys)) }
+            let before = monotonicNanoseconds()
+            try bench.write(batch[...], values: value)
+            let after = monotonicNanoseconds()
+            _ = histogram.record(after - before)
+            written += per
+            now = after
+            if now - intervalStart >= interval { closeInterval(at: now) }
+        }
+        if written > writtenAtIntervalStart { closeInterval(at: now) }
+        return (written, intervals)
     }
 
     /// `readwhilewriting`: reader threads (and, for Strata and SQLite, reader processes)

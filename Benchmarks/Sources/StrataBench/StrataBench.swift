@@ -48,6 +48,9 @@ struct StrataBench: ParsableCommand {
     @Option(help: "Threads for fillsync-concurrent (default 8) and the ycsb workloads (default 1).")
     var threads: Int?
 
+    @Option(help: "overwrite: overwrite random keys for this many seconds instead of N keys, reporting keys/s per 10-second interval.")
+    var seconds: Int?
+
     @Option(help: "ycsb: operations after the load of --num records (default 100,000).")
     var operations = 100_000
 
@@ -183,6 +186,7 @@ struct StrataBench: ParsableCommand {
         if let valueSizeOption { arguments += ["--value-size", "\(valueSizeOption)"] }
         if let threads { arguments += ["--threads", "\(threads)"] }
         if let distribution { arguments += ["--distribution", distribution.rawValue] }
+        if let seconds { arguments += ["--seconds", "\(seconds)"] }
         if splitCPUs { arguments.append("--split-cpus") }
         child.arguments = arguments
         let output = Pipe()
@@ -236,6 +240,11 @@ struct StrataBench: ParsableCommand {
                 }
                 print("| \(workload) | " + cells.joined(separator: " | ") + " |")
             }
+        }
+        // `overwrite --seconds`: keys/s in each 10-second interval, per engine.
+        for result in results {
+            guard let intervals = result.intervals else { continue }
+            print("\n\(result.engine) \(result.bench), keys/s per 10 s: " + intervals.map(String.init).joined(separator: ", "))
         }
         // Peak resident set of each measurement's process, in MB, with its ratio to Strata's.
         let measured = workloads.filter { workload in

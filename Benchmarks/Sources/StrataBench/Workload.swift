@@ -59,6 +59,8 @@ struct Result {
     /// Bytes on disk after the close ÷ the keys and values the store then holds; nil when
     /// it holds none.
     var spaceAmplification: Double? = nil
+    /// `overwrite --seconds`: keys written per second in each 10-second interval.
+    var intervals: [Int]? = nil
 
     var opsPerSecond: Double { Double(num) / seconds }
 
@@ -78,6 +80,7 @@ extension Result: Codable {
         case bytesOnDisk = "bytes_on_disk", fdatasyncs, latency = "latency_us", peakRSSKilobytes = "peak_rss_kb"
         case writesPerSecond = "writes_per_sec"
         case writeAmplification = "write_amp", spaceAmplification = "space_amp"
+        case intervals = "interval_ops_per_sec"
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -96,6 +99,7 @@ extension Result: Codable {
         try container.encodeIfPresent(writesPerSecond.map { Int($0) }, forKey: .writesPerSecond)
         try container.encodeIfPresent(writeAmplification.map { rounded($0, 2) }, forKey: .writeAmplification)
         try container.encodeIfPresent(spaceAmplification.map { rounded($0, 2) }, forKey: .spaceAmplification)
+        try container.encodeIfPresent(intervals, forKey: .intervals)
     }
 
     /// Reads back one line of `json` (the ops/s figure is derived, so it is not read).
@@ -113,7 +117,8 @@ extension Result: Codable {
                   peakRSSKilobytes: try container.decodeIfPresent(Int.self, forKey: .peakRSSKilobytes),
                   writesPerSecond: try container.decodeIfPresent(Int.self, forKey: .writesPerSecond).map(Double.init),
                   writeAmplification: try container.decodeIfPresent(Double.self, forKey: .writeAmplification),
-                  spaceAmplification: try container.decodeIfPresent(Double.self, forKey: .spaceAmplification))
+                  spaceAmplification: try container.decodeIfPresent(Double.self, forKey: .spaceAmplification),
+                  intervals: try container.decodeIfPresent([Int].self, forKey: .intervals))
     }
 
     init(jsonLine: String) throws {
