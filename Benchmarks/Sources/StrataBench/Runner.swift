@@ -36,7 +36,7 @@ struct Runner {
                 try bench.write(ArraySlice(start..<min(keys, start + perTransaction)), values: value)
             }
         }
-        let writtenBefore = deviceWrittenBytes()
+        let writtenBefore = deviceWrittenBytes(of: options.dir)
         let start = ContinuousClock.now
         var operations = keys
         var writesPerSecond: Double?
@@ -106,7 +106,7 @@ struct Runner {
         }
         let syncs = bench.fdatasyncs
         try bench.close()
-        let writtenAfter = deviceWrittenBytes()
+        let writtenAfter = deviceWrittenBytes(of: options.dir)
         let written = writtenBefore.flatMap { before in writtenAfter.map { $0 - before } }
         let histogram = latencies.histogram.withLock { $0 }
         let bytesOnDisk = directoryBytes(directory)

@@ -158,7 +158,7 @@ extension Runner {
         let group = DispatchGroup()
         let valueBytes = valueSize
         let seed = options.seed
-        let writtenBefore = deviceWrittenBytes()
+        let writtenBefore = deviceWrittenBytes(of: options.dir)
         let start = ContinuousClock.now
         for thread in 0..<threads {
             group.enter()
@@ -227,7 +227,7 @@ extension Runner {
         }
         let syncs = bench.fdatasyncs
         try bench.close()
-        let written = writtenBefore.flatMap { before in deviceWrittenBytes().map { $0 - before } }
+        let written = writtenBefore.flatMap { before in deviceWrittenBytes(of: options.dir).map { $0 - before } }
         let bytesOnDisk = directoryBytes(directory)
         let pairBytes = Workload.key(0).count + valueSize
         let userBytes = writes.load(ordering: .relaxed) * pairBytes
