@@ -79,7 +79,10 @@ public final class StorageEngine: Sendable {
         self.pageFile = pageFile
         self.logAccess = logAccess
         self.locks = locks
-        self.stateLock = Locked(ReaderState(current: state))
+        // Every snapshot takes it twice (pin, unpin), for a few dictionary updates: a waiter
+        // spins before it sleeps. strata-bench ycsb-c, 2 threads, 1M records: 410k → 594k
+        // reads/s and p99 68 → 8 µs, from waiters that each slept in the kernel.
+        self.stateLock = Locked(ReaderState(current: state), adaptive: true)
         self.commitLock = Locked(CommitState(publishedVersion: state.version, lastEnqueuedVersion: state.version))
         self.checkpointLock = Locked(checkpoint)
         self.applier = MemtableApplier(appliedVersion: state.version)

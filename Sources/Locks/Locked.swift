@@ -3,8 +3,9 @@
 // Why not `Synchronization.Mutex`: on Linux its slow path spins before it sleeps, and with
 // more threads than cores (eight committers on two cores) the spinning threads take the
 // CPU from the thread holding the lock; measured, 55 % of all cycles of a concurrent
-// commit benchmark went to that spin. A pthread mutex parks waiters in the kernel after a
-// short adaptive spin.
+// commit benchmark went to that spin. A pthread mutex parks waiters in the kernel at once;
+// `Locked(_:adaptive: true)` (glibc's PTHREAD_MUTEX_ADAPTIVE_NP) first spins a bounded
+// few times, for a lock held only for a few loads and stores and taken by every read.
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -19,8 +20,21 @@ package final class Locked<Value>: @unchecked Sendable {
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     private var value: Value
 
-    package init(_ value: Value) {
+    /// `adaptive`: a waiter spins briefly (glibc's bounded adaptive spin) before it sleeps
+    /// in the kernel: for a lock held only for a few instructions. Elsewhere (Darwin,
+    /// Musl) the mutex is the default one.
+    package init(_ value: Value, adaptive: Bool = false) {
         self.value = value
+        #if canImport(Glibc)
+        if adaptive {
+            var attributes = pthread_mutexattr_t()
+            pthread_mutexattr_init(&attributes)
+            pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
+            pthread_mutex_init(mutex, &attributes)
+            pthread_mutexattr_destroy(&attributes)
+            return
+        }
+        #endif
         pthread_mutex_init(mutex, nil)
     }
 
