@@ -101,6 +101,22 @@ struct StrataBench: ParsableCommand {
     @Option(help: "Run nothing: read the JSON lines of an earlier run from this file and print its table and chart.")
     var replot: String?
 
+    /// Rejects values no run can take, each with what to pass instead.
+    func validate() throws {
+        if let num, num < 1 { throw ValidationError("--num must be at least 1") }
+        if batch < 1 { throw ValidationError("--batch must be at least 1") }
+        if let valueSizeOption, !(0...(1 << 20)).contains(valueSizeOption) {
+            throw ValidationError("--value-size must be 0 … 1,048,576 bytes (1 MiB)")
+        }
+        if let threads, threads < 1 { throw ValidationError("--threads must be at least 1") }
+        if readers < 0 || readerProcesses < 0 { throw ValidationError("--readers and --reader-processes must be 0 or more") }
+        if operations < 1 { throw ValidationError("--operations must be at least 1") }
+        if let seconds, seconds < 1 { throw ValidationError("--seconds must be at least 1") }
+        if seconds != nil, !benchmarks.split(separator: ",").contains("overwrite") {
+            throw ValidationError("--seconds times overwrite only: add overwrite to --benchmarks")
+        }
+    }
+
     /// The value size of `workload`: `--value-size`, else its default.
     func valueSize(for workload: String) -> Int { valueSizeOption ?? (workload.hasPrefix("ycsb-") ? 1_000 : 100) }
 
@@ -186,7 +202,7 @@ struct StrataBench: ParsableCommand {
         if let valueSizeOption { arguments += ["--value-size", "\(valueSizeOption)"] }
         if let threads { arguments += ["--threads", "\(threads)"] }
         if let distribution { arguments += ["--distribution", distribution.rawValue] }
-        if let seconds { arguments += ["--seconds", "\(seconds)"] }
+        if let seconds, workload == "overwrite" { arguments += ["--seconds", "\(seconds)"] }
         if splitCPUs { arguments.append("--split-cpus") }
         child.arguments = arguments
         let output = Pipe()
