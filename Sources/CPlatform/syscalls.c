@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "cplatform.h"
@@ -117,4 +119,13 @@ int cplatform_lock_byte(int fd, off_t offset, int exclusive, int wait) {
 
 int cplatform_unlock_byte(int fd, off_t offset) {
     return cplatform_byte_lock(fd, offset, F_UNLCK, 0);
+}
+
+uint32_t cplatform_cpu_hint(void) {
+#if defined(__linux__)
+    int cpu = sched_getcpu();
+    if (cpu >= 0) return (uint32_t)cpu;
+#endif
+    uint64_t thread = (uint64_t)(uintptr_t)pthread_self();
+    return (uint32_t)((thread * 0x9E3779B97F4A7C15ull) >> 32);
 }

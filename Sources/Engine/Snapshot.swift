@@ -10,13 +10,16 @@ public final class Snapshot: Sendable {
 
     let state: EngineState
     let engine: StorageEngine
+    /// The stripe of the engine's registry that counts it (SnapshotRegistry.swift).
+    let stripe: Int
 
-    init(state: EngineState, engine: StorageEngine) {
+    init(state: EngineState, engine: StorageEngine, stripe: Int) {
         self.state = state
         self.engine = engine
+        self.stripe = stripe
     }
 
-    deinit { engine.unpin(state) }
+    deinit { engine.unpin(state, stripe: stripe) }
 
     /// The value of `key`, or nil when it has none. Throws `EngineError` for a corrupt page.
     public func get(_ key: [UInt8]) throws -> [UInt8]? {

@@ -41,7 +41,7 @@ extension StorageEngine {
     /// threshold and none runs; the committing thread does not wait for it.
     func checkpointIfDue() {
         guard case let .writer(log, _) = logAccess else { return }
-        let memtableBytes = stateLock.withLock { $0.current.active.byteCount }
+        let memtableBytes = snapshots.current.active.byteCount
         let logBytes = log.statistics.bytesWritten - logBytesAtCheckpoint.load(ordering: .relaxed)
         guard memtableBytes >= options.checkpointMemtableBytes || logBytes >= options.checkpointLogBytes else { return }
         guard checkpointRunning.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
@@ -58,12 +58,12 @@ extension StorageEngine {
         // Freeze: new commits go to a fresh memtable from here on, made (and, under a
         // stream of writes, its index backed with memory) before the locks are taken.
         let next = Memtable(budgetBytes: options.checkpointMemtableBytes, populated: underLoad)
-        let (frozenState, oldestInProcess, frozenThrough) = commitLock.withLock { commits in
-            stateLock.withLock { readers in
-                readers.current = readers.current.with(frozen: .some(readers.current.active), active: next)
-                return (readers.current, readers.oldestPinnedTreeGeneration, commits.lastEnqueuedVersion)
-            }
+        let (frozenState, frozenThrough) = commitLock.withLock { commits in
+            (snapshots.publish { $0.with(frozen: .some($0.active), active: next) }, commits.lastEnqueuedVersion)
         }
+        // Counted after the freeze: a snapshot taken since reads the current tree, no older
+        // than any tree whose freed pages wait below.
+        let oldestInProcess = snapshots.oldestPins().generation
         // The frozen memtable also holds (or will, once linked) the batches in flight at the
         // freeze: fold it only once they are durable and published, so that the tree never
         // holds a change a new snapshot could not see.
@@ -133,9 +133,8 @@ extension StorageEngine {
         durable.reusable = unused
         durable.freeListPages = listPages
         if !freedNow.isEmpty { durable.pending.append((generation, freedNow)) }
-        stateLock.withLock { readers in
-            readers.current = readers.current.with(tree: tree, treeGeneration: generation, frozen: .some(nil))
-        }
+        snapshots.publish { $0.with(tree: tree, treeGeneration: generation, frozen: .some(nil)) }
+        snapshots.releaseIdleViews()
         readerTable?.publish(generation: generation)
         // What older checkpoints freed and snapshots of older trees still hold (this
         // checkpoint's own freed pages wait for the next one whatever readers do).
@@ -158,6 +157,8 @@ extension StorageEngine {
     /// The oldest version a live snapshot reads at (or the latest version when none is
     /// live): tombstones at or below it can no longer cause a conflict.
     private func oldestReadVersion() -> UInt64 {
-        stateLock.withLock { readers in readers.pinnedVersions.min() ?? readers.current.version }
+        // The current version first: a snapshot taken after it is read reads it or a newer one.
+        let latest = snapshots.current.version
+        return min(snapshots.oldestPins().version ?? latest, latest)
     }
 }

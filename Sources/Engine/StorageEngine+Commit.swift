@@ -117,7 +117,7 @@ extension StorageEngine {
                 for other in commits.inFlight.values {
                     for operation in other.operations where keys.contains(operation.key) { conflicts.insert(operation.key) }
                 }
-                let latest = stateLock.withLock { $0.current }
+                let latest = snapshots.current
                 for key in keys where !conflicts.contains(key) {
                     if try lastWriteVersion(key, state: latest) > readVersion { conflicts.insert(key) }
                 }
@@ -151,7 +151,7 @@ extension StorageEngine {
             commits.inFlight[version] = batch
             commits.lastEnqueuedVersion = version
             // Linked while the frame is written and synced; unseen until published (StorageEngine.E1).
-            applier.enqueue(encoding, version: version, into: stateLock.withLock { $0.current.active })
+            applier.enqueue(encoding, version: version, into: snapshots.current.active)
             return submission
         }
     }
@@ -211,9 +211,7 @@ extension StorageEngine {
             }
             commits.publishedVersion = next - 1
             let published = commits.publishedVersion
-            stateLock.withLock { readers in
-                readers.current = readers.current.with(version: published)
-            }
+            snapshots.publish { $0.with(version: published) }
             // Readers in other processes read the log up to here (ReaderTable.swift).
             readerTable?.publish(version: published)
             // Still under the commit lock, so observers see versions in order.

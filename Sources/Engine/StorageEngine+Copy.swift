@@ -102,7 +102,7 @@ extension StorageEngine {
 
     private func copyPinnedVersion(to destination: String, slot: ReaderSlot, progress: (Int, Int) -> Void) throws -> CopyReport {
         let meta = checkpointLock.withLock { $0.meta }
-        let version = stateLock.withLock { $0.current.version }
+        let version = snapshots.current.version
         slot.pin(logFrom: meta.checkpointVersion + 1)
         defer { slot.pin(logFrom: ReaderTable.none) }
         // A checkpoint that read the slots before the pin wrote its meta page first: with

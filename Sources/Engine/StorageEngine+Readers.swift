@@ -17,7 +17,7 @@ extension StorageEngine {
         if commitLock.withLock({ $0.closed }) { throw EngineError.closed }
         try refreshLock.withLock { frozenThrough in
             let writerVersion = table.writerVersion
-            let held = stateLock.withLock { $0.current }
+            let held = snapshots.current
             if try readOn(from: held, table: table, slot: slot, extent: extent) {
                 followedWriterVersion.store(writerVersion, ordering: .relaxed)
                 return
@@ -27,13 +27,13 @@ extension StorageEngine {
                 return
             }
             // The tree new snapshots take until the swap below stays pinned meanwhile.
-            let olderPins = stateLock.withLock { min($0.oldestPinnedTreeGeneration ?? .max, $0.current.treeGeneration) }
+            let olderPins = oldestTreeRead()
             let loaded = try Self.loadBesideWriter(path: path, fileSystem: fileSystem, options: options, pageFile: pageFile,
                                                    table: table, slot: slot, olderPins: olderPins)
             followedWriterVersion.store(writerVersion, ordering: .relaxed)
             let meta = loaded.meta
             // (`readOn` may have published what it read before it gave up.)
-            let latest = stateLock.withLock { $0.current }
+            let latest = snapshots.current
             guard loaded.version >= latest.version, meta.generation >= latest.treeGeneration else {
                 // Never backwards (a writer's recovery may have cut frames never made durable).
                 slot.pin(version: latest.version)
@@ -45,11 +45,16 @@ extension StorageEngine {
                 durable = CheckpointState(meta: meta, reusable: loaded.free, freeListPages: loaded.freeListPages)
             }
             extent.withLock { $0 = loaded.extent }
-            stateLock.withLock { readers in
-                readers.current = state
-                slot.pin(generation: min(readers.oldestPinnedTreeGeneration ?? .max, meta.generation))
-            }
+            snapshots.publish { _ in state }
+            repinReaderSlot()
         }
+    }
+
+    /// The oldest tree this store's snapshots or its current view read. The current view
+    /// is read first: a snapshot taken meanwhile reads it or a newer one.
+    private func oldestTreeRead() -> UInt64 {
+        let newest = snapshots.current.treeGeneration
+        return min(snapshots.oldestPins().generation ?? .max, newest)
     }
 
     /// When the tree read is still the newest, reads the log on from `current`'s version
@@ -72,15 +77,11 @@ extension StorageEngine {
             // The batches applied passed their checks and are at most the writer's durable
             // version: publish them (never apply them twice), then read the newest tree
             // and its log afresh.
-            stateLock.withLock { readers in
-                if readers.current === current, last > current.version { readers.current = current.with(version: last) }
-            }
+            snapshots.publish { $0 === current && last > current.version ? current.with(version: last) : nil }
             return false
         }
         extent.withLock { $0 = read.1 }
-        stateLock.withLock { readers in
-            if readers.current === current { readers.current = current.with(version: last) }
-        }
+        snapshots.publish { $0 === current ? current.with(version: last) : nil }
         slot.pin(version: last)
         return true
     }
@@ -119,7 +120,8 @@ extension StorageEngine {
     /// tree and the log after it are read afresh).
     private func moveToNewerTree(frozenThrough: inout UInt64, table: ReaderTable, slot: ReaderSlot,
                                  extent: Locked<LogExtent>) throws -> Bool {
-        let (current, olderPins) = stateLock.withLock { ($0.current, min($0.oldestPinnedTreeGeneration ?? .max, $0.current.treeGeneration)) }
+        let olderPins = oldestTreeRead()
+        let current = snapshots.current
         let pinned = try table.pinning { () throws -> MetaPage? in
             let meta = try Self.readMeta(pageFile.file, path: pageFile.path).0
             slot.pin(generation: min(olderPins, meta.generation), logFrom: current.version + 1)
@@ -147,10 +149,8 @@ extension StorageEngine {
             durable = CheckpointState(meta: meta, reusable: free, freeListPages: freeListPages)
         }
         if let read { extent.withLock { $0 = read.1 } }
-        stateLock.withLock { readers in
-            readers.current = state
-            slot.pin(generation: min(readers.oldestPinnedTreeGeneration ?? .max, meta.generation))
-        }
+        snapshots.publish { _ in state }
+        repinReaderSlot()
         slot.pin(version: last)
         frozenThrough = current.version
         return true

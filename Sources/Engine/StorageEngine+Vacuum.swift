@@ -33,9 +33,7 @@ extension StorageEngine {
     private func vacuumAlone() throws -> UInt64 {
         try checkpointLock.withLock { durable in
             let meta = durable.meta
-            let olderTreePinned = stateLock.withLock { readers in
-                readers.oldestPinnedTreeGeneration.map { $0 < meta.generation } ?? false
-            }
+            let olderTreePinned = snapshots.oldestPins().generation.map { $0 < meta.generation } ?? false
             // A reader in another process (or a read-only store of this one) may read any
             // page of the file: nothing moves while one is open.
             guard !olderTreePinned, readerTable.map({ $0.liveReaders().isEmpty }) ?? true else { return 0 }
@@ -121,10 +119,10 @@ extension StorageEngine {
             durable.reusable = listed.filter { !listPages.contains($0) }
             durable.pending = []
             durable.freeListPages = listPages
-            stateLock.withLock { readers in
-                readers.current = readers.current.with(tree: BTree(root: root, height: Int(meta.height)), treeGeneration: generation,
-                                                       frozen: .some(nil))
+            snapshots.publish {
+                $0.with(tree: BTree(root: root, height: Int(meta.height)), treeGeneration: generation, frozen: .some(nil))
             }
+            snapshots.releaseIdleViews()
             try pageFile.cut(toPages: Int(cutoff))
             options.logger.debug("close gave free pages back", metadata: [
                 "path": "\(path)", "pages_before": "\(meta.pageCount)", "pages_after": "\(cutoff)",

@@ -29,7 +29,7 @@ public struct StoreStatus: Sendable {
 extension StorageEngine {
     /// The store's status now. Costs a stat of each log segment.
     public func status() throws -> StoreStatus {
-        let state = stateLock.withLock { $0.current }
+        let state = snapshots.current
         let meta = checkpointLock.withLock { $0.meta }
         let segments = logExtent.segmentPaths
         var logBytes = 0

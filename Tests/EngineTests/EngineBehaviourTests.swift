@@ -96,7 +96,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         options.checkpointMemtableBytes = 64 << 10
         let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: options)
         defer { try? engine.close() }
-        func activeIsPopulated() -> Bool { engine.stateLock.withLock { $0.current.active.isPopulated } }
+        func activeIsPopulated() -> Bool { engine.snapshots.current.active.isPopulated }
         var batch = WALBatch()
         batch.put(Array("first".utf8), [1])
         try engine.commit(batch)

@@ -81,7 +81,7 @@ import StrataWAL
             // the reader reading neither (the log it would need is gone).
             let checkpoints = round % 3 == 0 ? (round % 9 == 0 ? 2 : 1) : 0
             if checkpoints == 1 { _ = reader.snapshot() }
-            let generation = reader.stateLock.withLock { $0.current.treeGeneration }
+            let generation = reader.snapshots.current.treeGeneration
             for _ in 0..<checkpoints {
                 try writer.checkpoint()
                 try writer.commit(WALBatch([.put(key: Array("count".utf8), value: Array("\(round)".utf8))]))
@@ -90,7 +90,7 @@ import StrataWAL
             let snapshot = reader.snapshot()
             #expect(snapshot.version == writer.version, "round \(round)")
             if checkpoints > 0 {
-                let moved = reader.stateLock.withLock { $0.current }
+                let moved = reader.snapshots.current
                 #expect(moved.treeGeneration > generation, "round \(round)")
                 if moved.frozen != nil { kept += 1 } else { reloaded += 1 }
             }

@@ -8,6 +8,7 @@
 //  - byte-range locks that belong to an open file description (Linux's F_OFD_SETLK), for
 //    the reader table shared by a store's processes.
 //  - a prefetch hint, which Swift has no spelling for.
+//  - the CPU the calling thread runs on (sched_getcpu(3), declared only under _GNU_SOURCE).
 //  - posix_spawn with a clean signal mask and no inherited descriptors, for the test
 //    harness's servers.
 #include <stddef.h>
@@ -54,6 +55,12 @@ int cplatform_spawn_detached(pid_t *pid, const char *path, char *const argv[]);
 /// one process conflict as two processes do. Returns 0, or an errno value (EAGAIN or
 /// EACCES when another holder has it and `wait` is 0).
 int cplatform_lock_byte(int fd, off_t offset, int exclusive, int wait);
+
+/// The CPU the calling thread is running on (sched_getcpu(3): on Linux a read of the
+/// thread's restartable-sequences area or a vDSO call), or where that is unknown a number
+/// mixed from the thread's identity. It may change right after the call: a hint for
+/// spreading work over per-CPU stripes, never a basis for correctness.
+uint32_t cplatform_cpu_hint(void);
 
 /// Releases a lock `cplatform_lock_byte` took. Returns 0, or an errno value.
 int cplatform_unlock_byte(int fd, off_t offset);

@@ -1,0 +1,154 @@
+import Foundation
+import StrataLocks
+import Synchronization
+import StrataWAL
+import Testing
+@testable import StrataEngine
+
+/// The per-CPU count of live snapshots (SnapshotRegistry.swift): what a checkpoint asks it
+/// (the oldest tree and version read) and what it lets go of.
+@Suite struct SnapshotRegistryTests {
+    private func view(generation: UInt64, version: UInt64) -> EngineState {
+        EngineState(version: version, tree: BTree(root: .none, height: 0), treeGeneration: generation, frozen: nil,
+                    active: Memtable())
+    }
+
+    /// Snapshots of a view keep counting under its generation and version after newer
+    /// views are published, until each ends; an old view nothing holds is let go of.
+    @Test func snapshotsOfOlderViewsCountUntilTheyEnd() {
+        let registry = SnapshotRegistry(view(generation: 1, version: 1), stripes: 4)
+        #expect(registry.oldestPins() == (nil, nil))
+        let first = registry.pin()
+        let second = registry.pin()
+        #expect(first.state.treeGeneration == 1 && second.state === first.state)
+        #expect(registry.oldestPins() == (1, 1))
+
+        registry.publish { $0.with(version: 5) }
+        let third = registry.pin()
+        #expect(third.state.version == 5)
+        registry.publish { _ in self.view(generation: 2, version: 9) }
+        let fourth = registry.pin()
+        #expect(fourth.state.treeGeneration == 2)
+        #expect(registry.oldestPins() == (1, 1))
+
+        registry.unpin(first.state, stripe: first.stripe)
+        #expect(registry.oldestPins() == (1, 1))
+        registry.unpin(second.state, stripe: second.stripe)
+        #expect(registry.oldestPins() == (1, 5))
+        registry.unpin(third.state, stripe: third.stripe)
+        #expect(registry.oldestPins() == (2, 9))
+        registry.unpin(fourth.state, stripe: fourth.stripe)
+        #expect(registry.oldestPins() == (nil, nil))
+        #expect(registry.current.treeGeneration == 2)
+    }
+
+    /// A view that no snapshot holds and that no stripe will hand out again is let go of
+    /// (its memtables with it): when its last snapshot ends after a newer publication, or,
+    /// for one whose snapshots all ended before, when the checkpoint asks.
+    @Test func aViewNothingHoldsIsLetGo() {
+        let registry = SnapshotRegistry(view(generation: 1, version: 1), stripes: 2)
+        weak var endedLast: EngineState?
+        weak var endedFirst: EngineState?
+        do {
+            let snapshot = registry.pin()
+            endedLast = snapshot.state
+            registry.publish { _ in self.view(generation: 2, version: 2) }
+            registry.unpin(snapshot.state, stripe: snapshot.stripe)
+        }
+        #expect(endedLast == nil)
+        do {
+            let snapshot = registry.pin()
+            endedFirst = snapshot.state
+            registry.unpin(snapshot.state, stripe: snapshot.stripe)
+            registry.publish { _ in self.view(generation: 3, version: 3) }
+        }
+        #expect(endedFirst != nil, "kept by its stripe, to hand out again until a newer one is published")
+        registry.releaseIdleViews()
+        #expect(endedFirst == nil)
+    }
+
+    /// Publishing the current view again changes nothing: a stripe holding it keeps
+    /// counting its snapshots once.
+    @Test func publishingTheSameViewAgainIsNoPublication() {
+        let registry = SnapshotRegistry(view(generation: 1, version: 1), stripes: 2)
+        let snapshot = registry.pin()
+        registry.publish { $0 }
+        let again = registry.pin()
+        registry.unpin(snapshot.state, stripe: snapshot.stripe)
+        registry.unpin(again.state, stripe: again.stripe)
+        #expect(registry.oldestPins() == (nil, nil))
+    }
+
+    /// The checkpoint's question, asked while readers take and end snapshots on every CPU:
+    /// a publisher publishes a newer tree, then counts the snapshots, and treats every
+    /// tree older than the oldest it counted as reused. No snapshot may ever read a tree
+    /// that was treated as reused (SnapshotRegistry.R2). Fails when a stripe hands out the
+    /// view it kept without checking for a newer publication, or stops counting it.
+    @Test func aCountAfterAPublicationMissesNoSnapshotOfAnOlderTree() {
+        let registry = SnapshotRegistry(view(generation: 1, version: 1), stripes: 4)
+        let reusedBelow = Atomic<UInt64>(0)
+        let stop = Atomic(false)
+        let violations = Atomic(0)
+        let snapshotsTaken = Atomic(0)
+        let group = DispatchGroup()
+        for _ in 0..<3 {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                var held: [(state: EngineState, stripe: Int)] = []
+                var step = 0
+                while !stop.load(ordering: .relaxed) {
+                    let snapshot = registry.pin()
+                    held.append(snapshot)
+                    // Some snapshots live across several publications, and end in any order;
+                    // every fourth step none is left.
+                    step += 1
+                    while held.count > step % 4 {
+                        let ending = held.remove(at: step % held.count)
+                        if ending.state.treeGeneration < reusedBelow.load(ordering: .acquiring) {
+                            violations.add(1, ordering: .relaxed)
+                        }
+                        registry.unpin(ending.state, stripe: ending.stripe)
+                    }
+                    snapshotsTaken.add(1, ordering: .relaxed)
+                }
+                for snapshot in held {
+                    if snapshot.state.treeGeneration < reusedBelow.load(ordering: .acquiring) { violations.add(1, ordering: .relaxed) }
+                    registry.unpin(snapshot.state, stripe: snapshot.stripe)
+                }
+            }
+        }
+        var generation: UInt64 = 1
+        for _ in 0..<5_000 {
+            generation += 1
+            let next = view(generation: generation, version: generation)
+            registry.publish { _ in next }
+            let oldest = min(registry.oldestPins().generation ?? generation, generation)
+            reusedBelow.store(max(reusedBelow.load(ordering: .relaxed), oldest), ordering: .releasing)
+        }
+        stop.store(true, ordering: .relaxed)
+        group.wait()
+        print("aCountAfterAPublicationMissesNoSnapshotOfAnOlderTree: \(snapshotsTaken.load(ordering: .relaxed)) snapshots, 5,000 trees")
+        #expect(violations.load(ordering: .relaxed) == 0)
+        #expect(snapshotsTaken.load(ordering: .relaxed) > 1_000)
+        #expect(registry.oldestPins() == (nil, nil))
+    }
+
+    /// A snapshot may end on another thread (and CPU) than it began: it ends in its own
+    /// stripe, and the engine's checkpoints then see no snapshot left.
+    @Test func aSnapshotEndedOnAnotherThreadIsNoLongerCounted() throws {
+        let engine = try StorageEngine.inMemory()
+        defer { try? engine.close() }
+        try engine.commit(WALBatch([.put(key: Array("k".utf8), value: [1])]))
+        let handOff = Locked<[Snapshot]>((0..<64).map { _ in engine.snapshot() })
+        #expect(engine.snapshots.oldestPins().version == engine.version)
+        let group = DispatchGroup()
+        group.enter()
+        Thread.detachNewThread {
+            defer { group.leave() }
+            handOff.withLock { $0.removeAll() }
+        }
+        group.wait()
+        #expect(engine.snapshots.oldestPins() == (nil, nil))
+    }
+}
