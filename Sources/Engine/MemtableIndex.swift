@@ -17,7 +17,7 @@
 //      older change (Memtable.D1).
 // Thread-safety: written by the memtable's single writer; slots are loaded with acquire
 // (a node's bytes are visible before its slot), `isComplete` relaxed (publication of a
-// version through the engine's state lock orders it before the reads of that version).
+// version through the engine's SnapshotRegistry orders it before the reads of that version).
 import Atomics
 import CStrataPlatform
 #if canImport(Glibc)
@@ -134,13 +134,14 @@ struct MemtableIndex {
 /// A Bloom filter over the memtable's keys, blocked to one 64-bit word per key (four bits
 /// of it set), so a lookup of a key the memtable lacks usually ends after one load from a
 /// table an eighth of the index's size (1 MiB for the default 64 MiB memtable: it stays in
-/// the MemtableLookahead.L2/L3 cache where the index's random slots do not). About 10 bits per key at the
+/// the L2/L3 cache where the index's random slots do not). About 10 bits per key at the
 /// index's fill limit; false positives (a few percent) fall through to the index.
 ///
 /// Invariant MemtableIndex.F1: every key inserted has its bits set before the version holding it is
 /// published. Thread-safety: the single writer sets bits (load, or, store: no other
 /// writer); readers load words relaxed, ordered after the writes by the engine's
-/// publication of the version they read (its state lock).
+/// publication of the version they read (SnapshotRegistry: the publication count is
+/// stored releasing and loaded acquiring, the view under a lock).
 struct MemtableFilter {
     private let words: UnsafeMutablePointer<UnsafeAtomic<UInt64>.Storage>
     private let mask: Int
