@@ -210,11 +210,14 @@ protocol LeafCellFinder {
 /// `BTree.withCell`, as a `LeafCellFinder`.
 struct TreeDescent: LeafCellFinder {
     let tree: BTree
-    let file: PageFile
+    /// Borrowed from the snapshot that made this descent (its engine holds the file):
+    /// held strongly, every point read retained and released the file, an atomic write to
+    /// a line every reading thread shares.
+    let file: Unmanaged<PageFile>
 
     @inline(__always)
     func withCell<Result>(_ key: UnsafeRawBufferPointer, _ body: (LeafCell?) throws -> Result) throws -> Result {
-        try tree.withCell(key, file: file, body)
+        try file._withUnsafeGuaranteedRef { file in try tree.withCell(key, file: file, body) }
     }
 }
 

@@ -66,17 +66,24 @@ final class Memtable: @unchecked Sendable {
     let finger: UnsafeMutablePointer<MemtableNode>
     let index: MemtableIndex
     let filter: MemtableFilter
-    let levels = ManagedAtomic(1)
-    private let nodeCount = ManagedAtomic(0)
-    private let nodeBytes = ManagedAtomic(0)
+    // Atomics held inline (`Synchronization.Atomic`), not in objects of their own: every
+    // lookup's `isEmpty` retained and released a `ManagedAtomic`, an atomic write to one
+    // line that readers on every CPU shared (ycsb-c, 2 threads).
+    let levels = Atomic(1)
+    /// Whether a change was ever added (a memtable only grows): what every lookup asks
+    /// first, written once, on lines apart from the counters each insert writes.
+    private let holdsChanges = Atomic(false)
     /// Whether its hash index and filter were backed with memory when made.
     let isPopulated: Bool
     /// Whether `apply` leaves new nodes out of the skip list (Memtable+Deferred.swift):
     /// set when made for a reader, cleared for good once its index can take no more keys.
-    let defersLinking: ManagedAtomic<Bool>
+    let defersLinking: Atomic<Bool>
+    private let padding = CacheLinePadding()
+    private let nodeCount = Atomic(0)
+    private let nodeBytes = Atomic(0)
     /// The nodes named by the index but not linked yet, in the order made, and how many.
     let unlinked = Mutex<[MemtableNode]>([])
-    let unlinkedCount = ManagedAtomic(0)
+    let unlinkedCount = Atomic(0)
 
     /// An empty memtable expected to grow to about `budgetBytes` (sizes its hash index).
     /// `populated` backs its hash index and filter with memory at once: for the memtable a
@@ -88,7 +95,7 @@ final class Memtable: @unchecked Sendable {
     /// batches it replays as they come but mostly reads by key (Memtable+Deferred.swift).
     init(budgetBytes: Int = 1 << 20, populated: Bool = false, defersLinking: Bool = false) {
         isPopulated = populated
-        self.defersLinking = ManagedAtomic(defersLinking)
+        self.defersLinking = Atomic(defersLinking)
         index = MemtableIndex(budgetBytes: budgetBytes, populated: populated)
         filter = MemtableFilter(words: index.slotCount / 8, populated: populated)
         let size = MemtableNode.byteCount(height: Self.maxHeight, key: 0, value: 0)
@@ -116,7 +123,7 @@ final class Memtable: @unchecked Sendable {
     /// checkpoint trigger.
     var byteCount: Int { nodeBytes.load(ordering: .relaxed) }
 
-    var isEmpty: Bool { count == 0 }
+    var isEmpty: Bool { !holdsChanges.load(ordering: .relaxed) }
 
     /// The newest change of `key` at or below `version`, if any: the filter, then a hash
     /// probe, or O(log n) through the skip list once the index is full.
@@ -213,7 +220,7 @@ final class Memtable: @unchecked Sendable {
         let height = height ?? randomHeight()
         let size = MemtableNode.byteCount(height: height, key: key.count, value: value?.count ?? 0)
         // Counted when made: a node recovery never links still holds its bytes.
-        nodeBytes.wrappingIncrement(by: size, ordering: .relaxed)
+        nodeBytes.wrappingAdd(size, ordering: .relaxed)
         return MemtableNode.make(at: writerOnly.pointee.arena.allocate(size), height: height, version: version, key: key, value: value)
     }
 
@@ -381,7 +388,14 @@ final class Memtable: @unchecked Sendable {
     }
 
     /// Counts `count` nodes made and named in the index but not linked (Memtable+Deferred.swift).
-    func countMade(_ count: Int) { nodeCount.wrappingIncrement(by: count, ordering: .relaxed) }
+    func countMade(_ count: Int) {
+        nodeCount.wrappingAdd(count, ordering: .relaxed)
+        if count > 0 { noteChanges() }
+    }
+
+    private func noteChanges() {
+        if !holdsChanges.load(ordering: .relaxed) { holdsChanges.store(true, ordering: .relaxed) }
+    }
 
     /// Links `inserted` after `finger[level]` at each of its levels (its predecessors
     /// there), leaving `finger` at it.
@@ -400,7 +414,8 @@ final class Memtable: @unchecked Sendable {
         let hash = hashKey(key)
         filter.add(hash)
         index.record(inserted, hash: hash)
-        nodeCount.wrappingIncrement(ordering: .relaxed)
+        nodeCount.wrappingAdd(1, ordering: .relaxed)
+        noteChanges()
     }
 
     /// How many keys ahead a run of inserts prefetches the filter and index lines.

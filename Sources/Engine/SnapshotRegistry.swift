@@ -137,7 +137,9 @@ private final class PinStripe: Sendable {
     private let trailing = CacheLinePadding()
 }
 
-private struct CacheLinePadding {
+/// 64 bytes of nothing: a stored property of it keeps the fields on either side off one
+/// cache line.
+struct CacheLinePadding {
     let bytes: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
 }
 
