@@ -35,7 +35,11 @@ struct MemtableIndex {
     /// Slots taken (writer only), behind a pointer so that `record` need not be mutating:
     /// the memtable keeps its index in a `let`, read by every lookup without an access check.
     private let used: UnsafeMutablePointer<Int>
-    private let complete = ManagedAtomic(true)
+    /// On a cache line of its own, not in a `ManagedAtomic`: every lookup of a key the
+    /// filter passes reads it (reading an atomic object retained and released it), and
+    /// `used` beside it would be written by every insert.
+    private let completeFlag: UnsafeMutablePointer<UnsafeAtomic<Bool>.Storage>
+    private var complete: UnsafeAtomic<Bool> { UnsafeAtomic(at: completeFlag) }
 
     static let smallestSlots = 64
     static let largestSlots = 1 << 22
@@ -55,11 +59,14 @@ struct MemtableIndex {
         limit = count / 4 * 3
         used = .allocate(capacity: 1)
         used.initialize(to: 0)
+        completeFlag = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
+            .initializeMemory(as: UnsafeAtomic<Bool>.Storage.self, repeating: .init(true), count: 1)
     }
 
     func deallocate() {
         MappedMemory.deallocate(slots, byteCount: slotCount * MemoryLayout<Int>.stride)
         used.deallocate()
+        UnsafeMutableRawPointer(completeFlag).deallocate()
     }
 
     /// The number of slots (the filter beside it takes one word per eight).
