@@ -158,6 +158,8 @@ final class StrataReader: BenchReader {
 /// writers anyway and has no group commit).
 final class SQLiteBench: BenchEngine, @unchecked Sendable {
     // @unchecked: every use of the connection and statements holds `lock`.
+    /// How long a statement waits for a lock another connection holds.
+    static let busyTimeoutMilliseconds: Int32 = 10_000
     private let lock = NSLock()
     private var db: OpaquePointer?
     private var put: OpaquePointer?
@@ -170,6 +172,10 @@ final class SQLiteBench: BenchEngine, @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         path = directory + "/sqlite.db"
         guard sqlite3_open(directory + "/sqlite.db", &db) == SQLITE_OK else { throw BenchError(description: "sqlite3_open failed") }
+        // Wait for locks, as an application would (GRDB does): a reader process opening or
+        // closing the database takes the WAL index's lock for a moment, and a write meeting
+        // it failed readwhilewriting with SQLITE_BUSY.
+        sqlite3_busy_timeout(db, Self.busyTimeoutMilliseconds)
         try exec("PRAGMA journal_mode=WAL")
         try exec("PRAGMA synchronous=FULL")
         try exec("CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB) WITHOUT ROWID")
@@ -214,7 +220,10 @@ final class SQLiteBench: BenchEngine, @unchecked Sendable {
         if let value {
             value.withUnsafeBytes { _ = sqlite3_bind_blob(statement, 2, $0.baseAddress, Int32(value.count), transient) }
         }
-        guard sqlite3_step(statement) == SQLITE_DONE else { throw BenchError(description: "sqlite: write failed") }
+        let status = sqlite3_step(statement)
+        guard status == SQLITE_DONE else {
+            throw BenchError(description: "sqlite: write failed: \(String(cString: sqlite3_errstr(status)))")
+        }
     }
 
     func beginReads() throws {}
@@ -264,6 +273,7 @@ final class SQLiteReader: BenchReader {
         guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, nil) == SQLITE_OK else {
             throw BenchError(description: "sqlite3_open_v2(readonly) failed")
         }
+        sqlite3_busy_timeout(db, SQLiteBench.busyTimeoutMilliseconds)
         get = try sqlitePrepare(db, "SELECT v FROM kv WHERE k = ?")
         range = try sqlitePrepare(db, "SELECT k, v FROM kv WHERE k >= ? ORDER BY k LIMIT ?")
     }
