@@ -131,8 +131,9 @@ private final class PinStripe: Sendable {
     // and counts are written by every snapshot on its CPU.
     private let leading = CacheLinePadding()
     // `Mutex` rather than `Locked`: it lives inline, between the paddings, where `Locked`
-    // allocates its pthread mutex apart (next to the next stripe's). Two threads meet on
-    // a stripe only when one moved CPUs between its two calls.
+    // allocates its pthread mutex apart (next to the next stripe's). Two threads contend
+    // for a stripe only when one is preempted holding it, or moved CPUs between taking
+    // and ending a snapshot.
     let counts = Mutex(StripeCounts())
     private let trailing = CacheLinePadding()
 }
