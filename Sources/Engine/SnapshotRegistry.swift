@@ -82,7 +82,9 @@ final class SnapshotRegistry: Sendable {
             guard counts.view === state else {
                 counts.generations.decrement(state.treeGeneration)
                 counts.versions.decrement(state.version)
-                return nil
+                // An idle view no new snapshot will take goes too, as below.
+                guard counts.viewPins == 0, counts.viewSequence != sequence.load(ordering: .relaxed) else { return nil }
+                return counts.retireView()
             }
             counts.viewPins -= 1
             // A view no snapshot holds and none will take again keeps no memtable alive.

@@ -46,6 +46,8 @@ extension StorageEngine {
             }
             extent.withLock { $0 = loaded.extent }
             snapshots.publish { _ in state }
+            // Stripes let go of the views they kept (and the memtables dropped here).
+            snapshots.releaseIdleViews()
             repinReaderSlot()
         }
     }
@@ -150,6 +152,8 @@ extension StorageEngine {
         }
         if let read { extent.withLock { $0 = read.1 } }
         snapshots.publish { _ in state }
+        // Stripes let go of the views they kept (and the frozen memtable dropped here).
+        snapshots.releaseIdleViews()
         repinReaderSlot()
         slot.pin(version: last)
         frozenThrough = current.version

@@ -65,6 +65,21 @@ import Testing
         #expect(endedFirst != nil, "kept by its stripe, to hand out again until a newer one is published")
         registry.releaseIdleViews()
         #expect(endedFirst == nil)
+
+        // An idle, out-of-date view also goes when a snapshot of an older one ends in its
+        // stripe (a read-only store's stripes, between its moves to newer trees).
+        let registry1 = SnapshotRegistry(view(generation: 1, version: 1), stripes: 1)
+        weak var idle: EngineState?
+        do {
+            let old = registry1.pin()
+            registry1.publish { _ in self.view(generation: 2, version: 2) }
+            let newer = registry1.pin()
+            idle = newer.state
+            registry1.unpin(newer.state, stripe: newer.stripe)
+            registry1.publish { _ in self.view(generation: 3, version: 3) }
+            registry1.unpin(old.state, stripe: old.stripe)
+        }
+        #expect(idle == nil)
     }
 
     /// Publishing the current view again changes nothing: a stripe holding it keeps
