@@ -211,25 +211,20 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect(engine.verify().isValid)
     }
 
-    /// The engine's state lock is an adaptive mutex (its waiters spin before they sleep):
-    /// it must exclude exactly as the default one does. Two threads each make 200,000
-    /// read-then-write increments of a plain counter under it; a lost update would show.
+    /// The snapshot registry's publication lock is an adaptive mutex (its waiters spin
+    /// before they sleep): it must exclude exactly as the default one does. Two threads
+    /// each make 200,000 read-then-write increments of a plain counter under it; a lost
+    /// update would show.
     @Test(arguments: [false, true]) func aLockedValueExcludesWhetherOrNotItsWaitersSpin(adaptive: Bool) {
         let counter = Locked(0, adaptive: adaptive)
-        let group = DispatchGroup()
-        for _ in 0..<2 {
-            group.enter()
-            Thread.detachNewThread {
-                defer { group.leave() }
-                for _ in 0..<200_000 {
-                    counter.withLock { value in
-                        let read = value
-                        value = read &+ 1
-                    }
+        TestThreads(2) { _ in
+            for _ in 0..<200_000 {
+                counter.withLock { value in
+                    let read = value
+                    value = read &+ 1
                 }
             }
-        }
-        group.wait()
+        }.wait()
         #expect(counter.withLock { $0 } == 400_000)
     }
 
@@ -535,18 +530,12 @@ extension EngineBehaviourTests {
     @Test func blindWritesFromManyThreadsNeverConflictAndTheLastWriterWins() throws {
         let engine = try StorageEngine.inMemory()
         let failures = Locked(0)
-        let group = DispatchGroup()
-        for thread in 0..<4 {
-            group.enter()
-            Thread.detachNewThread {
-                defer { group.leave() }
-                for round in 0..<50 {
-                    let batch = WALBatch([.put(key: Array("shared".utf8), value: [UInt8(thread), UInt8(round)])])
-                    if (try? engine.commit(batch)) == nil { failures.withLock { $0 += 1 } }
-                }
+        TestThreads(4) { thread in
+            for round in 0..<50 {
+                let batch = WALBatch([.put(key: Array("shared".utf8), value: [UInt8(thread), UInt8(round)])])
+                if (try? engine.commit(batch)) == nil { failures.withLock { $0 += 1 } }
             }
-        }
-        group.wait()
+        }.wait()
         #expect(failures.withLock { $0 } == 0)
         #expect(try engine.snapshot().get(Array("shared".utf8))?.last == 49)
     }

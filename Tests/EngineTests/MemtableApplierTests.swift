@@ -77,22 +77,16 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     @Test(.timeLimit(.minutes(2))) func smallAndLargeBatchesAreLinkedInVersionOrder() throws {
         let engine = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem()).engine
         let results = Mutex<[(version: UInt64, value: [UInt8])]>([])
-        let group = DispatchGroup()
-        for thread in 0..<4 {
-            group.enter()
-            Thread.detachNewThread {
-                defer { group.leave() }
-                for round in 0..<200 {
-                    let value = bytes("\(thread)-\(round)")
-                    let padding = round % 2 == 0 ? 0 : MemtableApplier.inlineOperationLimit * 3
-                    let batch = WALBatch([.put(key: bytes("k"), value: value)]
-                        + (0..<padding).map { .put(key: bytes("p\(thread)-\($0)"), value: value) })
-                    guard let version = try? engine.commit(batch).version else { return }
-                    results.withLock { $0.append((version, value)) }
-                }
+        TestThreads(4) { thread in
+            for round in 0..<200 {
+                let value = bytes("\(thread)-\(round)")
+                let padding = round % 2 == 0 ? 0 : MemtableApplier.inlineOperationLimit * 3
+                let batch = WALBatch([.put(key: bytes("k"), value: value)]
+                    + (0..<padding).map { .put(key: bytes("p\(thread)-\($0)"), value: value) })
+                guard let version = try? engine.commit(batch).version else { return }
+                results.withLock { $0.append((version, value)) }
             }
-        }
-        group.wait()
+        }.wait()
         let all = results.withLock { $0 }
         #expect(all.count == 800)
         let last = try #require(all.max { $0.version < $1.version })

@@ -105,32 +105,27 @@ import Testing
         let stop = Atomic(false)
         let violations = Atomic(0)
         let snapshotsTaken = Atomic(0)
-        let group = DispatchGroup()
-        for _ in 0..<3 {
-            group.enter()
-            Thread.detachNewThread {
-                defer { group.leave() }
-                var held: [(state: EngineState, stripe: Int)] = []
-                var step = 0
-                while !stop.load(ordering: .relaxed) {
-                    let snapshot = registry.pin()
-                    held.append(snapshot)
-                    // Some snapshots live across several publications, and end in any order;
-                    // every fourth step none is left.
-                    step += 1
-                    while held.count > step % 4 {
-                        let ending = held.remove(at: step % held.count)
-                        if ending.state.treeGeneration < reusedBelow.load(ordering: .acquiring) {
-                            violations.add(1, ordering: .relaxed)
-                        }
-                        registry.unpin(ending.state, stripe: ending.stripe)
+        let readers = TestThreads(3) { _ in
+            var held: [(state: EngineState, stripe: Int)] = []
+            var step = 0
+            while !stop.load(ordering: .relaxed) {
+                let snapshot = registry.pin()
+                held.append(snapshot)
+                // Some snapshots live across several publications, and end in any order;
+                // every fourth step none is left.
+                step += 1
+                while held.count > step % 4 {
+                    let ending = held.remove(at: step % held.count)
+                    if ending.state.treeGeneration < reusedBelow.load(ordering: .acquiring) {
+                        violations.add(1, ordering: .relaxed)
                     }
-                    snapshotsTaken.add(1, ordering: .relaxed)
+                    registry.unpin(ending.state, stripe: ending.stripe)
                 }
-                for snapshot in held {
-                    if snapshot.state.treeGeneration < reusedBelow.load(ordering: .acquiring) { violations.add(1, ordering: .relaxed) }
-                    registry.unpin(snapshot.state, stripe: snapshot.stripe)
-                }
+                snapshotsTaken.add(1, ordering: .relaxed)
+            }
+            for snapshot in held {
+                if snapshot.state.treeGeneration < reusedBelow.load(ordering: .acquiring) { violations.add(1, ordering: .relaxed) }
+                registry.unpin(snapshot.state, stripe: snapshot.stripe)
             }
         }
         var generation: UInt64 = 1
@@ -142,7 +137,7 @@ import Testing
             reusedBelow.store(max(reusedBelow.load(ordering: .relaxed), oldest), ordering: .releasing)
         }
         stop.store(true, ordering: .relaxed)
-        group.wait()
+        readers.wait()
         print("aCountAfterAPublicationMissesNoSnapshotOfAnOlderTree: \(snapshotsTaken.load(ordering: .relaxed)) snapshots, 5,000 trees")
         #expect(violations.load(ordering: .relaxed) == 0)
         #expect(snapshotsTaken.load(ordering: .relaxed) > 1_000)
@@ -157,13 +152,7 @@ import Testing
         try engine.commit(WALBatch([.put(key: Array("k".utf8), value: [1])]))
         let handOff = Locked<[Snapshot]>((0..<64).map { _ in engine.snapshot() })
         #expect(engine.snapshots.oldestPins().version == engine.version)
-        let group = DispatchGroup()
-        group.enter()
-        Thread.detachNewThread {
-            defer { group.leave() }
-            handOff.withLock { $0.removeAll() }
-        }
-        group.wait()
+        TestThreads(1) { _ in handOff.withLock { $0.removeAll() } }.wait()
         #expect(engine.snapshots.oldestPins() == (nil, nil))
     }
 }
