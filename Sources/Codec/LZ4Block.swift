@@ -1,5 +1,5 @@
 // LZ4 block compression (liblz4's block format, not its frame format) for WAL payloads
-// (FORMAT.md, "Payload compression").
+// (FORMAT.md, "Payload compression") and compressed leaf pages ("Compressed leaves").
 //
 // Invariants:
 //  1. `decompress` never writes or allocates past `decompressedCount`, which callers bound
@@ -67,6 +67,32 @@ package enum LZ4Block {
             count = written > 0 && written < input.count ? written : 0
         }
         return output.isEmpty ? nil : output
+    }
+
+    /// Compresses `input` into `output` with LZ4's `acceleration` (1 packs tightest);
+    /// returns the block's size, or `nil` when it does not fit `output` or would not be
+    /// smaller than the input. O(n); allocates nothing.
+    package static func compress(_ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
+                                 acceleration: Int32) -> Int? {
+        guard input.count > 0, input.count <= maxInputCount, output.count > 0 else { return nil }
+        let written = Int(LZ4_compress_fast(input.baseAddress!.assumingMemoryBound(to: CChar.self),
+                                            output.baseAddress!.assumingMemoryBound(to: CChar.self),
+                                            Int32(input.count), Int32(min(output.count, maxInputCount)), acceleration))
+        return written > 0 && written < input.count ? written : nil
+    }
+
+    /// Decompresses one block into `output`, which it must fill exactly. Throws
+    /// `CodecError.malformedLZ4Block` for any other outcome; never writes past `output`.
+    package static func decompress(_ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws(CodecError) {
+        guard output.count > 0, output.count <= maxInputCount, input.count > 0, input.count <= maxInputCount else {
+            throw .malformedLZ4Block(compressedCount: input.count, expectedCount: output.count)
+        }
+        let produced = LZ4_decompress_safe(input.baseAddress!.assumingMemoryBound(to: CChar.self),
+                                           output.baseAddress!.assumingMemoryBound(to: CChar.self),
+                                           Int32(input.count), Int32(output.count))
+        guard produced == Int32(output.count) else {
+            throw .malformedLZ4Block(compressedCount: input.count, expectedCount: output.count)
+        }
     }
 
     /// Decompresses one block that must expand to exactly `decompressedCount` bytes.

@@ -9,10 +9,18 @@ public struct EngineOptions: Sendable {
     /// Page size of a new data file: a power of two in `Limits.pageBytesRange`. An
     /// existing file keeps its own.
     public var pageBytes = Limits.defaultPageBytes
-    /// Bytes of pages the page cache may hold where the data file is not mapped (a file
-    /// system that maps nothing, such as the simulated one). On the real file system tree
+    /// Bytes of pages the page cache may hold: every tree page where the data file is not
+    /// mapped (a file system that maps nothing, such as the simulated one), and the
+    /// expansions of compressed leaves (`leafCompression`). On the real file system raw
     /// pages are read through a mapping, held by the kernel's page cache. Default 64 MiB.
     public var cacheBytes = 64 << 20
+    /// How checkpoints store leaves whose cells outgrow a page. `.none` (the default)
+    /// splits them: every leaf is searched where it lies in the mapped file. `.lz4` lets one
+    /// page hold up to four pages of cells when their LZ4 block fits it (FORMAT.md,
+    /// "Compressed leaves"): the file takes fewer pages, and a read of such a leaf expands
+    /// it once into the page cache (`cacheBytes`). It applies to the leaves a checkpoint
+    /// writes; a store may hold both kinds, and every build of format 4 reads either.
+    public var leafCompression = LeafCompression.none
     /// A checkpoint starts when the memtable holds this many bytes. Default 64 MiB.
     public var checkpointMemtableBytes = 64 << 20
     /// A checkpoint starts when the log grew this much since the last one. Default 256 MiB.
@@ -40,4 +48,12 @@ public struct EngineOptions: Sendable {
             throw .invalidOptions("cacheBytes must not be negative and the checkpoint thresholds must be positive")
         }
     }
+}
+
+/// How a checkpoint stores a leaf whose cells outgrow a page (`EngineOptions.leafCompression`).
+public enum LeafCompression: Sendable, Hashable {
+    /// Splits it into leaves of one page each, read in place.
+    case none
+    /// Stores up to four pages of cells as one LZ4 block in one page when it fits.
+    case lz4
 }

@@ -5,7 +5,7 @@ import StrataCodec
 
 struct MetaPage: Equatable, Sendable {
     static let magic: [UInt8] = Array("STRATADB".utf8)
-    static let version: UInt16 = 3
+    static let version: UInt16 = 4
 
     var pageBytes: Int
     /// How many checkpoints made this file; the newest valid meta page wins.

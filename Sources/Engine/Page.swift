@@ -152,10 +152,10 @@ enum PageCodec {
         guard let type = PageType(rawValue: page[4]), types.contains(type) else {
             throw PageDefect("it has type \(page[4]), expected \(types.rawValues)")
         }
-        // Byte 5 says how a leaf stores versions and slots, and whether a branch's slots
-        // carry hints; it is zero in every other page.
+        // Byte 5 says how a leaf stores versions and slots (and whether its body is
+        // compressed), and whether a branch's slots carry hints; it is zero in every other page.
         let format = page[leafFormatOffset]
-        guard format == 0 || (type == .leaf && (format == varintVersions || format == currentLeafFormat))
+        guard format == 0 || (type == .leaf && (format == varintVersions || format == currentLeafFormat || format == compressedLeafFormat))
                 || (type == .branch && format == hintedSlots) else {
             throw PageDefect("its header byte 5 is \(page[leafFormatOffset])")
         }
@@ -179,8 +179,11 @@ enum PageCodec {
         }
     }
 
-    static func encodeLeaf(cells: ArraySlice<CellToWrite>, id: PageID, generation: UInt64, pageBytes: Int) -> [UInt8] {
-        encodeLeaf(count: cells.count, id: id, generation: generation, pageBytes: pageBytes) { index in
+    /// A leaf of `cells` in `pageBytes`; `seal: false` leaves the checksum out (a leaf to
+    /// be compressed, CompressedLeaf.swift).
+    static func encodeLeaf(cells: ArraySlice<CellToWrite>, id: PageID, generation: UInt64, pageBytes: Int,
+                           seal sealed: Bool = true) -> [UInt8] {
+        encodeLeaf(count: cells.count, id: id, generation: generation, pageBytes: pageBytes, seal: sealed) { index in
             cells[cells.startIndex + index].cellBytes
         } write: { index, cell in
             switch cells[cells.startIndex + index] {
@@ -203,8 +206,8 @@ enum PageCodec {
 
     /// A leaf of `count` cells, cell `index` taking `cellBytes(index)` bytes with its slot
     /// and written by `write`. Cells are written in place from the end of the page down.
-    private static func encodeLeaf(count: Int, id: PageID, generation: UInt64, pageBytes: Int, cellBytes: (Int) -> Int,
-                                   write: (Int, inout CellWriter) -> Void) -> [UInt8] {
+    private static func encodeLeaf(count: Int, id: PageID, generation: UInt64, pageBytes: Int, seal sealed: Bool = true,
+                                   cellBytes: (Int) -> Int, write: (Int, inout CellWriter) -> Void) -> [UInt8] {
         var page = emptyPage(.leaf, id: id, generation: generation, count: count, word: 0, pageBytes: pageBytes)
         page[leafFormatOffset] = currentLeafFormat
         page.withUnsafeMutableBytes { page in
@@ -218,7 +221,7 @@ enum PageCodec {
             }
             writeHints(UnsafeRawBufferPointer(page), into: page, count: count)
         }
-        seal(&page)
+        if sealed { seal(&page) }
         return page
     }
 

@@ -1,6 +1,7 @@
-// A bounded cache of verified B+tree pages (raw bytes, searched in place) for a data file
-// the file system does not map (the simulated one; PageFile.swift says why a mapping is
-// preferred where there is one). Eviction is two-generation (a "hot" and a "cold" map,
+// A bounded cache of verified B+tree pages (raw bytes, searched in place): every page of a
+// data file the file system does not map (the simulated one; PageFile.swift says why a
+// mapping is preferred where there is one), and the expansions of compressed leaves
+// (CompressedLeaf.swift) wherever the file lies. Eviction is two-generation (a "hot" and a "cold" map,
 // the cold one dropped whole when the hot one fills), which approximates LRU at O(1) per
 // access with no per-entry links.
 // Thread-safety: every method takes the mutex; cached pages are immutable.
@@ -11,14 +12,17 @@ final class PageCache: Sendable {
     private struct Generations {
         var hot: [PageID: CachedPage] = [:]
         var cold: [PageID: CachedPage] = [:]
+        /// Bytes of the pages in `hot`.
+        var hotBytes = 0
     }
 
-    /// The most pages held at once.
-    let capacity: Int
+    /// The most bytes of pages held at once (each generation holds up to half).
+    let capacityBytes: Int
     private let maps = Locked(Generations())
 
-    init(capacity: Int) {
-        self.capacity = max(capacity, 16)
+    /// A cache of at least 16 pages of `pageBytes`.
+    init(capacityBytes: Int, pageBytes: Int) {
+        self.capacityBytes = max(capacityBytes, 16 * pageBytes)
     }
 
     func page(_ id: PageID) -> CachedPage? {
@@ -37,7 +41,7 @@ final class PageCache: Sendable {
     /// Forgets a page that is about to be rewritten.
     func remove(_ id: PageID) {
         maps.withLock { maps in
-            maps.hot[id] = nil
+            if let page = maps.hot.removeValue(forKey: id) { maps.hotBytes -= page.page.bytes.count }
             maps.cold[id] = nil
         }
     }
@@ -50,11 +54,15 @@ final class PageCache: Sendable {
     var count: Int { maps.withLock { $0.hot.count + $0.cold.count } }
 
     private func insert(_ id: PageID, _ page: CachedPage, into maps: inout Generations) {
-        if maps.hot.count >= capacity / 2 {
+        let bytes = page.page.bytes.count
+        if maps.hotBytes + bytes > capacityBytes / 2 && !maps.hot.isEmpty {
+            let expected = maps.hot.count
             maps.cold = maps.hot
             maps.hot = [:]
-            maps.hot.reserveCapacity(capacity / 2)
+            maps.hot.reserveCapacity(expected)
+            maps.hotBytes = 0
         }
-        maps.hot[id] = page
+        if let replaced = maps.hot.updateValue(page, forKey: id) { maps.hotBytes -= replaced.page.bytes.count }
+        maps.hotBytes += bytes
     }
 }

@@ -82,7 +82,7 @@ final class PageFile: Sendable {
         self.path = path
         self.file = file
         self.pageBytes = pageBytes
-        self.cache = PageCache(capacity: cachePages)
+        self.cache = PageCache(capacityBytes: cachePages * pageBytes, pageBytes: pageBytes)
         let size: Int64
         do { size = try file.size() } catch { throw EngineError.io(error as? FileIOError ?? .closed(operation: .size, path: path)) }
         filePages = Atomic(Int(size / Int64(pageBytes)))
@@ -147,7 +147,11 @@ final class PageFile: Sendable {
         let address = currentRegion.load(ordering: .acquiring)
         if address != 0 {
             let page = try mappedPage(id, UnsafePointer<Region>(bitPattern: address)!.pointee)
-            do { return try body(page) } catch let defect as PageDefect { throw corrupt(id, defect) }
+            if !PageCodec.isCompressedLeaf(page.bytes) {
+                do { return try body(page) } catch let defect as PageDefect { throw corrupt(id, defect) }
+            }
+            let expanded = try expandedLeaf(id, page.bytes)
+            do { return try body(expanded.page) } catch let defect as PageDefect { throw corrupt(id, defect) }
         }
         let cached = try cachedPage(id)
         do { return try body(cached.page) } catch let defect as PageDefect { throw corrupt(id, defect) }
@@ -158,7 +162,10 @@ final class PageFile: Sendable {
         guard !closed.load(ordering: .relaxed) else { throw EngineError.closed }
         let address = currentRegion.load(ordering: .acquiring)
         if address != 0 {
-            return HeldPage(id: id, page: try mappedPage(id, UnsafePointer<Region>(bitPattern: address)!.pointee), owner: nil)
+            let page = try mappedPage(id, UnsafePointer<Region>(bitPattern: address)!.pointee)
+            guard PageCodec.isCompressedLeaf(page.bytes) else { return HeldPage(id: id, page: page, owner: nil) }
+            let expanded = try expandedLeaf(id, page.bytes)
+            return HeldPage(id: id, page: expanded.page, owner: expanded)
         }
         let cached = try cachedPage(id)
         return HeldPage(id: id, page: cached.page, owner: cached)
@@ -207,13 +214,32 @@ final class PageFile: Sendable {
                         word: UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: 24, as: UInt64.self)))
     }
 
-    /// Page `id` from the cache, read and verified on a miss.
+    /// Page `id` from the cache, read and verified (a compressed leaf expanded) on a miss.
     private func cachedPage(_ id: PageID) throws -> CachedPage {
         if let cached = cache.page(id) { return cached }
         let (bytes, type, count, word) = try readPage(id, types: .tree)
-        let cached = CachedPage(bytes, type: type, count: count, word: word)
+        let cached = try bytes.withUnsafeBytes { page in
+            PageCodec.isCompressedLeaf(page)
+                ? CachedPage(try expand(id, page), type: type, count: count, word: word)
+                : CachedPage(bytes, type: type, count: count, word: word)
+        }
         cache.insert(id, cached)
         return cached
+    }
+
+    /// The expansion of the verified compressed leaf `id` (its page bytes `page`), from the
+    /// cache or expanded into it.
+    private func expandedLeaf(_ id: PageID, _ page: UnsafeRawBufferPointer) throws -> CachedPage {
+        if let cached = cache.page(id) { return cached }
+        let expanded = CachedPage(try expand(id, page), type: .leaf,
+                                  count: Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: 6, as: UInt16.self))), word: 0)
+        cache.insert(id, expanded)
+        return expanded
+    }
+
+    /// A verified compressed leaf's expansion; a bad block is `corruptPage` naming the page.
+    private func expand(_ id: PageID, _ page: UnsafeRawBufferPointer) throws(EngineError) -> [UInt8] {
+        do { return try PageCodec.expandLeaf(page, pageBytes: pageBytes) } catch { throw corrupt(id, error) }
     }
 
     /// `corruptPage` for page `id`, or `closed` once the store closed (a reader that raced
@@ -253,10 +279,17 @@ final class PageFile: Sendable {
     /// not through the mapping, where every page read stayed in the process's resident set
     /// until the mapping went (and verify would trust a page verified earlier).
     func node(_ id: PageID) throws -> Node {
-        let (bytes, type, count, word) = try readPage(id, types: .tree)
+        try nodeAndForm(id).node
+    }
+
+    /// `node(id)`, and whether the page is a compressed leaf (for `verify`).
+    func nodeAndForm(_ id: PageID) throws -> (node: Node, compressed: Bool) {
+        var (bytes, type, count, word) = try readPage(id, types: .tree)
+        let compressed = type == .leaf && bytes.withUnsafeBytes { PageCodec.isCompressedLeaf($0) }
+        if compressed { bytes = try bytes.withUnsafeBytes { page throws(EngineError) in try expand(id, page) } }
         do {
-            return type == .leaf ? .leaf(try PageCodec.decodeLeaf(bytes, count: count))
-                : .branch(try PageCodec.decodeBranch(bytes, count: count, leftmost: word, lowerBound: []))
+            return type == .leaf ? (.leaf(try PageCodec.decodeLeaf(bytes, count: count)), compressed)
+                : (.branch(try PageCodec.decodeBranch(bytes, count: count, leftmost: word, lowerBound: [])), false)
         } catch {
             throw corrupt(id, error)
         }

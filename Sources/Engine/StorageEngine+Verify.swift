@@ -11,6 +11,8 @@ public struct VerifyReport: Sendable, CustomStringConvertible {
     public var pageCount: UInt64 = 0
     public var treeHeight = 0
     public var leafPages = 0
+    /// Leaves among `leafPages` stored LZ4-compressed (`EngineOptions.leafCompression`).
+    public var compressedLeafPages = 0
     public var branchPages = 0
     public var overflowPages = 0
     public var freePages = 0
@@ -25,7 +27,7 @@ public struct VerifyReport: Sendable, CustomStringConvertible {
 
     public var description: String {
         var lines = ["meta generation \(metaGeneration) (other meta: \(otherMeta)), \(pageCount) pages, height \(treeHeight)",
-                     "\(leafPages) leaf, \(branchPages) branch, \(overflowPages) overflow, \(freePages) free, "
+                     "\(leafPages) leaf\(compressedLeafPages > 0 ? " (\(compressedLeafPages) compressed)" : ""), \(branchPages) branch, \(overflowPages) overflow, \(freePages) free, "
                          + "\(freeListPages) free-list pages; \(keys) keys, \(tombstones) tombstones"]
         lines += problems.map { "problem: \($0)" }
         return lines.joined(separator: "\n")
@@ -83,7 +85,8 @@ extension StorageEngine {
     private func walk(_ id: PageID, level: Int, height: Int, lower: [UInt8]?, upper: [UInt8]?, into walk: inout VerifyWalk) {
         walk.claim(id, "a tree page")
         let node: Node
-        do { node = try pageFile.node(id) } catch {
+        let compressed: Bool
+        do { (node, compressed) = try pageFile.nodeAndForm(id) } catch {
             walk.report.problems.append("\(error)")
             return
         }
@@ -94,6 +97,7 @@ extension StorageEngine {
         switch node {
         case let .leaf(entries):
             walk.report.leafPages += 1
+            if compressed { walk.report.compressedLeafPages += 1 }
             if level != height { walk.report.problems.append("the leaf at offset \(offset) is at depth \(level), not \(height)") }
             if entries.isEmpty { walk.report.problems.append("the leaf at offset \(offset) is empty") }
             for entry in entries {

@@ -62,19 +62,44 @@ struct TreeWriter {
     private var gathered: [UInt8] = []
     private var gatheredStart = PageID.none
 
+    /// Whether leaves whose cells outgrow a page are stored LZ4-compressed
+    /// (CompressedLeaf.swift) instead of split.
+    let compressesLeaves: Bool
+    /// A compressed leaf's LZ4 block ÷ its body, as the leaves compressed so far came out
+    /// (a first guess before any): how many bytes of cells a compressed leaf is given.
+    private var blockRatio = 0.5
+    /// Leaves are given cells for a block this much larger than the ratio predicts: a block
+    /// that turns out too large splits its leaf in two.
+    static let ratioMargin = 1.04
+    /// Where a leaf's LZ4 block is made before it is known to fit its page.
+    private var scratch: [UInt8] = []
+
     private var pageBytes: Int { file.pageBytes }
     /// How full a leaf split among existing keys leaves each page.
     static let splitFill = (numerator: 15, denominator: 16)
     private var capacity: Int { PageCodec.hintedCapacity(pageBytes: pageBytes) }
+    /// The most bytes of cells one leaf may hold: a page's, or, compressing, an expansion's.
+    private var leafLimit: Int {
+        compressesLeaves ? PageCodec.maxExpandedCapacity(pageBytes: pageBytes) : capacity
+    }
+    /// Bytes of cells a leaf is given: a page's, or, compressing, what a page's block is
+    /// expected to hold at the ratio seen so far (never less than a page's).
+    private var leafCapacity: Int {
+        guard compressesLeaves else { return capacity }
+        let expected = Double(pageBytes - PageCodec.compressedBlockStart) / (blockRatio * Self.ratioMargin) - 2
+        return max(capacity, min(PageCodec.maxExpandedCapacity(pageBytes: pageBytes), Int(expected)))
+    }
 
     /// Largest run of pages gathered before it is written.
     static let runBytes = 256 << 10
 
-    init(file: PageFile, generation: UInt64, purgeTombstonesThrough: UInt64, allocator: PageAllocator) {
+    init(file: PageFile, generation: UInt64, purgeTombstonesThrough: UInt64, allocator: PageAllocator,
+         compressesLeaves: Bool = false) {
         self.file = file
         self.generation = generation
         self.purgeTombstonesThrough = purgeTombstonesThrough
         self.allocator = allocator
+        self.compressesLeaves = compressesLeaves
     }
 
     /// Adds `page` to the run of pages being gathered, writing that run first when `id`
@@ -202,21 +227,29 @@ struct TreeWriter {
             node = .branch(children)
         }
         guard moved else { return id }
-        // A page of an older format may hold more than one page of this format can: it is
-        // not split here (the next checkpoint that changes it does that), so the move stops.
-        switch node {
-        case let .leaf(entries): guard PageCodec.leafFits(entries, pageBytes: pageBytes) else { throw RelocationStopped(page: id) }
-        case let .branch(children): guard PageCodec.branchFits(children, pageBytes: pageBytes) else { throw RelocationStopped(page: id) }
-        }
-        freed.append(id)
-        let target = try allocator.allocate()
+        // A page of an older format may hold more than one page of this format can, and a
+        // compressed leaf more than this writer may compress: neither is split here (the
+        // next checkpoint that changes it does that), so the move stops.
         switch node {
         case let .leaf(entries):
-            try write(PageCodec.encodeLeaf(entries[...], id: target, generation: generation, pageBytes: pageBytes), at: target)
+            let cells = entries.map(CellToWrite.entry)[...]
+            guard compressesLeaves || PageCodec.leafFits(entries, pageBytes: pageBytes),
+                  cells.reduce(0, { $0 + $1.cellBytes }) <= PageCodec.maxExpandedCapacity(pageBytes: pageBytes),
+                  case .page(var page, _) = PageCodec.encodeLeafPage(cells: cells, id: .none, generation: generation, pageBytes: pageBytes,
+                                                                     compress: compressesLeaves, scratch: &scratch)
+            else { throw RelocationStopped(page: id) }
+            freed.append(id)
+            let target = try allocator.allocate()
+            PageCodec.readdress(&page, to: target)
+            try write(page, at: target)
+            return target
         case let .branch(children):
+            guard PageCodec.branchFits(children, pageBytes: pageBytes) else { throw RelocationStopped(page: id) }
+            freed.append(id)
+            let target = try allocator.allocate()
             try write(PageCodec.encodeBranch(children[...], id: target, generation: generation, pageBytes: pageBytes), at: target)
+            return target
         }
-        return target
     }
 
     /// Merges a leaf's entries with the changes that fall in it. A change whose cell fits
@@ -293,8 +326,7 @@ struct TreeWriter {
         guard changes.count > Self.mergePieceChanges else {
             return try writeLeaves(merge(old, changes), lower: lower, packFull: packFull)
         }
-        var run = LeafRun(target: packFull ? capacity : capacity * Self.splitFill.numerator / Self.splitFill.denominator,
-                          lower: lower)
+        var run = LeafRun(target: nil, fill: packFull ? (1, 1) : Self.splitFill, limit: leafLimit, lower: lower)
         var rest = old[...]
         var start = changes.startIndex
         while start < changes.endIndex {
@@ -319,13 +351,17 @@ struct TreeWriter {
     /// nearly empty page beside it).
     private mutating func writeLeaves(_ entries: [CellToWrite], lower: [UInt8], packFull: Bool) throws -> [BranchEntry] {
         let total = entries.reduce(0) { $0 + $1.cellBytes }
-        var target = capacity
-        if !packFull && total > capacity {
+        let capacity = leafCapacity
+        var target: Int?
+        if compressesLeaves && total <= PageCodec.maxExpandedCapacity(pageBytes: pageBytes) {
+            // One leaf, when its block fits; `writeLeaf` splits it by the block's size if not.
+            target = total
+        } else if !packFull && total > capacity {
             let fill = capacity * Self.splitFill.numerator / Self.splitFill.denominator
             let pages = (total + fill - 1) / fill
             target = (total + pages - 1) / pages
         }
-        var run = LeafRun(target: target, lower: lower)
+        var run = LeafRun(target: target, fill: (1, 1), limit: leafLimit, lower: lower)
         for entry in entries { try add(entry, to: &run) }
         try flush(&run)
         return run.written
@@ -334,15 +370,21 @@ struct TreeWriter {
     /// Leaves being filled in key order: the entries of the one not yet written, and a
     /// branch entry for each written one.
     private struct LeafRun {
-        /// A leaf is written once its cells reach this many bytes (or the next would not fit).
-        let target: Int
+        /// A leaf is written once its cells reach `target` bytes, or when nil, `fill` of the
+        /// writer's `leafCapacity` as it stands (compressing, it follows the blocks made so
+        /// far); or when the next cell would pass `limit`, what one leaf may hold.
+        let target: Int?
+        let fill: (numerator: Int, denominator: Int)
+        let limit: Int
         let lower: [UInt8]
         var pending: [CellToWrite] = []
         var used = 0
         var written: [BranchEntry] = []
 
-        init(target: Int, lower: [UInt8]) {
+        init(target: Int?, fill: (numerator: Int, denominator: Int), limit: Int, lower: [UInt8]) {
             self.target = target
+            self.fill = fill
+            self.limit = limit
             self.lower = lower
         }
     }
@@ -350,22 +392,57 @@ struct TreeWriter {
     /// Adds the next entry, writing the pending leaf first when it is full.
     private mutating func add(_ entry: CellToWrite, to run: inout LeafRun) throws {
         let bytes = entry.cellBytes
-        if !run.pending.isEmpty && (run.used >= run.target || run.used + bytes > capacity) { try flush(&run) }
+        let target = run.target ?? leafCapacity * run.fill.numerator / run.fill.denominator
+        if !run.pending.isEmpty && (run.used >= target || run.used + bytes > run.limit) { try flush(&run) }
         run.pending.append(entry)
         run.used += bytes
     }
 
-    /// Writes the pending entries as one leaf. Every leaf holds at least one entry; a cell no
+    /// Writes the pending entries as one leaf, or as several when they are compressed and
+    /// their block does not fit a page. Every leaf holds at least one entry; a cell no
     /// page can hold (a key over the limit that got past every check) is refused before
     /// anything is written.
     private mutating func flush(_ run: inout LeafRun) throws {
         guard !run.pending.isEmpty else { return }
-        guard run.used <= capacity else { throw EngineError.keyTooLarge(byteCount: run.pending[0].key.count, limit: Limits.maxKeyBytes) }
-        let id = try allocator.allocate()
-        try write(PageCodec.encodeLeaf(cells: run.pending[...], id: id, generation: generation, pageBytes: pageBytes), at: id)
-        run.written.append(BranchEntry(key: run.written.isEmpty ? run.lower : run.pending[0].key, child: id))
+        guard run.used <= leafLimit else {
+            throw EngineError.keyTooLarge(byteCount: run.pending[0].key.count, limit: Limits.maxKeyBytes)
+        }
+        try writeLeaf(run.pending[...], id: nil, into: &run)
         run.pending.removeAll(keepingCapacity: true)
         run.used = 0
+    }
+
+    /// Writes `cells` as one leaf at `id` (or a page from the allocator); when they are
+    /// compressed and the block does not fit, as many leaves as the block's size asks for,
+    /// each a run of about equal bytes (one cell always fits a page raw, so this ends).
+    private mutating func writeLeaf(_ cells: ArraySlice<CellToWrite>, id: PageID?, into run: inout LeafRun) throws {
+        let id = try id ?? allocator.allocate()
+        switch PageCodec.encodeLeafPage(cells: cells, id: id, generation: generation, pageBytes: pageBytes,
+                                        compress: compressesLeaves, scratch: &scratch) {
+        case let .page(page, ratio):
+            if let ratio { blockRatio = (blockRatio + ratio) / 2 }
+            try write(page, at: id)
+            run.written.append(BranchEntry(key: run.written.isEmpty ? run.lower : cells[cells.startIndex].key, child: id))
+        case let .tooLarge(ratio, blockBytes, room):
+            blockRatio = (blockRatio + ratio) / 2
+            guard cells.count > 1 else { throw EngineError.keyTooLarge(byteCount: cells[cells.startIndex].key.count, limit: Limits.maxKeyBytes) }
+            let room = room * Self.splitFill.numerator / Self.splitFill.denominator
+            let parts = min(cells.count, max(2, (blockBytes + room - 1) / room))
+            let total = cells.reduce(0) { $0 + $1.cellBytes }
+            // Cut where the bytes before reach 1/parts, 2/parts, … of the total; at least once.
+            var cuts: [Int] = []
+            var used = 0
+            for index in cells.indices.dropFirst() {
+                used += cells[index - 1].cellBytes
+                if cuts.count + 1 < parts && used * parts >= total * (cuts.count + 1) { cuts.append(index) }
+            }
+            if cuts.isEmpty { cuts = [cells.endIndex - 1] }
+            var start = cells.startIndex
+            for (position, cut) in (cuts + [cells.endIndex]).enumerated() {
+                try writeLeaf(cells[start..<cut], id: position == 0 ? id : nil, into: &run)
+                start = cut
+            }
+        }
     }
 
     /// Writes entries as full branches; returns one entry per branch for the level above.

@@ -11,6 +11,7 @@
 // snapshots, batches) is not shown: applications change data through contexts, and ask
 // the store for what they need of the storage (Store+Maintenance.swift).
 @_exported import struct StrataEngine.EngineOptions
+@_exported import enum StrataEngine.LeafCompression
 @_exported import enum StrataEngine.EngineError
 @_exported import enum StrataEngine.AccessMode
 @_exported import enum StrataEngine.Limits

@@ -1,7 +1,8 @@
 // The engines under test, each behind one small protocol: a transaction of puts and
 // deletes, point reads, and a full ordered scan. Settings follow Benchmarks/README.md.
 //  - strata / strata-relaxed: Strata's storage engine, durability .full / .relaxed; its
-//    contexts (child contexts committed or discarded) for `nested`.
+//    contexts (child contexts committed or discarded) for `nested`. strata-lz4: strata with
+//    its leaves LZ4-compressed (`EngineOptions.leafCompression`).
 //  - sqlite: one table (k BLOB PRIMARY KEY, v BLOB) WITHOUT ROWID, journal_mode=WAL,
 //    synchronous=FULL, prepared statements, BEGIN/COMMIT per transaction; SAVEPOINT,
 //    RELEASE and ROLLBACK TO for `nested`.
@@ -74,8 +75,9 @@ final class StrataEngineBench: BenchEngine {
     var engine: StorageEngine { store.storageEngine }
     private let readSnapshot = Mutex<Snapshot?>(nil)
 
-    init(directory: String, durability: Durability, checkpoints: Bool = true) throws {
+    init(directory: String, durability: Durability, checkpoints: Bool = true, leafCompression: LeafCompression = .none) throws {
         var options = EngineOptions(durability: durability)
+        options.leafCompression = leafCompression
         if !checkpoints {
             options.checkpointMemtableBytes = .max
             options.checkpointLogBytes = .max

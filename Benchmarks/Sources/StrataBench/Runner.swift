@@ -222,7 +222,7 @@ struct Runner {
     private func startReadProcesses(directory: String, keys: Int) throws -> [(Process, Pipe)] {
         let path: String
         switch engine {
-        case "strata", "strata-relaxed": path = directory
+        case "strata", "strata-relaxed", "strata-lz4": path = directory
         case "sqlite": path = directory + "/sqlite.db"
         default: return []
         }
@@ -313,6 +313,7 @@ struct Runner {
         switch engine {
         case "strata": try StrataEngineBench(directory: directory, durability: .full)
         case "strata-relaxed": try StrataEngineBench(directory: directory, durability: .relaxed)
+        case "strata-lz4": try StrataEngineBench(directory: directory, durability: .full, leafCompression: .lz4)
         case "sqlite": try SQLiteBench(directory: directory)
         case "lmdb": try LMDBBench(directory: directory)
         case "leveldb": try LSMBench(.leveldb, directory: directory)
@@ -397,7 +398,7 @@ struct ReadProcess {
         let reader: any BenchReader
         var store: Store?
         switch engine {
-        case "strata", "strata-relaxed":
+        case "strata", "strata-relaxed", "strata-lz4":
             let opened = try Store.open(path: path, mode: .readOnly)
             store = opened
             reader = StrataReader(engine: opened.storageEngine)

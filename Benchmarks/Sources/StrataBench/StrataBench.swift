@@ -18,7 +18,8 @@ struct StrataBench: ParsableCommand {
         commandName: "strata-bench",
         abstract: "Strata next to SQLite, LMDB, LevelDB, RocksDB and the disk's raw fdatasync rate, and Strata over etcd.")
 
-    static let allEngines = ["strata", "strata-relaxed", "sqlite", "grdb", "lmdb", "leveldb", "rocksdb", "fdatasync", "etcd", "etcd-cluster"]
+    static let allEngines = ["strata", "strata-relaxed", "strata-lz4", "sqlite", "grdb", "lmdb", "leveldb", "rocksdb", "fdatasync",
+                             "etcd", "etcd-cluster"]
     static let allWorkloads = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readrandom",
                                "readseq", "deleterandom", "readwhilewriting", "nested", "recover", "reopen", "records-insert", "records-fetch",
                                "records-range", "records-count", "records-update", "records-relations", "records-sort-text",
@@ -27,8 +28,9 @@ struct StrataBench: ParsableCommand {
     /// The engines a run takes when none are named: etcd only on request (it needs `etcd`
     /// installed, and its fills are slow enough to want a smaller --num). `etcd` is one
     /// member over plain HTTP; `etcd-cluster` three members with TLS (client certificates
-    /// required) and authentication on.
-    static let defaultEngines = allEngines.filter { !$0.hasPrefix("etcd") }
+    /// required) and authentication on. `strata-lz4` (Strata with
+    /// `EngineOptions.leafCompression = .lz4`) also only when named.
+    static let defaultEngines = allEngines.filter { !$0.hasPrefix("etcd") && $0 != "strata-lz4" }
 
     @Option(help: "Comma-separated engines: \(allEngines.joined(separator: ", ")) (etcd and etcd-cluster only when named).")
     var engines = defaultEngines.joined(separator: ",")
@@ -60,7 +62,7 @@ struct StrataBench: ParsableCommand {
     @Option(help: "readwhilewriting: reader threads beside the writer.")
     var readers = 4
 
-    @Option(help: "readwhilewriting: reader processes beside the writer as well (strata, strata-relaxed and sqlite).")
+    @Option(help: "readwhilewriting: reader processes beside the writer as well (strata, strata-relaxed, strata-lz4 and sqlite).")
     var readerProcesses = 0
 
     @Flag(name: .customLong("split-cpus"), help: """

@@ -1,0 +1,269 @@
+// Leaves stored LZ4-compressed (`EngineOptions.leafCompression`, FORMAT.md "Compressed
+// leaves"): an expansion is the raw leaf it was made from; stores written with and without
+// compression read each other's leaves; data that does not compress keeps leaves as full
+// as without; a hostile compressed page is a corrupt page naming its offset, never a trap
+// or a large allocation; a vacuuming close moves compressed leaves like any other.
+@testable import StrataEngine
+import StrataCodec
+import StrataFileIO
+import StrataWAL
+import Testing
+
+@Suite struct CompressedLeafTests {
+    /// Values of `size` bytes, half random and half one repeated byte (half compress away).
+    private func value(_ size: Int, _ random: inout SplitMix64, compressible: Bool = true) -> [UInt8] {
+        var value = (0..<size).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+        if compressible, size > 1 { value.replaceSubrange(size / 2..<size, with: repeatElement(value[0], count: size - size / 2)) }
+        return value
+    }
+
+    private func options(_ compression: LeafCompression) -> EngineOptions {
+        var options = EngineOptions()
+        options.leafCompression = compression
+        return options
+    }
+
+    /// Fills /db with `count` keys of `size`-byte values in batches of 500, checkpoints,
+    /// and returns the model.
+    @discardableResult
+    private func fill(_ engine: StorageEngine, count: Int, size: Int, random: inout SplitMix64,
+                      compressible: Bool = true, keyOffset: Int = 0, keyStride: Int = 1,
+                      checkpoint: Bool = true) throws -> [[UInt8]: [UInt8]] {
+        var model: [[UInt8]: [UInt8]] = [:]
+        for start in stride(from: 0, to: count, by: 500) {
+            var batch = WALBatch()
+            for index in start..<min(count, start + 500) {
+                let key = Array(String(format: "key%010d", index * keyStride * 7 + keyOffset).utf8)
+                let value = value(size, &random, compressible: compressible)
+                batch.put(key, value)
+                model[key] = value
+            }
+            try engine.commit(batch)
+        }
+        if checkpoint { try engine.checkpoint() }
+        return model
+    }
+
+    private func expectHolds(_ engine: StorageEngine, _ model: [[UInt8]: [UInt8]], _ note: Comment) throws {
+        let snapshot = engine.snapshot()
+        for (key, value) in model { #expect(try snapshot.get(key) == value, note) }
+        var keys: [[UInt8]] = []
+        try snapshot.forEach(reverse: true) { key, _ in
+            keys.append(key.withUnsafeBytes { Array($0) })
+            return true
+        }
+        #expect(keys == model.keys.sorted { compareKeys($0, $1) > 0 }, note)
+    }
+
+    /// CompressedLeaf.C2: whatever the cells (inline values, tombstones, overflow
+    /// references, keys of 1 to 300 bytes sharing prefixes or not) and the page size, the
+    /// expansion of a compressed leaf is the raw leaf of its cells, slots and hints included
+    /// (and a 64 KiB page's leaves, which no expansion could outgrow, stay raw).
+    @Test(arguments: [4_096, 16_384, 65_536])
+    func anExpansionIsTheRawLeafItWasMadeFrom(pageBytes: Int) throws {
+        let seed = UInt64(0xC0_4000 + pageBytes)
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        var scratch: [UInt8] = []
+        var compressed = 0
+        for round in 0..<40 {
+            var keys = Set<[UInt8]>()
+            let prefix = [UInt8](repeating: 0x70, count: Int(random.next() % 40))
+            while keys.count < (30 + Int(random.next() % 400)) * pageBytes / 4_096 {
+                let length = 1 + Int(random.next() % (random.next() % 4 == 0 ? 300 : 12))
+                keys.insert(prefix + (0..<length).map { _ in UInt8(truncatingIfNeeded: 0x61 + random.next() % 6) })
+            }
+            var entries: [LeafEntry] = []
+            for key in keys.sorted(by: { compareKeys($0, $1) < 0 }) {
+                let payload: Payload
+                switch random.next() % 8 {
+                case 0: payload = .tombstone
+                case 1: payload = .overflow(first: PageID(2 + random.next() % 1_000), byteCount: 5_000)
+                default: payload = .inline(value(Int(random.next() % 200), &random))
+                }
+                entries.append(LeafEntry(key: key, version: random.next() % 1_000_000, payload: payload))
+            }
+            // As many entries as fit the largest expansion.
+            var total = 0
+            entries = Array(entries.prefix { entry in
+                total += entry.cellBytes
+                return total <= PageCodec.maxExpandedCapacity(pageBytes: pageBytes)
+            })
+            let cells = entries.map(CellToWrite.entry)[...]
+            let id = PageID(2 + UInt64(round))
+            guard case let .page(page, ratio) = PageCodec.encodeLeafPage(cells: cells, id: id, generation: 5, pageBytes: pageBytes,
+                                                                         compress: true, scratch: &scratch) else { continue }
+            #expect(page.count == pageBytes)
+            let (type, count, _) = try PageCodec.verify(page, id: id, expected: .tree)
+            #expect(type == .leaf && count == entries.count)
+            guard ratio != nil else {
+                #expect(page.withUnsafeBytes { !PageCodec.isCompressedLeaf($0) })
+                continue
+            }
+            compressed += 1
+            let raw = PageCodec.encodeLeaf(cells: cells, id: id, generation: 5,
+                                           pageBytes: PageCodec.hintedSlotsStart + cells.reduce(0) { $0 + $1.cellBytes }, seal: false)
+            let expanded = try page.withUnsafeBytes { try PageCodec.expandLeaf($0, pageBytes: pageBytes) }
+            #expect(expanded[4...] == raw[4...], "round \(round)")
+            #expect(try PageCodec.decodeLeaf(expanded, count: count) == entries, "round \(round)")
+        }
+        // A 64 KiB page's cell offsets reach no further than the page: its leaves stay raw.
+        #expect(pageBytes == 65_536 ? compressed == 0 : compressed > 10, "most rounds make a compressed leaf")
+    }
+
+    /// A store written raw reads after a reopen with compression on, and the leaves its
+    /// checkpoints rewrite come out compressed; a reopen with compression off reads them
+    /// and writes raw leaves again. Every step verifies and holds the model.
+    @Test func storesWrittenEitherWayReadEachOthersLeaves() throws {
+        let seed: UInt64 = 0xC0_4001
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let fileSystem = SimulatedFileSystem()
+        var (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.none))
+        var model = try fill(engine, count: 6_000, size: 100, random: &random)
+        var report = engine.verify()
+        #expect(report.isValid && report.compressedLeafPages == 0, "\(report)")
+        let rawLeaves = report.leafPages
+        try engine.close()
+
+        (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.lz4))
+        try expectHolds(engine, model, "raw leaves read with compression on")
+        // Three new keys for every four, in three checkpoints: every leaf outgrows its page
+        // (a fourth would take its cells past what one compressed page holds: it would split).
+        for round in 0..<3 {
+            model.merge(try fill(engine, count: 1_500, size: 100, random: &random, keyOffset: 1 + round * 7, keyStride: 4)) { $1 }
+        }
+        report = engine.verify()
+        #expect(report.isValid, "\(report)")
+        #expect(report.compressedLeafPages * 10 > report.leafPages * 9, "leaves that outgrew a page are compressed: \(report)")
+        #expect(report.leafPages * 10 < rawLeaves * 12, "1.75 times the keys in fewer than 1.2 times the leaves: \(report) against \(rawLeaves)")
+        try expectHolds(engine, model, "compressed")
+        try engine.close()
+
+        (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.none))
+        try expectHolds(engine, model, "compressed leaves read with compression off")
+        var batch = WALBatch()
+        for key in model.keys.sorted(by: { compareKeys($0, $1) < 0 }).prefix(3_000) {
+            let value = value(90, &random)
+            batch.put(key, value)
+            model[key] = value
+        }
+        try engine.commit(batch)
+        try engine.checkpoint()
+        report = engine.verify()
+        #expect(report.isValid && report.compressedLeafPages > 0 && report.compressedLeafPages < report.leafPages, "\(report)")
+        try expectHolds(engine, model, "mixed")
+        try engine.close()
+    }
+
+    /// Values that do not compress: leaves stay raw and as full as without compression
+    /// (a compression that fails splits a leaf by its block's size, not into slivers).
+    @Test func incompressibleValuesKeepLeavesAsFullAsRaw() throws {
+        let seed: UInt64 = 0xC0_4002
+        print("seed \(seed)")
+        var leaves: [LeafCompression: Int] = [:]
+        for compression in [LeafCompression.none, .lz4] {
+            var random = SplitMix64(seed: seed)
+            let fileSystem = SimulatedFileSystem()
+            let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(compression))
+            let model = try fill(engine, count: 8_000, size: 100, random: &random, compressible: false)
+            // Random updates among the keys split leaves as a B+tree's do.
+            var batch = WALBatch()
+            for key in model.keys.shuffled(using: &random).prefix(2_000) { batch.put(key + [0x21], value(100, &random, compressible: false)) }
+            try engine.commit(batch)
+            try engine.checkpoint()
+            let report = engine.verify()
+            #expect(report.isValid && report.compressedLeafPages * 20 < report.leafPages, "\(compression): \(report)")
+            leaves[compression] = report.leafPages
+            try engine.close()
+        }
+        let raw = try #require(leaves[.none])
+        let compressed = try #require(leaves[.lz4])
+        #expect(compressed * 10 <= raw * 11, "\(compressed) leaves with compression on, \(raw) without")
+    }
+
+    /// A vacuuming close moves compressed leaves to the front of the file and shrinks it;
+    /// the store reopens whole.
+    @Test func aVacuumingCloseMovesCompressedLeaves() throws {
+        let seed: UInt64 = 0xC0_4003
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let fileSystem = SimulatedFileSystem()
+        var (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.lz4))
+        var model: [[UInt8]: [UInt8]] = [:]
+        for round in 0..<4 { model = try fill(engine, count: 5_000, size: 120, random: &random, checkpoint: round < 3) }
+        let before = try fileSystem.open("/db/data", options: []).size()
+        try engine.close()
+        let after = try fileSystem.open("/db/data", options: []).size()
+        #expect(after * 5 < before * 3, "the close gave pages back: \(before) → \(after) bytes")
+        (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.lz4))
+        let report = engine.verify()
+        #expect(report.isValid && report.compressedLeafPages > 0, "\(report)")
+        try expectHolds(engine, model, "after the vacuum")
+        try engine.close()
+    }
+
+    /// A compressed leaf whose lengths, block or cells were forged (its checksum made to
+    /// match) is a corrupt page naming the data file and the page's offset, for a point
+    /// read, a scan and `verify`, never a trap or a large allocation.
+    @Test(arguments: ["cells length", "block length", "block bytes", "tail", "count", "flags"])
+    func aForgedCompressedLeafIsACorruptPageNamingItsOffset(damage: String) throws {
+        let seed: UInt64 = 0xC0_4004
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let fileSystem = SimulatedFileSystem()
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.lz4))
+        try fill(engine, count: 3_000, size: 100, random: &random)
+        try engine.close()
+        // The first compressed leaf of the file.
+        let image = try #require(fileSystem.contents(of: "/db/data"))
+        let pageBytes = 4_096
+        let found = (2..<(image.count / pageBytes)).first { index in
+            let page = Array(image[(index * pageBytes)..<((index + 1) * pageBytes)])
+            guard let (type, _, _) = try? PageCodec.verify(page, id: PageID(UInt64(index)), expected: .tree) else { return false }
+            return type == .leaf && page.withUnsafeBytes { PageCodec.isCompressedLeaf($0) }
+        }
+        let index = try #require(found)
+        let offset = index * pageBytes
+        var page = Array(image[offset..<(offset + pageBytes)])
+        let blockBytes = Int(page[36]) | Int(page[37]) << 8
+        switch damage {
+        case "cells length": page.replaceSubrange(32..<36, with: [0xFF, 0xFF, 0xFF, 0x7F])
+        case "block length": page.replaceSubrange(36..<40, with: [0xFF, 0x0F, 0, 0])
+        case "block bytes": for at in 40..<(40 + blockBytes) where at % 3 == 0 { page[at] ^= 0x5A }
+        case "tail": page[pageBytes - 1] = 1
+        case "count": page[6] &+= 1
+        default:
+            // The last key's cell (the block's first) gets flags no cell has, and the cells
+            // are compressed again: a block that expands to the right length.
+            var expanded = try page.withUnsafeBytes { try PageCodec.expandLeaf($0, pageBytes: pageBytes) }
+            let count = Int(page[6]) | Int(page[7]) << 8
+            let cellsStart = PageCodec.hintedSlotsStart + PageCodec.hintedSlotBytes * count
+            var at = cellsStart + 1 + Int(expanded[cellsStart])
+            while expanded[at] & 0x80 != 0 { at += 1 }
+            expanded[at + 1] = 9
+            var block = [UInt8](repeating: 0, count: pageBytes)
+            let written = expanded.withUnsafeBytes { cells in
+                block.withUnsafeMutableBytes { block in
+                    LZ4Block.compress(UnsafeRawBufferPointer(rebasing: cells[cellsStart...]), into: block, acceleration: 1)
+                }
+            }
+            let length = try #require(written)
+            page.replaceSubrange(36..<40, with: [UInt8(length & 0xFF), UInt8(length >> 8), 0, 0])
+            page.replaceSubrange(40..<pageBytes, with: block[..<length] + [UInt8](repeating: 0, count: pageBytes - 40 - length))
+        }
+        PageCodec.seal(&page)
+        fileSystem.modify("/db/data") { $0.replaceSubrange(offset..<(offset + pageBytes), with: page) }
+
+        let (reopened, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.lz4))
+        func namesThePage(_ error: any Error) -> Bool {
+            guard case let EngineError.corruptPage(path, at, _) = error else { return false }
+            return path == "/db/data" && at == Int64(offset)
+        }
+        let snapshot = reopened.snapshot()
+        #expect { try snapshot.forEach { _, _ in true } } throws: { namesThePage($0) }
+        let report = reopened.verify()
+        #expect(!report.isValid && report.problems.contains { $0.contains("offset \(offset)") }, "\(report)")
+        try reopened.close(checkpoint: false)
+    }
+}
