@@ -50,10 +50,10 @@ func printError(_ message: String) {
 /// after `body` committed is a warning, not an error: the commits are durable in the log
 /// (a commit returns only then) and the next open replays them, so the exit status says
 /// the command did what it printed.
-func withStore<T>(_ path: String, mode: AccessMode = .readWrite, create: Bool = false,
+func withStore<T>(_ path: String, mode: AccessMode = .readWrite, create: Bool = false, options: EngineOptions = EngineOptions(),
                   _ body: (Store) throws -> T) throws -> T {
     try reportingErrors {
-        let store = create ? try Store.open(path: path) : try openExistingStore(path, mode: mode)
+        let store = create ? try Store.open(path: path, options: options) : try openExistingStore(path, mode: mode, options: options)
         for line in recoveryWarnings(store.recoveryReport) { printError(line) }
         let openedAt = store.version
         let result: T

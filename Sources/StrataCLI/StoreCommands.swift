@@ -312,10 +312,15 @@ struct CompactCommand: ParsableCommand {
     @Argument(help: "The new store's directory.")
     var destination: String
 
+    @Flag(help: "Store the new store's leaves LZ4-compressed where their records do not fit a page raw (EngineOptions.leafCompression).")
+    var compressLeaves = false
+
     @OptionGroup var store: StorePath
 
     func run() throws {
-        try withStore(store.path, mode: .readOnly) { source in
+        var options = EngineOptions()
+        if compressLeaves { options.leafCompression = .lz4 }
+        try withStore(store.path, mode: .readOnly, options: options) { source in
             let total = try source.read { try $0.scan().count }
             var progress = ProgressReporter(label: "compact", total: total)
             let report = try source.compact(to: destination) { progress.update($0) }

@@ -101,11 +101,33 @@ public enum FuzzTargets {
     /// Pages 2 and up of a data file whose meta page is written here (root at page 2,
     /// height and free list from bytes 1 and 2); page IDs and checksums are fixed unless
     /// byte 0 is odd, so the fuzzer reaches slot, cell, overflow and free-list decoding.
+    /// With byte 0's bit 2 set, a page of type leaf has its bytes from 40 on (up to the
+    /// last nonzero one) compressed into a compressed leaf's block (FORMAT.md, "Compressed
+    /// leaves"), so the fuzzer reaches the cells an expansion walks.
     /// Open, get, scans both ways (copying and in place) and verify give results or typed
     /// errors.
     public static func enginePage(_ input: [UInt8]) {
-        guard input.count >= 4 else { return }
+        guard let fileSystem = enginePageStore(input),
+              let (engine, _) = try? StorageEngine.open(path: "/db", fileSystem: fileSystem, options: smallOptions()) else { return }
+        let snapshot = engine.snapshot()
+        _ = try? snapshot.get(Array("k".utf8))
+        _ = try? snapshot.scan(limit: 100)
+        _ = try? snapshot.scan(reverse: true, limit: 100)
+        _ = try? snapshot.withValue(forKey: Array("k".utf8)) { $0.byteCount }
+        var visited = 0
+        try? snapshot.forEach(reverse: input[0] & 2 != 0) { key, value in
+            visited += key.byteCount + value.byteCount
+            return visited < 1 << 20
+        }
+        _ = engine.verify()
+        try? engine.close(checkpoint: false)
+    }
+
+    /// The store at /db of an `enginePage` input (nil for an input too short to hold one).
+    static func enginePageStore(_ input: [UInt8]) -> SimulatedFileSystem? {
+        guard input.count >= 4 else { return nil }
         let fixChecksums = input[0] & 1 == 0
+        let compressLeaves = input[0] & 4 != 0
         let height = UInt64(input[1] % 4)
         let freeList = input[2] % 8 == 0 ? UInt64(3) : 0
         var pages: [[UInt8]] = []
@@ -114,6 +136,7 @@ public enum FuzzTargets {
             var page = Array(rest.prefix(pageBytes))
             rest = rest.dropFirst(pageBytes)
             page += [UInt8](repeating: 0, count: pageBytes - page.count)
+            if compressLeaves && page[4] == 3 { compressLeaf(&page) }
             if fixChecksums {
                 page.replaceSubrange(8..<16, with: littleEndian(UInt64(pages.count + 2)))
                 seal(&page)
@@ -132,19 +155,23 @@ public enum FuzzTargets {
         } catch {
             preconditionFailure("the simulated file system failed: \(error)")
         }
-        guard let (engine, _) = try? StorageEngine.open(path: "/db", fileSystem: fileSystem, options: smallOptions()) else { return }
-        let snapshot = engine.snapshot()
-        _ = try? snapshot.get(Array("k".utf8))
-        _ = try? snapshot.scan(limit: 100)
-        _ = try? snapshot.scan(reverse: true, limit: 100)
-        _ = try? snapshot.withValue(forKey: Array("k".utf8)) { $0.byteCount }
-        var visited = 0
-        try? snapshot.forEach(reverse: input[0] & 2 != 0) { key, value in
-            visited += key.byteCount + value.byteCount
-            return visited < 1 << 20
+        return fileSystem
+    }
+
+    /// Makes `page` a compressed leaf whose cells are its bytes from 40 to its last nonzero
+    /// one (left alone when they do not compress into the page).
+    private static func compressLeaf(_ page: inout [UInt8]) {
+        let end = (page.lastIndex { $0 != 0 } ?? 0) + 1
+        guard end > 40 else { return }
+        let cells = Array(page[40..<end])
+        var block = [UInt8](repeating: 0, count: pageBytes - 40)
+        let written = cells.withUnsafeBytes { cells in
+            block.withUnsafeMutableBytes { LZ4Block.compress(cells, into: $0, acceleration: 1) }
         }
-        _ = engine.verify()
-        try? engine.close(checkpoint: false)
+        guard let written else { return }
+        page[5] = 7
+        page.replaceSubrange(32..<40, with: littleEndian(UInt32(cells.count)) + littleEndian(UInt32(written)))
+        page.replaceSubrange(40..<pageBytes, with: block[..<written] + [UInt8](repeating: 0, count: pageBytes - 40 - written))
     }
 
     private static func seal(_ page: inout [UInt8]) {
