@@ -105,6 +105,14 @@ extension PageCodec {
     /// slots and hints rebuilt (CompressedLeaf.C1, C2). Every cell is walked within bounds
     /// first; a block whose cells do not add up to its leaf's count is a `PageDefect`.
     static func expandLeaf(_ page: UnsafeRawBufferPointer, pageBytes: Int) throws(PageDefect) -> [UInt8] {
+        let expanded = try expandLeafIntoBuffer(page, pageBytes: pageBytes)
+        defer { expanded.deallocate() }
+        return Array(expanded)
+    }
+
+    /// `expandLeaf` into memory the caller then owns (and deallocates): what the page cache
+    /// holds, made with one allocation and the cells decompressed in place.
+    static func expandLeafIntoBuffer(_ page: UnsafeRawBufferPointer, pageBytes: Int) throws(PageDefect) -> UnsafeMutableRawBufferPointer {
         guard page.count == pageBytes, pageBytes > compressedBlockStart else { throw PageDefect("its compressed body is truncated") }
         let count = Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: 6, as: UInt16.self)))
         let cellBytes = Int(UInt32(littleEndian: page.loadUnaligned(fromByteOffset: PageHeader.bytes, as: UInt32.self)))
@@ -120,30 +128,60 @@ extension PageCodec {
         for index in (compressedBlockStart + blockBytes)..<pageBytes where page[index] != 0 {
             throw PageDefect("byte \(index), past its LZ4 block, is not zero")
         }
-        let block = UnsafeRawBufferPointer(rebasing: page[compressedBlockStart..<(compressedBlockStart + blockBytes)])
-        let cells: [UInt8]
-        do { cells = try LZ4Block.decompress(block, decompressedCount: cellBytes) } catch {
+        let expanded = UnsafeMutableRawBufferPointer.allocate(byteCount: cellsStart + cellBytes, alignment: 16)
+        do {
+            try fillExpansion(expanded, of: page, count: count, cellsStart: cellsStart,
+                              block: UnsafeRawBufferPointer(rebasing: page[compressedBlockStart..<(compressedBlockStart + blockBytes)]))
+        } catch {
+            expanded.deallocate()
+            throw error
+        }
+        return expanded
+    }
+
+    /// Writes the expansion of a compressed leaf of `count` cells whose lengths were checked
+    /// into `expanded`: the header, the cells decompressed at `cellsStart`, then the hint
+    /// offset and the slots, from a walk of the cells that stays within them.
+    private static func fillExpansion(_ expanded: UnsafeMutableRawBufferPointer, of page: UnsafeRawBufferPointer, count: Int,
+                                      cellsStart: Int, block: UnsafeRawBufferPointer) throws(PageDefect) {
+        let cellBytes = expanded.count - cellsStart
+        do { try LZ4Block.decompress(block, into: UnsafeMutableRawBufferPointer(rebasing: expanded[cellsStart...])) } catch {
             throw PageDefect("its LZ4 block does not expand to its \(cellBytes) bytes of cells")
         }
-        // Cells lie last key first: the k-th from the start is cell count - 1 - k.
-        var offsets = [Int](repeating: 0, count: count)
-        var keys = [Range<Int>](repeating: 0..<0, count: count)
-        var reader = ByteReader(cells)
+        expanded.copyMemory(from: UnsafeRawBufferPointer(rebasing: page[..<PageHeader.bytes]))
+        expanded[leafFormatOffset] &= ~compressedBody
+        // Cells lie last key first: the k-th from the start is cell count - 1 - k. Each
+        // slot's offset is stored as its cell is reached; hints wait for the prefix.
+        let bytes = UnsafeRawBufferPointer(expanded)
+        let end = expanded.count
+        var at = cellsStart
+        var firstKey = 0..<0
+        var lastKey = 0..<0
         do {
             for index in (0..<count).reversed() {
-                guard !reader.isAtEnd else { throw PageDefect("its cells end before cell \(index)") }
-                offsets[index] = cellsStart + (cells.count - reader.remaining)
-                let keyLength = try reader.readLength(limit: Limits.maxKeyBytes)
-                guard keyLength > 0 else { throw PageDefect("cell \(index) has an empty key") }
-                let keyStart = cells.count - reader.remaining
-                keys[index] = keyStart..<(keyStart + keyLength)
-                try reader.skip(keyLength)
-                _ = try reader.readVarint()
-                switch try reader.readUInt8() {
-                case 0: try reader.skip(try reader.readLength(limit: reader.remaining))
-                case overflowFlag: try reader.skip(12)
+                guard at < end else { throw PageDefect("its cells end before cell \(index)") }
+                expanded.storeBytes(of: UInt16(at).littleEndian, toByteOffset: hintedSlotsStart + hintedSlotBytes * index, as: UInt16.self)
+                let keyLength = Int(try Varint.read(bytes, at: &at, end: end))
+                guard keyLength > 0, keyLength <= Limits.maxKeyBytes, keyLength <= end - at else {
+                    throw PageDefect("cell \(index) has a key of \(keyLength) bytes")
+                }
+                if index == count - 1 { lastKey = at..<(at + keyLength) }
+                if index == 0 { firstKey = at..<(at + keyLength) }
+                at += keyLength
+                _ = try Varint.read(bytes, at: &at, end: end)
+                guard at < end else { throw PageDefect("cell \(index) ends before its flags") }
+                let flags = bytes[at]
+                at += 1
+                switch flags {
+                case 0:
+                    let valueLength = try Varint.read(bytes, at: &at, end: end)
+                    guard valueLength <= UInt64(end - at) else { throw PageDefect("cell \(index) has a value past its leaf") }
+                    at += Int(valueLength)
+                case overflowFlag:
+                    guard end - at >= 12 else { throw PageDefect("cell \(index) has an overflow reference past its leaf") }
+                    at += 12
                 case tombstoneFlag: break
-                case let flags: throw PageDefect("cell \(index) has flags \(flags)")
+                default: throw PageDefect("cell \(index) has flags \(flags)")
                 }
             }
         } catch let defect as PageDefect {
@@ -151,27 +189,21 @@ extension PageCodec {
         } catch {
             throw PageDefect("its compressed cells do not decode: \(error)")
         }
-        guard reader.isAtEnd else { throw PageDefect("its block holds \(reader.remaining) bytes after its \(count) cells") }
+        guard at == end else { throw PageDefect("its block holds \(end - at) bytes after its \(count) cells") }
         // The hint offset is the first and last keys' common prefix (FORMAT.md, "Hints").
-        let first = keys[0]
-        let last = keys[count - 1]
         var prefix = 0
-        while prefix < min(first.count, last.count) && cells[first.lowerBound + prefix] == cells[last.lowerBound + prefix] { prefix += 1 }
-        var expanded = [UInt8](repeating: 0, count: cellsStart + cells.count)
-        expanded.withUnsafeMutableBytes { expanded in
-            expanded.copyMemory(from: UnsafeRawBufferPointer(rebasing: page[..<PageHeader.bytes]))
-            expanded[leafFormatOffset] &= ~compressedBody
-            expanded.storeBytes(of: UInt16(prefix).littleEndian, toByteOffset: PageHeader.bytes, as: UInt16.self)
-            cells.withUnsafeBytes { cells in
-                UnsafeMutableRawBufferPointer(rebasing: expanded[cellsStart...]).copyMemory(from: cells)
-                for index in 0..<count {
-                    let slot = hintedSlotsStart + hintedSlotBytes * index
-                    expanded.storeBytes(of: UInt16(offsets[index]).littleEndian, toByteOffset: slot, as: UInt16.self)
-                    let hint = hint(of: UnsafeRawBufferPointer(rebasing: cells[keys[index]]), at: prefix)
-                    expanded.storeBytes(of: hint.bigEndian, toByteOffset: slot + 2, as: UInt32.self)
-                }
-            }
+        while prefix < min(firstKey.count, lastKey.count) && bytes[firstKey.lowerBound + prefix] == bytes[lastKey.lowerBound + prefix] {
+            prefix += 1
         }
-        return expanded
+        expanded.storeBytes(of: UInt16(prefix).littleEndian, toByteOffset: PageHeader.bytes, as: UInt16.self)
+        for index in 0..<count {
+            let slot = hintedSlotsStart + hintedSlotBytes * index
+            let offset = Int(UInt16(littleEndian: bytes.loadUnaligned(fromByteOffset: slot, as: UInt16.self)))
+            // The key's length is a varint of at most two bytes (keys are at most 768 bytes).
+            var keyStart = offset
+            let keyLength = Int((try? Varint.read(bytes, at: &keyStart, end: end)) ?? 0)
+            let hint = hint(of: UnsafeRawBufferPointer(rebasing: bytes[keyStart..<(keyStart + keyLength)]), at: prefix)
+            expanded.storeBytes(of: hint.bigEndian, toByteOffset: slot + 2, as: UInt32.self)
+        }
     }
 }

@@ -220,7 +220,7 @@ final class PageFile: Sendable {
         let (bytes, type, count, word) = try readPage(id, types: .tree)
         let cached = try bytes.withUnsafeBytes { page in
             PageCodec.isCompressedLeaf(page)
-                ? CachedPage(try expand(id, page), type: type, count: count, word: word)
+                ? CachedPage(owning: try expandInPlace(id, page), type: type, count: count, word: word)
                 : CachedPage(bytes, type: type, count: count, word: word)
         }
         cache.insert(id, cached)
@@ -231,7 +231,7 @@ final class PageFile: Sendable {
     /// cache or expanded into it.
     private func expandedLeaf(_ id: PageID, _ page: UnsafeRawBufferPointer) throws -> CachedPage {
         if let cached = cache.page(id) { return cached }
-        let expanded = CachedPage(try expand(id, page), type: .leaf,
+        let expanded = CachedPage(owning: try expandInPlace(id, page), type: .leaf,
                                   count: Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: 6, as: UInt16.self))), word: 0)
         cache.insert(id, expanded)
         return expanded
@@ -240,6 +240,11 @@ final class PageFile: Sendable {
     /// A verified compressed leaf's expansion; a bad block is `corruptPage` naming the page.
     private func expand(_ id: PageID, _ page: UnsafeRawBufferPointer) throws(EngineError) -> [UInt8] {
         do { return try PageCodec.expandLeaf(page, pageBytes: pageBytes) } catch { throw corrupt(id, error) }
+    }
+
+    /// `expand` into memory the caller owns (a `CachedPage`).
+    private func expandInPlace(_ id: PageID, _ page: UnsafeRawBufferPointer) throws(EngineError) -> UnsafeMutableRawBufferPointer {
+        do { return try PageCodec.expandLeafIntoBuffer(page, pageBytes: pageBytes) } catch { throw corrupt(id, error) }
     }
 
     /// `corruptPage` for page `id`, or `closed` once the store closed (a reader that raced

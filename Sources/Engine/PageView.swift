@@ -17,6 +17,11 @@ final class CachedPage: Sendable {
         page = TreePage(bytes: UnsafeRawBufferPointer(copy), type: type, count: count, word: word)
     }
 
+    /// A page whose bytes, allocated by the caller, the object owns from now on.
+    init(owning bytes: UnsafeMutableRawBufferPointer, type: PageType, count: Int, word: UInt64) {
+        page = TreePage(bytes: UnsafeRawBufferPointer(bytes), type: type, count: count, word: word)
+    }
+
     deinit { page.bytes.deallocate() }
 }
 
