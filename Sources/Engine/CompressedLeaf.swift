@@ -28,6 +28,8 @@ extension PageCodec {
     /// Where a compressed leaf's LZ4 block starts: after its body's length (4 bytes) and
     /// the block's (4 bytes).
     static let compressedBlockStart = PageHeader.bytes + 8
+    /// A leaf is stored compressed only when its block takes at most this much of its cells.
+    static let compressionWorthwhile = (numerator: 7, denominator: 8)
     /// LZ4's acceleration for leaves: the tightest packing (the log takes speed instead).
     static let leafAcceleration: Int32 = 1
 
@@ -73,12 +75,21 @@ extension PageCodec {
         let bound = LZ4Block.compressBound(cellBytes)
         if scratch.count < bound { scratch = [UInt8](repeating: 0, count: bound) }
         let room = pageBytes - compressedBlockStart
-        let blockBytes = expanded.withUnsafeBytes { expanded in
+        let compressed = expanded.withUnsafeBytes { expanded in
             scratch.withUnsafeMutableBytes { scratch in
                 LZ4Block.compress(UnsafeRawBufferPointer(rebasing: expanded[cellsStart...]), into: scratch,
                                   acceleration: leafAcceleration)
             }
-        } ?? cellBytes
+        }
+        // Cells that do not compress by an eighth stay raw (split into pages they fit): a
+        // raw leaf is read in place, a compressed one only through an expansion. They
+        // count as taking their whole size, so the writer stops giving leaves more cells
+        // than a page holds raw.
+        guard let blockBytes = compressed, blockBytes * compressionWorthwhile.denominator
+                <= cellBytes * compressionWorthwhile.numerator else {
+            return .tooLarge(blockRatio: max(1, Double(compressed ?? cellBytes) / Double(cellBytes)),
+                             blockBytes: max(compressed ?? cellBytes, cellBytes), room: room)
+        }
         let ratio = Double(blockBytes) / Double(expanded.count - PageHeader.bytes)
         guard blockBytes <= room else { return .tooLarge(blockRatio: ratio, blockBytes: blockBytes, room: room) }
         var page = emptyPage(.leaf, id: id, generation: generation, count: cells.count, word: 0, pageBytes: pageBytes)
@@ -161,10 +172,11 @@ extension PageCodec {
             for index in (0..<count).reversed() {
                 guard at < end else { throw PageDefect("its cells end before cell \(index)") }
                 expanded.storeBytes(of: UInt16(at).littleEndian, toByteOffset: hintedSlotsStart + hintedSlotBytes * index, as: UInt16.self)
-                let keyLength = Int(try Varint.read(bytes, at: &at, end: end))
-                guard keyLength > 0, keyLength <= Limits.maxKeyBytes, keyLength <= end - at else {
-                    throw PageDefect("cell \(index) has a key of \(keyLength) bytes")
+                let keyVarint = try Varint.read(bytes, at: &at, end: end)
+                guard keyVarint > 0, keyVarint <= UInt64(Limits.maxKeyBytes), keyVarint <= UInt64(end - at) else {
+                    throw PageDefect("cell \(index) has a key of \(keyVarint) bytes")
                 }
+                let keyLength = Int(keyVarint)
                 if index == count - 1 { lastKey = at..<(at + keyLength) }
                 if index == 0 { firstKey = at..<(at + keyLength) }
                 at += keyLength

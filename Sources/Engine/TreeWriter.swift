@@ -3,7 +3,9 @@
 // a page of the old tree (which snapshots may still read).
 //
 // A leaf that receives changes is merged and rewritten, split into as many pages as its
-// entries need; a leaf left empty disappears. A branch whose children changed is rebuilt
+// entries need (leaves side by side that all receive changes are rewritten as one run,
+// their entries spread evenly over the pages they need: `LeafGroup`); a leaf left empty
+// disappears. A branch whose children changed is rebuilt
 // from their replacements the same way, up to the root; new levels appear when the root
 // splits and single-child roots are collapsed. Pages are not merged when they shrink
 // (deletes can leave pages under-full; `verify` reports fill).
@@ -159,6 +161,29 @@ struct TreeWriter {
         return BTree(root: root, height: height)
     }
 
+    /// Leaves side by side under one branch that a checkpoint rewrites: their entries in
+    /// order, the changes that fall in them, and the lower bound of the first. Written as
+    /// one run, their entries are spread evenly over as many leaves as they need, instead
+    /// of each leaf being split on its own: under random inserts every leaf grows at the
+    /// same pace, splits at the same checkpoint and is left half full, so rewritten one by
+    /// one the leaves averaged 61 % full (400,000 random keys, compressed leaves); the
+    /// pages are rewritten either way, so this costs no write.
+    private struct LeafGroup {
+        var lower: [UInt8]
+        var entries: [LeafEntry]
+        var changes: Range<Int>
+    }
+
+    /// Writes a group of leaves (see `LeafGroup`); `changes` is the slice its range indexes.
+    private mutating func writeGroup(_ group: LeafGroup, _ changes: ArraySlice<MemtableNode>) throws -> [BranchEntry] {
+        let mine = changes[group.changes]
+        // Keys only after the last entry (sequential inserts) pack new leaves full.
+        let appending = group.entries.last.map { last in
+            last.key.withUnsafeBytes { compareBytes(mine[mine.startIndex].key, $0) > 0 }
+        } ?? true
+        return try writeMerged(group.entries, mine, lower: group.lower, packFull: appending)
+    }
+
     private mutating func rewrite(_ id: PageID, level: Int, height: Int, lower: [UInt8],
                                   changes: ArraySlice<MemtableNode>) throws -> [BranchEntry] {
         freed.append(id)
@@ -176,6 +201,9 @@ struct TreeWriter {
             children[0].key = lower
             var replaced: [BranchEntry] = []
             var rest = changes
+            // Leaves side by side that all take changes are rewritten as one run (see
+            // `LeafGroup`); any other child on its own.
+            var group: LeafGroup?
             for (index, child) in children.enumerated() {
                 let end = index + 1 < children.count ? children[index + 1].key : nil
                 let split = end.map { bound in
@@ -184,11 +212,22 @@ struct TreeWriter {
                 let mine = rest[rest.startIndex..<split]
                 rest = rest[split...]
                 if mine.isEmpty {
+                    if let pending = group.take() { replaced += try writeGroup(pending, changes) }
                     replaced.append(child)
+                } else if level + 1 == height {
+                    freed.append(child.child)
+                    guard case let .leaf(entries) = try file.node(child.child) else {
+                        throw corrupt(file, child.child, "a branch at the bottom level")
+                    }
+                    var grown = group.take() ?? LeafGroup(lower: child.key, entries: [], changes: mine.startIndex..<mine.startIndex)
+                    grown.entries += entries
+                    grown.changes = grown.changes.lowerBound..<mine.endIndex
+                    group = grown
                 } else {
                     replaced += try rewrite(child.child, level: level + 1, height: height, lower: child.key, changes: mine)
                 }
             }
+            if let pending = group.take() { replaced += try writeGroup(pending, changes) }
             guard !replaced.isEmpty else { return [] }
             replaced[0].key = lower
             return try writeBranches(replaced)

@@ -43,7 +43,7 @@ import Testing
     }
 
     /// With `compressed`, leaves are stored LZ4-compressed and values are half one repeated
-    /// byte, so most leaves are: every read path takes their expansions.
+    /// byte, so leaves that outgrow a page are: every read path takes their expansions.
     @Test(arguments: ["mapped", "cached"], [false, true])
     func everyReadPathAgreesWithAModel(kind: String, compressed: Bool) throws {
         let seed: UInt64 = 0x3A9_0001
@@ -141,7 +141,8 @@ import Testing
         }
         let report = engine.verify()
         #expect(report.isValid, "\(report)")
-        #expect(compressed ? report.compressedLeafPages * 2 > report.leafPages : report.compressedLeafPages == 0, "\(report)")
+        // (Leaves whose cells fit a page stay raw, so only some are compressed here.)
+        #expect(compressed ? report.compressedLeafPages > 0 : report.compressedLeafPages == 0, "\(report)")
         try engine.close()
     }
 
