@@ -172,6 +172,8 @@ struct TreeWriter {
         var lower: [UInt8]
         var entries: [LeafEntry]
         var changes: Range<Int>
+        /// How many leaves the entries came from.
+        var leaves = 0
     }
 
     /// Writes a group of leaves (see `LeafGroup`); `changes` is the slice its range indexes.
@@ -181,7 +183,7 @@ struct TreeWriter {
         let appending = group.entries.last.map { last in
             last.key.withUnsafeBytes { compareBytes(mine[mine.startIndex].key, $0) > 0 }
         } ?? true
-        return try writeMerged(group.entries, mine, lower: group.lower, packFull: appending)
+        return try writeMerged(group.entries, mine, lower: group.lower, packFull: appending, leaves: group.leaves)
     }
 
     private mutating func rewrite(_ id: PageID, level: Int, height: Int, lower: [UInt8],
@@ -221,6 +223,7 @@ struct TreeWriter {
                     }
                     var grown = group.take() ?? LeafGroup(lower: child.key, entries: [], changes: mine.startIndex..<mine.startIndex)
                     grown.entries += entries
+                    grown.leaves += 1
                     grown.changes = grown.changes.lowerBound..<mine.endIndex
                     group = grown
                 } else {
@@ -361,9 +364,9 @@ struct TreeWriter {
     /// piece into the same sequence of leaves, each filled to `splitFill` of the page (what
     /// an even spread of that many entries comes to) or to the brim with `packFull`.
     private mutating func writeMerged(_ old: [LeafEntry], _ changes: ArraySlice<MemtableNode>, lower: [UInt8],
-                                      packFull: Bool) throws -> [BranchEntry] {
+                                      packFull: Bool, leaves: Int = 1) throws -> [BranchEntry] {
         guard changes.count > Self.mergePieceChanges else {
-            return try writeLeaves(merge(old, changes), lower: lower, packFull: packFull)
+            return try writeLeaves(merge(old, changes), lower: lower, packFull: packFull, leaves: leaves)
         }
         var run = LeafRun(target: nil, fill: packFull ? (1, 1) : Self.splitFill, limit: leafLimit, lower: lower)
         var rest = old[...]
@@ -388,7 +391,7 @@ struct TreeWriter {
     /// the page needs, so later inserts among them fit without splitting again (a leaf
     /// filled to the brim splits at the next checkpoint that adds one key to it, leaving a
     /// nearly empty page beside it).
-    private mutating func writeLeaves(_ entries: [CellToWrite], lower: [UInt8], packFull: Bool) throws -> [BranchEntry] {
+    private mutating func writeLeaves(_ entries: [CellToWrite], lower: [UInt8], packFull: Bool, leaves: Int = 1) throws -> [BranchEntry] {
         let total = entries.reduce(0) { $0 + $1.cellBytes }
         let capacity = leafCapacity
         var target: Int?
@@ -397,7 +400,10 @@ struct TreeWriter {
             target = total
         } else if !packFull && total > capacity {
             let fill = capacity * Self.splitFill.numerator / Self.splitFill.denominator
-            let pages = (total + fill - 1) / fill
+            var pages = (total + fill - 1) / fill
+            // Entries that still fit the `leaves` pages they came from keep that many (an
+            // overwrite in place adds no page); only a run that outgrew them gets room to spare.
+            if total <= leaves * capacity { pages = min(pages, leaves) }
             target = (total + pages - 1) / pages
         }
         var run = LeafRun(target: target, fill: (1, 1), limit: leafLimit, lower: lower)
