@@ -17,6 +17,15 @@ import Testing
         return value
     }
 
+    /// An empty store at /db of a new simulated file system, and a generator seeded with
+    /// `seed` (printed).
+    private func freshStore(seed: UInt64, _ compression: LeafCompression) throws -> (SimulatedFileSystem, StorageEngine, SplitMix64) {
+        print("seed \(seed)")
+        let fileSystem = SimulatedFileSystem()
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(compression))
+        return (fileSystem, engine, SplitMix64(seed: seed))
+    }
+
     private func options(_ compression: LeafCompression) -> EngineOptions {
         var options = EngineOptions()
         options.leafCompression = compression
@@ -115,11 +124,8 @@ import Testing
     /// checkpoints rewrite come out compressed; a reopen with compression off reads them
     /// and writes raw leaves again. Every step verifies and holds the model.
     @Test func storesWrittenEitherWayReadEachOthersLeaves() throws {
-        let seed: UInt64 = 0xC0_4001
-        print("seed \(seed)")
-        var random = SplitMix64(seed: seed)
-        let fileSystem = SimulatedFileSystem()
-        var (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.none))
+        let (fileSystem, opened, seeded) = try freshStore(seed: 0xC0_4001, .none)
+        var (engine, random) = (opened, seeded)
         var model = try fill(engine, count: 6_000, size: 100, random: &random)
         var report = engine.verify()
         #expect(report.isValid && report.compressedLeafPages == 0, "\(report)")
@@ -186,11 +192,8 @@ import Testing
     /// compressed (a block no smaller than its cells is never written as one), and every
     /// key reads back after checkpoints, a reopen and `verify`.
     @Test func cellsThatDoNotCompressAreWrittenRaw() throws {
-        let seed: UInt64 = 0xC0_4005
-        print("seed \(seed)")
-        var random = SplitMix64(seed: seed)
-        let fileSystem = SimulatedFileSystem()
-        var (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.lz4))
+        let (fileSystem, opened, seeded) = try freshStore(seed: 0xC0_4005, .lz4)
+        var (engine, random) = (opened, seeded)
         var model: [[UInt8]: [UInt8]] = [:]
         for _ in 0..<6 {
             var batch = WALBatch()
@@ -214,11 +217,8 @@ import Testing
     /// A vacuuming close moves compressed leaves to the front of the file and shrinks it;
     /// the store reopens whole.
     @Test func aVacuumingCloseMovesCompressedLeaves() throws {
-        let seed: UInt64 = 0xC0_4003
-        print("seed \(seed)")
-        var random = SplitMix64(seed: seed)
-        let fileSystem = SimulatedFileSystem()
-        var (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.lz4))
+        let (fileSystem, opened, seeded) = try freshStore(seed: 0xC0_4003, .lz4)
+        var (engine, random) = (opened, seeded)
         var model: [[UInt8]: [UInt8]] = [:]
         for round in 0..<4 { model = try fill(engine, count: 5_000, size: 120, random: &random, checkpoint: round < 3) }
         let before = try fileSystem.open("/db/data", options: []).size()
@@ -237,11 +237,8 @@ import Testing
     /// read, a scan and `verify`, never a trap or a large allocation.
     @Test(arguments: ["cells length", "block length", "block bytes", "tail", "count", "flags", "key length 2^63"])
     func aForgedCompressedLeafIsACorruptPageNamingItsOffset(damage: String) throws {
-        let seed: UInt64 = 0xC0_4004
-        print("seed \(seed)")
-        var random = SplitMix64(seed: seed)
-        let fileSystem = SimulatedFileSystem()
-        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.lz4))
+        let (fileSystem, engine, seeded) = try freshStore(seed: 0xC0_4004, .lz4)
+        var random = seeded
         try fill(engine, count: 3_000, size: 100, random: &random)
         try engine.close()
         // The first compressed leaf of the file.
