@@ -230,7 +230,12 @@ final class PageFile: Sendable {
     /// The expansion of the verified compressed leaf `id` (its page bytes `page`), from the
     /// cache or expanded into it.
     private func expandedLeaf(_ id: PageID, _ page: UnsafeRawBufferPointer) throws -> CachedPage {
-        if let cached = cache.page(id) { return cached }
+        // An expansion keeps its page's header: one of an older write of this page (which
+        // PageFile.P1 and the removal on write rule out) is not served but replaced.
+        if let cached = cache.page(id),
+           cached.page.bytes.loadUnaligned(fromByteOffset: 16, as: UInt64.self) == page.loadUnaligned(fromByteOffset: 16, as: UInt64.self) {
+            return cached
+        }
         let expanded = CachedPage(owning: try expandInPlace(id, page), type: .leaf,
                                   count: Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: 6, as: UInt16.self))), word: 0)
         cache.insert(id, expanded)
