@@ -52,12 +52,20 @@ import StrataWAL
     /// becomes the frozen one) when they cover what the tree lacks, and reads the tree and
     /// its log afresh when they do not (it fell two checkpoints behind): either way every
     /// key reads as the writer wrote it, by key and in order, deletes included.
-    @Test func aReaderMovingToANewerTreeReadsWhatTheWriterWrote() throws {
+    /// With `compressed`, the writer stores leaves LZ4-compressed (values padded with one
+    /// repeated letter), which the reader expands into its page cache: moving to a newer
+    /// tree must not serve an expansion of a page the writer has since rewritten.
+    @Test(arguments: [false, true])
+    func aReaderMovingToANewerTreeReadsWhatTheWriterWrote(compressed: Bool) throws {
         let seed: UInt64 = 0x5EED_0042
         print("aReaderMovingToANewerTreeReadsWhatTheWriterWrote seed \(seed)")
         var random = SplitMix64(seed: seed)
         let fileSystem = SimulatedFileSystem()
-        let (writer, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        var options = EngineOptions()
+        if compressed { options.leafCompression = .lz4 }
+        let padding = compressed ? String(repeating: "p", count: 60) : ""
+        let (writer, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        var compressedTrees = 0
         let (reader, _) = try StorageEngine.open(path: "/db", mode: .readOnly, fileSystem: fileSystem)
         var model: [String: String] = [:]
         var kept = 0
@@ -70,7 +78,7 @@ import StrataWAL
                     batch.delete(Array(key.utf8))
                     model[key] = nil
                 } else {
-                    let value = "r\(round)-\(random.next() % 1_000)"
+                    let value = "r\(round)-\(random.next() % 1_000)" + padding
                     batch.put(Array(key.utf8), Array(value.utf8))
                     model[key] = value
                 }
@@ -84,6 +92,7 @@ import StrataWAL
             let generation = reader.snapshots.current.treeGeneration
             for _ in 0..<checkpoints {
                 try writer.checkpoint()
+                if writer.verify().compressedLeafPages > 0 { compressedTrees += 1 }
                 try writer.commit(WALBatch([.put(key: Array("count".utf8), value: Array("\(round)".utf8))]))
                 model["count"] = "\(round)"
             }
@@ -102,6 +111,7 @@ import StrataWAL
         }
         // Both ways of moving ran.
         #expect(kept > 5 && reloaded > 0, "kept \(kept), reloaded \(reloaded)")
+        #expect(compressed ? compressedTrees > 10 : compressedTrees == 0, "\(compressedTrees) trees held compressed leaves")
         try reader.close()
         try writer.close()
     }
