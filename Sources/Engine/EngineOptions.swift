@@ -18,8 +18,10 @@ public struct EngineOptions: Sendable {
     /// splits them: every leaf is searched where it lies in the mapped file. `.lz4` lets one
     /// page hold up to four pages of cells when their LZ4 block fits it (FORMAT.md,
     /// "Compressed leaves"): the file takes fewer pages, and a read of such a leaf expands
-    /// it once into the page cache (`cacheBytes`). It applies to the leaves a checkpoint
-    /// writes; a store may hold both kinds, and every build of format 4 reads either.
+    /// it once into the page cache (`cacheBytes`). Values too large for a leaf are stored
+    /// as an LZ4 block in their overflow chain when that saves an eighth or more. It
+    /// applies to what a checkpoint writes; a store may hold both kinds, and every build of
+    /// format 4 reads either.
     public var leafCompression = LeafCompression.none
     /// A checkpoint starts when the memtable holds this many bytes. Default 64 MiB.
     public var checkpointMemtableBytes = 64 << 20

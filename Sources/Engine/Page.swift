@@ -156,7 +156,7 @@ enum PageCodec {
         // compressed), and whether a branch's slots carry hints; it is zero in every other page.
         let format = page[leafFormatOffset]
         guard format == 0 || (type == .leaf && (format == varintVersions || format == currentLeafFormat || format == compressedLeafFormat))
-                || (type == .branch && format == hintedSlots) else {
+                || (type == .branch && format == hintedSlots) || (type == .overflow && format == compressedChain) else {
             throw PageDefect("its header byte 5 is \(page[leafFormatOffset])")
         }
         let storedID = UInt64(littleEndian: page.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
@@ -435,8 +435,14 @@ enum PageCodec {
     /// Data bytes one overflow page carries.
     static func overflowCapacity(pageBytes: Int) -> Int { pageBytes - PageHeader.bytes - 4 }
 
-    static func encodeOverflow(_ data: some Collection<UInt8>, next: PageID, id: PageID, generation: UInt64, pageBytes: Int) -> [UInt8] {
+    /// Header byte 5 of an overflow chain's first page (format 4) when the chain holds its
+    /// value as one LZ4 block; zero otherwise, and on every later page.
+    static let compressedChain: UInt8 = 1
+
+    static func encodeOverflow(_ data: some Collection<UInt8>, next: PageID, id: PageID, generation: UInt64, pageBytes: Int,
+                               marked: Bool = false) -> [UInt8] {
         var page = emptyPage(.overflow, id: id, generation: generation, count: 0, word: next.rawValue, pageBytes: pageBytes)
+        if marked { page[leafFormatOffset] = compressedChain }
         withUnsafeBytes(of: UInt32(data.count).littleEndian) { page.replaceSubrange(32..<36, with: $0) }
         page.replaceSubrange(36..<(36 + data.count), with: data)
         seal(&page)

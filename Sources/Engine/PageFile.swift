@@ -26,6 +26,7 @@
 // Thread-safety: reads from any thread; writes only from the one running checkpoint.
 import Atomics
 import CStrataPlatform
+import StrataCodec
 import StrataFileIO
 import Synchronization
 
@@ -305,26 +306,46 @@ final class PageFile: Sendable {
         }
     }
 
-    /// Reads a value stored in the overflow chain at `first`. Bounded by `byteCount`.
+    /// Reads a value stored in the overflow chain at `first`. Bounded by `byteCount`: a raw
+    /// chain is read until it holds that many bytes; a compressed one (its first page marked,
+    /// FORMAT.md "Overflow pages") to its end, in at most as many pages as the raw value
+    /// would take, and its block must expand to exactly `byteCount` bytes.
     func overflowValue(first: PageID, byteCount: Int) throws -> [UInt8] {
         var value: [UInt8] = []
         value.reserveCapacity(byteCount)
         var next = first
-        while value.count < byteCount {
+        var compressed = false
+        var pages = 0
+        let mostPages = (byteCount + PageCodec.overflowCapacity(pageBytes: pageBytes) - 1) / PageCodec.overflowCapacity(pageBytes: pageBytes)
+        while compressed || value.count < byteCount {
             guard next != .none else {
+                if compressed { break }
                 throw EngineError.corruptPage(path: path, offset: 0, reason: "an overflow chain ends after \(value.count) of \(byteCount) bytes")
             }
+            let offset = next.offset(pageBytes: pageBytes)
             let (bytes, _, _, word) = try readPage(next, types: [.overflow])
+            let marked = bytes[PageCodec.leafFormatOffset] == PageCodec.compressedChain
+            if pages == 0 { compressed = marked }
+            pages += 1
+            guard marked == (compressed && pages == 1), pages <= mostPages else {
+                throw EngineError.corruptPage(path: path, offset: offset, reason: marked
+                    ? "a page past an overflow chain's first is marked compressed"
+                    : "a compressed overflow chain runs past \(mostPages) pages")
+            }
             do { value += try PageCodec.decodeOverflow(bytes) } catch {
-                throw EngineError.corruptPage(path: path, offset: next.offset(pageBytes: pageBytes), reason: error.description)
+                throw EngineError.corruptPage(path: path, offset: offset, reason: error.description)
             }
             guard value.count <= byteCount else {
-                throw EngineError.corruptPage(path: path, offset: next.offset(pageBytes: pageBytes),
+                throw EngineError.corruptPage(path: path, offset: offset,
                                               reason: "an overflow chain holds more than its \(byteCount) bytes")
             }
             next = PageID(word)
         }
-        return value
+        guard compressed else { return value }
+        do { return try LZ4Block.decompress(value, decompressedCount: byteCount) } catch {
+            throw EngineError.corruptPage(path: path, offset: first.offset(pageBytes: pageBytes),
+                                          reason: "its overflow chain's LZ4 block does not expand to its \(byteCount) bytes")
+        }
     }
 
     /// The IDs of the pages of an overflow chain (to free them).

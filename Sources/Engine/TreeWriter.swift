@@ -14,6 +14,7 @@
 // and pages written at consecutive IDs go out as one write per run: measured under
 // callgrind on fillseq, the tree writer went from 3,310 to 620 instructions per key.
 // Called only by the checkpoint (and the vacuum's relocation), on one thread.
+import StrataCodec
 
 struct PageAllocator {
     /// Pages free to write now, handed out lowest first.
@@ -341,17 +342,35 @@ struct TreeWriter {
     }
 
     /// Writes a value too large for its leaf as an overflow chain; returns its payload.
+    /// Compressing leaves, a value whose LZ4 block takes at most 7/8 of it is stored as that
+    /// block, its chain's first page marked (FORMAT.md, "Overflow pages").
     private mutating func storeOverflow(_ value: UnsafeRawBufferPointer) throws -> Payload {
+        guard compressesLeaves else { return try storeChain(value, marked: false, byteCount: value.count) }
+        let bound = LZ4Block.compressBound(value.count)
+        if scratch.count < bound { scratch = [UInt8](repeating: 0, count: bound) }
+        let block = scratch.withUnsafeMutableBytes {
+            LZ4Block.compress(value, into: $0, acceleration: PageCodec.leafAcceleration)
+        }
+        guard let block, block * PageCodec.compressionWorthwhile.denominator <= value.count * PageCodec.compressionWorthwhile.numerator else {
+            return try storeChain(value, marked: false, byteCount: value.count)
+        }
+        let stored = Array(scratch[..<block])
+        return try stored.withUnsafeBytes { try storeChain($0, marked: true, byteCount: value.count) }
+    }
+
+    /// Writes `data` as an overflow chain for a value of `byteCount` bytes.
+    private mutating func storeChain(_ data: UnsafeRawBufferPointer, marked: Bool, byteCount: Int) throws -> Payload {
         let perPage = PageCodec.overflowCapacity(pageBytes: pageBytes)
         var ids: [PageID] = []
-        for _ in stride(from: 0, to: value.count, by: perPage) { ids.append(try allocator.allocate()) }
+        for _ in stride(from: 0, to: data.count, by: perPage) { ids.append(try allocator.allocate()) }
         for (index, id) in ids.enumerated() {
             let start = index * perPage
             let next = index + 1 < ids.count ? ids[index + 1] : .none
-            try write(PageCodec.encodeOverflow(UnsafeRawBufferPointer(rebasing: value[start..<min(value.count, start + perPage)]),
-                                               next: next, id: id, generation: generation, pageBytes: pageBytes), at: id)
+            try write(PageCodec.encodeOverflow(UnsafeRawBufferPointer(rebasing: data[start..<min(data.count, start + perPage)]),
+                                               next: next, id: id, generation: generation, pageBytes: pageBytes,
+                                               marked: marked && index == 0), at: id)
         }
-        return .overflow(first: ids[0], byteCount: value.count)
+        return .overflow(first: ids[0], byteCount: byteCount)
     }
 
     /// Changes merged into one leaf at a time are at most this many: a larger run (the

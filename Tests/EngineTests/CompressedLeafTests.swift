@@ -214,6 +214,81 @@ import Testing
         try engine.close()
     }
 
+    /// Values too large for a leaf (3 to 20 KB) are stored as LZ4 blocks in shorter overflow
+    /// chains when they compress, and raw when they do not; every one reads back, through a
+    /// reopen and `verify`.
+    @Test func largeValuesTakeShorterChainsCompressed() throws {
+        var overflowPages: [LeafCompression: Int] = [:]
+        for compression in [LeafCompression.none, .lz4] {
+            let (fileSystem, opened, seeded) = try freshStore(seed: 0xC0_4006, compression)
+            var (engine, random) = (opened, seeded)
+            var model: [[UInt8]: [UInt8]] = [:]
+            var batch = WALBatch()
+            for index in 0..<120 {
+                let key = Array("big-\(index)".utf8)
+                let value = value(3_000 + Int(random.next() % 17_000), &random, compressible: index % 10 != 0)
+                batch.put(key, value)
+                model[key] = value
+            }
+            try engine.commit(batch)
+            try engine.close()
+            (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(compression))
+            let report = engine.verify()
+            #expect(report.isValid, "\(report)")
+            overflowPages[compression] = report.overflowPages
+            try expectHolds(engine, model, "\(compression)")
+            try engine.close()
+        }
+        let raw = try #require(overflowPages[.none])
+        let compressed = try #require(overflowPages[.lz4])
+        // Half of each value compresses away, but a chain takes whole pages (a 3 KB value one either way).
+        #expect(compressed * 10 < raw * 7, "\(compressed) overflow pages compressed, \(raw) raw")
+    }
+
+    /// A compressed chain whose first page lost its mark, or whose second page gained one,
+    /// is a corrupt page on read and in `verify`; no read returns other bytes than were put.
+    @Test(arguments: ["first unmarked", "second marked"])
+    func aForgedCompressedChainIsACorruptPage(damage: String) throws {
+        let (fileSystem, opened, seeded) = try freshStore(seed: 0xC0_4007, .lz4)
+        var (engine, random) = (opened, seeded)
+        var model: [[UInt8]: [UInt8]] = [:]
+        var batch = WALBatch()
+        for index in 0..<20 {
+            let key = Array("big-\(index)".utf8)
+            let value = value(20_000, &random)
+            batch.put(key, value)
+            model[key] = value
+        }
+        try engine.commit(batch)
+        try engine.close()
+        let pageBytes = 4_096
+        let image = try #require(fileSystem.contents(of: "/db/data"))
+        let first = try #require((2..<(image.count / pageBytes)).first { index in
+            image[index * pageBytes + 4] == PageType.overflow.rawValue && image[index * pageBytes + 5] == PageCodec.compressedChain
+        })
+        let second = Int(image[first * pageBytes + 24]) | Int(image[first * pageBytes + 25]) << 8
+        let target = damage == "first unmarked" ? first : second
+        try #require(target > 1)
+        var page = Array(image[(target * pageBytes)..<((target + 1) * pageBytes)])
+        page[5] = damage == "first unmarked" ? 0 : PageCodec.compressedChain
+        PageCodec.seal(&page)
+        fileSystem.modify("/db/data") { $0.replaceSubrange((target * pageBytes)..<((target + 1) * pageBytes), with: page) }
+
+        (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.lz4))
+        let snapshot = engine.snapshot()
+        var corrupt = 0
+        for (key, value) in model {
+            do {
+                #expect(try snapshot.get(key) == value)
+            } catch EngineError.corruptPage(let path, _, _) where path == "/db/data" {
+                corrupt += 1
+            }
+        }
+        #expect(corrupt == 1)
+        #expect(!engine.verify().isValid)
+        try engine.close(checkpoint: false)
+    }
+
     /// A vacuuming close moves compressed leaves to the front of the file and shrinks it;
     /// the store reopens whole.
     @Test func aVacuumingCloseMovesCompressedLeaves() throws {
