@@ -309,43 +309,71 @@ final class PageFile: Sendable {
     /// Reads a value stored in the overflow chain at `first`. Bounded by `byteCount`: a raw
     /// chain is read until it holds that many bytes; a compressed one (its first page marked,
     /// FORMAT.md "Overflow pages") to its end, in at most as many pages as the raw value
-    /// would take, and its block must expand to exactly `byteCount` bytes.
-    func overflowValue(first: PageID, byteCount: Int) throws -> [UInt8] {
+    /// would take, and its block must expand to exactly `byteCount` bytes. Pages are read
+    /// through the mapping where there is one (each verified once, as tree pages are), or
+    /// with `pread` when `fresh` (`verify`, which trusts no earlier check) or unmapped.
+    func overflowValue(first: PageID, byteCount: Int, fresh: Bool = false) throws -> [UInt8] {
         var value: [UInt8] = []
         value.reserveCapacity(byteCount)
         var next = first
         var compressed = false
         var pages = 0
-        let mostPages = (byteCount + PageCodec.overflowCapacity(pageBytes: pageBytes) - 1) / PageCodec.overflowCapacity(pageBytes: pageBytes)
+        let perPage = PageCodec.overflowCapacity(pageBytes: pageBytes)
+        let mostPages = (byteCount + perPage - 1) / perPage
         while compressed || value.count < byteCount {
             guard next != .none else {
                 if compressed { break }
                 throw EngineError.corruptPage(path: path, offset: 0, reason: "an overflow chain ends after \(value.count) of \(byteCount) bytes")
             }
-            let offset = next.offset(pageBytes: pageBytes)
-            let (bytes, _, _, word) = try readPage(next, types: [.overflow])
-            let marked = bytes[PageCodec.leafFormatOffset] == PageCodec.compressedChain
-            if pages == 0 { compressed = marked }
+            let id = next
+            let offset = id.offset(pageBytes: pageBytes)
             pages += 1
-            guard marked == (compressed && pages == 1), pages <= mostPages else {
-                throw EngineError.corruptPage(path: path, offset: offset, reason: marked
-                    ? "a page past an overflow chain's first is marked compressed"
-                    : "a compressed overflow chain runs past \(mostPages) pages")
+            let defect: String? = try withOverflowPage(id, fresh: fresh) { page in
+                let marked = page[PageCodec.leafFormatOffset] == PageCodec.compressedChain
+                if pages == 1 { compressed = marked }
+                guard marked == (compressed && pages == 1), pages <= mostPages else {
+                    return marked ? "a page past an overflow chain's first is marked compressed"
+                        : "a compressed overflow chain runs past \(mostPages) pages"
+                }
+                let count = Int(UInt32(littleEndian: page.loadUnaligned(fromByteOffset: 32, as: UInt32.self)))
+                guard count > 0, count <= perPage else { return "it declares \(count) data bytes" }
+                guard value.count + count <= byteCount else { return "an overflow chain holds more than its \(byteCount) bytes" }
+                value.append(contentsOf: UnsafeRawBufferPointer(rebasing: page[36..<(36 + count)]))
+                next = PageID(UInt64(littleEndian: page.loadUnaligned(fromByteOffset: 24, as: UInt64.self)))
+                return nil
             }
-            do { value += try PageCodec.decodeOverflow(bytes) } catch {
-                throw EngineError.corruptPage(path: path, offset: offset, reason: error.description)
-            }
-            guard value.count <= byteCount else {
-                throw EngineError.corruptPage(path: path, offset: offset,
-                                              reason: "an overflow chain holds more than its \(byteCount) bytes")
-            }
-            next = PageID(word)
+            if let defect { throw EngineError.corruptPage(path: path, offset: offset, reason: defect) }
         }
         guard compressed else { return value }
         do { return try LZ4Block.decompress(value, decompressedCount: byteCount) } catch {
             throw EngineError.corruptPage(path: path, offset: first.offset(pageBytes: pageBytes),
                                           reason: "its overflow chain's LZ4 block does not expand to its \(byteCount) bytes")
         }
+    }
+
+    /// Calls `body` with the verified overflow page `id`: borrowed from the mapping (checked
+    /// once, PageFile.P2 and P3), or read with `pread` when `fresh` or the file is not mapped.
+    private func withOverflowPage<Result>(_ id: PageID, fresh: Bool, _ body: (UnsafeRawBufferPointer) throws -> Result) throws -> Result {
+        guard !closed.load(ordering: .relaxed) else { throw EngineError.closed }
+        let address = currentRegion.load(ordering: .acquiring)
+        guard !fresh, address != 0 else {
+            return try readPage(id, types: [.overflow]).bytes.withUnsafeBytes { try body($0) }
+        }
+        let region = UnsafePointer<Region>(bitPattern: address)!.pointee
+        guard id >= .firstDataPage, id.rawValue < UInt64(min(region.pages, filePages.load(ordering: .acquiring))) else {
+            throw outside(id)
+        }
+        let index = Int(truncatingIfNeeded: id.rawValue)
+        let bytes = UnsafeRawBufferPointer(start: region.base + index * pageBytes, count: pageBytes)
+        let verified = UnsafeAtomic<UInt64>(at: region.verified + index >> 6)
+        let bit: UInt64 = 1 << (index & 63)
+        if verified.load(ordering: .relaxed) & bit == 0 {
+            do { _ = try PageCodec.verify(bytes, id: id, expected: [.overflow]) } catch { throw corrupt(id, error) }
+            _ = verified.loadThenBitwiseOr(with: bit, ordering: .relaxed)
+        }
+        // A bit another read set may be a tree page's.
+        guard bytes[4] == PageType.overflow.rawValue else { throw corrupt(id, PageDefect("it is not an overflow page")) }
+        return try body(bytes)
     }
 
     /// The IDs of the pages of an overflow chain (to free them).

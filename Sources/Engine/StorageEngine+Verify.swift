@@ -111,7 +111,7 @@ extension StorageEngine {
                         let pages = try pageFile.overflowPages(first: first, byteCount: byteCount)
                         for page in pages { walk.claim(page, "an overflow page") }
                         walk.report.overflowPages += pages.count
-                        _ = try pageFile.overflowValue(first: first, byteCount: byteCount)
+                        _ = try pageFile.overflowValue(first: first, byteCount: byteCount, fresh: true)
                     } catch {
                         walk.report.problems.append("an overflow chain from the leaf at offset \(offset): \(error)")
                     }
