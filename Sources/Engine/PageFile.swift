@@ -8,7 +8,8 @@
 // lookup took 14 % of read time and the cache's hashing, mutex and reference counting
 // another 12 %; a mapped page costs a bounds check and one load of its "verified" bit.
 // What the cache gave is kept: every page's checksum, type and ID are verified before its
-// first use through a mapping (a bit per page, cleared whenever the page is rewritten),
+// first use through a mapping, tree and overflow pages alike (a bit per page, cleared
+// whenever the page is rewritten),
 // and no byte at or past the file's known end is touched, so a short or corrupt file is
 // `EngineError.corruptPage`, never a SIGBUS. The memory is the kernel's page cache,
 // shared with other processes and given back under pressure. Out of the fault model:
@@ -323,7 +324,7 @@ final class PageFile: Sendable {
         while compressed || value.count < byteCount {
             guard next != .none else {
                 if compressed { break }
-                throw EngineError.corruptPage(path: path, offset: 0, reason: "an overflow chain ends after \(value.count) of \(byteCount) bytes")
+                throw corruptOrClosed(offset: 0, "an overflow chain ends after \(value.count) of \(byteCount) bytes")
             }
             let id = next
             let offset = id.offset(pageBytes: pageBytes)
@@ -333,7 +334,7 @@ final class PageFile: Sendable {
                 if pages == 1 { compressed = marked }
                 guard marked == (compressed && pages == 1), pages <= mostPages else {
                     return marked ? "a page past an overflow chain's first is marked compressed"
-                        : "a compressed overflow chain runs past \(mostPages) pages"
+                        : "an overflow chain runs past the \(mostPages) pages its \(byteCount) bytes take"
                 }
                 let count = Int(UInt32(littleEndian: page.loadUnaligned(fromByteOffset: 32, as: UInt32.self)))
                 guard count > 0, count <= perPage else { return "it declares \(count) data bytes" }
@@ -342,13 +343,23 @@ final class PageFile: Sendable {
                 next = PageID(UInt64(littleEndian: page.loadUnaligned(fromByteOffset: 24, as: UInt64.self)))
                 return nil
             }
-            if let defect { throw EngineError.corruptPage(path: path, offset: offset, reason: defect) }
+            if let defect { throw corruptOrClosed(offset: offset, defect) }
         }
+        // A close may have turned the mapping into zeros under the copy (PageFile.P3).
+        guard !closed.load(ordering: .acquiring) else { throw EngineError.closed }
         guard compressed else { return value }
-        do { return try LZ4Block.decompress(value, decompressedCount: byteCount) } catch {
-            throw EngineError.corruptPage(path: path, offset: first.offset(pageBytes: pageBytes),
-                                          reason: "its overflow chain's LZ4 block does not expand to its \(byteCount) bytes")
+        guard value.count < byteCount else {
+            throw corruptOrClosed(offset: first.offset(pageBytes: pageBytes), "a compressed overflow chain is no shorter than its value")
         }
+        do { return try LZ4Block.decompress(value, decompressedCount: byteCount) } catch {
+            throw corruptOrClosed(offset: first.offset(pageBytes: pageBytes),
+                                  "its overflow chain's LZ4 block does not expand to its \(byteCount) bytes")
+        }
+    }
+
+    /// `corruptPage` at `offset`, or `closed` once the store closed (see `corrupt`).
+    private func corruptOrClosed(offset: Int64, _ reason: String) -> EngineError {
+        closed.load(ordering: .acquiring) ? .closed : .corruptPage(path: path, offset: offset, reason: reason)
     }
 
     /// Calls `body` with the verified overflow page `id`: borrowed from the mapping (checked
@@ -379,11 +390,21 @@ final class PageFile: Sendable {
     /// The IDs of the pages of an overflow chain (to free them).
     func overflowPages(first: PageID, byteCount: Int) throws -> [PageID] {
         let perPage = PageCodec.overflowCapacity(pageBytes: pageBytes)
+        let mostPages = (byteCount + perPage - 1) / perPage
         var pages: [PageID] = []
         var next = first
-        for _ in 0..<((byteCount + perPage - 1) / perPage) where next != .none {
+        var compressed = false
+        for _ in 0..<mostPages where next != .none {
+            let (bytes, _, _, word) = try readPage(next, types: [.overflow])
+            if pages.isEmpty { compressed = bytes[PageCodec.leafFormatOffset] == PageCodec.compressedChain }
             pages.append(next)
-            next = PageID(try readPage(next, types: [.overflow]).word)
+            next = PageID(word)
+        }
+        // A compressed chain is read to its end: one that does not end within the pages
+        // its value could take, or names a page twice, must not free what it points at.
+        if compressed && (next != .none || Set(pages).count != pages.count) {
+            throw corruptOrClosed(offset: first.offset(pageBytes: pageBytes),
+                                  "a compressed overflow chain does not end within \(mostPages) distinct pages")
         }
         return pages
     }

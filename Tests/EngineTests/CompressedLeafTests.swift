@@ -245,9 +245,10 @@ import Testing
         #expect(compressed * 10 < raw * 7, "\(compressed) overflow pages compressed, \(raw) raw")
     }
 
-    /// A compressed chain whose first page lost its mark, or whose second page gained one,
-    /// is a corrupt page on read and in `verify`; no read returns other bytes than were put.
-    @Test(arguments: ["first unmarked", "second marked"])
+    /// A compressed chain whose first page lost its mark, whose second page gained one, or
+    /// whose last page links on into another chain is a corrupt page on read, in `verify`
+    /// and when a checkpoint would free it; no read returns other bytes than were put.
+    @Test(arguments: ["first unmarked", "second marked", "last links on"])
     func aForgedCompressedChainIsACorruptPage(damage: String) throws {
         let (fileSystem, opened, seeded) = try freshStore(seed: 0xC0_4007, .lz4)
         var (engine, random) = (opened, seeded)
@@ -266,11 +267,22 @@ import Testing
         let first = try #require((2..<(image.count / pageBytes)).first { index in
             image[index * pageBytes + 4] == PageType.overflow.rawValue && image[index * pageBytes + 5] == PageCodec.compressedChain
         })
-        let second = Int(image[first * pageBytes + 24]) | Int(image[first * pageBytes + 25]) << 8
-        let target = damage == "first unmarked" ? first : second
+        func next(_ index: Int) -> Int { Int(image[index * pageBytes + 24]) | Int(image[index * pageBytes + 25]) << 8 }
+        var target = damage == "first unmarked" ? first : next(first)
+        if damage == "last links on" { while next(target) != 0 { target = next(target) } }
         try #require(target > 1)
         var page = Array(image[(target * pageBytes)..<((target + 1) * pageBytes)])
-        page[5] = damage == "first unmarked" ? 0 : PageCodec.compressedChain
+        switch damage {
+        case "first unmarked": page[5] = 0
+        case "second marked": page[5] = PageCodec.compressedChain
+        default:
+            // On into another value's chain: freeing this one must not free that one's pages.
+            let other = try #require((2..<(image.count / pageBytes)).first { index in
+                index != first && image[index * pageBytes + 4] == PageType.overflow.rawValue
+                    && image[index * pageBytes + 5] == PageCodec.compressedChain
+            })
+            page.replaceSubrange(24..<32, with: withUnsafeBytes(of: UInt64(other).littleEndian) { Array($0) })
+        }
         PageCodec.seal(&page)
         fileSystem.modify("/db/data") { $0.replaceSubrange((target * pageBytes)..<((target + 1) * pageBytes), with: page) }
 
@@ -286,6 +298,18 @@ import Testing
         }
         #expect(corrupt == 1)
         #expect(!engine.verify().isValid)
+        // Replacing every value frees every chain: one that links on is refused, not
+        // followed; the others are freed page for page, and the store verifies again.
+        var overwrite = WALBatch()
+        for key in model.keys { overwrite.put(key, [1]) }
+        try engine.commit(overwrite)
+        if damage == "last links on" {
+            #expect(throws: EngineError.self) { try engine.checkpoint() }
+        } else {
+            try engine.checkpoint()
+            let report = engine.verify()
+            #expect(report.isValid, "\(report)")
+        }
         try engine.close(checkpoint: false)
     }
 
