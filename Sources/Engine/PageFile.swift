@@ -194,9 +194,11 @@ final class PageFile: Sendable {
     /// Whether the store closed the file (a page held from before may not be read).
     var isClosed: Bool { closed.load(ordering: .relaxed) }
 
-    /// Page `id` in the mapping, verified once (PageFile.P2, PageFile.P3).
+    /// The bytes of page `id` in the mapping, verified once as one of `types` (PageFile.P2,
+    /// PageFile.P3). A page's bit may have been set by a read of another type: callers
+    /// check the type byte.
     @inline(__always)
-    private func mappedPage(_ id: PageID, _ region: Region) throws -> TreePage {
+    private func verifiedMappedBytes(_ id: PageID, _ region: Region, _ types: PageTypes) throws -> UnsafeRawBufferPointer {
         guard id >= .firstDataPage, id.rawValue < UInt64(min(region.pages, filePages.load(ordering: .acquiring))) else {
             throw outside(id)
         }
@@ -205,9 +207,16 @@ final class PageFile: Sendable {
         let verified = UnsafeAtomic<UInt64>(at: region.verified + index >> 6)
         let bit: UInt64 = 1 << (index & 63)
         if verified.load(ordering: .relaxed) & bit == 0 {
-            do { _ = try PageCodec.verify(bytes, id: id, expected: .tree) } catch { throw corrupt(id, error) }
+            do { _ = try PageCodec.verify(bytes, id: id, expected: types) } catch { throw corrupt(id, error) }
             _ = verified.loadThenBitwiseOr(with: bit, ordering: .relaxed)
         }
+        return bytes
+    }
+
+    /// Page `id` in the mapping, verified once (PageFile.P2, PageFile.P3).
+    @inline(__always)
+    private func mappedPage(_ id: PageID, _ region: Region) throws -> TreePage {
+        let bytes = try verifiedMappedBytes(id, region, .tree)
         guard let type = PageType(rawValue: bytes[4]), type == .leaf || type == .branch else {
             throw corrupt(id, PageDefect("it is not a tree page"))
         }
@@ -370,18 +379,7 @@ final class PageFile: Sendable {
         guard !fresh, address != 0 else {
             return try readPage(id, types: [.overflow]).bytes.withUnsafeBytes { try body($0) }
         }
-        let region = UnsafePointer<Region>(bitPattern: address)!.pointee
-        guard id >= .firstDataPage, id.rawValue < UInt64(min(region.pages, filePages.load(ordering: .acquiring))) else {
-            throw outside(id)
-        }
-        let index = Int(truncatingIfNeeded: id.rawValue)
-        let bytes = UnsafeRawBufferPointer(start: region.base + index * pageBytes, count: pageBytes)
-        let verified = UnsafeAtomic<UInt64>(at: region.verified + index >> 6)
-        let bit: UInt64 = 1 << (index & 63)
-        if verified.load(ordering: .relaxed) & bit == 0 {
-            do { _ = try PageCodec.verify(bytes, id: id, expected: [.overflow]) } catch { throw corrupt(id, error) }
-            _ = verified.loadThenBitwiseOr(with: bit, ordering: .relaxed)
-        }
+        let bytes = try verifiedMappedBytes(id, UnsafePointer<Region>(bitPattern: address)!.pointee, [.overflow])
         // A bit another read set may be a tree page's.
         guard bytes[4] == PageType.overflow.rawValue else { throw corrupt(id, PageDefect("it is not an overflow page")) }
         return try body(bytes)
