@@ -313,6 +313,38 @@ import Testing
         try engine.close(checkpoint: false)
     }
 
+    /// A relocation (a vacuuming close's move) by a writer that does not compress stops at
+    /// a compressed leaf, which no page of its own holds, instead of splitting it; one that
+    /// compresses moves it.
+    @Test func aRelocationWithoutCompressionStopsAtACompressedLeaf() throws {
+        let fileSystem = SimulatedFileSystem()
+        try fileSystem.createDirectory("/t")
+        let pageFile = try PageFile(path: "/t/data", file: try fileSystem.open("/t/data", options: [.create, .write]),
+                                    pageBytes: 4_096, cachePages: 64)
+        var random = SplitMix64(seed: 0xC0_4008)
+        print("seed \(0xC0_4008)")
+        let memtable = Memtable()
+        memtable.linkReplayed((0..<2_000).map { index in
+            (Array(String(format: "key%010d", index).utf8), MemtableEntry(version: 1, value: value(100, &random)))
+        })
+        var iterator = memtable.entries(from: nil, reverse: false)
+        var nodes: [MemtableNode] = []
+        while let node = iterator.nextNode() { nodes.append(node) }
+        var writer = TreeWriter(file: pageFile, generation: 1, purgeTombstonesThrough: 0,
+                                allocator: PageAllocator(reusable: [], pageCount: 2), compressesLeaves: true)
+        let tree = try withExtendedLifetime(memtable) { try writer.apply(nodes, to: .empty) }
+        let pageCount = writer.allocator.pageCount
+        for compresses in [false, true] {
+            var mover = TreeWriter(file: pageFile, generation: 2, purgeTombstonesThrough: 0,
+                                   allocator: PageAllocator(reusable: [], pageCount: pageCount), compressesLeaves: compresses)
+            if compresses {
+                #expect(try mover.relocate(tree.root, level: 1, height: tree.height, above: 2) != tree.root)
+            } else {
+                #expect(throws: RelocationStopped.self) { try mover.relocate(tree.root, level: 1, height: tree.height, above: 2) }
+            }
+        }
+    }
+
     /// A vacuuming close moves compressed leaves to the front of the file and shrinks it;
     /// the store reopens whole.
     @Test func aVacuumingCloseMovesCompressedLeaves() throws {
