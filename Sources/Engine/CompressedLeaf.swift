@@ -189,9 +189,10 @@ extension PageCodec {
                     let valueLength = try Varint.read(bytes, at: &at, end: end)
                     guard valueLength <= UInt64(end - at) else { throw PageDefect("cell \(index) has a value past its leaf") }
                     at += Int(valueLength)
-                case overflowFlag:
-                    guard end - at >= 12 else { throw PageDefect("cell \(index) has an overflow reference past its leaf") }
-                    at += 12
+                case overflowFlag, runFlag:
+                    let size = flags == runFlag ? 20 : 12
+                    guard end - at >= size else { throw PageDefect("cell \(index) has an overflow reference past its leaf") }
+                    at += size
                 case tombstoneFlag: break
                 default: throw PageDefect("cell \(index) has flags \(flags)")
                 }

@@ -19,9 +19,10 @@ public struct EngineOptions: Sendable {
     /// page hold up to four pages of cells when their LZ4 block fits it (FORMAT.md,
     /// "Compressed leaves"): the file takes fewer pages, and a read of such a leaf expands
     /// it once into the page cache (`cacheBytes`). Values too large for a leaf are stored
-    /// as an LZ4 block in their overflow chain when that saves an eighth or more. It
-    /// applies to what a checkpoint writes; a store may hold both kinds, and every build of
-    /// format 4 reads either.
+    /// as an LZ4 block in their overflow pages when that saves an eighth or more (a read of
+    /// such a value expands it; a raw one is read where it lies). It applies to what a
+    /// checkpoint writes; a store may hold both kinds, and every build of format 5 reads
+    /// either.
     public var leafCompression = LeafCompression.none
     /// A checkpoint starts when the memtable holds this many bytes. Default 64 MiB.
     public var checkpointMemtableBytes = 64 << 20
@@ -37,6 +38,9 @@ public struct EngineOptions: Sendable {
     public var logger = Logger.strataSilent
     /// Set only by `compact`, which builds its copy in a directory marked `INCOMPLETE`.
     var completingCopy = false
+    /// Set only by tests of stores an older build wrote: checkpoints write values too
+    /// large for a leaf as chains of pages (format 4), not runs.
+    var writesOverflowChains = false
 
     public init(durability: Durability = .full) {
         self.durability = durability

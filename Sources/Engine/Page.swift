@@ -15,8 +15,8 @@ enum PageHeader {
 enum Payload: Equatable, Sendable {
     /// Stored in the leaf cell.
     case inline([UInt8])
-    /// Stored in a chain of overflow pages starting at `first`.
-    case overflow(first: PageID, byteCount: Int)
+    /// Stored in overflow pages (OverflowRun.swift).
+    case overflow(LargeValue)
     /// The key was deleted at this entry's version (kept for conflict detection).
     case tombstone
 }
@@ -31,7 +31,7 @@ struct LeafEntry: Equatable, Sendable {
     var cellBytes: Int {
         switch payload {
         case let .inline(value): Self.cellBytes(keyCount: key.count, version: version, inlineValueCount: value.count)
-        case .overflow: Self.cellBytes(keyCount: key.count, version: version, inlineValueCount: nil) + 4 + 8
+        case let .overflow(value): Self.cellBytes(keyCount: key.count, version: version, inlineValueCount: nil) + value.referenceBytes
         case .tombstone: Self.cellBytes(keyCount: key.count, version: version, inlineValueCount: nil)
         }
     }
@@ -331,13 +331,11 @@ enum PageCodec {
             let payload: Payload
             switch flags {
             case 0: payload = .inline(try reader.readBytes(count: try reader.readLength(limit: page.count)))
-            case overflowFlag:
-                let byteCount = Int(try reader.readUInt32())
-                let first = PageID(try reader.readUInt64())
-                guard byteCount <= Limits.maxValueBytes, first >= .firstDataPage else {
-                    throw PageDefect("cell \(index) has an overflow reference out of range")
-                }
-                payload = .overflow(first: first, byteCount: byteCount)
+            case overflowFlag, runFlag:
+                let byteCount = try reader.readUInt32()
+                let first = try reader.readUInt64()
+                let (stored, checksum) = flags == runFlag ? (try reader.readUInt32(), try reader.readUInt32()) : (0, 0)
+                payload = .overflow(try largeValue(flags, byteCount: byteCount, first: first, stored: stored, checksum: checksum, cell: index))
             case tombstoneFlag: payload = .tombstone
             default: throw PageDefect("cell \(index) has flags \(flags)")
             }
@@ -556,10 +554,14 @@ private struct CellWriter {
             write(UInt8(0))
             writeVarint(UInt64(value.count))
             write(value)
-        case let .overflow(first, byteCount):
-            write(PageCodec.overflowFlag)
-            writeLittleEndian(UInt32(byteCount))
-            writeLittleEndian(first.rawValue)
+        case let .overflow(value):
+            write(value.run == nil ? PageCodec.overflowFlag : PageCodec.runFlag)
+            writeLittleEndian(UInt32(value.byteCount))
+            writeLittleEndian(value.first.rawValue)
+            if let run = value.run {
+                writeLittleEndian(UInt32(run.stored))
+                writeLittleEndian(run.checksum)
+            }
         case .tombstone:
             write(PageCodec.tombstoneFlag)
         }

@@ -141,6 +141,16 @@ final class PageFile: Sendable {
         }
     }
 
+    /// Whether `pointer` lies in a mapping of the file (tests of reads that borrow).
+    func maps(_ pointer: UnsafeRawPointer) -> Bool {
+        regions.withLock { regions in
+            regions.contains { _, address in
+                let region = UnsafePointer<Region>(bitPattern: address)!.pointee
+                return pointer >= region.base && pointer < region.base + region.pages * pageBytes
+            }
+        }
+    }
+
     /// Calls `body` with the verified leaf or branch page `id`, borrowed from the mapping
     /// or the cache. A `PageDefect` thrown by `body` becomes `corruptPage` naming the page.
     @inline(__always)
@@ -316,13 +326,91 @@ final class PageFile: Sendable {
         }
     }
 
-    /// Reads a value stored in the overflow chain at `first`. Bounded by `byteCount`: a raw
-    /// chain is read until it holds that many bytes; a compressed one (its first page marked,
-    /// FORMAT.md "Overflow pages") to its end, in at most as many pages as the raw value
-    /// would take, and its block must expand to exactly `byteCount` bytes. Pages are read
-    /// through the mapping where there is one (each verified once, as tree pages are), or
-    /// with `pread` when `fresh` (`verify`, which trusts no earlier check) or unmapped.
-    func overflowValue(first: PageID, byteCount: Int, fresh: Bool = false) throws -> [UInt8] {
+    /// Calls `body` with the value stored in overflow pages at `value`. A raw run
+    /// (OverflowRun.swift) is borrowed where it lies in the mapping, verified once; a
+    /// compressed run is expanded, and a chain (format 4 and before) read, into a new
+    /// array. Read with `pread` when `fresh` (`verify`, which trusts no earlier check) or
+    /// the file is not mapped.
+    func withOverflowValue<Result>(_ value: LargeValue, fresh: Bool = false,
+                                   _ body: (UnsafeRawBufferPointer) throws -> Result) throws -> Result {
+        guard !closed.load(ordering: .relaxed) else { throw EngineError.closed }
+        guard let run = value.run else {
+            return try chainValue(first: value.first, byteCount: value.byteCount, fresh: fresh).withUnsafeBytes(body)
+        }
+        let address = currentRegion.load(ordering: .acquiring)
+        let result: Result
+        if !fresh, address != 0 {
+            let data = try mappedRun(value, run, UnsafePointer<Region>(bitPattern: address)!.pointee)
+            result = value.isCompressed ? try expandRun(value, data).withUnsafeBytes(body) : try body(data)
+        } else {
+            let pages = try readRun(value, run)
+            result = try pages.withUnsafeBytes { pages in
+                let data = UnsafeRawBufferPointer(rebasing: pages[..<run.stored])
+                return value.isCompressed ? try expandRun(value, data).withUnsafeBytes(body) : try body(data)
+            }
+        }
+        // A close may have turned the mapping into zeros under the read (PageFile.P3).
+        guard !closed.load(ordering: .acquiring) else { throw EngineError.closed }
+        return result
+    }
+
+    /// A copy of the value `withOverflowValue` reads.
+    func overflowValue(_ value: LargeValue, fresh: Bool = false) throws -> [UInt8] {
+        try withOverflowValue(value, fresh: fresh) { Array($0) }
+    }
+
+    /// The stored bytes of `run` in the mapping, its pages verified once against its
+    /// cell's checksum (its first page's bit stands for all of them: PageFile.P2, P3).
+    private func mappedRun(_ value: LargeValue, _ run: LargeValue.Run, _ region: Region) throws -> UnsafeRawBufferPointer {
+        let pages = PageCodec.runPages(storing: run.stored, pageBytes: pageBytes)
+        let limit = UInt64(min(region.pages, filePages.load(ordering: .acquiring)))
+        guard value.first.rawValue < limit, UInt64(pages) <= limit - value.first.rawValue else { throw runPastTheEnd(value) }
+        let index = Int(truncatingIfNeeded: value.first.rawValue)
+        let bytes = UnsafeRawBufferPointer(start: region.base + index * pageBytes, count: pages * pageBytes)
+        let verified = UnsafeAtomic<UInt64>(at: region.verified + index >> 6)
+        let bit: UInt64 = 1 << (index & 63)
+        if verified.load(ordering: .relaxed) & bit == 0 {
+            do { try PageCodec.verifyRun(bytes, run) } catch { throw corrupt(value.first, error) }
+            _ = verified.loadThenBitwiseOr(with: bit, ordering: .relaxed)
+        }
+        return UnsafeRawBufferPointer(rebasing: bytes[..<run.stored])
+    }
+
+    /// The pages of `run`, read with `pread` and verified against its cell's checksum.
+    private func readRun(_ value: LargeValue, _ run: LargeValue.Run) throws -> [UInt8] {
+        let count = PageCodec.runPages(storing: run.stored, pageBytes: pageBytes) * pageBytes
+        let pages: [UInt8]
+        do { pages = try file.read(count: count, at: value.first.offset(pageBytes: pageBytes)) } catch let error as FileIOError {
+            throw EngineError.io(error)
+        }
+        guard pages.count == count else { throw runPastTheEnd(value) }
+        do { try pages.withUnsafeBytes { try PageCodec.verifyRun($0, run) } } catch let defect as PageDefect {
+            throw corrupt(value.first, defect)
+        }
+        return pages
+    }
+
+    /// The error for a run that reaches past the end of the file.
+    private func runPastTheEnd(_ value: LargeValue) -> EngineError {
+        corruptOrClosed(offset: value.first.offset(pageBytes: pageBytes),
+                        "its overflow run of \(value.runPages(pageBytes: pageBytes) ?? 0) pages runs past the end of the file")
+    }
+
+    /// A compressed run's LZ4 block `data` expanded to its value's bytes.
+    private func expandRun(_ value: LargeValue, _ data: UnsafeRawBufferPointer) throws -> [UInt8] {
+        do { return try LZ4Block.decompress(data, decompressedCount: value.byteCount) } catch {
+            throw corruptOrClosed(offset: value.first.offset(pageBytes: pageBytes),
+                                  "its overflow run's LZ4 block does not expand to its \(value.byteCount) bytes")
+        }
+    }
+
+    /// Reads a value stored in the overflow chain at `first` (format 4 and before). Bounded
+    /// by `byteCount`: a raw chain is read until it holds that many bytes; a compressed one
+    /// (its first page marked, FORMAT.md "Overflow pages") to its end, in at most as many
+    /// pages as the raw value would take, and its block must expand to exactly `byteCount`
+    /// bytes. Pages are read through the mapping where there is one (each verified once, as
+    /// tree pages are), or with `pread` when `fresh` or unmapped.
+    private func chainValue(first: PageID, byteCount: Int, fresh: Bool) throws -> [UInt8] {
         var value: [UInt8] = []
         value.reserveCapacity(byteCount)
         var next = first
@@ -385,8 +473,15 @@ final class PageFile: Sendable {
         return try body(bytes)
     }
 
-    /// The IDs of the pages of an overflow chain (to free them).
-    func overflowPages(first: PageID, byteCount: Int) throws -> [PageID] {
+    /// The IDs of the pages holding an overflow value (to free them). A run's are known
+    /// from its cell, within the file; a chain's pages are read one by one.
+    func overflowPages(_ value: LargeValue) throws -> [PageID] {
+        if let pages = value.runPages(pageBytes: pageBytes) {
+            let limit = UInt64(filePages.load(ordering: .acquiring))
+            guard value.first.rawValue < limit, UInt64(pages) <= limit - value.first.rawValue else { throw runPastTheEnd(value) }
+            return (0..<UInt64(pages)).map { PageID(value.first.rawValue + $0) }
+        }
+        let (first, byteCount) = (value.first, value.byteCount)
         let perPage = PageCodec.overflowCapacity(pageBytes: pageBytes)
         let mostPages = (byteCount + perPage - 1) / perPage
         var pages: [PageID] = []

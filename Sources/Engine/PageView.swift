@@ -161,7 +161,7 @@ struct TreePage: @unchecked Sendable {
                         payload: try contents(at: offset, cell: index))
     }
 
-    /// The value (or its overflow chain, or a tombstone) of leaf cell `index` whose key lies
+    /// The value (or where its overflow pages are, or a tombstone) of leaf cell `index` whose key lies
     /// at `start`, for a scan: the version is stepped over, not decoded.
     func leafContents(_ index: Int, keyStart start: Int, keyLength length: Int) throws(PageDefect) -> LeafCell.Contents {
         var offset = start + length
@@ -224,14 +224,8 @@ struct TreePage: @unchecked Sendable {
             }
             guard valueLength <= bytes.count - offset else { throw PageDefect("cell \(index) has a value running past the page") }
             return .inline(UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + valueLength)]))
-        case PageCodec.overflowFlag:
-            guard offset + 12 <= bytes.count else { throw PageDefect("cell \(index) runs past the page") }
-            let byteCount = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
-            let first = PageID(UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset + 4, as: UInt64.self)))
-            guard byteCount <= Limits.maxValueBytes, first >= .firstDataPage else {
-                throw PageDefect("cell \(index) has an overflow reference out of range")
-            }
-            return .overflow(first: first, byteCount: byteCount)
+        case PageCodec.overflowFlag, PageCodec.runFlag:
+            return .overflow(try PageCodec.decodeLargeValue(flags, bytes, at: offset, cell: index).0)
         case PageCodec.tombstoneFlag:
             return .tombstone
         default:
@@ -251,7 +245,7 @@ struct TreePage: @unchecked Sendable {
 struct LeafCell {
     enum Contents {
         case inline(UnsafeRawBufferPointer)
-        case overflow(first: PageID, byteCount: Int)
+        case overflow(LargeValue)
         case tombstone
     }
 
@@ -263,7 +257,7 @@ struct LeafCell {
     var entry: LeafEntry {
         let owned: Payload = switch payload {
         case let .inline(value): .inline(Array(value))
-        case let .overflow(first, byteCount): .overflow(first: first, byteCount: byteCount)
+        case let .overflow(value): .overflow(value)
         case .tombstone: .tombstone
         }
         return LeafEntry(key: Array(key), version: version, payload: owned)

@@ -81,19 +81,19 @@ public final class Snapshot: Sendable {
     @inline(__always)
     func withTreeValue<Result, Cells: LeafCellFinder>(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Result,
                                                       cells: inout Cells) throws -> Result? {
-        var overflow: (first: PageID, byteCount: Int)?
+        var overflow: LargeValue?
         let result = try cells.withCell(key) { cell -> Result? in
             switch cell?.payload {
             case let .inline(value): return try body(value)
-            case let .overflow(first, byteCount):
-                overflow = (first, byteCount)
+            case let .overflow(value):
+                overflow = value
                 return nil
             case .tombstone, nil: return nil
             }
         }
         guard let overflow else { return result }
         // A value in overflow pages is read out of the page's borrow.
-        return try engine.pageFile.overflowValue(first: overflow.first, byteCount: overflow.byteCount).withUnsafeBytes(body)
+        return try engine.pageFile.withOverflowValue(overflow, body)
     }
 
     /// Whether `key` has a value.
@@ -176,8 +176,9 @@ public final class Snapshot: Sendable {
 
     /// Calls `body` with each key/value pair in `range`, in key order (descending with
     /// `reverse`), until it returns false: the bytes are read where they lie (memtable or
-    /// mapped page) and valid only inside the call. Nothing is copied but a value kept in
-    /// overflow pages. Throws `EngineError` for a corrupt page, or what `body` throws.
+    /// mapped page) and valid only inside the call. Nothing is copied but a compressed
+    /// value, or a large one a store of format 4 or before wrote. Throws `EngineError` for
+    /// a corrupt page, or what `body` throws.
     public func forEach(_ range: KeyRange = KeyRange(), reverse: Bool = false,
                         _ body: (_ key: RawSpan, _ value: RawSpan) throws -> Bool) throws {
         var walk = try RangeWalk(snapshot: self, range: range, reverse: reverse)
@@ -185,8 +186,8 @@ public final class Snapshot: Sendable {
         try walk.forEach { key, value in
             switch value {
             case let .bytes(bytes): try body(key.bytes, bytes.bytes)
-            case let .overflow(first, byteCount):
-                try file.overflowValue(first: first, byteCount: byteCount).withUnsafeBytes { value in try body(key.bytes, value.bytes) }
+            case let .overflow(large):
+                try file.withOverflowValue(large) { value in try body(key.bytes, value.bytes) }
             }
         }
     }
@@ -242,16 +243,16 @@ public struct SnapshotCursor {
         guard let (key, value) = try walk.next() else { return nil }
         switch value {
         case let .bytes(bytes): return (Array(key), Array(bytes))
-        case let .overflow(first, byteCount):
-            return (Array(key), try snapshot.engine.pageFile.overflowValue(first: first, byteCount: byteCount))
+        case let .overflow(value):
+            return (Array(key), try snapshot.engine.pageFile.overflowValue(value))
         }
     }
 }
 
-/// A value as a walk finds it: its bytes in place, or where its overflow chain starts.
+/// A value as a walk finds it: its bytes in place, or where its overflow pages are.
 enum WalkValue {
     case bytes(UnsafeRawBufferPointer)
-    case overflow(first: PageID, byteCount: Int)
+    case overflow(LargeValue)
 }
 
 /// The live pairs of a snapshot in a key range, in order: the merge of its memtables and
@@ -504,7 +505,7 @@ struct MergedScan {
         case .tree:
             switch try tree.currentContents() {
             case let .inline(value): .bytes(value)
-            case let .overflow(first, byteCount): .overflow(first: first, byteCount: byteCount)
+            case let .overflow(value): .overflow(value)
             case .tombstone: nil
             }
         }

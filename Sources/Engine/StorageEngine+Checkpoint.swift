@@ -91,7 +91,8 @@ extension StorageEngine {
         var writer = TreeWriter(file: pageFile, generation: generation,
                                 purgeTombstonesThrough: checkpointVersion == 0 ? 0 : oldestReadVersion(),
                                 allocator: PageAllocator(reusable: reusable, pageCount: durable.meta.pageCount),
-                                compressesLeaves: options.leafCompression == .lz4)
+                                compressesLeaves: options.leafCompression == .lz4,
+                                writesChains: options.writesOverflowChains)
         // The newest change of each key, read in place (the frozen memtable lives until
         // this function returns).
         var changes: [MemtableNode] = []

@@ -88,7 +88,8 @@ extension StorageEngine {
             let generation = meta.generation + 1
             var writer = TreeWriter(file: pageFile, generation: generation, purgeTombstonesThrough: 0,
                                     allocator: PageAllocator(reusable: free.filter { $0.rawValue < cutoff }, pageCount: cutoff),
-                                    compressesLeaves: options.leafCompression == .lz4)
+                                    compressesLeaves: options.leafCompression == .lz4,
+                                writesChains: options.writesOverflowChains)
             let root: PageID
             do {
                 root = try writer.relocate(meta.root, level: 1, height: Int(meta.height), above: cutoff)

@@ -105,15 +105,15 @@ extension StorageEngine {
                 switch entry.payload {
                 case .tombstone: walk.report.tombstones += 1
                 case .inline: walk.report.keys += 1
-                case let .overflow(first, byteCount):
+                case let .overflow(value):
                     walk.report.keys += 1
                     do {
-                        let pages = try pageFile.overflowPages(first: first, byteCount: byteCount)
+                        let pages = try pageFile.overflowPages(value)
                         for page in pages { walk.claim(page, "an overflow page") }
                         walk.report.overflowPages += pages.count
-                        _ = try pageFile.overflowValue(first: first, byteCount: byteCount, fresh: true)
+                        _ = try pageFile.withOverflowValue(value, fresh: true) { $0.count }
                     } catch {
-                        walk.report.problems.append("an overflow chain from the leaf at offset \(offset): \(error)")
+                        walk.report.problems.append("the overflow pages of a value in the leaf at offset \(offset): \(error)")
                     }
                 }
             }

@@ -239,11 +239,11 @@ public final class StorageEngine: Sendable {
         }
     }
 
-    /// The value a leaf entry stands for (reading its overflow chain if it has one).
+    /// The value a leaf entry stands for (reading its overflow pages if it has them).
     func value(of entry: LeafEntry) throws -> [UInt8]? {
         switch entry.payload {
         case let .inline(value): value
-        case let .overflow(first, byteCount): try pageFile.overflowValue(first: first, byteCount: byteCount)
+        case let .overflow(value): try pageFile.overflowValue(value)
         case .tombstone: nil
         }
     }

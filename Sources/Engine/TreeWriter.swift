@@ -17,22 +17,40 @@
 import StrataCodec
 
 struct PageAllocator {
-    /// Pages free to write now, handed out lowest first.
-    private(set) var reusable: [PageID]
+    /// Pages free to write now, as runs of consecutive IDs in ascending order. Single pages
+    /// are handed out lowest first; a run of several (an overflow value's) from the first
+    /// free run long enough, or from the end of the file.
+    private var extents: [(start: UInt64, count: UInt64)] = []
+    /// Extents before this one are used up.
+    private var head = 0
+    /// For each length of run asked for, the first extent that may hold one: every extent
+    /// before it was shorter, and extents only shrink, so each search starts where the last
+    /// of its length stopped (a checkpoint storing many values of one size scans the free
+    /// pages about once, not once per value).
+    private var searchFrom: [Int: Int] = [:]
     /// Every page ID is below this.
     private(set) var pageCount: UInt64
     /// Pages this allocator handed out.
     private(set) var allocated: [PageID] = []
 
     init(reusable: [PageID], pageCount: UInt64) {
-        self.reusable = reusable.sorted(by: >)
+        for id in reusable.sorted() {
+            if let last = extents.last, last.start + last.count == id.rawValue {
+                extents[extents.count - 1].count += 1
+            } else if extents.last.map({ $0.start + $0.count < id.rawValue }) ?? true {
+                extents.append((id.rawValue, 1))
+            }
+        }
         self.pageCount = max(pageCount, 2)
     }
 
     mutating func allocate() throws -> PageID {
+        while head < extents.count && extents[head].count == 0 { head += 1 }
         let id: PageID
-        if let free = reusable.popLast() {
-            id = free
+        if head < extents.count {
+            id = PageID(extents[head].start)
+            extents[head].start += 1
+            extents[head].count -= 1
         } else {
             guard pageCount < Limits.maxPageCount else { throw EngineError.invalidOptions("the data file reached its page limit") }
             id = PageID(pageCount)
@@ -42,10 +60,40 @@ struct PageAllocator {
         return id
     }
 
-    /// Takes every reusable page out (for the free list's own storage decision).
+    /// The first of `count` consecutive pages, all handed out.
+    mutating func allocateRun(_ count: Int) throws -> PageID {
+        precondition(count > 0, "allocating an empty run")
+        if count == 1 { return try allocate() }
+        var index = max(head, searchFrom[count] ?? 0)
+        while index < extents.count && extents[index].count < UInt64(count) { index += 1 }
+        searchFrom[count] = index
+        let first: UInt64
+        if index < extents.count {
+            first = extents[index].start
+            extents[index].start += UInt64(count)
+            extents[index].count -= UInt64(count)
+        } else {
+            guard pageCount + UInt64(count) <= Limits.maxPageCount else {
+                throw EngineError.invalidOptions("the data file reached its page limit")
+            }
+            first = pageCount
+            pageCount += UInt64(count)
+        }
+        allocated += (first..<first + UInt64(count)).map { PageID($0) }
+        return PageID(first)
+    }
+
+    /// Takes every reusable page out, highest first (for the free list's own storage
+    /// decision, which takes its pages from the end of the array: the lowest).
     mutating func takeReusable() -> [PageID] {
-        defer { reusable.removeAll() }
-        return reusable
+        defer {
+            extents.removeAll()
+            head = 0
+            searchFrom.removeAll()
+        }
+        return extents[head...].reversed().flatMap { extent in
+            (extent.start..<extent.start + extent.count).reversed().map { PageID($0) }
+        }
     }
 }
 
@@ -68,6 +116,9 @@ struct TreeWriter {
     /// Whether leaves whose cells outgrow a page are stored LZ4-compressed
     /// (CompressedLeaf.swift) instead of split.
     let compressesLeaves: Bool
+    /// Whether values too large for a leaf are written as chains of pages, as format 4
+    /// wrote them, instead of runs (tests of stores that older builds wrote).
+    let writesChains: Bool
     /// A compressed leaf's LZ4 block ÷ its body, as the leaves compressed so far came out
     /// (a first guess before any): how many bytes of cells a compressed leaf is given.
     private var blockRatio = 0.5
@@ -97,7 +148,8 @@ struct TreeWriter {
     static let runBytes = 256 << 10
 
     init(file: PageFile, generation: UInt64, purgeTombstonesThrough: UInt64, allocator: PageAllocator,
-         compressesLeaves: Bool = false) {
+         compressesLeaves: Bool = false, writesChains: Bool = false) {
+        self.writesChains = writesChains
         self.file = file
         self.generation = generation
         self.purgeTombstonesThrough = purgeTombstonesThrough
@@ -105,8 +157,8 @@ struct TreeWriter {
         self.compressesLeaves = compressesLeaves
     }
 
-    /// Adds `page` to the run of pages being gathered, writing that run first when `id`
-    /// does not follow it or it is full.
+    /// Adds `page` (one page, or an overflow run's several) to the run of pages being
+    /// gathered, writing that run first when `id` does not follow it or it is full.
     private mutating func write(_ page: [UInt8], at id: PageID) throws {
         let pages = gathered.count / pageBytes
         if pages > 0 && (id.rawValue != gatheredStart.rawValue + UInt64(pages) || gathered.count >= Self.runBytes) { try writeRun() }
@@ -310,8 +362,8 @@ struct TreeWriter {
             var wasLive = false
             if oldIndex < old.count && old[oldIndex].key.withUnsafeBytes({ compareBytes($0, key) }) == 0 {
                 wasLive = old[oldIndex].payload != .tombstone
-                if case let .overflow(first, byteCount) = old[oldIndex].payload {
-                    freed += try file.overflowPages(first: first, byteCount: byteCount)
+                if case let .overflow(value) = old[oldIndex].payload {
+                    freed += try file.overflowPages(value)
                 }
                 oldIndex += 1
             }
@@ -341,24 +393,35 @@ struct TreeWriter {
         result.append(.entry(entry))
     }
 
-    /// Writes a value too large for its leaf as an overflow chain; returns its payload.
-    /// Compressing leaves, a value whose LZ4 block takes at most 7/8 of it is stored as that
-    /// block, its chain's first page marked (FORMAT.md, "Overflow pages").
+    /// Writes a value too large for its leaf as an overflow run (OverflowRun.swift);
+    /// returns its payload. Compressing leaves, a value whose LZ4 block takes at most 7/8
+    /// of it is stored as that block, its run marked (FORMAT.md, "Overflow pages").
     private mutating func storeOverflow(_ value: UnsafeRawBufferPointer) throws -> Payload {
-        guard compressesLeaves else { return try storeChain(value, marked: false, byteCount: value.count) }
+        guard compressesLeaves else { return try storeRun(value, byteCount: value.count) }
         let bound = LZ4Block.compressBound(value.count)
         if scratch.count < bound { scratch = [UInt8](repeating: 0, count: bound) }
         let block = scratch.withUnsafeMutableBytes {
             LZ4Block.compress(value, into: $0, acceleration: PageCodec.leafAcceleration)
         }
         guard let block, block * PageCodec.compressionWorthwhile.denominator <= value.count * PageCodec.compressionWorthwhile.numerator else {
-            return try storeChain(value, marked: false, byteCount: value.count)
+            return try storeRun(value, byteCount: value.count)
         }
         let stored = Array(scratch[..<block])
-        return try stored.withUnsafeBytes { try storeChain($0, marked: true, byteCount: value.count) }
+        return try stored.withUnsafeBytes { try storeRun($0, byteCount: value.count) }
     }
 
-    /// Writes `data` as an overflow chain for a value of `byteCount` bytes.
+    /// Writes `data` (the value, or its LZ4 block when shorter) as an overflow run for a
+    /// value of `byteCount` bytes (or, for the tests of older stores, as a chain of format
+    /// 4: `writesChains`).
+    private mutating func storeRun(_ data: UnsafeRawBufferPointer, byteCount: Int) throws -> Payload {
+        if writesChains { return try storeChain(data, marked: data.count < byteCount, byteCount: byteCount) }
+        let first = try allocator.allocateRun(PageCodec.runPages(storing: data.count, pageBytes: pageBytes))
+        let (pages, checksum) = PageCodec.encodeRun(data, pageBytes: pageBytes)
+        try write(pages, at: first)
+        return .overflow(LargeValue(first: first, byteCount: byteCount, run: LargeValue.Run(stored: data.count, checksum: checksum)))
+    }
+
+    /// Writes `data` as an overflow chain (format 4) for a value of `byteCount` bytes.
     private mutating func storeChain(_ data: UnsafeRawBufferPointer, marked: Bool, byteCount: Int) throws -> Payload {
         let perPage = PageCodec.overflowCapacity(pageBytes: pageBytes)
         var ids: [PageID] = []
@@ -370,7 +433,7 @@ struct TreeWriter {
                                                next: next, id: id, generation: generation, pageBytes: pageBytes,
                                                marked: marked && index == 0), at: id)
         }
-        return .overflow(first: ids[0], byteCount: byteCount)
+        return .overflow(.chain(first: ids[0], byteCount: byteCount))
     }
 
     /// Changes merged into one leaf at a time are at most this many: a larger run (the

@@ -19,16 +19,20 @@ import Testing
 
     /// An empty store at /db of a new simulated file system, and a generator seeded with
     /// `seed` (printed).
-    private func freshStore(seed: UInt64, _ compression: LeafCompression) throws -> (SimulatedFileSystem, StorageEngine, SplitMix64) {
+    private func freshStore(seed: UInt64, _ compression: LeafCompression,
+                            chains: Bool = false) throws -> (SimulatedFileSystem, StorageEngine, SplitMix64) {
         print("seed \(seed)")
         let fileSystem = SimulatedFileSystem()
-        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(compression))
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(compression, chains: chains))
         return (fileSystem, engine, SplitMix64(seed: seed))
     }
 
-    private func options(_ compression: LeafCompression) -> EngineOptions {
+    /// Options compressing as `compression`; with `chains`, large values are written as
+    /// chains of pages, as format 4 wrote them.
+    private func options(_ compression: LeafCompression, chains: Bool = false) -> EngineOptions {
         var options = EngineOptions()
         options.leafCompression = compression
+        options.writesOverflowChains = chains
         return options
     }
 
@@ -87,7 +91,10 @@ import Testing
                 let payload: Payload
                 switch random.next() % 8 {
                 case 0: payload = .tombstone
-                case 1: payload = .overflow(first: PageID(2 + random.next() % 1_000), byteCount: 5_000)
+                case 1: payload = .overflow(.chain(first: PageID(2 + random.next() % 1_000), byteCount: 5_000))
+                case 2:
+                    let run = LargeValue.Run(stored: 1 + Int(random.next() % 5_000), checksum: UInt32(truncatingIfNeeded: random.next()))
+                    payload = .overflow(LargeValue(first: PageID(2 + random.next() % 1_000), byteCount: 5_000, run: run))
                 default: payload = .inline(value(Int(random.next() % 200), &random))
                 }
                 entries.append(LeafEntry(key: key, version: random.next() % 1_000_000, payload: payload))
@@ -215,7 +222,7 @@ import Testing
     }
 
     /// Values too large for a leaf (3 to 20 KB) are stored as LZ4 blocks in shorter overflow
-    /// chains when they compress, and raw when they do not; every one reads back, through a
+    /// runs when they compress, and raw when they do not; every one reads back, through a
     /// reopen and `verify`.
     @Test func largeValuesTakeShorterChainsCompressed() throws {
         var overflowPages: [LeafCompression: Int] = [:]
@@ -241,16 +248,17 @@ import Testing
         }
         let raw = try #require(overflowPages[.none])
         let compressed = try #require(overflowPages[.lz4])
-        // Half of each value compresses away, but a chain takes whole pages (a 3 KB value one either way).
+        // Half of each value compresses away, but a run takes whole pages (a 3 KB value one either way).
         #expect(compressed * 10 < raw * 7, "\(compressed) overflow pages compressed, \(raw) raw")
     }
 
-    /// A compressed chain whose first page lost its mark, whose second page gained one, or
-    /// whose last page links on into another chain is a corrupt page on read, in `verify`
-    /// and when a checkpoint would free it; no read returns other bytes than were put.
+    /// A compressed chain (format 4) whose first page lost its mark, whose second page
+    /// gained one, or whose last page links on into another chain is a corrupt page on
+    /// read, in `verify` and when a checkpoint would free it; no read returns other bytes
+    /// than were put.
     @Test(arguments: ["first unmarked", "second marked", "last links on"])
     func aForgedCompressedChainIsACorruptPage(damage: String) throws {
-        let (fileSystem, opened, seeded) = try freshStore(seed: 0xC0_4007, .lz4)
+        let (fileSystem, opened, seeded) = try freshStore(seed: 0xC0_4007, .lz4, chains: true)
         var (engine, random) = (opened, seeded)
         var model: [[UInt8]: [UInt8]] = [:]
         var batch = WALBatch()
@@ -286,7 +294,7 @@ import Testing
         PageCodec.seal(&page)
         fileSystem.modify("/db/data") { $0.replaceSubrange((target * pageBytes)..<((target + 1) * pageBytes), with: page) }
 
-        (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.lz4))
+        (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options(.lz4, chains: true))
         let snapshot = engine.snapshot()
         var corrupt = 0
         for (key, value) in model {

@@ -134,7 +134,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         var iterator = memtable.entries(from: nil, reverse: false)
         var cells: [CellToWrite] = []
         while let node = iterator.nextNode() { cells.append(.node(node)) }
-        let overflow = LeafEntry(key: bytes("z"), version: 9, payload: .overflow(first: PageID(12), byteCount: 5_000))
+        let overflow = LeafEntry(key: bytes("z"), version: 9, payload: .overflow(.chain(first: PageID(12), byteCount: 5_000)))
         cells.append(.entry(overflow))
         let entries = changes.map { change in
             LeafEntry(key: change.key, version: change.entry.version,

@@ -41,6 +41,21 @@ import Testing
     }
 }
 
+/// The EnginePage seed of an overflow run reaches the run's read: the store opens, its one
+/// key's value of 5,000 bytes comes from a run of two pages, and `verify` counts them.
+@Suite struct EnginePageRunSeedTests {
+    @Test func theOverflowRunSeedReads() throws {
+        let input = Array(try Data(contentsOf: FuzzCorpusTests.corpus.appendingPathComponent("EnginePage/overflow-run")))
+        let fileSystem = try #require(FuzzTargets.enginePageStore(input))
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        #expect(try engine.snapshot().get(Array("k".utf8)) == (0..<5_000).map { UInt8(ascii: "a") + UInt8($0 % 26) })
+        let report = engine.verify()
+        // (The harness's meta page counts no keys: that is the one problem.)
+        #expect(report.leafPages == 1 && report.overflowPages == 2 && report.keys == 1 && report.problems.count == 1, "\(report)")
+        try engine.close(checkpoint: false)
+    }
+}
+
 /// The StoreLog target's seeds reach what they aim at: a well-formed log opens and
 /// checkpoints; each batch no commit writes is refused as a corrupt batch; a sequence
 /// number past any a log reaches is a corrupt header.

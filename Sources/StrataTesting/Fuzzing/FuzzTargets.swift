@@ -99,8 +99,9 @@ public enum FuzzTargets {
     private static let pageBytes = 4096
 
     /// Pages 2 and up of a data file whose meta page is written here (root at page 2,
-    /// height and free list from bytes 1 and 2); page IDs and checksums are fixed unless
-    /// byte 0 is odd, so the fuzzer reaches slot, cell, overflow and free-list decoding.
+    /// height and free list from bytes 1 and 2); the page IDs and checksums of pages whose
+    /// byte 4 is a page type (2 to 5) are fixed unless byte 0 is odd, so the fuzzer reaches
+    /// slot, cell, overflow and free-list decoding.
     /// With byte 0's bit 2 set, a page of type leaf has its bytes from 40 on (up to the
     /// last nonzero one) compressed into a compressed leaf's block (FORMAT.md, "Compressed
     /// leaves"), so the fuzzer reaches the cells an expansion walks.
@@ -137,7 +138,9 @@ public enum FuzzTargets {
             rest = rest.dropFirst(pageBytes)
             page += [UInt8](repeating: 0, count: pageBytes - page.count)
             if compressLeaves && page[4] == 3 { compressLeaf(&page) }
-            if fixChecksums {
+            // Only pages of a header's type are fixed: an overflow run's pages are a value's
+            // bytes alone (FORMAT.md, "Overflow pages"), checked by its leaf cell.
+            if fixChecksums && (2...5).contains(page[4]) {
                 page.replaceSubrange(8..<16, with: littleEndian(UInt64(pages.count + 2)))
                 seal(&page)
             }
