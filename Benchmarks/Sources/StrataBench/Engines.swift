@@ -111,7 +111,7 @@ final class StrataEngineBench: BenchEngine {
     /// `mdb_get` hands out a pointer and a size, instead of copying it into a new array.
     func read(_ key: Int) throws -> Bool {
         let snapshot = readSnapshot.withLock { $0 } ?? engine.snapshot()
-        return try snapshot.withValue(forKey: Workload.key(key)) { $0.byteCount } != nil
+        return try snapshot.withValue(forKey: Workload.key(key)) { $0.withUnsafeBytes { Workload.touch($0) } } != nil
     }
 
     /// Steps through the pairs where they lie (`Snapshot.forEach`), as the peers' cursors
@@ -237,7 +237,9 @@ final class SQLiteBench: BenchEngine, @unchecked Sendable {
         let k = Workload.key(key)
         sqlite3_reset(get)
         k.withUnsafeBytes { _ = sqlite3_bind_blob(get, 1, $0.baseAddress, Int32(k.count), transient) }
-        return sqlite3_step(get) == SQLITE_ROW
+        guard sqlite3_step(get) == SQLITE_ROW else { return false }
+        _ = Workload.touch(UnsafeRawBufferPointer(start: sqlite3_column_blob(get, 0), count: Int(sqlite3_column_bytes(get, 0))))
+        return true
     }
 
     func scanCount() throws -> Int {
@@ -390,7 +392,9 @@ final class LMDBBench: BenchEngine, @unchecked Sendable {
         return k.withUnsafeMutableBytes { kb in
             var mk = MDB_val(mv_size: kb.count, mv_data: kb.baseAddress)
             var mv = MDB_val()
-            return mdb_get(reader, dbi, &mk, &mv) == 0
+            guard mdb_get(reader, dbi, &mk, &mv) == 0 else { return false }
+            _ = Workload.touch(UnsafeRawBufferPointer(start: mv.mv_data, count: mv.mv_size))
+            return true
         }
     }
 

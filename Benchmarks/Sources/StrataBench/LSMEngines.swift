@@ -23,8 +23,9 @@ struct LSMFunctions: Sendable {
     let put: @Sendable (Handle?, UnsafeRawBufferPointer, UnsafeRawBufferPointer) -> Void
     let delete: @Sendable (Handle?, UnsafeRawBufferPointer) -> Void
     let write: @Sendable (Handle?, Handle?, Handle?, Error) -> Void
-    /// Whether the key has a value (the value is fetched and freed).
-    let get: @Sendable (Handle?, Handle?, UnsafeRawBufferPointer, Error) -> Bool
+    /// Whether the key has a value (the value is fetched, passed to `Workload.touch` when
+    /// the last argument says so, and freed).
+    let get: @Sendable (Handle?, Handle?, UnsafeRawBufferPointer, Error, Bool) -> Bool
     let snapshot: @Sendable (Handle?) -> Handle?
     let releaseSnapshot: @Sendable (Handle?, Handle?) -> Void
     let setSnapshot: @Sendable (Handle?, Handle?) -> Void
@@ -61,9 +62,10 @@ struct LSMFunctions: Sendable {
         },
         delete: { batch, key in leveldb_writebatch_delete(batch, key.baseAddress?.assumingMemoryBound(to: CChar.self), key.count) },
         write: { db, options, batch, error in leveldb_write(db, options, batch, error) },
-        get: { db, options, key, error in
+        get: { db, options, key, error, touch in
             var length = 0
             let value = leveldb_get(db, options, key.baseAddress?.assumingMemoryBound(to: CChar.self), key.count, &length, error)
+            if touch, value != nil { _ = Workload.touch(UnsafeRawBufferPointer(start: value, count: length)) }
             leveldb_free(value)
             return value != nil
         },
@@ -106,9 +108,10 @@ struct LSMFunctions: Sendable {
         },
         delete: { batch, key in rocksdb_writebatch_delete(batch, key.baseAddress?.assumingMemoryBound(to: CChar.self), key.count) },
         write: { db, options, batch, error in rocksdb_write(db, options, batch, error) },
-        get: { db, options, key, error in
+        get: { db, options, key, error, touch in
             var length = 0
             let value = rocksdb_get(db, options, key.baseAddress?.assumingMemoryBound(to: CChar.self), key.count, &length, error)
+            if touch, value != nil { _ = Workload.touch(UnsafeRawBufferPointer(start: value, count: length)) }
             rocksdb_free(value)
             return value != nil
         },
@@ -189,7 +192,7 @@ final class LSMBench: BenchEngine, @unchecked Sendable {
     }
 
     func read(_ key: Int) throws -> Bool {
-        try Workload.key(key).withUnsafeBytes { k in try Self.check(api, "get") { api.get(db, readOptions, k, $0) } }
+        try Workload.key(key).withUnsafeBytes { k in try Self.check(api, "get") { api.get(db, readOptions, k, $0, true) } }
     }
 
     func scanCount() throws -> Int {
@@ -226,7 +229,7 @@ final class LSMReader: BenchReader {
 
     func read(_ key: Int) throws -> Bool {
         var message: UnsafeMutablePointer<CChar>?
-        let found = Workload.key(key).withUnsafeBytes { k in api.get(db, readOptions, k, &message) }
+        let found = Workload.key(key).withUnsafeBytes { k in api.get(db, readOptions, k, &message, false) }
         if let message {
             defer { api.free(message) }
             throw BenchError(description: "\(api.name) get: \(String(cString: message))")

@@ -72,6 +72,13 @@ struct StrataBench: ParsableCommand {
         """)
     var splitCPUs = false
 
+    @Flag(name: .customLong("touch-values"), help: """
+        readrandom: each read also reads every byte of the value it finds (as an application \
+        that uses the value does); without it, Strata and LMDB hand out a pointer and read no \
+        byte of it.
+        """)
+    var touchValues = false
+
     /// Set for a reader process of `readwhilewriting`: the engine and the store to read.
     @Option(help: .hidden)
     var readProcess: String?
@@ -123,6 +130,7 @@ struct StrataBench: ParsableCommand {
     func valueSize(for workload: String) -> Int { valueSizeOption ?? (workload.hasPrefix("ycsb-") ? 1_000 : 100) }
 
     func run() throws {
+        Workload.touchValues.store(touchValues, ordering: .relaxed)
         if splitCPUs { CPUSplit.pin(readers: readProcess != nil) }
         if let readProcess, let readPath {
             try ReadProcess(engine: readProcess, path: readPath, keys: num ?? 1_000_000, seed: seed).run()
@@ -206,6 +214,7 @@ struct StrataBench: ParsableCommand {
         if let distribution { arguments += ["--distribution", distribution.rawValue] }
         if let seconds, workload == "overwrite" { arguments += ["--seconds", "\(seconds)"] }
         if splitCPUs { arguments.append("--split-cpus") }
+        if touchValues { arguments.append("--touch-values") }
         child.arguments = arguments
         let output = Pipe()
         child.standardOutput = output

@@ -4,8 +4,33 @@ import Foundation
 import Histogram
 import Strata
 import StrataTesting
+import Synchronization
 
 enum Workload {
+    /// `--touch-values`: whether a read of readrandom reads every byte of its value.
+    static let touchValues = Atomic(false)
+    /// Where touched bytes are summed, so that no read is optimized away.
+    private static let touchedSum = Atomic(0)
+
+    /// Reads every byte of `value` (eight at a time) when values are touched; `value`'s
+    /// length otherwise. Each engine's readrandom calls it on the value it found.
+    @inline(__always)
+    static func touch(_ value: UnsafeRawBufferPointer) -> Int {
+        guard touchValues.load(ordering: .relaxed), let base = value.baseAddress else { return value.count }
+        var sum = 0
+        var offset = 0
+        while offset + 8 <= value.count {
+            sum &+= Int(truncatingIfNeeded: base.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+            offset += 8
+        }
+        while offset < value.count {
+            sum &+= Int(base.load(fromByteOffset: offset, as: UInt8.self))
+            offset += 1
+        }
+        touchedSum.wrappingAdd(sum, ordering: .relaxed)
+        return value.count
+    }
+
     /// The 16 ASCII digits of `number` (0 ≤ `number` < 10¹⁶), written straight into one
     /// array: building keys is inside every timed loop, for every engine alike, so it is kept
     /// to one allocation (through `String` it took four, ~1,000 instructions a read).
