@@ -21,12 +21,35 @@ import Testing
         kind == "mapped" ? (temporaryStore(), POSIXFileSystem()) : ("/db", SimulatedFileSystem())
     }
 
+    /// `place(kind)`, and a generator seeded with `seed` (printed).
+    private func start(_ kind: String, seed: UInt64) -> (path: String, fileSystem: any FileSystem, random: SplitMix64) {
+        print("seed \(seed)")
+        let (path, fileSystem) = place(kind)
+        return (path, fileSystem, SplitMix64(seed: seed))
+    }
+
     private func remove(_ path: String, _ kind: String) {
         if kind == "mapped" { try? FileManager.default.removeItem(atPath: path) }
     }
 
     private func randomValue(_ size: Int, _ random: inout SplitMix64) -> [UInt8] {
         (0..<size).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+    }
+
+    /// Commits `values` random values of `bytes` bytes under the keys big-0, big-1, …,
+    /// closes `engine`, and returns them.
+    private func commitAndClose(_ engine: StorageEngine, values: Int, bytes: Int,
+                                _ random: inout SplitMix64) throws -> [[UInt8]: [UInt8]] {
+        var model: [[UInt8]: [UInt8]] = [:]
+        var batch = WALBatch()
+        for index in 0..<values {
+            let key = Array("big-\(index)".utf8)
+            model[key] = randomValue(bytes, &random)
+            batch.put(key, model[key]!)
+        }
+        try engine.commit(batch)
+        try engine.close()
+        return model
     }
 
     /// The data file's bytes, changed by `body` when given.
@@ -74,10 +97,7 @@ import Testing
     /// counts every page of every run.
     @Test(arguments: ["mapped", "cached"])
     func largeValuesAreReadWhereTheyLie(kind: String) throws {
-        let seed: UInt64 = 0x0E_5001
-        print("seed \(seed)")
-        var random = SplitMix64(seed: seed)
-        let (path, fileSystem) = place(kind)
+        var (path, fileSystem, random) = start(kind, seed: 0x0E_5001)
         defer { remove(path, kind) }
         let sizes = [2_100, 4_096, 4_097, 20_000, 65_536, 1 << 20]
         var model: [[UInt8]: [UInt8]] = [:]
@@ -117,21 +137,10 @@ import Testing
     /// still reads.
     @Test(arguments: ["mapped", "cached"], ["value byte", "byte past the value", "past the end", "stored bytes"])
     func aDamagedRunIsACorruptPageNamingIt(kind: String, damage: String) throws {
-        let seed: UInt64 = 0x0E_5002
-        print("seed \(seed)")
-        var random = SplitMix64(seed: seed)
-        let (path, fileSystem) = place(kind)
+        var (path, fileSystem, random) = start(kind, seed: 0x0E_5002)
         defer { remove(path, kind) }
-        var model: [[UInt8]: [UInt8]] = [:]
         var (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem)
-        var batch = WALBatch()
-        for index in 0..<4 {
-            let key = Array("big-\(index)".utf8)
-            model[key] = randomValue(20_000, &random)
-            batch.put(key, model[key]!)
-        }
-        try engine.commit(batch)
-        try engine.close()
+        let model = try commitAndClose(engine, values: 4, bytes: 20_000, &random)
 
         let damaged = Array("big-2".utf8)
         let image = try dataFile(path, fileSystem)
@@ -182,23 +191,12 @@ import Testing
     /// they replaced are freed, and the store verifies.
     @Test(arguments: ["mapped", "cached"])
     func chainsAnOlderBuildWroteAreReadAndReplacedByRuns(kind: String) throws {
-        let seed: UInt64 = 0x0E_5003
-        print("seed \(seed)")
-        var random = SplitMix64(seed: seed)
-        let (path, fileSystem) = place(kind)
+        var (path, fileSystem, random) = start(kind, seed: 0x0E_5003)
         defer { remove(path, kind) }
         var older = EngineOptions()
         older.writesOverflowChains = true
-        var model: [[UInt8]: [UInt8]] = [:]
         var (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: older)
-        var batch = WALBatch()
-        for index in 0..<30 {
-            let key = Array("big-\(index)".utf8)
-            model[key] = randomValue(4_096, &random)
-            batch.put(key, model[key]!)
-        }
-        try engine.commit(batch)
-        try engine.close()
+        var model = try commitAndClose(engine, values: 30, bytes: 4_096, &random)
 
         (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem)
         for (key, value) in model { #expect(try engine.snapshot().get(key) == value) }
