@@ -20,7 +20,7 @@ public struct EngineOptions: Sendable {
     /// "Compressed leaves"): the file takes fewer pages, and a read of such a leaf expands
     /// it once into the page cache (`cacheBytes`). Values too large for a leaf are stored
     /// as an LZ4 block in their overflow pages when that saves an eighth or more (a read of
-    /// such a value expands it; a raw one is read where it lies). It applies to what a
+    /// such a value expands it; a raw one is read where it lies in the mapped file). It applies to what a
     /// checkpoint writes; a store may hold both kinds, and every build of format 5 reads
     /// either.
     public var leafCompression = LeafCompression.none

@@ -7,9 +7,9 @@
 // from a 133 MB store, 2026-11-23): with the cache, pread copies and the kernel's page
 // lookup took 14 % of read time and the cache's hashing, mutex and reference counting
 // another 12 %; a mapped page costs a bounds check and one load of its "verified" bit.
-// What the cache gave is kept: every page's checksum, type and ID are verified before its
-// first use through a mapping, tree and overflow pages alike (a bit per page, cleared
-// whenever the page is rewritten),
+// What the cache gave is kept: every page's checksum, type and ID, and every overflow run's
+// checksum, are verified before their first use through a mapping (a bit per page, a run's
+// on its first page, cleared whenever the page is rewritten),
 // and no byte at or past the file's known end is touched, so a short or corrupt file is
 // `EngineError.corruptPage`, never a SIGBUS. The memory is the kernel's page cache,
 // shared with other processes and given back under pressure. Out of the fault model:
@@ -205,8 +205,11 @@ final class PageFile: Sendable {
     var isClosed: Bool { closed.load(ordering: .relaxed) }
 
     /// The bytes of page `id` in the mapping, verified once as one of `types` (PageFile.P2,
-    /// PageFile.P3). A page's bit may have been set by a read of another type: callers
-    /// check the type byte.
+    /// PageFile.P3). A page's bit may have been set by a read of another type, or by the
+    /// check of an overflow run starting at it (`mappedRun`): callers check the type byte.
+    /// (A run's bytes read as a tree page, or a tree page read as a run, takes a pointer no
+    /// checkpoint writes, so a crafted file; its pages are then parsed as any other bytes
+    /// are, and `verify`, which reads every page afresh, reports it.)
     @inline(__always)
     private func verifiedMappedBytes(_ id: PageID, _ region: Region, _ types: PageTypes) throws -> UnsafeRawBufferPointer {
         guard id >= .firstDataPage, id.rawValue < UInt64(min(region.pages, filePages.load(ordering: .acquiring))) else {
@@ -474,10 +477,11 @@ final class PageFile: Sendable {
     }
 
     /// The IDs of the pages holding an overflow value (to free them). A run's are known
-    /// from its cell, within the file; a chain's pages are read one by one.
-    func overflowPages(_ value: LargeValue) throws -> [PageID] {
+    /// from its cell, and must lie in the file and below `pageCount` (the tree's page
+    /// count, when the caller knows it); a chain's pages are read one by one.
+    func overflowPages(_ value: LargeValue, below pageCount: UInt64 = .max) throws -> [PageID] {
         if let pages = value.runPages(pageBytes: pageBytes) {
-            let limit = UInt64(filePages.load(ordering: .acquiring))
+            let limit = min(UInt64(filePages.load(ordering: .acquiring)), pageCount)
             guard value.first.rawValue < limit, UInt64(pages) <= limit - value.first.rawValue else { throw runPastTheEnd(value) }
             return (0..<UInt64(pages)).map { PageID(value.first.rawValue + $0) }
         }

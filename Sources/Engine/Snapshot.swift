@@ -176,8 +176,8 @@ public final class Snapshot: Sendable {
 
     /// Calls `body` with each key/value pair in `range`, in key order (descending with
     /// `reverse`), until it returns false: the bytes are read where they lie (memtable or
-    /// mapped page) and valid only inside the call. Nothing is copied but a compressed
-    /// value, or a large one a store of format 4 or before wrote. Throws `EngineError` for
+    /// mapped page) and valid only inside the call. Nothing is copied where the data file is
+    /// mapped but a compressed value, or a large one a store of format 4 or before wrote. Throws `EngineError` for
     /// a corrupt page, or what `body` throws.
     public func forEach(_ range: KeyRange = KeyRange(), reverse: Bool = false,
                         _ body: (_ key: RawSpan, _ value: RawSpan) throws -> Bool) throws {

@@ -78,7 +78,7 @@ extension StorageEngine {
                 cutoff = tail
             }
             if overflowPages > 0 {
-                // Overflow chains are not moved: give up when one may lie past the cutoff.
+                // Overflow pages are not moved: give up when one may lie past the cutoff.
                 var known = Set(treePages)
                 known.formUnion(free)
                 known.formUnion(durable.freeListPages)

@@ -104,7 +104,10 @@ struct TreeWriter {
     /// is old enough to conflict with them.
     let purgeTombstonesThrough: UInt64
     var allocator: PageAllocator
-    /// Pages of the old tree (and overflow chains) this rewrite replaced.
+    /// Every page of the tree being rewritten is below this (the durable meta page's page
+    /// count): an overflow value that names a page past it is corrupt, never freed.
+    let oldPageCount: UInt64
+    /// Pages of the old tree (and overflow pages) this rewrite replaced.
     var freed: [PageID] = []
     /// Live keys added minus live keys removed.
     var keyCountDelta = 0
@@ -154,6 +157,7 @@ struct TreeWriter {
         self.generation = generation
         self.purgeTombstonesThrough = purgeTombstonesThrough
         self.allocator = allocator
+        oldPageCount = allocator.pageCount
         self.compressesLeaves = compressesLeaves
     }
 
@@ -293,7 +297,7 @@ struct TreeWriter {
     /// Copies every page of the subtree at `id` numbered at or above `cutoff` to a page
     /// from the allocator, and every branch above such a page, copy-on-write like any
     /// rewrite; returns the subtree's root afterwards (`id` itself when nothing moved).
-    /// Overflow chains are not moved: the caller makes sure none lies at or above `cutoff`.
+    /// Overflow pages are not moved: the caller makes sure none lies at or above `cutoff`.
     /// Throws `RelocationStopped` when a page to move does not fit one page of the current
     /// format; the pages written until then lie in free space no meta page reaches.
     mutating func relocate(_ id: PageID, level: Int, height: Int, above cutoff: UInt64) throws -> PageID {
@@ -363,12 +367,12 @@ struct TreeWriter {
             if oldIndex < old.count && old[oldIndex].key.withUnsafeBytes({ compareBytes($0, key) }) == 0 {
                 wasLive = old[oldIndex].payload != .tombstone
                 if case let .overflow(value) = old[oldIndex].payload {
-                    freed += try file.overflowPages(value)
+                    freed += try file.overflowPages(value, below: oldPageCount)
                 }
                 oldIndex += 1
             }
             if let value = change.value {
-                // Inline when its cell (counted with version 0) fits, else an overflow chain.
+                // Inline when its cell (counted with version 0) fits, else an overflow run.
                 if LeafEntry.cellBytes(keyCount: key.count, version: 0, inlineValueCount: value.count)
                     <= Limits.maxInlineCellBytes(pageBytes: pageBytes) {
                     result.append(.node(change))

@@ -197,6 +197,14 @@ import Testing
         older.writesOverflowChains = true
         var (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: older)
         var model = try commitAndClose(engine, values: 30, bytes: 4_096, &random)
+        // Its meta pages say format 4, as that build's would.
+        try dataFile(path, fileSystem) { image in
+            for meta in [0, pageBytes] where image[(meta + 8)..<(meta + 16)].elementsEqual("STRATADB".utf8) {
+                image.replaceSubrange((meta + 16)..<(meta + 18), with: [4, 0])
+                let checksum = CRC32C.checksum(image[(meta + 4)..<(meta + pageBytes)])
+                image.replaceSubrange(meta..<(meta + 4), with: withUnsafeBytes(of: checksum.littleEndian) { Array($0) })
+            }
+        }
 
         (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem)
         for (key, value) in model { #expect(try engine.snapshot().get(key) == value) }
@@ -249,12 +257,14 @@ import Testing
         #expect(try allocator.allocate() == PageID(5))
         #expect(try allocator.allocateRun(4) == PageID(10))
         #expect(try allocator.allocateRun(2) == PageID(6))
-        #expect(try allocator.allocateRun(3) == PageID(30))
-        #expect(allocator.pageCount == 33)
+        // A second run of four finds no stretch long enough before the end of the file.
+        #expect(try allocator.allocateRun(4) == PageID(30))
+        #expect(try allocator.allocateRun(3) == PageID(34))
+        #expect(allocator.pageCount == 37)
         #expect(try allocator.allocate() == PageID(14))
         #expect(allocator.takeReusable() == [PageID(20)])
-        #expect(try allocator.allocate() == PageID(33))
-        #expect(allocator.allocated == [5, 10, 11, 12, 13, 6, 7, 30, 31, 32, 14, 33].map { PageID($0) })
+        #expect(try allocator.allocate() == PageID(37))
+        #expect(allocator.allocated == [5, 10, 11, 12, 13, 6, 7, 30, 31, 32, 33, 34, 35, 36, 14, 37].map { PageID($0) })
 
         var left = PageAllocator(reusable: [9, 3, 4, 4].map { PageID($0) }, pageCount: 10)
         #expect(left.takeReusable() == [9, 4, 3].map { PageID($0) })
