@@ -54,19 +54,25 @@ import StrataWAL
     /// key reads as the writer wrote it, by key and in order, deletes included.
     /// With `compressed`, the writer stores leaves LZ4-compressed (values padded with one
     /// repeated letter), which the reader expands into its page cache: moving to a newer
-    /// tree must not serve an expansion of a page the writer has since rewritten.
-    @Test(arguments: [false, true])
-    func aReaderMovingToANewerTreeReadsWhatTheWriterWrote(compressed: Bool) throws {
+    /// tree must not serve an expansion of a page the writer has since rewritten. With
+    /// `large`, on the real file system (the data file mapped), one value in five is too
+    /// large for a leaf: the reader reads the runs the writer writes, frees and writes over
+    /// again, in place through its own mapping of the growing file.
+    @Test(arguments: [(false, false), (true, false), (false, true)])
+    func aReaderMovingToANewerTreeReadsWhatTheWriterWrote(compressed: Bool, large: Bool) throws {
         let seed: UInt64 = 0x5EED_0042
         print("aReaderMovingToANewerTreeReadsWhatTheWriterWrote seed \(seed)")
         var random = SplitMix64(seed: seed)
-        let fileSystem = SimulatedFileSystem()
+        let (directory, path) = large ? temporaryStore() : ("", "/db")
+        defer { if large { try? FileManager.default.removeItem(atPath: directory) } }
+        let fileSystem: any FileSystem = large ? POSIXFileSystem() : SimulatedFileSystem()
         var options = EngineOptions()
         if compressed { options.leafCompression = .lz4 }
         let padding = compressed ? String(repeating: "p", count: 60) : ""
-        let (writer, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        let (writer, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options)
         var compressedTrees = 0
-        let (reader, _) = try StorageEngine.open(path: "/db", mode: .readOnly, fileSystem: fileSystem)
+        var overflowTrees = 0
+        let (reader, _) = try StorageEngine.open(path: path, mode: .readOnly, fileSystem: fileSystem)
         var model: [String: String] = [:]
         var kept = 0
         var reloaded = 0
@@ -78,7 +84,8 @@ import StrataWAL
                     batch.delete(Array(key.utf8))
                     model[key] = nil
                 } else {
-                    let value = "r\(round)-\(random.next() % 1_000)" + padding
+                    let long = large && random.next() % 5 == 0 ? String(repeating: "\(round % 10)", count: 3_000 + Int(random.next() % 6_000)) : ""
+                    let value = "r\(round)-\(random.next() % 1_000)" + padding + long
                     batch.put(Array(key.utf8), Array(value.utf8))
                     model[key] = value
                 }
@@ -92,7 +99,9 @@ import StrataWAL
             let generation = reader.snapshots.current.treeGeneration
             for _ in 0..<checkpoints {
                 try writer.checkpoint()
-                if writer.verify().compressedLeafPages > 0 { compressedTrees += 1 }
+                let report = writer.verify()
+                if report.compressedLeafPages > 0 { compressedTrees += 1 }
+                if report.overflowPages > 0 { overflowTrees += 1 }
                 try writer.commit(WALBatch([.put(key: Array("count".utf8), value: Array("\(round)".utf8))]))
                 model["count"] = "\(round)"
             }
@@ -112,6 +121,7 @@ import StrataWAL
         // Both ways of moving ran.
         #expect(kept > 5 && reloaded > 0, "kept \(kept), reloaded \(reloaded)")
         #expect(compressed ? compressedTrees > 10 : compressedTrees == 0, "\(compressedTrees) trees held compressed leaves")
+        #expect(large ? overflowTrees > 10 : overflowTrees == 0, "\(overflowTrees) trees held overflow runs")
         try reader.close()
         try writer.close()
     }
