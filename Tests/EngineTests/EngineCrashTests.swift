@@ -9,7 +9,8 @@ import StrataWAL
 @Suite struct EngineCrashTests {
     private static let keys = (0..<40).map { Array("key-\($0)".utf8) }
 
-    /// The workload: 200 commits of one to three puts or deletes, a checkpoint every 20.
+    /// The workload: 200 commits of one to three puts or deletes, a checkpoint every 20;
+    /// one value in sixteen too large for a leaf (an overflow run of one to three pages).
     /// Returns the model state after each acknowledged commit (index 0: empty).
     @discardableResult
     private func runWorkload(_ fileSystem: SimulatedFileSystem, seed: UInt64, options: EngineOptions) -> [[[UInt8]: [UInt8]]] {
@@ -26,7 +27,9 @@ import StrataWAL
                     batch.delete(key)
                     next[key] = nil
                 } else {
-                    let value = [UInt8](repeating: UInt8(truncatingIfNeeded: commit), count: Int(random.next() % 700))
+                    let large = random.next() % 16 == 0
+                    let count = large ? 2_500 + Int(random.next() % 6_000) : Int(random.next() % 700)
+                    let value = [UInt8](repeating: UInt8(truncatingIfNeeded: commit), count: count)
                     batch.put(key, value)
                     next[key] = value
                 }
@@ -68,7 +71,8 @@ import StrataWAL
     }
 
     /// With `.lz4`, the checkpoints write compressed leaves (values of one repeated byte),
-    /// which recovery, `verify` and the next checkpoints read.
+    /// which recovery, `verify` and the next checkpoints read; either way they write overflow
+    /// runs (compressed with `.lz4`), which most recovered trees hold.
     @Test(arguments: [(UInt64(7), LeafCompression.none), (UInt64(7), .lz4)])
     func aCrashAtEveryOperationKeepsAcknowledgedCommitsAsAPrefix(seed: UInt64, leafCompression: LeafCompression) throws {
         print("seed \(seed)")
@@ -76,6 +80,7 @@ import StrataWAL
         #expect(allStates.count == 201)
         var fellBack = 0
         var withCompressedLeaves = 0
+        var withRuns = 0
         for cut in 0..<operations {
             let (fileSystem, states) = crashed(seed: seed, options: options, cut: cut, fates: seed &* 31 &+ UInt64(cut))
             let (engine, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
@@ -89,6 +94,7 @@ import StrataWAL
             let verification = engine.verify()
             #expect(verification.isValid, "cut at \(cut): \(verification)")
             if verification.compressedLeafPages > 0 { withCompressedLeaves += 1 }
+            if verification.overflowPages > 0 { withRuns += 1 }
             // I4: it takes a commit and reopens with it.
             try engine.commit(WALBatch([.put(key: Array("after".utf8), value: [1])]))
             try engine.close()
@@ -97,8 +103,9 @@ import StrataWAL
             try reopened.close()
         }
         print("crashed at each of \(operations) operations; \(fellBack) recoveries used the older meta page, "
-              + "\(withCompressedLeaves) recovered trees held compressed leaves")
+              + "\(withCompressedLeaves) recovered trees held compressed leaves, \(withRuns) overflow runs")
         #expect(leafCompression == .none ? withCompressedLeaves == 0 : withCompressedLeaves * 2 > operations)
+        #expect(withRuns * 2 > operations)
     }
 
     /// A read-only open of a crashed store (FORMAT.md, "Locking and read-only opens") sees
