@@ -224,7 +224,7 @@ import Testing
     /// Values too large for a leaf (3 to 20 KB) are stored as LZ4 blocks in shorter overflow
     /// runs when they compress, and raw when they do not; every one reads back, through a
     /// reopen and `verify`.
-    @Test func largeValuesTakeShorterChainsCompressed() throws {
+    @Test func largeValuesTakeShorterRunsCompressed() throws {
         var overflowPages: [LeafCompression: Int] = [:]
         for compression in [LeafCompression.none, .lz4] {
             let (fileSystem, opened, seeded) = try freshStore(seed: 0xC0_4006, compression)

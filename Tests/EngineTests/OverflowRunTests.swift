@@ -183,7 +183,30 @@ import Testing
         }
         let report = engine.verify()
         #expect(!report.isValid && report.problems.contains { $0.contains(reason) }, "\(report)")
+        // Replacing the value frees its run from what its cell says, reading none of its
+        // pages: a damaged run goes, and the store verifies again; a cell naming pages past
+        // the end of the file is refused, not freed.
+        try engine.commit(WALBatch([.put(key: damaged, value: [1])]))
+        if damage == "past the end" {
+            #expect(throws: EngineError.self) { try engine.checkpoint() }
+        } else {
+            try engine.checkpoint()
+            let again = engine.verify()
+            #expect(again.isValid, "\(again)")
+            #expect(try engine.snapshot().get(damaged) == [1])
+        }
         try engine.close(checkpoint: false)
+    }
+
+    /// A run cell that stores no byte, more bytes than its value has, or names a meta page
+    /// as its first is a corrupt cell, before any page of the run is read.
+    @Test(arguments: [(UInt32(0), UInt64(5)), (UInt32(5_001), UInt64(5)), (UInt32(5_000), UInt64(1))])
+    func anImpossibleRunCellIsCorrupt(stored: UInt32, first: UInt64) throws {
+        #expect(throws: PageDefect.self) {
+            _ = try PageCodec.largeValue(PageCodec.runFlag, byteCount: 5_000, first: first, stored: stored, checksum: 0, cell: 0)
+        }
+        let valid = try PageCodec.largeValue(PageCodec.runFlag, byteCount: 5_000, first: 5, stored: 4_000, checksum: 7, cell: 0)
+        #expect(valid.isCompressed && valid.runPages(pageBytes: pageBytes) == 1)
     }
 
     /// A store whose large values an older build wrote as chains (format 4) reads them

@@ -121,6 +121,9 @@ struct StrataBench: ParsableCommand {
         if readers < 0 || readerProcesses < 0 { throw ValidationError("--readers and --reader-processes must be 0 or more") }
         if operations < 1 { throw ValidationError("--operations must be at least 1") }
         if let seconds, seconds < 1 { throw ValidationError("--seconds must be at least 1") }
+        if touchValues, !benchmarks.split(separator: ",").contains("readrandom") {
+            throw ValidationError("--touch-values changes readrandom only: add readrandom to --benchmarks")
+        }
         if seconds != nil, !benchmarks.split(separator: ",").contains("overwrite") {
             throw ValidationError("--seconds times overwrite only: add overwrite to --benchmarks")
         }
