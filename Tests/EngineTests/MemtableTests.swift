@@ -369,3 +369,67 @@ extension Memtable {
     }
     #endif
 }
+
+/// The arena's next large block is made ready on another thread while the current one
+/// fills (`SpareBlock`): the applier that links commits never waits for the kernel to back
+/// a block it could have had backed beforehand.
+@Suite struct SpareBlockTests {
+    /// Takes the spare once it is ready, waiting at most ten seconds.
+    private func takeWhenReady(_ spare: SpareBlock) -> UnsafeMutableRawPointer? {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if let block = spare.take() { return block }
+            Thread.sleep(forTimeInterval: 0.001)
+        }
+        return nil
+    }
+
+    @Test func aPreparedBlockIsZeroedAndTakenOnce() throws {
+        let spare = SpareBlock()
+        let byteCount = MemtableArena.largestBlockBytes
+        spare.prepare(byteCount)
+        let block = try #require(takeWhenReady(spare))
+        defer { MappedMemory.deallocate(block, byteCount: byteCount) }
+        let bytes = UnsafeMutableRawBufferPointer(start: block, count: byteCount)
+        #expect(bytes.allSatisfy { $0 == 0 })
+        bytes[byteCount - 1] = 9
+        #expect(spare.take() == nil, "a ready block is handed out once")
+        spare.abandon()
+    }
+
+    @Test func anAbandonedSpareIsNeverHandedOut() {
+        let spare = SpareBlock()
+        spare.prepare(MemtableArena.largestBlockBytes)
+        spare.abandon()
+        spare.prepare(MemtableArena.largestBlockBytes)
+        Thread.sleep(forTimeInterval: 0.2)
+        #expect(spare.take() == nil)
+    }
+
+    /// Chunks of an arena that grew through many large blocks, some of them spares, are
+    /// all apart: each still holds the bytes written into it.
+    @Test func anArenaOfSpareBlocksHandsOutDisjointChunks() {
+        var arena = MemtableArena()
+        var chunks: [(UnsafeMutableRawPointer, Int)] = []
+        var random = SplitMix64(seed: 43)
+        var lastReserved = 0
+        while arena.reservedBytes < 12 * MemtableArena.largestBlockBytes {
+            let count = 16 + Int(random.next() % 3_000)
+            let chunk = arena.allocate(count)
+            chunk.initializeMemory(as: UInt8.self, repeating: UInt8(truncatingIfNeeded: chunks.count), count: count)
+            chunks.append((chunk, count))
+            if arena.reservedBytes != lastReserved {
+                lastReserved = arena.reservedBytes
+                // Time for the spare to be made before the block fills.
+                Thread.sleep(forTimeInterval: 0.02)
+            }
+        }
+        for (index, (chunk, count)) in chunks.enumerated() {
+            let bytes = UnsafeRawBufferPointer(start: chunk, count: count)
+            #expect(bytes.allSatisfy { $0 == UInt8(truncatingIfNeeded: index) }, "chunk \(index) was overwritten")
+        }
+        print("\(chunks.count) chunks in \(arena.reservedBytes >> 20) MiB; \(arena.spareBlocksTaken) blocks were spares")
+        #expect(arena.spareBlocksTaken >= 8)
+        arena.deallocateAll()
+    }
+}
