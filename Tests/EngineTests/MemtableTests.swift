@@ -433,3 +433,26 @@ extension Memtable {
         arena.deallocateAll()
     }
 }
+
+@Suite struct MemtableArenaTests {
+    /// Nodes of a few KiB (values of 4 KiB) share blocks that grow to the largest size;
+    /// only a request above a quarter of the largest block gets one of its own.
+    @Test func nodesOfAFewKiBShareGrowingBlocks() {
+        var arena = MemtableArena()
+        var chunks: [(UnsafeMutableRawPointer, Int)] = []
+        for index in 0..<1_000 {
+            let count = index == 500 ? MemtableArena.largestBlockBytes / 4 + 8 : 4_200
+            let chunk = arena.allocate(count)
+            chunk.initializeMemory(as: UInt8.self, repeating: UInt8(truncatingIfNeeded: index), count: count)
+            chunks.append((chunk, count))
+        }
+        for (index, (chunk, count)) in chunks.enumerated() {
+            let bytes = UnsafeRawBufferPointer(start: chunk, count: count)
+            #expect(bytes.allSatisfy { $0 == UInt8(truncatingIfNeeded: index) }, "chunk \(index) was overwritten")
+        }
+        // 4.7 MB: blocks of 32 KiB doubling to 2 MiB, and the large request's own.
+        #expect(arena.blockCount <= 10, "\(arena.blockCount) blocks for 1,000 nodes")
+        #expect(arena.reservedBytes < 8 * MemtableArena.largestBlockBytes)
+        arena.deallocateAll()
+    }
+}
