@@ -4,6 +4,7 @@
 // mapping or from the page cache (PageFile.withPage), for the duration of one call.
 // Every slot and length is checked against the page's bounds on use (the checksum already
 // matched; bounds keep a crafted page from trapping or reading past it).
+import CStrataPlatform
 import StrataCodec
 
 /// A page whose checksum, type and ID were verified when it was read, as the page cache
@@ -134,6 +135,11 @@ struct TreePage: @unchecked Sendable {
         guard PageCodec.hintedSlotsStart + PageCodec.hintedSlotBytes * count <= bytes.count else {
             throw PageDefect("its \(count) slots do not fit")
         }
+        // Every line of the slots on its way at once: the search reads one slot per step,
+        // each step's line known only once the step before compared, so in a page not in
+        // the cache each step waited on a miss of its own.
+        let slots = bytes.baseAddress! + PageCodec.hintedSlotsStart
+        for offset in stride(from: 64, to: PageCodec.hintedSlotBytes * count, by: 64) { cplatform_prefetch(slots + offset) }
         let target = PageCodec.hint(of: key, at: PageCodec.storedHintOffset(bytes))
         var low = 0
         var high = count
