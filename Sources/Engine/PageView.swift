@@ -135,11 +135,7 @@ struct TreePage: @unchecked Sendable {
         guard PageCodec.hintedSlotsStart + PageCodec.hintedSlotBytes * count <= bytes.count else {
             throw PageDefect("its \(count) slots do not fit")
         }
-        // Every line of the slots on its way at once: the search reads one slot per step,
-        // each step's line known only once the step before compared, so in a page not in
-        // the cache each step waited on a miss of its own.
-        let slots = bytes.baseAddress! + PageCodec.hintedSlotsStart
-        for offset in stride(from: 64, to: PageCodec.hintedSlotBytes * count, by: 64) { cplatform_prefetch(slots + offset) }
+        prefetchSlots()
         let target = PageCodec.hint(of: key, at: PageCodec.storedHintOffset(bytes))
         var low = 0
         var high = count
@@ -152,6 +148,26 @@ struct TreePage: @unchecked Sendable {
         }
         return (low, false)
     }
+
+    /// Starts loading the slots a search reads before it reads them: the search reads one
+    /// slot per step, and each step's line is known only once the step before compared,
+    /// so in a page not in the cache each step waited on a miss of its own. Every line of
+    /// the slots past the header's when they take at most `prefetchedSlotLines` (a full
+    /// page of 4 KiB takes 16), else the slots of the search's first five steps. A hint:
+    /// it never faults, and the caller checked that the slots lie in the page.
+    @inline(__always)
+    private func prefetchSlots() {
+        let start = Int(bitPattern: bytes.baseAddress!) + PageCodec.hintedSlotsStart
+        let end = start + PageCodec.hintedSlotBytes * count
+        if end - start <= 64 * Self.prefetchedSlotLines {
+            for line in stride(from: (start | 63) + 1, to: end, by: 64) { cplatform_prefetch(UnsafeRawPointer(bitPattern: line)) }
+        } else {
+            for step in 1..<32 { cplatform_prefetch(UnsafeRawPointer(bitPattern: start + PageCodec.hintedSlotBytes * (count * step / 32))) }
+        }
+    }
+
+    /// The most cache lines of slots `prefetchSlots` fetches whole.
+    private static let prefetchedSlotLines = 32
 
     /// Leaf cell `index`, its bytes borrowed from the page.
     func leafCell(_ index: Int) throws(PageDefect) -> LeafCell {
