@@ -452,7 +452,7 @@ extension Memtable {
         }
         // The first three nodes get blocks of their own while the next block grows past
         // four times their size; then blocks of 32 KiB doubling to 2 MiB, and the large
-        // request's own: 13 blocks (1,000 before the blocks grew on both paths).
+        // request's own: 11 blocks (1,000 before the blocks grew on both paths).
         #expect(arena.blockCount <= 16, "\(arena.blockCount) blocks for 1,000 nodes")
         arena.deallocateAll()
     }
