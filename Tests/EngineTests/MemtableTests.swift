@@ -435,8 +435,9 @@ extension Memtable {
 }
 
 @Suite struct MemtableArenaTests {
-    /// Nodes of a few KiB (values of 4 KiB) share blocks that grow to the largest size;
-    /// only a request above a quarter of the largest block gets one of its own.
+    /// Nodes of a few KiB (values of 4 KiB) share blocks once the blocks have grown past
+    /// four times their size, and a node too large to share the next block gets one of
+    /// its own without stopping the blocks from growing.
     @Test func nodesOfAFewKiBShareGrowingBlocks() {
         var arena = MemtableArena()
         var chunks: [(UnsafeMutableRawPointer, Int)] = []
