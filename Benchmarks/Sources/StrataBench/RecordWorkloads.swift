@@ -86,15 +86,22 @@ struct RecordWorkloads {
         var order = Array(0..<count)
         var shuffler = SplitMix64(seed: options.seed)
         order.shuffle(using: &shuffler)
+        // Each engine's store is closed when its function returns, before its files are measured.
+        let (seconds, queries): (Double, Int)
         if engine == "grdb" {
-            let (seconds, queries) = try GRDBWorkloads(workload: workload, directory: directory, batch: options.batch, seed: options.seed)
+            (seconds, queries) = try GRDBWorkloads(workload: workload, directory: directory, batch: options.batch, seed: options.seed)
                 .run(count: count, order: order, timed: timed)
-            return result(seconds: seconds, queries: queries)
+        } else if Self.library.contains(workload) {
+            (seconds, queries) = (try runLibrary(directory: directory, count: count), Library(books: count, seed: options.seed).queries(workload))
+        } else {
+            (seconds, queries) = try runPeople(directory: directory, count: count, order: order)
         }
-        if Self.library.contains(workload) {
-            return result(seconds: try runLibrary(directory: directory, count: count),
-                          queries: Library(books: count, seed: options.seed).queries(workload))
-        }
+        return result(seconds: seconds, queries: queries, bytesOnDisk: StrataBench.directoryBytes(directory))
+    }
+
+    /// The workloads on people: `count` of them inserted in `order`. Returns the timed
+    /// seconds and the operations they did.
+    private func runPeople(directory: String, count: Int, order: [Int]) throws -> (seconds: Double, queries: Int) {
         let queries = workload == "records-range" || workload == "records-count" ? max(1, count / 100) : count
         let perCity = count / 1_000   // when count is a multiple of 1,000
         let seconds: Double
@@ -188,14 +195,15 @@ struct RecordWorkloads {
                 }
             }
         }
-        return result(seconds: seconds, queries: queries)
+        return (seconds, queries)
     }
 
-    /// The measurement of `queries` operations in `seconds`.
-    private func result(seconds: Double, queries: Int) -> Result {
+    /// The measurement of `queries` operations in `seconds`, with the store's bytes on disk
+    /// after its close.
+    private func result(seconds: Double, queries: Int, bytesOnDisk: Int) -> Result {
         let batched = workload == "records-insert" || workload == "records-update"
         return Result(engine: engine, bench: workload, num: queries, batch: batched ? options.batch : 1,
-                      valueSize: 0, seconds: seconds, bytesOnDisk: 0, fdatasyncs: nil)
+                      valueSize: 0, seconds: seconds, bytesOnDisk: bytesOnDisk, fdatasyncs: nil)
     }
 
     /// How many of `count` people live in `city` after every one of them moved.

@@ -354,7 +354,12 @@ struct Runner {
         if let message = failure.withLock({ $0 }) { throw BenchError(description: "\(engine) \(workload): \(message)") }
     }
 
-    func directoryBytes(_ path: String) -> Int {
+    func directoryBytes(_ path: String) -> Int { StrataBench.directoryBytes(path) }
+}
+
+extension StrataBench {
+    /// The bytes of every file under `path` (0 when it does not exist).
+    static func directoryBytes(_ path: String) -> Int {
         guard let names = try? FileManager.default.subpathsOfDirectory(atPath: path) else { return 0 }
         return names.reduce(0) { total, name in
             let attributes = try? FileManager.default.attributesOfItem(atPath: (path as NSString).appendingPathComponent(name))

@@ -271,6 +271,22 @@ struct StrataBench: ParsableCommand {
                 print("| \(workload) | " + cells.joined(separator: " | ") + " |")
             }
         }
+        // Bytes on disk after the workload (its store closed), in MB, with the ratio to Strata's.
+        let stored = workloads.filter { workload in results.contains { $0.bench == workload && $0.bytesOnDisk > 0 } }
+        if !stored.isEmpty {
+            print("\n| MB on disk | " + engines.joined(separator: " | ") + " |")
+            print("|---|" + engines.map { _ in "---:|" }.joined())
+            for workload in stored {
+                let row = results.filter { $0.bench == workload }
+                let strata = row.first { $0.engine == "strata" }?.bytesOnDisk
+                let cells = engines.map { engine -> String in
+                    guard let bytes = row.first(where: { $0.engine == engine })?.bytesOnDisk, bytes > 0 else { return "" }
+                    let ratio = strata.map { " (\(String(format: "%.2f", Double(bytes) / Double($0)))×)" } ?? ""
+                    return String(format: "%.1f", Double(bytes) / 1e6) + ratio
+                }
+                print("| \(workload) | " + cells.joined(separator: " | ") + " |")
+            }
+        }
         // `overwrite --seconds`: keys/s in each 10-second interval, per engine.
         for result in results {
             guard let intervals = result.intervals else { continue }
