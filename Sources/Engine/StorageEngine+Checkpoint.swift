@@ -137,6 +137,7 @@ extension StorageEngine {
         if !freedNow.isEmpty { durable.pending.append((generation, freedNow)) }
         snapshots.publish { $0.with(tree: tree, treeGeneration: generation, frozen: .some(nil)) }
         snapshots.releaseIdleViews()
+        pageFile.releaseMapped(freedNow)
         readerTable?.publish(generation: generation)
         // What older checkpoints freed and snapshots of older trees still hold (this
         // checkpoint's own freed pages wait for the next one whatever readers do).

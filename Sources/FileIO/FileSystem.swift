@@ -144,6 +144,21 @@ public final class FileMapping: @unchecked Sendable {
     /// the system mapped them).
     func didGrow(to length: Int) { mapped.store(length, ordering: .releasing) }
 
+    /// Lets the process's page tables go for the mapped bytes `offset ..< offset + length`
+    /// (MADV_DONTNEED): the file's pages stay in the kernel's page cache, out of the
+    /// process's resident set, and a later read of them faults them in again with the
+    /// same bytes. For pages no reader is expected to read soon (a checkpoint's freed
+    /// pages). Only the system's whole pages inside the range go (a system page of 16 or
+    /// 64 KiB under several of the caller's pages stays), and bytes past the mapped length
+    /// are left alone.
+    public func release(offset: Int, length: Int) {
+        let systemPage = Int(getpagesize())
+        let start = (max(0, offset) + systemPage - 1) / systemPage * systemPage
+        let end = min(offset + length, self.length) / systemPage * systemPage
+        guard end > start else { return }
+        _ = madvise(UnsafeMutableRawPointer(mutating: base + start), end - start, MADV_DONTNEED)
+    }
+
     /// Replaces the mapped file pages with zero-filled memory in place, before the file is
     /// cut short: a reader still holding an address reads zeros (which fail every page
     /// check) instead of faulting on a page past the new end of the file.
