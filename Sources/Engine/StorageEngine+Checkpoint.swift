@@ -38,19 +38,34 @@ extension StorageEngine {
     }
 
     /// Starts a checkpoint on a background thread when the memtable or the log passed its
-    /// threshold and none runs; the committing thread does not wait for it.
-    func checkpointIfDue() {
-        guard case let .writer(log, _) = logAccess else { return }
-        let memtableBytes = snapshots.current.active.byteCount
-        let logBytes = log.statistics.bytesWritten - logBytesAtCheckpoint.load(ordering: .relaxed)
-        guard memtableBytes >= options.checkpointMemtableBytes || logBytes >= options.checkpointLogBytes else { return }
-        guard checkpointRunning.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
-            return
-        }
-        Thread.detachNewThread { [self] in
-            defer { checkpointRunning.store(false, ordering: .releasing) }
-            // A failure is recorded by `checkpointNow()` and reported by the next commit (StorageEngine.E3).
-            if !commitLock.withLock({ $0.closed }) { try? checkpointNow(underLoad: true) }
+    /// threshold and none runs; the committing thread does not wait for it, unless one
+    /// runs already and the memtable passed its bound (`EngineOptions.maxMemtableBytes`):
+    /// then it waits for that one to end and starts the next (a write stall). Returns
+    /// whether it stalled.
+    @discardableResult
+    func checkpointIfDue() -> Bool {
+        guard case let .writer(log, _) = logAccess else { return false }
+        var stalled = false
+        while true {
+            let memtableBytes = snapshots.current.active.byteCount
+            let logBytes = log.statistics.bytesWritten - logBytesAtCheckpoint.load(ordering: .relaxed)
+            guard memtableBytes >= options.checkpointMemtableBytes || logBytes >= options.checkpointLogBytes else { return stalled }
+            if checkpointRunning.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
+                Thread.detachNewThread { [self] in
+                    // A failure is recorded by `checkpointNow()` and reported by the next commit (StorageEngine.E3).
+                    if !commitLock.withLock({ $0.closed }) { try? checkpointNow(underLoad: true) }
+                    checkpointEnded.lock()
+                    checkpointRunning.store(false, ordering: .releasing)
+                    checkpointEnded.broadcast()
+                    checkpointEnded.unlock()
+                }
+                return stalled
+            }
+            guard let bound = options.maxMemtableBytes, memtableBytes >= bound else { return stalled }
+            checkpointEnded.lock()
+            while checkpointRunning.load(ordering: .acquiring) { checkpointEnded.wait() }
+            checkpointEnded.unlock()
+            stalled = true
         }
     }
 
