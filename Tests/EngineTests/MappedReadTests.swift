@@ -313,6 +313,14 @@ import Testing
         }
     }
 
+    /// Puts 2,000 keys of 40 bytes `byte` in one commit, then checkpoints (a tree of height 2).
+    private func overwriteAll(_ engine: StorageEngine, with byte: UInt8) throws {
+        var batch = WALBatch()
+        for index in 0..<2_000 { batch.put(Array("key\(index)".utf8), Array(repeating: byte, count: 40)) }
+        try engine.commit(batch)
+        try engine.checkpoint()
+    }
+
     /// A mapped page is verified again after a checkpoint rewrites it: damage that lands on
     /// a reused page after its rewrite is caught, though the same page number passed its
     /// check while it held an older leaf.
@@ -320,19 +328,13 @@ import Testing
         let path = temporaryStore()
         defer { try? FileManager.default.removeItem(atPath: path) }
         let (engine, _) = try StorageEngine.open(path: path)
-        func overwriteAll(with byte: UInt8) throws {
-            var batch = WALBatch()
-            for index in 0..<2_000 { batch.put(Array("key\(index)".utf8), Array(repeating: byte, count: 40)) }
-            try engine.commit(batch)
-            try engine.checkpoint()
-        }
-        try overwriteAll(with: 1)
+        try overwriteAll(engine, with: 1)
         // Every leaf read once: each passes its check and is marked verified.
         try engine.snapshot().forEach { _, _ in true }
         let verifiedOnce = try leaves(engine)
         // Two more rewrites: the second reuses the pages the first freed.
-        try overwriteAll(with: 2)
-        try overwriteAll(with: 3)
+        try overwriteAll(engine, with: 2)
+        try overwriteAll(engine, with: 3)
         let reused = try leaves(engine).intersection(verifiedOnce)
         let page = try #require(reused.min())
         // Damage the rewritten page on disk, beside the open store (the mapping is shared).
@@ -357,13 +359,7 @@ import Testing
         let path = temporaryStore()
         defer { try? FileManager.default.removeItem(atPath: path) }
         let (engine, _) = try StorageEngine.open(path: path)
-        func overwriteAll(with byte: UInt8) throws {
-            var batch = WALBatch()
-            for index in 0..<2_000 { batch.put(Array("key\(index)".utf8), Array(repeating: byte, count: 40)) }
-            try engine.commit(batch)
-            try engine.checkpoint()
-        }
-        try overwriteAll(with: 1)
+        try overwriteAll(engine, with: 1)
         let oldTree = engine.snapshot()
         try oldTree.forEach { _, _ in true }
         let base = try #require(engine.pageFile.mappingBase)
@@ -378,7 +374,7 @@ import Testing
             return entry.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) } >> 63 == 1
         }
         #expect(try oldLeaves.allSatisfy(resident))
-        try overwriteAll(with: 2)
+        try overwriteAll(engine, with: 2)
         #expect(try leaves(engine).isDisjoint(with: oldLeaves))
         #expect(try !oldLeaves.contains(where: resident))
         // The old tree's snapshot reads its leaves again, unchanged.

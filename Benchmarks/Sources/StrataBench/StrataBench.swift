@@ -272,40 +272,31 @@ struct StrataBench: ParsableCommand {
             }
         }
         // Bytes on disk after the workload (its store closed), in MB, with the ratio to Strata's.
-        let stored = workloads.filter { workload in results.contains { $0.bench == workload && $0.bytesOnDisk > 0 } }
-        if !stored.isEmpty {
-            print("\n| MB on disk | " + engines.joined(separator: " | ") + " |")
-            print("|---|" + engines.map { _ in "---:|" }.joined())
-            for workload in stored {
-                let row = results.filter { $0.bench == workload }
-                let strata = row.first { $0.engine == "strata" }?.bytesOnDisk
-                let cells = engines.map { engine -> String in
-                    guard let bytes = row.first(where: { $0.engine == engine })?.bytesOnDisk, bytes > 0 else { return "" }
-                    let ratio = strata.map { " (\(String(format: "%.2f", Double(bytes) / Double($0)))×)" } ?? ""
-                    return String(format: "%.1f", Double(bytes) / 1e6) + ratio
-                }
-                print("| \(workload) | " + cells.joined(separator: " | ") + " |")
-            }
-        }
+        printMegabytes("MB on disk", results, engines: engines, workloads: workloads) { $0.bytesOnDisk > 0 ? Double($0.bytesOnDisk) / 1e6 : nil }
         // `overwrite --seconds`: keys/s in each 10-second interval, per engine.
         for result in results {
             guard let intervals = result.intervals else { continue }
             print("\n\(result.engine) \(result.bench), keys/s per 10 s: " + intervals.map(String.init).joined(separator: ", "))
         }
         // Peak resident set of each measurement's process, in MB, with its ratio to Strata's.
-        let measured = workloads.filter { workload in
-            results.contains { $0.bench == workload && $0.peakRSSKilobytes != nil }
-        }
-        guard !measured.isEmpty else { return }
-        print("\n| peak RSS MB | " + engines.joined(separator: " | ") + " |")
+        printMegabytes("peak RSS MB", results, engines: engines, workloads: workloads) { $0.peakRSSKilobytes.map { Double($0) * 1.024 / 1000 } }
+    }
+
+    /// A table of `title` (rows: workloads; columns: engines) of `megabytes` of each result
+    /// that has them, with the ratio to Strata's; nothing when no result has them.
+    private func printMegabytes(_ title: String, _ results: [Result], engines: [String], workloads: [String],
+                                _ megabytes: (Result) -> Double?) {
+        let rows = workloads.filter { workload in results.contains { $0.bench == workload && megabytes($0) != nil } }
+        guard !rows.isEmpty else { return }
+        print("\n| \(title) | " + engines.joined(separator: " | ") + " |")
         print("|---|" + engines.map { _ in "---:|" }.joined())
-        for workload in measured {
+        for workload in rows {
             let row = results.filter { $0.bench == workload }
-            let strata = row.first { $0.engine == "strata" }?.peakRSSKilobytes
+            let strata = row.first { $0.engine == "strata" }.flatMap(megabytes)
             let cells = engines.map { engine -> String in
-                guard let kilobytes = row.first(where: { $0.engine == engine })?.peakRSSKilobytes else { return "" }
-                let ratio = strata.map { " (\(String(format: "%.2f", Double(kilobytes) / Double($0)))×)" } ?? ""
-                return String(format: "%.1f", Double(kilobytes) * 1.024 / 1000) + ratio
+                guard let value = row.first(where: { $0.engine == engine }).flatMap(megabytes) else { return "" }
+                let ratio = strata.map { " (\(String(format: "%.2f", value / $0))×)" } ?? ""
+                return String(format: "%.1f", value) + ratio
             }
             print("| \(workload) | " + cells.joined(separator: " | ") + " |")
         }
