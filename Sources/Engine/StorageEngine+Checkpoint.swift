@@ -40,16 +40,13 @@ extension StorageEngine {
     /// Starts a checkpoint on a background thread when the memtable or the log passed its
     /// threshold and none runs; the committing thread does not wait for it, unless one
     /// runs already and the memtable passed its bound (`EngineOptions.maxMemtableBytes`):
-    /// then it waits for that one to end and starts the next (a write stall). Returns
-    /// whether it stalled.
-    @discardableResult
-    func checkpointIfDue() -> Bool {
-        guard case let .writer(log, _) = logAccess else { return false }
-        var stalled = false
+    /// then it waits for that one to end and starts the next (a write stall).
+    func checkpointIfDue() {
+        guard case let .writer(log, _) = logAccess else { return }
         while true {
             let memtableBytes = snapshots.current.active.byteCount
             let logBytes = log.statistics.bytesWritten - logBytesAtCheckpoint.load(ordering: .relaxed)
-            guard memtableBytes >= options.checkpointMemtableBytes || logBytes >= options.checkpointLogBytes else { return stalled }
+            guard memtableBytes >= options.checkpointMemtableBytes || logBytes >= options.checkpointLogBytes else { return }
             if checkpointRunning.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
                 Thread.detachNewThread { [self] in
                     // A failure is recorded by `checkpointNow()` and reported by the next commit (StorageEngine.E3).
@@ -59,13 +56,12 @@ extension StorageEngine {
                     checkpointEnded.broadcast()
                     checkpointEnded.unlock()
                 }
-                return stalled
+                return
             }
-            guard let bound = options.maxMemtableBytes, memtableBytes >= bound else { return stalled }
+            guard let bound = options.maxMemtableBytes, memtableBytes >= bound else { return }
             checkpointEnded.lock()
             while checkpointRunning.load(ordering: .acquiring) { checkpointEnded.wait() }
             checkpointEnded.unlock()
-            stalled = true
         }
     }
 
