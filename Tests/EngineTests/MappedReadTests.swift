@@ -355,7 +355,8 @@ import Testing
     /// every old leaf through the mapping, and without the release each stayed mapped
     /// (and counted in the resident set) until the store closed. A snapshot of the old
     /// tree still reads them, faulting them in again.
-    @Test func pagesACheckpointFreesLeaveTheResidentSet() throws {
+    @Test(.enabled(if: FileManager.default.isReadableFile(atPath: "/proc/self/pagemap"), "reads the page tables from /proc/self/pagemap"))
+    func pagesACheckpointFreesLeaveTheResidentSet() throws {
         let path = temporaryStore()
         defer { try? FileManager.default.removeItem(atPath: path) }
         let (engine, _) = try StorageEngine.open(path: path)
@@ -375,8 +376,10 @@ import Testing
         }
         #expect(try oldLeaves.allSatisfy(resident))
         try overwriteAll(engine, with: 2)
-        #expect(try leaves(engine).isDisjoint(with: oldLeaves))
+        // Checked before anything reads the data file again: a read's fault maps the
+        // pages beside it too (the kernel's fault-around), old leaves among them.
         #expect(try !oldLeaves.contains(where: resident))
+        #expect(try leaves(engine).isDisjoint(with: oldLeaves))
         // The old tree's snapshot reads its leaves again, unchanged.
         var count = 0
         try oldTree.forEach { _, value in

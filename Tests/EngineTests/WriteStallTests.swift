@@ -41,7 +41,7 @@ import Testing
         // Without the bound, the committer would go through all 400 KB while the
         // checkpoint stands still; with it, it stops once the memtable holds 128 KiB.
         var stalledAt = -1
-        for _ in 0..<100 {
+        for _ in 0..<500 {   // up to 10 s, for a loaded machine; a stall shows within tens of ms
             let before = committed.load(ordering: .acquiring)
             Thread.sleep(forTimeInterval: 0.02)
             if before == committed.load(ordering: .acquiring), before > 0, engine.snapshots.current.active.byteCount >= bound {
