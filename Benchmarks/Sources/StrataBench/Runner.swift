@@ -78,14 +78,19 @@ struct Runner {
             try bench.beginReads()
             var found = 0
             var histogram = Histogram<UInt64>.latencies()
-            for key in order {
+            // Every key once in random order, or `--reads` keys drawn from the shuffled order
+            // (cycling through it again past N).
+            let reads = options.reads ?? keys
+            for index in 0..<reads {
+                let key = order[index % keys]
                 let before = monotonicNanoseconds()
                 if try bench.read(key) { found += 1 }
                 _ = histogram.record(monotonicNanoseconds() - before)
             }
             bench.endReads()
             latencies.add(histogram)
-            guard found == keys else { throw BenchError(description: "\(engine) readrandom found \(found) of \(keys) keys") }
+            guard found == reads else { throw BenchError(description: "\(engine) readrandom found \(found) of \(reads) keys") }
+            operations = reads
         default: // readseq
             let count = try bench.scanCount()
             guard count == keys else { throw BenchError(description: "\(engine) readseq scanned \(count) of \(keys) keys") }

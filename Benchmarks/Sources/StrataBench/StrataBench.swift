@@ -56,6 +56,9 @@ struct StrataBench: ParsableCommand {
     @Option(help: "ycsb: operations after the load of --num records (default 100,000).")
     var operations = 100_000
 
+    @Option(help: "readrandom: reads of random keys among the --num loaded (default: one read of each, in random order).")
+    var reads: Int?
+
     @Option(help: "ycsb: how keys are picked, uniform, zipfian or latest (default: zipfian, latest for ycsb-d).")
     var distribution: YCSB.Distribution?
 
@@ -120,6 +123,10 @@ struct StrataBench: ParsableCommand {
         if let threads, threads < 1 { throw ValidationError("--threads must be at least 1") }
         if readers < 0 || readerProcesses < 0 { throw ValidationError("--readers and --reader-processes must be 0 or more") }
         if operations < 1 { throw ValidationError("--operations must be at least 1") }
+        if let reads, reads < 1 { throw ValidationError("--reads must be at least 1") }
+        if reads != nil, !benchmarks.split(separator: ",").contains("readrandom") {
+            throw ValidationError("--reads counts readrandom's reads only: add readrandom to --benchmarks")
+        }
         if let seconds, seconds < 1 { throw ValidationError("--seconds must be at least 1") }
         if touchValues, !benchmarks.split(separator: ",").contains("readrandom") {
             throw ValidationError("--touch-values changes readrandom only: add readrandom to --benchmarks")
@@ -216,6 +223,7 @@ struct StrataBench: ParsableCommand {
         if let threads { arguments += ["--threads", "\(threads)"] }
         if let distribution { arguments += ["--distribution", distribution.rawValue] }
         if let seconds, workload == "overwrite" { arguments += ["--seconds", "\(seconds)"] }
+        if let reads, workload == "readrandom" { arguments += ["--reads", "\(reads)"] }
         if splitCPUs { arguments.append("--split-cpus") }
         if touchValues { arguments.append("--touch-values") }
         child.arguments = arguments
