@@ -17,7 +17,7 @@ struct BTree: Sendable, Equatable {
 
     /// The entry for `key` (a tombstone included), or nil. O(height) page reads.
     func entry(_ key: [UInt8], file: PageFile) throws -> LeafEntry? {
-        try key.withUnsafeBytes { key in try withCell(key, file: file) { $0?.entry } }
+        try key.withUnsafeBytes { key in try withCell(key, file: file) { $0?.entry(key: key) } }
     }
 
     /// Calls `body` with the leaf cell for `key` (a tombstone included), or nil, borrowed
@@ -71,6 +71,8 @@ struct TreeCursor {
     private var keyPosition = -1
     private var keyStart = 0
     private var keyLength = 0
+    /// Where the whole key of a cell of a leaf that elides its keys' prefix is put together.
+    private var wholeKey: KeyBuffer?
 
     init(tree: BTree, file: PageFile, reverse: Bool) {
         self.tree = tree
@@ -141,7 +143,10 @@ struct TreeCursor {
         do {
             let (start, length) = try PageCodec.keyLocation(leaf.bytes, index: position, count: leaf.count)
             (keyPosition, keyStart, keyLength) = (position, start, length)
-            return UnsafeRawBufferPointer(rebasing: leaf.bytes[start..<(start + length)])
+            guard leaf.isElided else { return UnsafeRawBufferPointer(rebasing: leaf.bytes[start..<(start + length)]) }
+            let buffer = wholeKey ?? KeyBuffer()
+            wholeKey = buffer
+            return UnsafeRawBufferPointer(start: buffer.bytes, count: try leaf.copyKey(position, into: buffer.bytes))
         } catch {
             throw file.corrupt(leafID, error)
         }
@@ -270,12 +275,17 @@ struct LeafFinger: LeafCellFinder {
         let page = held.page
         guard page.count > 0 else { return false }
         do {
-            let last = try PageCodec.keyLocation(page.bytes, index: page.count - 1, count: page.count)
-            guard compareBytes(key, UnsafeRawBufferPointer(rebasing: page.bytes[last.start..<(last.start + last.length)])) <= 0 else { return false }
-            let first = try PageCodec.keyLocation(page.bytes, index: 0, count: page.count)
-            return compareBytes(key, UnsafeRawBufferPointer(rebasing: page.bytes[first.start..<(first.start + first.length)])) >= 0
+            guard try page.compareKey(page.count - 1, with: key) >= 0 else { return false }
+            return try page.compareKey(0, with: key) <= 0
         } catch {
             throw file.corrupt(held.id, error)
         }
     }
+}
+
+/// A key put together from a leaf's elided prefix and a cell (`TreeCursor.currentKey`).
+final class KeyBuffer {
+    let bytes = UnsafeMutableRawPointer.allocate(byteCount: Limits.maxKeyBytes, alignment: 8)
+
+    deinit { bytes.deallocate() }
 }

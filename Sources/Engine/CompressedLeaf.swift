@@ -24,7 +24,7 @@ extension PageCodec {
     /// Header byte 5 bit 2 of a leaf (format 4): its body is one LZ4 block.
     static let compressedBody: UInt8 = 4
     /// A compressed leaf's header byte 5 as this build writes it.
-    static let compressedLeafFormat = currentLeafFormat | compressedBody
+    static let compressedLeafFormat = hintedLeafFormat | compressedBody
     /// Where a compressed leaf's LZ4 block starts: after its body's length (4 bytes) and
     /// the block's (4 bytes).
     static let compressedBlockStart = PageHeader.bytes + 8
@@ -59,17 +59,18 @@ extension PageCodec {
 
     /// `cells` as one leaf page: raw when they fit one page; else, with `compress`, as a
     /// compressed leaf when its block fits the page (`scratch` holds the block meanwhile).
-    /// The block holds the cells alone, as a raw leaf of their length lays them out (the
-    /// last key's cell first): slots and hints are rebuilt from them when it is expanded.
+    /// The block holds the cells alone, each with its whole key, as a leaf of format 3 of
+    /// their length lays them out (the last key's cell first): slots and hints are rebuilt
+    /// from them when it is expanded.
     /// Without `compress`, cells that do not fit are a caller's error.
     static func encodeLeafPage(cells: ArraySlice<CellToWrite>, id: PageID, generation: UInt64, pageBytes: Int,
                                compress: Bool, scratch: inout [UInt8]) -> EncodedLeaf {
-        let total = cells.reduce(0) { $0 + $1.cellBytes }
-        if total <= hintedCapacity(pageBytes: pageBytes) || !compress {
+        if !compress || leafBytes(cells) <= hintedCapacity(pageBytes: pageBytes) {
             return .page(encodeLeaf(cells: cells, id: id, generation: generation, pageBytes: pageBytes), blockRatio: nil)
         }
+        let total = cells.reduce(0) { $0 + $1.cellBytes }
         precondition(total <= maxExpandedCapacity(pageBytes: pageBytes), "a compressed leaf's cells overflow its expansion")
-        let expanded = encodeLeaf(cells: cells, id: id, generation: generation, pageBytes: hintedSlotsStart + total, seal: false)
+        let expanded = encodeLeaf(cells: cells, id: id, generation: generation, pageBytes: hintedSlotsStart + total, elide: false)
         let cellsStart = hintedSlotsStart + hintedSlotBytes * cells.count
         let cellBytes = expanded.count - cellsStart
         let bound = LZ4Block.compressBound(cellBytes)

@@ -21,8 +21,9 @@ public struct EngineOptions: Sendable {
     /// it once into the page cache (`cacheBytes`). Values too large for a leaf are stored
     /// as an LZ4 block in their overflow pages when that saves an eighth or more (a read of
     /// such a value expands it; a raw one is read where it lies in the mapped file). It applies to what a
-    /// checkpoint writes; a store may hold both kinds, and every build of format 5 reads
-    /// either.
+    /// checkpoint writes; a store may hold both kinds, and every build of format 5 or later
+    /// reads either. Raw leaves store the prefix their keys share once either way (FORMAT.md,
+    /// "Elided prefixes").
     public var leafCompression = LeafCompression.none
     /// A checkpoint starts when the memtable holds this many bytes. Default 64 MiB.
     public var checkpointMemtableBytes = 64 << 20

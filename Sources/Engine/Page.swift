@@ -65,6 +65,23 @@ enum CellToWrite {
         case let .node(node): Array(node.key)
         }
     }
+
+    /// Calls `body` with the key's bytes, borrowed.
+    @inline(__always)
+    func withKey<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        switch self {
+        case let .entry(entry): try entry.key.withUnsafeBytes(body)
+        case let .node(node): try body(node.key)
+        }
+    }
+
+    /// The bytes of this cell's key.
+    var keyCount: Int {
+        switch self {
+        case let .entry(entry): entry.key.count
+        case let .node(node): node.key.count
+        }
+    }
 }
 
 /// One child of a branch: every key in it is at or above `key` (the leftmost child's key
@@ -85,12 +102,17 @@ enum Node: Sendable {
 enum PageCodec {
     /// Header byte 5 of a leaf: how its cells store versions. 0 (format 1): eight bytes,
     /// little-endian; 1 (`varintVersions`, format 2 on): a varint. Bit 1 (`hintedSlots`,
-    /// format 3 on, leaves and branches): its slots carry hints (see "Hints").
+    /// format 3 on, leaves and branches): its slots carry hints (see "Hints"). Bit 3
+    /// (`elidedPrefix`, format 6, raw leaves): the prefix every key of the leaf shares is
+    /// stored once, before the slots, and left out of every cell (see "Elided prefixes").
     static let leafFormatOffset = 5
     static let varintVersions: UInt8 = 1
     static let hintedSlots: UInt8 = 2
-    /// A leaf's header byte 5 as this build writes it.
-    static let currentLeafFormat = varintVersions | hintedSlots
+    static let elidedPrefix: UInt8 = 8
+    /// A leaf of format 3, as the expansion of a compressed leaf also is.
+    static let hintedLeafFormat = varintVersions | hintedSlots
+    /// A raw leaf's header byte 5 as this build writes it.
+    static let currentLeafFormat = hintedLeafFormat | elidedPrefix
     /// Bytes of a hinted slot: the cell's offset, then the hint of its key.
     static let hintedSlotBytes = 6
     /// Where a hinted page's slots start: after the header and its 2-byte hint offset.
@@ -100,8 +122,39 @@ enum PageCodec {
 
     /// Whether `entries` fit one leaf of the current format. A leaf of format 1 or 2 (plain
     /// 2-byte slots) may hold more than one of format 3 (6-byte hinted slots) can.
-    static func leafFits(_ entries: some Collection<LeafEntry>, pageBytes: Int) -> Bool {
-        entries.reduce(0) { $0 + $1.cellBytes } <= hintedCapacity(pageBytes: pageBytes)
+    static func leafFits(_ entries: [LeafEntry], pageBytes: Int) -> Bool {
+        leafBytes(entries.map(CellToWrite.entry)[...]) <= hintedCapacity(pageBytes: pageBytes)
+    }
+
+    /// The bytes `cells` take after a raw leaf's hint offset: their slots and cells, their
+    /// keys without the prefix they all share, and that prefix once.
+    static func leafBytes(_ cells: ArraySlice<CellToWrite>) -> Int {
+        let prefix = sharedPrefix(cells)
+        var total = prefix
+        for cell in cells {
+            let keyCount = cell.keyCount
+            total += cell.cellBytes - varintBytes(keyCount) - prefix + varintBytes(keyCount - prefix)
+        }
+        return total
+    }
+
+    /// The prefix every key of `cells` shares: their first and last keys' common prefix,
+    /// as they are in key order (0 for no cell).
+    static func sharedPrefix(_ cells: ArraySlice<CellToWrite>) -> Int {
+        guard let first = cells.first, let last = cells.last else { return 0 }
+        return first.withKey { first in last.withKey { last in commonPrefix(first, last) } }
+    }
+
+    /// The length of the common prefix of `a` and `b`.
+    static func commonPrefix(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+        let limit = min(a.count, b.count)
+        var length = 0
+        while length + 8 <= limit
+                && a.loadUnaligned(fromByteOffset: length, as: UInt64.self) == b.loadUnaligned(fromByteOffset: length, as: UInt64.self) {
+            length += 8
+        }
+        while length < limit && a[length] == b[length] { length += 1 }
+        return length
     }
 
     /// Whether `entries` (the first one's key not stored) fit one branch of the current
@@ -155,7 +208,8 @@ enum PageCodec {
         // Byte 5 says how a leaf stores versions and slots (and whether its body is
         // compressed), and whether a branch's slots carry hints; it is zero in every other page.
         let format = page[leafFormatOffset]
-        guard format == 0 || (type == .leaf && (format == varintVersions || format == currentLeafFormat || format == compressedLeafFormat))
+        guard format == 0 || (type == .leaf && (format == varintVersions || format == hintedLeafFormat || format == currentLeafFormat
+                                                || format == compressedLeafFormat))
                 || (type == .branch && format == hintedSlots) || (type == .overflow && format == compressedChain) else {
             throw PageDefect("its header byte 5 is \(page[leafFormatOffset])")
         }
@@ -172,56 +226,54 @@ enum PageCodec {
     // MARK: Leaves
 
     static func encodeLeaf(_ entries: ArraySlice<LeafEntry>, id: PageID, generation: UInt64, pageBytes: Int) -> [UInt8] {
-        encodeLeaf(count: entries.count, id: id, generation: generation, pageBytes: pageBytes) { index in
-            entries[entries.startIndex + index].cellBytes
-        } write: { index, cell in
-            cell.write(entries[entries.startIndex + index])
-        }
+        encodeLeaf(cells: entries.map(CellToWrite.entry)[...], id: id, generation: generation, pageBytes: pageBytes)
     }
 
-    /// A leaf of `cells` in `pageBytes`; `seal: false` leaves the checksum out (a leaf to
-    /// be compressed, CompressedLeaf.swift).
+    /// A raw leaf of `cells` in `pageBytes`, the prefix its keys share stored once. With
+    /// `elide: false`, a leaf of format 3, whole keys in every cell, without its checksum:
+    /// the layout a compressed leaf's block holds (CompressedLeaf.swift).
+    /// Cells are written in place from the end of the page down.
     static func encodeLeaf(cells: ArraySlice<CellToWrite>, id: PageID, generation: UInt64, pageBytes: Int,
-                           seal sealed: Bool = true) -> [UInt8] {
-        encodeLeaf(count: cells.count, id: id, generation: generation, pageBytes: pageBytes, seal: sealed) { index in
-            cells[cells.startIndex + index].cellBytes
-        } write: { index, cell in
-            switch cells[cells.startIndex + index] {
-            case let .entry(entry):
-                cell.write(entry)
-            case let .node(node):
-                cell.writeVarint(UInt64(node.key.count))
-                cell.write(node.key)
-                cell.writeVarint(node.version)
-                if let value = node.value {
-                    cell.write(UInt8(0))
-                    cell.writeVarint(UInt64(value.count))
-                    cell.write(value)
-                } else {
-                    cell.write(tombstoneFlag)
-                }
-            }
-        }
-    }
-
-    /// A leaf of `count` cells, cell `index` taking `cellBytes(index)` bytes with its slot
-    /// and written by `write`. Cells are written in place from the end of the page down.
-    private static func encodeLeaf(count: Int, id: PageID, generation: UInt64, pageBytes: Int, seal sealed: Bool = true,
-                                   cellBytes: (Int) -> Int, write: (Int, inout CellWriter) -> Void) -> [UInt8] {
+                           elide: Bool = true) -> [UInt8] {
+        let count = cells.count
         var page = emptyPage(.leaf, id: id, generation: generation, count: count, word: 0, pageBytes: pageBytes)
-        page[leafFormatOffset] = currentLeafFormat
+        page[leafFormatOffset] = elide ? currentLeafFormat : hintedLeafFormat
+        let prefix = sharedPrefix(cells)
+        let elided = elide ? prefix : 0
         page.withUnsafeMutableBytes { page in
-            var end = pageBytes
-            for index in 0..<count {
-                end -= cellBytes(index) - hintedSlotBytes
-                precondition(end >= hintedSlotsStart + hintedSlotBytes * count, "leaf cells overflow the page")
-                var cell = CellWriter(page, at: end)
-                write(index, &cell)
-                writeSlot(page, index: index, offset: end)
+            let slots = hintedSlotsStart + elided
+            if elide, let first = cells.first {
+                first.withKey { key in (page.baseAddress! + hintedSlotsStart).copyMemory(from: key.baseAddress!, byteCount: elided) }
             }
-            writeHints(UnsafeRawBufferPointer(page), into: page, count: count)
+            var end = pageBytes
+            for (index, cell) in cells.enumerated() {
+                let keyCount = cell.keyCount
+                end -= cell.cellBytes - hintedSlotBytes - elided - varintBytes(keyCount) + varintBytes(keyCount - elided)
+                precondition(end >= slots + hintedSlotBytes * count, "leaf cells overflow the page")
+                var writer = CellWriter(page, at: end)
+                switch cell {
+                case let .entry(entry):
+                    writer.write(entry, elided: elided)
+                case let .node(node):
+                    writer.writeVarint(UInt64(keyCount - elided))
+                    writer.write(UnsafeRawBufferPointer(rebasing: node.key[elided...]))
+                    writer.writeVarint(node.version)
+                    if let value = node.value {
+                        writer.write(UInt8(0))
+                        writer.writeVarint(UInt64(value.count))
+                        writer.write(value)
+                    } else {
+                        writer.write(tombstoneFlag)
+                    }
+                }
+                page.storeBytes(of: UInt16(end).littleEndian, toByteOffset: slots + hintedSlotBytes * index, as: UInt16.self)
+                let keyHint = cell.withKey { PageCodec.hint(of: $0, at: prefix) }
+                page.storeBytes(of: keyHint.bigEndian, toByteOffset: slots + hintedSlotBytes * index + 2, as: UInt32.self)
+            }
+            page.storeBytes(of: UInt16(prefix).littleEndian, toByteOffset: PageHeader.bytes, as: UInt16.self)
         }
-        if sealed { seal(&page) }
+        if !elide { return page }
+        seal(&page)
         return page
     }
 
@@ -245,10 +297,10 @@ enum PageCodec {
         return hint
     }
 
-    /// The hint in slot `index` of a hinted page whose slot array fits the page.
+    /// The hint in slot `index` of a hinted page whose slot array, from `slots`, fits the page.
     @inline(__always)
-    static func slotHint(_ page: UnsafeRawBufferPointer, index: Int) -> UInt32 {
-        UInt32(bigEndian: page.loadUnaligned(fromByteOffset: hintedSlotsStart + hintedSlotBytes * index + 2, as: UInt32.self))
+    static func slotHint(_ page: UnsafeRawBufferPointer, slots: Int, index: Int) -> UInt32 {
+        UInt32(bigEndian: page.loadUnaligned(fromByteOffset: slots + hintedSlotBytes * index + 2, as: UInt32.self))
     }
 
     /// The hint offset a hinted page stores (not checked against its keys; clamped to the
@@ -282,15 +334,29 @@ enum PageCodec {
     }
 
     /// Checks a hinted page's hint offset and hints against its keys (`verify`, checkpoints:
-    /// a lookup trusts them, as it trusts key order).
+    /// a lookup trusts them, as it trusts key order). In a page that elides its keys'
+    /// prefix, the cells hold the keys from the hint offset on: the first and last of them
+    /// share no byte, and a hint is taken from a cell's key at 0.
     static func checkHints(_ page: UnsafeRawBufferPointer, count: Int) throws(PageDefect) {
         guard page[leafFormatOffset] & hintedSlots != 0 else { return }
         let stored = Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: PageHeader.bytes, as: UInt16.self)))
-        let offset = try hintOffset(page, count: count)
-        guard stored == offset else { throw PageDefect("its hint offset is \(stored), not \(offset)") }
+        let elided = page[leafFormatOffset] & elidedPrefix != 0
+        if elided {
+            guard stored <= Limits.maxKeyBytes else { throw PageDefect("its keys' shared prefix of \(stored) bytes is longer than a key") }
+            let shared = try hintOffset(page, count: count)
+            guard shared == 0 else { throw PageDefect("its hint offset is \(stored), not \(stored + shared)") }
+        } else {
+            let offset = try hintOffset(page, count: count)
+            guard stored == offset else { throw PageDefect("its hint offset is \(stored), not \(offset)") }
+        }
+        let slots = slotLayout(page).start
         for index in 0..<count {
             let (start, length) = try keyLocation(page, index: index, count: count)
-            guard slotHint(page, index: index) == hint(of: UnsafeRawBufferPointer(rebasing: page[start..<(start + length)]), at: offset) else {
+            let key = UnsafeRawBufferPointer(rebasing: page[start..<(start + length)])
+            guard elided ? stored + length <= Limits.maxKeyBytes : true else {
+                throw PageDefect("cell \(index) has a key of \(stored + length) bytes")
+            }
+            guard slotHint(page, slots: slots, index: index) == hint(of: key, at: elided ? 0 : stored) else {
                 throw PageDefect("slot \(index) has a hint that is not its key's")
             }
         }
@@ -325,7 +391,22 @@ enum PageCodec {
     static func decodeLeafCell(_ page: [UInt8], index: Int, count: Int) throws(PageDefect) -> LeafEntry {
         var reader = try cellReader(page, index: index, count: count)
         do {
-            let key = try reader.readBytes(count: try reader.readLength(limit: Limits.maxKeyBytes))
+            let stored = try reader.readLength(limit: Limits.maxKeyBytes)
+            let key: [UInt8]
+            if page[leafFormatOffset] & elidedPrefix != 0 {
+                // The prefix the page stores once, then the rest of the key.
+                let prefix = page.withUnsafeBytes { storedHintOffset($0) }
+                guard prefix + stored <= Limits.maxKeyBytes else { throw PageDefect("cell \(index) has a key of \(prefix + stored) bytes") }
+                let start = reader.offset
+                try reader.skip(stored)
+                var whole: [UInt8] = []
+                whole.reserveCapacity(prefix + stored)
+                whole += page[hintedSlotsStart..<(hintedSlotsStart + prefix)]
+                whole += page[start..<(start + stored)]
+                key = whole
+            } else {
+                key = try reader.readBytes(count: stored)
+            }
             let version = try page[leafFormatOffset] & varintVersions != 0 ? reader.readVarint() : reader.readUInt64()
             let flags = try reader.readUInt8()
             let payload: Payload
@@ -480,10 +561,13 @@ enum PageCodec {
     // MARK: Slots
 
     /// Where the slots of a leaf or branch page whose header was verified start, and the
-    /// bytes of each: after the hint offset, 6, in a hinted page; else after the header, 2.
+    /// bytes of each: after the hint offset (and the keys' shared prefix, where the cells
+    /// leave it out), 6, in a hinted page; else after the header, 2.
     @inline(__always)
     static func slotLayout(_ page: UnsafeRawBufferPointer) -> (start: Int, width: Int) {
-        page[leafFormatOffset] & hintedSlots != 0 ? (hintedSlotsStart, hintedSlotBytes) : (PageHeader.bytes, 2)
+        let format = page[leafFormatOffset]
+        guard format & hintedSlots != 0 else { return (PageHeader.bytes, 2) }
+        return (format & elidedPrefix != 0 ? hintedSlotsStart + storedHintOffset(page) : hintedSlotsStart, hintedSlotBytes)
     }
 
     private static func writeSlot(_ page: UnsafeMutableRawBufferPointer, index: Int, offset: Int) {
@@ -544,10 +628,11 @@ private struct CellWriter {
         withUnsafeBytes(of: value.littleEndian) { write($0) }
     }
 
-    /// A leaf entry's cell (FORMAT.md, "Leaf and branch pages").
-    mutating func write(_ entry: LeafEntry) {
-        writeVarint(UInt64(entry.key.count))
-        write(entry.key)
+    /// A leaf entry's cell (FORMAT.md, "Leaf and branch pages"), its key's first `elided`
+    /// bytes left out.
+    mutating func write(_ entry: LeafEntry, elided: Int) {
+        writeVarint(UInt64(entry.key.count - elided))
+        entry.key.withUnsafeBytes { write(UnsafeRawBufferPointer(rebasing: $0[elided...])) }
         writeVarint(entry.version)
         switch entry.payload {
         case let .inline(value):

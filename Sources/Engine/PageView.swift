@@ -92,7 +92,9 @@ struct TreePage: @unchecked Sendable {
     /// The cell of this leaf for `key`, or nil.
     func leafCell(for key: UnsafeRawBufferPointer) throws(PageDefect) -> LeafCell? {
         // A key this leaf holds shares its common prefix, so the hints find it; any other
-        // key is not found either way (no check as in lowerBound).
+        // key is not found either way (no check as in lowerBound), except in a leaf whose
+        // cells leave that prefix out, where only the rest of a key is compared.
+        if isElided, try sideOfPrefix(key) != 0 { return nil }
         let (index, found) = isHinted ? try lowerBoundByHints(key) : try lowerBoundByKeys(key)
         return found ? try leafCell(index) : nil
     }
@@ -100,18 +102,32 @@ struct TreePage: @unchecked Sendable {
     /// Whether this page's slots carry hints (PageCodec, "Hints").
     private var isHinted: Bool { bytes[PageCodec.leafFormatOffset] & PageCodec.hintedSlots != 0 }
 
+    /// Whether this leaf's cells leave out the prefix its keys share (stored once, after
+    /// the hint offset, which is its length).
+    var isElided: Bool { bytes[PageCodec.leafFormatOffset] & PageCodec.elidedPrefix != 0 }
+
+    /// The prefix every key of this elided leaf shares, borrowed from the page.
+    var elidedPrefix: UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(rebasing: bytes[PageCodec.hintedSlotsStart..<(PageCodec.hintedSlotsStart + PageCodec.storedHintOffset(bytes))])
+    }
+
     /// 0 when `key` starts with the prefix every key of this hinted page shares (its first
     /// key's first h bytes), so that hints order it; else which side of all of them it is
     /// on (negative: before), as a key without that prefix sorts before or after them all.
     private func sideOfPrefix(_ key: UnsafeRawBufferPointer) throws(PageDefect) -> Int {
         guard count > 0 else { return 0 }
-        let (start, length) = try PageCodec.keyLocation(bytes, index: 0, count: count)
-        let prefix = min(PageCodec.storedHintOffset(bytes), length)
-        let shared = min(prefix, key.count)
+        let prefix: UnsafeRawBufferPointer
+        if isElided {
+            prefix = elidedPrefix
+        } else {
+            let (start, length) = try PageCodec.keyLocation(bytes, index: 0, count: count)
+            prefix = UnsafeRawBufferPointer(start: bytes.baseAddress! + start, count: min(PageCodec.storedHintOffset(bytes), length))
+        }
+        let shared = min(prefix.count, key.count)
         let order = compareBytes(UnsafeRawBufferPointer(start: key.baseAddress, count: shared),
-                                 UnsafeRawBufferPointer(start: bytes.baseAddress! + start, count: shared))
+                                 UnsafeRawBufferPointer(start: prefix.baseAddress, count: shared))
         if order != 0 { return order }
-        return key.count < prefix ? -1 : 0
+        return key.count < prefix.count ? -1 : 0
     }
 
     private func lowerBoundByKeys(_ key: UnsafeRawBufferPointer) throws(PageDefect) -> (index: Int, found: Bool) {
@@ -132,16 +148,17 @@ struct TreePage: @unchecked Sendable {
     private func lowerBoundByHints(_ key: UnsafeRawBufferPointer) throws(PageDefect) -> (index: Int, found: Bool) {
         // The slot array must fit before a hint is read; a crafted hint offset is clamped
         // (wrong hints give wrong answers, which verify reports, never a wild read).
-        guard PageCodec.hintedSlotsStart + PageCodec.hintedSlotBytes * count <= bytes.count else {
+        let slots = PageCodec.slotLayout(bytes).start
+        guard slots + PageCodec.hintedSlotBytes * count <= bytes.count else {
             throw PageDefect("its \(count) slots do not fit")
         }
-        prefetchSlots()
+        prefetchSlots(from: slots)
         let target = PageCodec.hint(of: key, at: PageCodec.storedHintOffset(bytes))
         var low = 0
         var high = count
         while low < high {
             let middle = (low + high) / 2
-            let hint = PageCodec.slotHint(bytes, index: middle)
+            let hint = PageCodec.slotHint(bytes, slots: slots, index: middle)
             let order = hint != target ? (hint < target ? -1 : 1) : try compareCell(middle, with: key)
             if order == 0 { return (middle, true) }
             if order < 0 { low = middle + 1 } else { high = middle }
@@ -156,8 +173,8 @@ struct TreePage: @unchecked Sendable {
     /// page of 4 KiB takes 16), else the slots of the search's first five steps. A hint:
     /// it never faults, and the caller checked that the slots lie in the page.
     @inline(__always)
-    private func prefetchSlots() {
-        let start = Int(bitPattern: bytes.baseAddress!) + PageCodec.hintedSlotsStart
+    private func prefetchSlots(from slots: Int) {
+        let start = Int(bitPattern: bytes.baseAddress!) + slots
         let end = start + PageCodec.hintedSlotBytes * count
         if end - start <= 64 * Self.prefetchedSlotLines {
             for line in stride(from: (start | 63) + 1, to: end, by: 64) { cplatform_prefetch(UnsafeRawPointer(bitPattern: line)) }
@@ -172,15 +189,9 @@ struct TreePage: @unchecked Sendable {
     /// Leaf cell `index`, its bytes borrowed from the page.
     func leafCell(_ index: Int) throws(PageDefect) -> LeafCell {
         let (start, length) = try PageCodec.keyLocation(bytes, index: index, count: count)
-        return try leafCell(index, keyStart: start, keyLength: length)
-    }
-
-    /// Leaf cell `index` whose key `keyLocation` found at `start` (`length` bytes).
-    func leafCell(_ index: Int, keyStart start: Int, keyLength length: Int) throws(PageDefect) -> LeafCell {
         var offset = start + length
         let version = try readVersion(at: &offset, cell: index)
-        return LeafCell(key: UnsafeRawBufferPointer(rebasing: bytes[start..<(start + length)]), version: version,
-                        payload: try contents(at: offset, cell: index))
+        return LeafCell(version: version, payload: try contents(at: offset, cell: index))
     }
 
     /// The value (or where its overflow pages are, or a tombstone) of leaf cell `index` whose key lies
@@ -255,11 +266,39 @@ struct TreePage: @unchecked Sendable {
         }
     }
 
-    /// Compares cell `index`'s key with `key` (negative when the cell's is smaller).
+    /// Compares cell `index`'s key with `key` (negative when the cell's is smaller). In a
+    /// leaf that elides its keys' prefix, `key` must start with that prefix (`sideOfPrefix`
+    /// is 0): only the rest of it is compared.
     @inline(__always)
     private func compareCell(_ index: Int, with key: UnsafeRawBufferPointer) throws(PageDefect) -> Int {
         let (start, length) = try PageCodec.keyLocation(bytes, index: index, count: count)
-        return compareBytes(UnsafeRawBufferPointer(start: bytes.baseAddress! + start, count: length), key)
+        let stored = UnsafeRawBufferPointer(start: bytes.baseAddress! + start, count: length)
+        guard isElided else { return compareBytes(stored, key) }
+        let prefix = PageCodec.storedHintOffset(bytes)
+        return compareBytes(stored, UnsafeRawBufferPointer(start: key.baseAddress.map { $0 + prefix }, count: key.count - prefix))
+    }
+
+    /// Compares cell `index`'s whole key with any `key` (negative when the cell's is
+    /// smaller), the elided prefix included.
+    func compareKey(_ index: Int, with key: UnsafeRawBufferPointer) throws(PageDefect) -> Int {
+        guard isElided else { return try compareCell(index, with: key) }
+        let side = try sideOfPrefix(key)
+        if side != 0 { return -side }
+        return try compareCell(index, with: key)
+    }
+
+    /// Copies cell `index`'s whole key into `buffer` (at least `Limits.maxKeyBytes`
+    /// long) and returns its length.
+    func copyKey(_ index: Int, into buffer: UnsafeMutableRawPointer) throws(PageDefect) -> Int {
+        let (start, length) = try PageCodec.keyLocation(bytes, index: index, count: count)
+        var prefix = 0
+        if isElided {
+            prefix = PageCodec.storedHintOffset(bytes)
+            guard prefix + length <= Limits.maxKeyBytes else { throw PageDefect("cell \(index) has a key of \(prefix + length) bytes") }
+            buffer.copyMemory(from: bytes.baseAddress! + PageCodec.hintedSlotsStart, byteCount: prefix)
+        }
+        buffer.advanced(by: prefix).copyMemory(from: bytes.baseAddress! + start, byteCount: length)
+        return prefix + length
     }
 }
 
@@ -271,12 +310,11 @@ struct LeafCell {
         case tombstone
     }
 
-    let key: UnsafeRawBufferPointer
     let version: UInt64
     let payload: Contents
 
-    /// The cell as an owned entry (its bytes copied).
-    var entry: LeafEntry {
+    /// The cell, whose key is `key`, as an owned entry (its bytes copied).
+    func entry(key: UnsafeRawBufferPointer) -> LeafEntry {
         let owned: Payload = switch payload {
         case let .inline(value): .inline(Array(value))
         case let .overflow(value): .overflow(value)

@@ -478,7 +478,10 @@ struct TreeWriter {
     /// filled to the brim splits at the next checkpoint that adds one key to it, leaving a
     /// nearly empty page beside it).
     private mutating func writeLeaves(_ entries: [CellToWrite], lower: [UInt8], packFull: Bool, leaves: Int = 1) throws -> [BranchEntry] {
-        let total = entries.reduce(0) { $0 + $1.cellBytes }
+        var total = entries.reduce(0) { $0 + $1.cellBytes }
+        // A raw leaf stores its keys' shared prefix once: at least the prefix all of
+        // `entries` share, so they take at most this much (compressed leaves keep whole keys).
+        if !compressesLeaves { total -= PageCodec.sharedPrefix(entries[...]) * (entries.count - 1) }
         let capacity = leafCapacity
         var target: Int?
         if compressesLeaves && total <= PageCodec.maxExpandedCapacity(pageBytes: pageBytes) {
@@ -509,7 +512,10 @@ struct TreeWriter {
         let limit: Int
         let lower: [UInt8]
         var pending: [CellToWrite] = []
+        /// The bytes of the pending cells with their whole keys.
         var used = 0
+        /// The prefix the pending cells' keys share (their first and last keys').
+        var prefix = 0
         var written: [BranchEntry] = []
 
         init(target: Int?, fill: (numerator: Int, denominator: Int), limit: Int, lower: [UInt8]) {
@@ -518,15 +524,41 @@ struct TreeWriter {
             self.limit = limit
             self.lower = lower
         }
+
+        /// The bytes of `count` cells of `used` bytes whose keys share `prefix`: in a raw
+        /// leaf (`elided`), every key less the prefix and the prefix once (a key's length may
+        /// take a byte less, so this is at most one more per cell than `PageCodec.leafBytes`);
+        /// else with their whole keys, as a compressed leaf's block holds them.
+        static func bytes(used: Int, count: Int, prefix: Int, elided: Bool) -> Int {
+            elided && count > 0 ? used - (count - 1) * prefix : used
+        }
+
+        /// The bytes the pending cells take in their leaf, raw (`elided`) or compressed.
+        func size(elided: Bool) -> Int { Self.bytes(used: used, count: pending.count, prefix: prefix, elided: elided) }
     }
 
-    /// Adds the next entry, writing the pending leaf first when it is full.
+    /// Adds the next entry, writing the pending leaf first when it is full. Without
+    /// compression a leaf is raw, and counts its keys without their shared prefix; with it,
+    /// a leaf is given cells by their whole keys, what its block compresses, unless it is
+    /// given no more than a raw page holds (values that do not compress).
     private mutating func add(_ entry: CellToWrite, to run: inout LeafRun) throws {
         let bytes = entry.cellBytes
         let target = run.target ?? leafCapacity * run.fill.numerator / run.fill.denominator
-        if !run.pending.isEmpty && (run.used >= target || run.used + bytes > run.limit) { try flush(&run) }
+        if let first = run.pending.first {
+            let prefix = min(run.prefix, first.withKey { first in entry.withKey { PageCodec.commonPrefix(first, $0) } })
+            let raw = !compressesLeaves
+            if run.size(elided: raw || target <= capacity) < target
+                && LeafRun.bytes(used: run.used + bytes, count: run.pending.count + 1, prefix: prefix, elided: raw) <= run.limit {
+                run.pending.append(entry)
+                run.used += bytes
+                run.prefix = prefix
+                return
+            }
+            try flush(&run)
+        }
         run.pending.append(entry)
-        run.used += bytes
+        run.used = bytes
+        run.prefix = entry.keyCount
     }
 
     /// Writes the pending entries as one leaf, or as several when they are compressed and
@@ -535,12 +567,13 @@ struct TreeWriter {
     /// anything is written.
     private mutating func flush(_ run: inout LeafRun) throws {
         guard !run.pending.isEmpty else { return }
-        guard run.used <= leafLimit else {
+        guard run.size(elided: !compressesLeaves) <= leafLimit else {
             throw EngineError.keyTooLarge(byteCount: run.pending[0].key.count, limit: Limits.maxKeyBytes)
         }
         try writeLeaf(run.pending[...], id: nil, into: &run)
         run.pending.removeAll(keepingCapacity: true)
         run.used = 0
+        run.prefix = 0
     }
 
     /// Writes `cells` as one leaf at `id` (or a page from the allocator); when they are

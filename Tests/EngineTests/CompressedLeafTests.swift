@@ -118,7 +118,7 @@ import Testing
             }
             compressed += 1
             let raw = PageCodec.encodeLeaf(cells: cells, id: id, generation: 5,
-                                           pageBytes: PageCodec.hintedSlotsStart + cells.reduce(0) { $0 + $1.cellBytes }, seal: false)
+                                           pageBytes: PageCodec.hintedSlotsStart + cells.reduce(0) { $0 + $1.cellBytes }, elide: false)
             let expanded = try page.withUnsafeBytes { try PageCodec.expandLeaf($0, pageBytes: pageBytes) }
             #expect(expanded[4...] == raw[4...], "round \(round)")
             #expect(try PageCodec.decodeLeaf(expanded, count: count) == entries, "round \(round)")

@@ -386,8 +386,15 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     }
 
     /// A leaf as format 1 or 2 wrote it: 2-byte slots without hints, and each cell's
-    /// version in eight little-endian bytes (format 1) or a varint (format 2).
+    /// version in eight little-endian bytes (format 1) or a varint (format 2); or as
+    /// formats 3 to 5 wrote it: hinted slots, whole keys in every cell.
     private func olderFormatLeaf(_ entries: [(key: String, version: UInt64, value: [UInt8])], format: UInt8, id: PageID) -> [UInt8] {
+        if format >= 3 {
+            let cells = entries.map { CellToWrite.entry(LeafEntry(key: Array($0.key.utf8), version: $0.version, payload: .inline($0.value))) }
+            var page = PageCodec.encodeLeaf(cells: cells[...], id: id, generation: 1, pageBytes: Self.pageBytes, elide: false)
+            PageCodec.seal(&page)
+            return page
+        }
         var page = PageCodec.emptyPage(.leaf, id: id, generation: 1, count: entries.count, word: 0, pageBytes: Self.pageBytes)
         page[PageCodec.leafFormatOffset] = format == 1 ? 0 : PageCodec.varintVersions
         var end = Self.pageBytes
@@ -408,11 +415,12 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         return page
     }
 
-    /// Format 2 stores versions as varints, format 3 adds hints to leaf slots; a format-1
-    /// or format-2 file (leaves with eight-byte or varint versions and plain slots) still
-    /// reads, takes commits, and its old leaves are rewritten in format 3 by the next
+    /// Format 2 stores versions as varints, format 3 adds hints to leaf slots, format 6
+    /// stores a leaf's shared key prefix once; a file of format 1, 2 or 5 (leaves with
+    /// eight-byte or varint versions and plain slots, or hinted slots and whole keys) still
+    /// reads, takes commits, and its old leaves are rewritten in format 6 by the next
     /// checkpoint.
-    @Test(arguments: [UInt8(1), 2])
+    @Test(arguments: [UInt8(1), 2, 5])
     func anOlderFormatDataFileStillReadsAndTakesCommits(format: UInt8) throws {
         let leaf = olderFormatLeaf([("a", 1, [1]), ("b", 70_000, [2, 2]), ("c", 1 << 40, [])], format: format, id: PageID(2))
         let fileSystem = try storeWithRoot(leaf, height: 1)

@@ -42,21 +42,29 @@ import StrataWAL
         #expect(pairs.count == model.count)
         #expect(Dictionary(uniqueKeysWithValues: pairs.map { ($0.key, $0.value) }) == model)
         // As full as one pass packs them: leaves filled in key order until the next cell
-        // would not fit or the leaf reached the target (16/16 of the page, or 15/16).
-        let capacity = engine.pageFile.pageBytes - PageHeader.bytes
+        // would not fit or the leaf reached the target (16/16 of the page, or 15/16),
+        // counting each key without the prefix the leaf's keys share (stored once).
+        let capacity = PageCodec.hintedCapacity(pageBytes: engine.pageFile.pageBytes)
         let target = capacity * fill / 16
         let version = engine.version
         var leaves = 0
         var used = 0
+        var count = 0
+        var prefix = 0
+        var first: [UInt8] = []
         for (key, value) in model.sorted(by: { compareKeys($0.key, $1.key) < 0 }) {
             let cell = LeafEntry(key: key, version: version, payload: .inline(value)).cellBytes
-            if used > 0 && (used >= target || used + cell > capacity) {
+            if count > 0 {
+                let shared = min(prefix, zip(first, key).prefix { $0 == $1 }.count)
+                if used - (count - 1) * prefix < target && used + cell - count * shared <= capacity {
+                    (used, count, prefix) = (used + cell, count + 1, shared)
+                    continue
+                }
                 leaves += 1
-                used = 0
             }
-            used += cell
+            (first, used, count, prefix) = (key, cell, 1, key.count)
         }
-        #expect(report.leafPages == leaves + (used > 0 ? 1 : 0))
+        #expect(report.leafPages == leaves + (count > 0 ? 1 : 0))
     }
 
     private func engine() throws -> StorageEngine {

@@ -2,17 +2,21 @@ import StrataFileIO
 import Testing
 @testable import StrataEngine
 
-/// Leaves and branches whose slots carry hints (format 3, PageCodec "Hints"): a search over
-/// the hints must give exactly what a search over the keys gives, for keys of the page and
-/// keys that do not share its common prefix; a page whose hints do not match its keys does
-/// not decode.
+/// Leaves and branches whose slots carry hints (format 3, PageCodec "Hints"), and leaves
+/// that also store their keys' shared prefix once (format 6, "Elided prefixes"): a search
+/// over the hints must give exactly what a search over the keys gives, for keys of the
+/// page and keys that do not share its common prefix; a page whose hints do not match its
+/// keys does not decode.
 @Suite struct PageHintTests {
     private static let pageBytes = 4096
 
-    /// Encodes `keys` (sorted, distinct) as a leaf and hands it over as a verified page.
-    private func withLeaf<T>(_ keys: [[UInt8]], _ body: (TreePage, [UInt8]) throws -> T) throws -> T {
+    /// Encodes `keys` (sorted, distinct) as a leaf, eliding their shared prefix (format 6)
+    /// or not (format 3), and hands it over as a verified page.
+    private func withLeaf<T>(_ keys: [[UInt8]], elide: Bool = true, _ body: (TreePage, [UInt8]) throws -> T) throws -> T {
         let entries = keys.enumerated().map { LeafEntry(key: $1, version: UInt64($0 + 1), payload: .inline([UInt8($0 & 0xFF)])) }
-        let page = PageCodec.encodeLeaf(entries[...], id: PageID(7), generation: 1, pageBytes: Self.pageBytes)
+        var page = PageCodec.encodeLeaf(cells: entries.map(CellToWrite.entry)[...], id: PageID(7), generation: 1,
+                                        pageBytes: Self.pageBytes, elide: elide)
+        if !elide { PageCodec.seal(&page) }
         let (type, count, word) = try PageCodec.verify(page, id: PageID(7), expected: [.leaf])
         return try page.withUnsafeBytes { try body(TreePage(bytes: $0, type: type, count: count, word: word), page) }
     }
@@ -26,9 +30,9 @@ import Testing
         return try page.withUnsafeBytes { try body(TreePage(bytes: $0, type: type, count: count, word: word), page) }
     }
 
-    @Test(arguments: [UInt64(11), 12, 13, 14])
-    func hintsFindWhatKeysFind(seed: UInt64) throws {
-        print("PageHintTests seed \(seed)")
+    @Test(arguments: [UInt64(11), 12, 13, 14], [true, false])
+    func hintsFindWhatKeysFind(seed: UInt64, elide: Bool) throws {
+        print("PageHintTests seed \(seed), elide \(elide)")
         var random = SplitMix64(seed: seed)
         // Few distinct byte values, so keys share prefixes and hints tie often.
         let alphabet: [UInt8] = [0, 1, 0x61, 0x7F, 0x80, 0xFF]
@@ -38,8 +42,15 @@ import Testing
             var keys = Set((0..<Int(random.next() % 40)).map { _ in prefix + bytes(Int(random.next() % 9)) })
             keys.remove([])
             let sorted = keys.sorted { $0.lexicographicallyPrecedes($1) }
-            try withLeaf(sorted) { leaf, page in
+            try withLeaf(sorted, elide: elide) { leaf, page in
                 #expect(try PageCodec.decodeLeaf(page, count: sorted.count).map(\.key) == sorted)
+                // Every whole key, put together from the prefix and the cell.
+                let buffer = UnsafeMutableRawPointer.allocate(byteCount: Limits.maxKeyBytes, alignment: 8)
+                defer { buffer.deallocate() }
+                for (index, key) in sorted.enumerated() {
+                    let length = try leaf.copyKey(index, into: buffer)
+                    #expect(Array(UnsafeRawBufferPointer(start: buffer, count: length)) == key, "seed \(seed) round \(round)")
+                }
                 // Keys of the page, keys sharing its prefix, and keys with any other start.
                 let probes = sorted + (0..<40).map { _ in
                     random.next() % 2 == 0 ? prefix + bytes(Int(random.next() % 9)) : bytes(Int(random.next() % 12) + 1)
@@ -50,7 +61,13 @@ import Testing
                     let (index, found) = try probe.withUnsafeBytes { try leaf.lowerBound($0) }
                     #expect(index == expected && found == present, "seed \(seed) round \(round): \(probe) in \(sorted)")
                     let cell = try probe.withUnsafeBytes { try leaf.leafCell(for: $0) }
-                    #expect(cell.map { Array($0.key) } == (present ? probe : nil), "seed \(seed) round \(round): \(probe)")
+                    #expect(cell?.version == (present ? UInt64(expected + 1) : nil), "seed \(seed) round \(round): \(probe)")
+                    // Against the first and the last key, as a finger brackets a key.
+                    for index in [0, sorted.count - 1] where !sorted.isEmpty {
+                        let order = try probe.withUnsafeBytes { try leaf.compareKey(index, with: $0) }
+                        let model = sorted[index] == probe ? 0 : (sorted[index].lexicographicallyPrecedes(probe) ? -1 : 1)
+                        #expect(order.signum() == model, "seed \(seed) round \(round): \(probe) against cell \(index)")
+                    }
                 }
             }
             try withBranch(sorted) { branch, page in
@@ -73,7 +90,10 @@ import Testing
         try withLeaf(keys) { leaf, page in
             #expect(page[PageCodec.leafFormatOffset] == PageCodec.currentLeafFormat)
             #expect(PageCodec.storedHintOffset(leaf.bytes) == 8, "\"user:004\" is common to the first and last keys")
-            let hints = (0..<keys.count).map { PageCodec.slotHint(leaf.bytes, index: $0) }
+            let slots = PageCodec.slotLayout(leaf.bytes).start
+            #expect(slots == PageCodec.hintedSlotsStart + 8, "the slots follow the shared prefix")
+            #expect(Array(leaf.elidedPrefix) == Array("user:004".utf8))
+            let hints = (0..<keys.count).map { PageCodec.slotHint(leaf.bytes, slots: slots, index: $0) }
             // "2:a" zero-padded, "2:b", "2:bc", "3" zero-padded, as big-endian numbers.
             #expect(hints == [0x323A_6100, 0x323A_6200, 0x323A_6263, 0x3300_0000])
         }
@@ -88,7 +108,7 @@ import Testing
         if what == "offset" {
             page[PageHeader.bytes] = 0
         } else {
-            page[PageCodec.hintedSlotsStart + PageCodec.hintedSlotBytes + 2] ^= 0x40
+            page[PageCodec.hintedSlotsStart + 1 + PageCodec.hintedSlotBytes + 2] ^= 0x40 // after the prefix "a"
         }
         PageCodec.seal(&page)
         let (type, count, word) = try PageCodec.verify(page, id: PageID(7), expected: [.leaf])

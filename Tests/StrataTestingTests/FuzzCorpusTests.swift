@@ -41,6 +41,27 @@ import Testing
     }
 }
 
+/// The EnginePage seed of a leaf that stores its keys' shared prefix once (format 6,
+/// FORMAT.md "Elided prefixes") reads: every key is found and scanned whole, and `verify`
+/// walks the leaf.
+@Suite struct EnginePageElidedSeedTests {
+    @Test func theElidedLeafSeedReads() throws {
+        let input = Array(try Data(contentsOf: FuzzCorpusTests.corpus.appendingPathComponent("EnginePage/elided-leaf")))
+        let fileSystem = try #require(FuzzTargets.enginePageStore(input))
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        for name in ["a", "k", "z"] {
+            #expect(try engine.snapshot().get(Array("key-\(name)".utf8)) == Array("v-\(name)".utf8))
+        }
+        #expect(try engine.snapshot().get(Array("key-".utf8)) == nil && engine.snapshot().get(Array("kex-k".utf8)) == nil)
+        #expect(try engine.snapshot().scan().map(\.key) == ["key-a", "key-k", "key-z"].map { Array($0.utf8) })
+        #expect(try engine.snapshot().scan(reverse: true).map(\.key) == ["key-z", "key-k", "key-a"].map { Array($0.utf8) })
+        let report = engine.verify()
+        // (The harness's meta page counts no keys: that is the one problem.)
+        #expect(report.leafPages == 1 && report.keys == 3 && report.problems.count == 1, "\(report)")
+        try engine.close(checkpoint: false)
+    }
+}
+
 /// The EnginePage seed of an overflow run reaches the run's read: the store opens, its one
 /// key's value of 5,000 bytes comes from a run of two pages, and `verify` counts them.
 @Suite struct EnginePageRunSeedTests {

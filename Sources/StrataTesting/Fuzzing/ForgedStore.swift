@@ -48,14 +48,21 @@ public enum ForgedStore {
         case rootPage, leafPage
     }
 
-    /// One numeric field: its structure, its offset in it and its width in bytes.
+    /// One numeric field: its structure, its offset in it and its width in bytes. The
+    /// offset of a tree page's slot (`firstSlot`, `secondSlot`) is the slot's number: where
+    /// the slots start depends on the page (FORMAT.md, "Leaf and branch pages").
     public struct Field: Sendable, CustomStringConvertible {
         public let structure: Structure
         public let name: String
         public let offset: Int
         public let width: Int
 
-        public var description: String { "\(structure.rawValue).\(name) (offset \(offset), \(width) bytes)" }
+        /// Whether `offset` numbers a slot of a tree page rather than a byte.
+        var isSlot: Bool { name.hasSuffix("Slot") }
+
+        public var description: String {
+            "\(structure.rawValue).\(name) (\(isSlot ? "slot" : "offset") \(offset), \(width) bytes)"
+        }
     }
 
     /// Every numeric field of the structures (FORMAT.md), reserved ones included.
@@ -70,7 +77,7 @@ public enum ForgedStore {
                                           ("checkpointVersion", 48, 8), ("pageCount", 56, 8), ("keyCount", 64, 8),
                                           ("height", 72, 8), ("tail", 80, 8)]
         let page: [(String, Int, Int)] = [("type", 4, 1), ("format", 5, 1), ("count", 6, 2), ("id", 8, 8), ("generation", 16, 8),
-                                          ("word", 24, 8), ("firstSlot", 32, 2), ("secondSlot", 34, 2)]
+                                          ("word", 24, 8), ("hintOffset", 32, 2), ("firstSlot", 0, 2), ("secondSlot", 1, 2)]
         func make(_ structure: Structure, _ list: [(String, Int, Int)]) -> [Field] {
             list.map { Field(structure: structure, name: $0.0, offset: $0.1, width: $0.2) }
         }
@@ -96,7 +103,8 @@ public enum ForgedStore {
     public static func write(_ value: UInt64, into field: Field, of image: inout StoreImage) -> Bool {
         guard let (path, start) = locate(field.structure, in: image), var bytes = image.files[path],
               start + field.offset + field.width <= bytes.count else { return false }
-        let at = start + field.offset
+        let at = field.isSlot ? start + slotOffset(field.offset, of: bytes, at: start) : start + field.offset
+        guard at + field.width <= bytes.count else { return false }
         for index in 0..<field.width { bytes[at + index] = UInt8(truncatingIfNeeded: value >> (8 * UInt64(index))) }
         switch field.structure {
         case .segmentHeader:
@@ -205,6 +213,16 @@ public enum ForgedStore {
         guard let data = image.files["data"], data.count >= 24 else { return 4096 }
         let size = Int(load32(data, 20))
         return (4096...65536).contains(size) && size & (size - 1) == 0 ? size : 4096
+    }
+
+    /// Where slot `index` of the tree page at `start` lies in it: after the header (2-byte
+    /// slots), or after its hint offset (6-byte hinted slots), and in a leaf of format 6,
+    /// after its keys' shared prefix too.
+    private static func slotOffset(_ index: Int, of bytes: [UInt8], at start: Int) -> Int {
+        let format = bytes[start + 5]
+        guard format & 2 != 0 else { return 32 + 2 * index }
+        let prefix = format & 8 != 0 ? Int(bytes[start + 32]) | Int(bytes[start + 33]) << 8 : 0
+        return 34 + prefix + 6 * index
     }
 
     private static func load32(_ bytes: [UInt8], _ offset: Int) -> UInt32 {
