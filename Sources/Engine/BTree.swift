@@ -71,8 +71,11 @@ struct TreeCursor {
     private var keyPosition = -1
     private var keyStart = 0
     private var keyLength = 0
-    /// Where the whole key of a cell of a leaf that elides its keys' prefix is put together.
+    /// Where the whole key of a cell of a leaf that elides its keys' prefix is put together:
+    /// the leaf's prefix, copied once when the cursor enters the leaf, then each cell's rest.
     private var wholeKey: KeyBuffer?
+    /// The length of the prefix in `wholeKey` when the leaf elides one, else -1.
+    private var elided = -1
 
     init(tree: BTree, file: PageFile, reverse: Bool) {
         self.tree = tree
@@ -140,16 +143,20 @@ struct TreeCursor {
     /// cell's key only, for a merge that needs the value of the winner alone.
     mutating func currentKey() throws -> UnsafeRawBufferPointer? {
         guard let leaf, position >= 0, position < leaf.count else { return nil }
+        let start: Int
+        let length: Int
         do {
-            let (start, length) = try PageCodec.keyLocation(leaf.bytes, index: position, count: leaf.count)
-            (keyPosition, keyStart, keyLength) = (position, start, length)
-            guard leaf.isElided else { return UnsafeRawBufferPointer(rebasing: leaf.bytes[start..<(start + length)]) }
-            let buffer = wholeKey ?? KeyBuffer()
-            wholeKey = buffer
-            return UnsafeRawBufferPointer(start: buffer.bytes, count: try leaf.copyKey(position, into: buffer.bytes))
+            (start, length) = try PageCodec.keyLocation(leaf.bytes, index: position, count: leaf.count)
         } catch {
             throw file.corrupt(leafID, error)
         }
+        (keyPosition, keyStart, keyLength) = (position, start, length)
+        guard elided >= 0, let buffer = wholeKey else { return UnsafeRawBufferPointer(rebasing: leaf.bytes[start..<(start + length)]) }
+        guard elided + length <= Limits.maxKeyBytes else {
+            throw file.corrupt(leafID, PageDefect("cell \(position) has a key of \(elided + length) bytes"))
+        }
+        (buffer.bytes + elided).copyMemory(from: leaf.bytes.baseAddress! + start, byteCount: length)
+        return UnsafeRawBufferPointer(start: buffer.bytes, count: elided + length)
     }
 
     private mutating func hold(_ held: HeldPage?) {
@@ -157,6 +164,14 @@ struct TreeCursor {
         leaf = held?.page
         leafID = held?.id ?? .none
         leafOwner = held?.owner
+        elided = -1
+        if let page = held?.page, page.isElided {
+            let buffer = wholeKey ?? KeyBuffer()
+            wholeKey = buffer
+            let prefix = page.elidedPrefix
+            buffer.bytes.copyMemory(from: prefix.baseAddress!, byteCount: prefix.count)
+            elided = prefix.count
+        }
     }
 
     /// Moves to the next cell in the cursor's direction.

@@ -114,11 +114,12 @@ struct TreePage: @unchecked Sendable {
     /// 0 when `key` starts with the prefix every key of this hinted page shares (its first
     /// key's first h bytes), so that hints order it; else which side of all of them it is
     /// on (negative: before), as a key without that prefix sorts before or after them all.
+    @inline(__always)
     private func sideOfPrefix(_ key: UnsafeRawBufferPointer) throws(PageDefect) -> Int {
         guard count > 0 else { return 0 }
         let prefix: UnsafeRawBufferPointer
         if isElided {
-            prefix = elidedPrefix
+            prefix = UnsafeRawBufferPointer(start: bytes.baseAddress! + PageCodec.hintedSlotsStart, count: PageCodec.storedHintOffset(bytes))
         } else {
             let (start, length) = try PageCodec.keyLocation(bytes, index: 0, count: count)
             prefix = UnsafeRawBufferPointer(start: bytes.baseAddress! + start, count: min(PageCodec.storedHintOffset(bytes), length))
@@ -148,18 +149,24 @@ struct TreePage: @unchecked Sendable {
     private func lowerBoundByHints(_ key: UnsafeRawBufferPointer) throws(PageDefect) -> (index: Int, found: Bool) {
         // The slot array must fit before a hint is read; a crafted hint offset is clamped
         // (wrong hints give wrong answers, which verify reports, never a wild read).
-        let slots = PageCodec.slotLayout(bytes).start
+        // In a leaf that elides its keys' prefix the slots follow it, and cells hold the
+        // keys from it on: the caller checked that `key` starts with it.
+        let prefix = PageCodec.storedHintOffset(bytes)
+        let skipped = isElided ? prefix : 0
+        let slots = PageCodec.hintedSlotsStart + skipped
         guard slots + PageCodec.hintedSlotBytes * count <= bytes.count else {
             throw PageDefect("its \(count) slots do not fit")
         }
+        guard key.count >= skipped else { return (0, false) }
         prefetchSlots(from: slots)
-        let target = PageCodec.hint(of: key, at: PageCodec.storedHintOffset(bytes))
+        let target = PageCodec.hint(of: key, at: prefix)
+        let rest = UnsafeRawBufferPointer(start: key.baseAddress.map { $0 + skipped }, count: key.count - skipped)
         var low = 0
         var high = count
         while low < high {
             let middle = (low + high) / 2
             let hint = PageCodec.slotHint(bytes, slots: slots, index: middle)
-            let order = hint != target ? (hint < target ? -1 : 1) : try compareCell(middle, with: key)
+            let order = hint != target ? (hint < target ? -1 : 1) : try compareStored(middle, with: rest)
             if order == 0 { return (middle, true) }
             if order < 0 { low = middle + 1 } else { high = middle }
         }
@@ -271,11 +278,17 @@ struct TreePage: @unchecked Sendable {
     /// is 0): only the rest of it is compared.
     @inline(__always)
     private func compareCell(_ index: Int, with key: UnsafeRawBufferPointer) throws(PageDefect) -> Int {
-        let (start, length) = try PageCodec.keyLocation(bytes, index: index, count: count)
-        let stored = UnsafeRawBufferPointer(start: bytes.baseAddress! + start, count: length)
-        guard isElided else { return compareBytes(stored, key) }
+        guard isElided else { return try compareStored(index, with: key) }
         let prefix = PageCodec.storedHintOffset(bytes)
-        return compareBytes(stored, UnsafeRawBufferPointer(start: key.baseAddress.map { $0 + prefix }, count: key.count - prefix))
+        return try compareStored(index, with: UnsafeRawBufferPointer(start: key.baseAddress.map { $0 + prefix }, count: key.count - prefix))
+    }
+
+    /// Compares the key bytes cell `index` stores (all of its key, or in a leaf that
+    /// elides its keys' prefix, the rest) with `bytes`.
+    @inline(__always)
+    private func compareStored(_ index: Int, with key: UnsafeRawBufferPointer) throws(PageDefect) -> Int {
+        let (start, length) = try PageCodec.keyLocation(bytes, index: index, count: count)
+        return compareBytes(UnsafeRawBufferPointer(start: bytes.baseAddress! + start, count: length), key)
     }
 
     /// Compares cell `index`'s whole key with any `key` (negative when the cell's is
