@@ -151,7 +151,8 @@ struct TreeCursor {
             throw file.corrupt(leafID, error)
         }
         (keyPosition, keyStart, keyLength) = (position, start, length)
-        guard elided >= 0, let buffer = wholeKey else { return UnsafeRawBufferPointer(rebasing: leaf.bytes[start..<(start + length)]) }
+        guard elided >= 0 else { return UnsafeRawBufferPointer(rebasing: leaf.bytes[start..<(start + length)]) }
+        let buffer = ownKeyBuffer(keeping: elided)
         guard elided + length <= Limits.maxKeyBytes else {
             throw file.corrupt(leafID, PageDefect("cell \(position) has a key of \(elided + length) bytes"))
         }
@@ -166,12 +167,26 @@ struct TreeCursor {
         leafOwner = held?.owner
         elided = -1
         if let page = held?.page, page.isElided {
-            let buffer = wholeKey ?? KeyBuffer()
-            wholeKey = buffer
             let prefix = page.elidedPrefix
-            buffer.bytes.copyMemory(from: prefix.baseAddress!, byteCount: prefix.count)
+            ownKeyBuffer(keeping: 0).bytes.copyMemory(from: prefix.baseAddress!, byteCount: prefix.count)
             elided = prefix.count
         }
+    }
+
+    /// `wholeKey`, made first, or copied (its first `kept` bytes) when a copy of this cursor
+    /// shares it: a key the copy handed out stays as it was while this cursor moves on.
+    private mutating func ownKeyBuffer(keeping kept: Int) -> KeyBuffer {
+        guard wholeKey != nil else {
+            let buffer = KeyBuffer()
+            wholeKey = buffer
+            return buffer
+        }
+        if !isKnownUniquelyReferenced(&wholeKey!) {
+            let own = KeyBuffer()
+            own.bytes.copyMemory(from: wholeKey!.bytes, byteCount: kept)
+            wholeKey = own
+        }
+        return wholeKey!
     }
 
     /// Moves to the next cell in the cursor's direction.

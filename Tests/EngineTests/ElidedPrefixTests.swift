@@ -129,6 +129,30 @@ import Testing
         }
     }
 
+    /// A cursor puts an elided leaf's keys together in a buffer of its own: a copy of the
+    /// cursor that moves on leaves the original's next keys as they were (the memtable's
+    /// keys interleave with the leaf's, so the original holds a tree key between calls).
+    @Test func aCopiedCursorAndItsOriginalReadTheirOwnKeys() throws {
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem())
+        let key = { (number: Int) in Array("key-\(number)".utf8) }
+        try engine.commit(WALBatch([.put(key: key(2), value: [2]), .put(key: key(4), value: [4]), .put(key: key(6), value: [6])]))
+        try engine.checkpoint()
+        try engine.commit(WALBatch([.put(key: key(1), value: [1]), .put(key: key(3), value: [3]), .put(key: key(5), value: [5])]))
+        var original = try engine.snapshot().cursor()
+        #expect(try original.next()?.key == key(1))
+        var copy = original
+        for number in 2...6 {
+            let pair = try copy.next()
+            #expect(pair?.key == key(number) && pair?.value == [UInt8(number)], "the copy at \(number)")
+        }
+        for number in 2...6 {
+            let pair = try original.next()
+            #expect(pair?.key == key(number) && pair?.value == [UInt8(number)], "the original at \(number)")
+        }
+        #expect(try original.next() == nil && copy.next() == nil)
+        try engine.close()
+    }
+
     /// A store whose keys share long prefixes (as record keys and index entries do):
     /// through checkpoints that split, merge and rewrite leaves, every get, forward and
     /// reverse scan, range and `verify` agrees with a model, before and after a reopen.
