@@ -364,8 +364,11 @@ final class EtcdClient: Sendable {
         if message.contains("request is too large") {
             return .server(code: error.code ?? 0, message: message + " (the server's --max-request-bytes is lower than EtcdOptions.maxRequestBytes)")
         }
-        // Timeouts and leader changes leave a proposal that may still be applied.
-        if let endpoint, message.contains("timed out") || message.contains("leader changed") || message.contains("no leader") {
+        // Timeouts, leader changes, a member stopping and a cancelled or expired request
+        // leave a proposal that may still be applied (the member may have replicated it
+        // before it stopped answering for it).
+        let unknown = ["timed out", "leader changed", "no leader", "server stopped", "cancel", "deadline exceeded"]
+        if let endpoint, unknown.contains(where: { message.contains($0) }) {
             return .commitOutcomeUnknown(endpoint: endpoint, cause: message)
         }
         return .server(code: error.code ?? 0, message: message)

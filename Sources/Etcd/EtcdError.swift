@@ -7,8 +7,10 @@ import StrataContexts
 public enum EtcdError: Error, CustomStringConvertible, CommitOutcomeReporting {
     /// No endpoint accepted a connection; nothing was sent.
     case unreachable(endpoints: [String], cause: String)
-    /// The connection was lost, or no answer came in time, after the transaction was sent:
-    /// it may or may not have been applied. A later read tells.
+    /// The connection was lost, or no answer came in time, after the transaction was sent,
+    /// or etcd answered that its proposal timed out, lost its leader, was cancelled or
+    /// outlived a member that stopped: it may or may not have been applied. A later read
+    /// tells.
     case commitOutcomeUnknown(endpoint: String, cause: String)
     /// A commit needs more operations in one etcd transaction than the server allows.
     case tooManyOperations(count: Int, limit: Int)
