@@ -433,28 +433,7 @@ enum PageCodec {
     /// Inlined: it runs once per probe of every binary search in a page.
     @inline(__always)
     static func keyLocation(_ page: UnsafeRawBufferPointer, index: Int, count: Int) throws(PageDefect) -> (start: Int, length: Int) {
-        let (slots, width) = slotLayout(page)
-        let cellsStart = slots + width * count
-        // The slot array must fit before a slot is read: the buffer is not bounds-checked.
-        guard index >= 0, index < count, cellsStart <= page.count else { throw PageDefect("its \(count) slots do not fit") }
-        let offset = Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: slots + width * index, as: UInt16.self)))
-        guard offset >= cellsStart, offset < page.count else {
-            throw PageDefect("slot \(index) points outside the cells")
-        }
-        // The key length is a varint of at most two bytes (Limits.maxKeyBytes < 16,384).
-        var length = Int(page[offset] & 0x7F)
-        var start = offset + 1
-        if page[offset] & 0x80 != 0 {
-            guard start < page.count, page[start] & 0x80 == 0, page[start] != 0 else {
-                throw PageDefect("cell \(index) has a bad key length")
-            }
-            length |= Int(page[start]) << 7
-            start += 1
-        }
-        guard length <= Limits.maxKeyBytes, start + length <= page.count else {
-            throw PageDefect("cell \(index) has a key running past the page")
-        }
-        return (start, length)
+        try CellLayout(page, count: count).keyLocation(page, index: index)
     }
 
     // MARK: Branches
@@ -568,6 +547,54 @@ enum PageCodec {
         let format = page[leafFormatOffset]
         guard format & hintedSlots != 0 else { return (PageHeader.bytes, 2) }
         return (format & elidedPrefix != 0 ? hintedSlotsStart + storedHintOffset(page) : hintedSlotsStart, hintedSlotBytes)
+    }
+
+    /// Where a page's slots and cells lie, read from its header once: a walk through a
+    /// leaf's cells reads it when it enters the leaf, not at every cell.
+    struct CellLayout {
+        /// Where the slots start, and the bytes of each.
+        let slots: Int
+        let width: Int
+        /// Where the cells may start: past the last slot.
+        let cellsStart: Int
+        let count: Int
+
+        /// The layout of no page: it has no cells.
+        init() {
+            (slots, width, cellsStart, count) = (0, 0, 0, 0)
+        }
+
+        @inline(__always)
+        init(_ page: UnsafeRawBufferPointer, count: Int) {
+            (slots, width) = slotLayout(page)
+            cellsStart = slots + width * count
+            self.count = count
+        }
+
+        /// `PageCodec.keyLocation(_:index:count:)` in a page of this layout.
+        @inline(__always)
+        func keyLocation(_ page: UnsafeRawBufferPointer, index: Int) throws(PageDefect) -> (start: Int, length: Int) {
+            // The slot array must fit before a slot is read: the buffer is not bounds-checked.
+            guard index >= 0, index < count, cellsStart <= page.count else { throw PageDefect("its \(count) slots do not fit") }
+            let offset = Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: slots + width * index, as: UInt16.self)))
+            guard offset >= cellsStart, offset < page.count else {
+                throw PageDefect("slot \(index) points outside the cells")
+            }
+            // The key length is a varint of at most two bytes (Limits.maxKeyBytes < 16,384).
+            var length = Int(page[offset] & 0x7F)
+            var start = offset + 1
+            if page[offset] & 0x80 != 0 {
+                guard start < page.count, page[start] & 0x80 == 0, page[start] != 0 else {
+                    throw PageDefect("cell \(index) has a bad key length")
+                }
+                length |= Int(page[start]) << 7
+                start += 1
+            }
+            guard length <= Limits.maxKeyBytes, start + length <= page.count else {
+                throw PageDefect("cell \(index) has a key running past the page")
+            }
+            return (start, length)
+        }
     }
 
     private static func writeSlot(_ page: UnsafeMutableRawBufferPointer, index: Int, offset: Int) {

@@ -153,6 +153,30 @@ import Testing
         try engine.close()
     }
 
+    /// A scan puts each key together from its leaf's prefix and a rest copied by its
+    /// length (none, 1–3, 4–7, 8–16 bytes, or longer, each class copied its own way):
+    /// rests of every length from 0 to 40, each byte telling its place, read back whole
+    /// forwards and in reverse.
+    @Test func restsOfEveryLengthScanWhole() throws {
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem())
+        let prefix = Array("shared-prefix/".utf8)
+        let keys = (0...40).map { length in prefix + (0..<length).map { UInt8(truncatingIfNeeded: 0x20 + length * 3 + $0) } }
+        try engine.commit(WALBatch(keys.map { .put(key: $0, value: [UInt8(truncatingIfNeeded: $0.count)]) }))
+        try engine.checkpoint()
+        let sorted = keys.sorted { $0.lexicographicallyPrecedes($1) }
+        for reverse in [false, true] {
+            var scanned: [[UInt8]] = []
+            try engine.snapshot().forEach(reverse: reverse) { key, value in
+                let key = key.withUnsafeBytes { Array($0) }
+                #expect(value.withUnsafeBytes { Array($0) } == [UInt8(truncatingIfNeeded: key.count)])
+                scanned.append(key)
+                return true
+            }
+            #expect(scanned == (reverse ? sorted.reversed() : sorted))
+        }
+        try engine.close()
+    }
+
     /// A store whose keys share long prefixes (as record keys and index entries do):
     /// through checkpoints that split, merge and rewrite leaves, every get, forward and
     /// reverse scan, range and `verify` agrees with a model, before and after a reopen.

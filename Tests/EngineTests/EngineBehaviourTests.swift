@@ -299,6 +299,9 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     }
 
     @Test func oversizedKeysAndValuesAreRefusedWithTheLimit() throws {
+        // The engine states its limits as literals; the log's format must hold the same.
+        #expect(Limits.maxKeyBytes == WALFormat.maxKeyBytes)
+        #expect(Limits.maxValueBytes == WALFormat.maxValueBytes)
         let engine = try StorageEngine.inMemory()
         #expect {
             try engine.commit(WALBatch([.put(key: [UInt8](repeating: 1, count: Limits.maxKeyBytes + 1), value: [])]))
