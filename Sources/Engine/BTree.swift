@@ -154,12 +154,12 @@ struct TreeCursor {
         }
         (keyPosition, keyStart, keyLength) = (position, start, length)
         guard elided >= 0 else { return UnsafeRawBufferPointer(rebasing: leaf.bytes[start..<(start + length)]) }
-        let buffer = ownKeyBuffer(keeping: elided)
+        let buffer = ownKeyBytes(keeping: elided)
         guard elided + length <= Limits.maxKeyBytes else {
             throw file.corrupt(leafID, PageDefect("cell \(position) has a key of \(elided + length) bytes"))
         }
-        Self.copyRest(to: buffer.bytes + elided, from: leaf.bytes.baseAddress! + start, count: length)
-        return UnsafeRawBufferPointer(start: buffer.bytes, count: elided + length)
+        Self.copyRest(to: buffer + elided, from: leaf.bytes.baseAddress! + start, count: length)
+        return UnsafeRawBufferPointer(start: buffer, count: elided + length)
     }
 
     private mutating func hold(_ held: HeldPage?) {
@@ -171,7 +171,7 @@ struct TreeCursor {
         elided = -1
         if let page = held?.page, page.isElided {
             let prefix = page.elidedPrefix
-            ownKeyBuffer(keeping: 0).bytes.copyMemory(from: prefix.baseAddress!, byteCount: prefix.count)
+            ownKeyBytes(keeping: 0).copyMemory(from: prefix.baseAddress!, byteCount: prefix.count)
             elided = prefix.count
         }
     }
@@ -199,20 +199,23 @@ struct TreeCursor {
         }
     }
 
-    /// `wholeKey`, made first, or copied (its first `kept` bytes) when a copy of this cursor
-    /// shares it: a key the copy handed out stays as it was while this cursor moves on.
-    private mutating func ownKeyBuffer(keeping kept: Int) -> KeyBuffer {
-        guard wholeKey != nil else {
-            let buffer = KeyBuffer()
-            wholeKey = buffer
-            return buffer
-        }
-        if !isKnownUniquelyReferenced(&wholeKey!) {
-            let own = KeyBuffer()
-            own.bytes.copyMemory(from: wholeKey!.bytes, byteCount: kept)
-            wholeKey = own
-        }
-        return wholeKey!
+    /// The bytes of `wholeKey`, made first, or copied (its first `kept` bytes) when a copy
+    /// of this cursor shares it: a key the copy handed out stays as it was while this
+    /// cursor moves on. The check runs at every cell: inlined, and handing back the bytes
+    /// rather than the buffer, it costs a load and a compare (a call that returned the
+    /// buffer cost 30 instructions a cell, and a retain and a release once inlined).
+    @inline(__always)
+    private mutating func ownKeyBytes(keeping kept: Int) -> UnsafeMutableRawPointer {
+        if isKnownUniquelyReferenced(&wholeKey) { return wholeKey.unsafelyUnwrapped.bytes }
+        return replaceKeyBuffer(keeping: kept)
+    }
+
+    /// `ownKeyBytes`'s rare path: a buffer of the cursor's own.
+    private mutating func replaceKeyBuffer(keeping kept: Int) -> UnsafeMutableRawPointer {
+        let own = KeyBuffer()
+        if let shared = wholeKey { own.bytes.copyMemory(from: shared.bytes, byteCount: kept) }
+        wholeKey = own
+        return own.bytes
     }
 
     /// Moves to the next cell in the cursor's direction.
