@@ -119,7 +119,7 @@ struct TreePage: @unchecked Sendable {
         guard count > 0 else { return 0 }
         let prefix: UnsafeRawBufferPointer
         if isElided {
-            prefix = UnsafeRawBufferPointer(start: bytes.baseAddress! + PageCodec.hintedSlotsStart, count: PageCodec.storedHintOffset(bytes))
+            prefix = elidedPrefix
         } else {
             let (start, length) = try PageCodec.keyLocation(bytes, index: 0, count: count)
             prefix = UnsafeRawBufferPointer(start: bytes.baseAddress! + start, count: min(PageCodec.storedHintOffset(bytes), length))
@@ -298,20 +298,6 @@ struct TreePage: @unchecked Sendable {
         let side = try sideOfPrefix(key)
         if side != 0 { return -side }
         return try compareCell(index, with: key)
-    }
-
-    /// Copies cell `index`'s whole key into `buffer` (at least `Limits.maxKeyBytes`
-    /// long) and returns its length.
-    func copyKey(_ index: Int, into buffer: UnsafeMutableRawPointer) throws(PageDefect) -> Int {
-        let (start, length) = try PageCodec.keyLocation(bytes, index: index, count: count)
-        var prefix = 0
-        if isElided {
-            prefix = PageCodec.storedHintOffset(bytes)
-            guard prefix + length <= Limits.maxKeyBytes else { throw PageDefect("cell \(index) has a key of \(prefix + length) bytes") }
-            buffer.copyMemory(from: bytes.baseAddress! + PageCodec.hintedSlotsStart, byteCount: prefix)
-        }
-        buffer.advanced(by: prefix).copyMemory(from: bytes.baseAddress! + start, byteCount: length)
-        return prefix + length
     }
 }
 

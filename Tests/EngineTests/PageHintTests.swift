@@ -130,3 +130,20 @@ import Testing
         }
     }
 }
+
+extension TreePage {
+    /// Copies cell `index`'s whole key into `buffer` (at least `Limits.maxKeyBytes`
+    /// long) and returns its length: the key as the tests' model sees it, put together
+    /// apart from the cursor's way (`TreeCursor.currentKey()`).
+    func copyKey(_ index: Int, into buffer: UnsafeMutableRawPointer) throws(PageDefect) -> Int {
+        let (start, length) = try PageCodec.keyLocation(bytes, index: index, count: count)
+        var prefix = 0
+        if isElided {
+            prefix = PageCodec.storedHintOffset(bytes)
+            guard prefix + length <= Limits.maxKeyBytes else { throw PageDefect("cell \(index) has a key of \(prefix + length) bytes") }
+            buffer.copyMemory(from: bytes.baseAddress! + PageCodec.hintedSlotsStart, byteCount: prefix)
+        }
+        buffer.advanced(by: prefix).copyMemory(from: bytes.baseAddress! + start, byteCount: length)
+        return prefix + length
+    }
+}
