@@ -18,7 +18,7 @@ struct Account: Record, Equatable {
 
 func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 
-@Suite(.timeLimit(.minutes(2))) struct BackendSuiteTests {
+@Suite(.hangLimit) struct BackendSuiteTests {
     @Test(arguments: Backend.allCases)
     func aUnitOfWorkCommitsAsOneAndRollsBackOnThrow(backend: Backend) async throws {
         let store = try await backend.makeStore()

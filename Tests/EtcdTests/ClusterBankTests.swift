@@ -19,7 +19,7 @@ import StrataEtcd
 import StrataTesting
 import Testing
 
-@Suite(.timeLimit(.minutes(5))) struct ClusterBankTests {
+@Suite(.hangLimit) struct ClusterBankTests {
     static let events = 24
     static let requestTimeout = 3.0
 

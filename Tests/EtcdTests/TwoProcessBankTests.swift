@@ -10,7 +10,7 @@ import StrataEtcd
 import TestBackends
 import Testing
 
-@Suite(.timeLimit(.minutes(2))) struct TwoProcessBankTests {
+@Suite(.hangLimit) struct TwoProcessBankTests {
     static let accounts = 20
     static let initialBalance = 1_000
 

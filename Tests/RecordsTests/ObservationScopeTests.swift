@@ -13,9 +13,12 @@ final class RunCounts: Sendable {
     var all: [Int: Int] { counts.withLock { $0 } }
 }
 
+// Thirty minutes, as the etcd suites' `hangLimit` (Tests/EtcdTests/HangLimit.swift): inside
+// the whole suite an async test waits for cooperative threads that synchronous tests hold.
+
 /// A query runs again only after a commit that wrote inside what it read (Observation.V4),
 /// however many other observers and commits there are.
-@Suite(.timeLimit(.minutes(3))) struct ObservationScopeTests {
+@Suite(.timeLimit(.minutes(30))) struct ObservationScopeTests {
     /// 100 observers of queries that commits never touch run once each through 1,000
     /// commits; a commit inside one observer's read set re-runs that one alone, once.
     @Test(arguments: Backend.allCases) func commitsRerunOnlyTheQueriesTheyTouched(backend: Backend) async throws {
