@@ -574,12 +574,7 @@ enum PageCodec {
         /// `PageCodec.keyLocation(_:index:count:)` in a page of this layout.
         @inline(__always)
         func keyLocation(_ page: UnsafeRawBufferPointer, index: Int) throws(PageDefect) -> (start: Int, length: Int) {
-            // The slot array must fit before a slot is read: the buffer is not bounds-checked.
-            guard index >= 0, index < count, cellsStart <= page.count else { throw PageDefect("its \(count) slots do not fit") }
-            let offset = Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: slots + width * index, as: UInt16.self)))
-            guard offset >= cellsStart, offset < page.count else {
-                throw PageDefect("slot \(index) points outside the cells")
-            }
+            let offset = try cellOffset(page, index: index)
             // The key length is a varint of at most two bytes (Limits.maxKeyBytes < 16,384).
             var length = Int(page[offset] & 0x7F)
             var start = offset + 1
@@ -595,6 +590,18 @@ enum PageCodec {
             }
             return (start, length)
         }
+
+        /// Where cell `index` starts, as its slot says, checked to lie in the cell area.
+        @inline(__always)
+        func cellOffset(_ page: UnsafeRawBufferPointer, index: Int) throws(PageDefect) -> Int {
+            // The slot array must fit before a slot is read: the buffer is not bounds-checked.
+            guard index >= 0, index < count, cellsStart <= page.count else { throw PageDefect("its \(count) slots do not fit") }
+            let offset = Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: slots + width * index, as: UInt16.self)))
+            guard offset >= cellsStart, offset < page.count else {
+                throw PageDefect("slot \(index) points outside the cells")
+            }
+            return offset
+        }
     }
 
     private static func writeSlot(_ page: UnsafeMutableRawBufferPointer, index: Int, offset: Int) {
@@ -605,13 +612,10 @@ enum PageCodec {
 
     /// A reader of cell `index`, whose slot must point inside the cell area.
     private static func cellReader(_ page: [UInt8], index: Int, count: Int) throws(PageDefect) -> ByteReader {
-        let (slots, width) = page.withUnsafeBytes { slotLayout($0) }
-        let cellsStart = slots + width * count
-        guard cellsStart <= page.count else { throw PageDefect("its \(count) slots do not fit") }
-        let at = slots + width * index
-        let offset = Int(page[at]) | Int(page[at + 1]) << 8
-        guard offset >= cellsStart, offset < page.count else { throw PageDefect("slot \(index) points outside the cells") }
-        return ByteReader(page, start: offset, end: page.count)
+        let offset = page.withUnsafeBytes { raw in
+            Result { () throws(PageDefect) in try CellLayout(raw, count: count).cellOffset(raw, index: index) }
+        }
+        return ByteReader(page, start: try offset.get(), end: page.count)
     }
 }
 
