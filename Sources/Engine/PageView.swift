@@ -67,6 +67,57 @@ struct TreePage: @unchecked Sendable {
         return low
     }
 
+    /// `childIndex(for:)` for a key known to lie at or past child `first`'s range (the
+    /// cells before it are at most the key): the search gallops from there, comparing the
+    /// cells `first`, `first` + 1, + 3, + 7 … until one is above the key, then halves the
+    /// last gap. A batch of ascending keys (Snapshot+Batch.swift) finds each key's child a
+    /// step or two past the one before it, where a search of the whole page took a step
+    /// per halving, each a whole-key comparison wherever hints tie (a root page whose keys
+    /// share one byte ties across every key of one record type).
+    func childIndex(for key: UnsafeRawBufferPointer, from first: Int) throws(PageDefect) -> Int {
+        guard first > 0, first <= count else { return try childIndex(for: key) }
+        guard isHinted, try sideOfPrefix(key) == 0 else {
+            return try gallop(from: first) { (index) throws(PageDefect) in try compareCell(index, with: key) }
+        }
+        // As `lowerBoundByHints` reads the slots and cells.
+        let prefix = PageCodec.storedHintOffset(bytes)
+        let skipped = isElided ? prefix : 0
+        let slots = PageCodec.hintedSlotsStart + skipped
+        guard slots + PageCodec.hintedSlotBytes * count <= bytes.count else {
+            throw PageDefect("its \(count) slots do not fit")
+        }
+        let target = PageCodec.hint(of: key, at: prefix)
+        let rest = UnsafeRawBufferPointer(start: key.baseAddress.map { $0 + skipped }, count: key.count - skipped)
+        return try gallop(from: first) { (index) throws(PageDefect) in
+            let hint = PageCodec.slotHint(bytes, slots: slots, index: index)
+            return hint != target ? (hint < target ? -1 : 1) : try compareStored(index, with: rest)
+        }
+    }
+
+    /// The number of cells at most a key, found from `first` (the cells before it are),
+    /// where `order(i)` compares cell i with the key.
+    @inline(__always)
+    private func gallop(from first: Int, _ order: (Int) throws(PageDefect) -> Int) throws(PageDefect) -> Int {
+        // Every cell below `low` is at most the key; every cell from `high` on is above it.
+        var low = first
+        var high = count
+        var step = 1
+        while low < high {
+            let probe = min(low + step - 1, high - 1)
+            if try order(probe) > 0 {
+                high = probe
+                break
+            }
+            low = probe + 1
+            step *= 2
+        }
+        while low < high {
+            let middle = (low + high) / 2
+            if try order(middle) <= 0 { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
     /// Child `index` of this branch (0...count): the leftmost, or cell index - 1's.
     func child(at index: Int) throws(PageDefect) -> PageID {
         let child: UInt64

@@ -115,41 +115,58 @@ extension Snapshot {
         guard tree.root == .none || tree.height >= 1 else { throw corrupt(file, tree.root, "a tree of height \(tree.height) has a root") }
         try withUnsafeTemporaryAllocation(of: MemtableNode?.self, capacity: Self.batchLanes) { nodes in
             try withUnsafeTemporaryAllocation(of: PageID.self, capacity: Self.batchLanes) { pages in
-                for start in stride(from: 0, to: count, by: Self.batchLanes) {
-                    let lanes = min(Self.batchLanes, count - start)
-                    // The memtables: every key's filter word and index slot on the way
-                    // before the first is probed.
-                    if !active.isEmpty { for lane in 0..<lanes { active.prefetch(key(start + lane)) } }
-                    if let frozen, !frozen.isEmpty { for lane in 0..<lanes { frozen.prefetch(key(start + lane)) } }
-                    for lane in 0..<lanes {
-                        nodes[lane] = memtableNode(key(start + lane))
-                        pages[lane] = tree.root
-                    }
-                    // The tree, one level at a time: each key's next page is prefetched
-                    // while the other keys take their step.
-                    if tree.root != .none {
-                        for _ in 1..<tree.height {
+                try withUnsafeTemporaryAllocation(of: Bool.self, capacity: Self.batchLanes) { ascending in
+                    for start in stride(from: 0, to: count, by: Self.batchLanes) {
+                        let lanes = min(Self.batchLanes, count - start)
+                        // The memtables: every key's filter word and index slot on the way
+                        // before the first is probed.
+                        if !active.isEmpty { for lane in 0..<lanes { active.prefetch(key(start + lane)) } }
+                        if let frozen, !frozen.isEmpty { for lane in 0..<lanes { frozen.prefetch(key(start + lane)) } }
+                        for lane in 0..<lanes {
+                            nodes[lane] = memtableNode(key(start + lane))
+                            pages[lane] = tree.root
+                        }
+                        // The tree, one level at a time: each key's next page is prefetched
+                        // while the other keys take their step. A key at or past the key
+                        // before it (of the lanes the tree answers) that goes through the same
+                        // branch lies at or past that key's child there: its search starts
+                        // from that child (keys in order, as an index's record ids, most often
+                        // take the same child or the next, a comparison or two).
+                        if tree.root != .none && tree.height > 1 {
+                            var previous: Int?
                             for lane in 0..<lanes where nodes[lane] == nil {
-                                pages[lane] = try file.withPage(pages[lane]) { page in
-                                    guard page.type == .branch else { throw PageDefect("a leaf above the bottom level") }
-                                    return try page.child(for: key(start + lane))
+                                ascending[lane] = previous.map { compareBytes(key(start + lane), key(start + $0)) >= 0 } ?? false
+                                previous = lane
+                            }
+                            for _ in 1..<tree.height {
+                                // The page the lane before went through at this level, and the child it took.
+                                var (previousPage, previousChild) = (PageID.none, 0)
+                                for lane in 0..<lanes where nodes[lane] == nil {
+                                    let page = pages[lane]
+                                    let from = ascending[lane] && page == previousPage ? previousChild : 0
+                                    (pages[lane], previousChild) = try file.withPage(page) { page in
+                                        guard page.type == .branch else { throw PageDefect("a leaf above the bottom level") }
+                                        let index = try page.childIndex(for: key(start + lane), from: from)
+                                        return (try page.child(at: index), index)
+                                    }
+                                    previousPage = page
+                                    file.prefetch(pages[lane], lines: Self.prefetchedPageLines)
                                 }
-                                file.prefetch(pages[lane], lines: Self.prefetchedPageLines)
                             }
                         }
-                    }
-                    // The values, in order.
-                    for lane in 0..<lanes {
-                        let index = start + lane
-                        // nil: the key has no value, which `body` hears of too.
-                        let answered: Bool?
-                        if let node = nodes[lane] {
-                            answered = try body(index, node.value)
-                        } else {
-                            var leaf = KnownLeaf(id: pages[lane], file: file)
-                            answered = try withTreeValue(key(index), { try body(index, $0) }, cells: &leaf)
+                        // The values, in order.
+                        for lane in 0..<lanes {
+                            let index = start + lane
+                            // nil: the key has no value, which `body` hears of too.
+                            let answered: Bool?
+                            if let node = nodes[lane] {
+                                answered = try body(index, node.value)
+                            } else {
+                                var leaf = KnownLeaf(id: pages[lane], file: file)
+                                answered = try withTreeValue(key(index), { try body(index, $0) }, cells: &leaf)
+                            }
+                            guard try answered ?? body(index, nil) else { return }
                         }
-                        guard try answered ?? body(index, nil) else { return }
                     }
                 }
             }

@@ -146,6 +146,69 @@ import Testing
         try engine.close()
     }
 
+    /// Batches of keys in key order, as a query reads the records an index names, start
+    /// each key's search in a branch from the child the key before took there
+    /// (`TreePage.childIndex(for:from:)`): through a tree of three levels and more, with
+    /// keys close together and far apart, repeated, absent, with steps back and with keys
+    /// the memtable answers among them, every batch answers as `withValue` does.
+    @Test(arguments: ["mapped", "cached"])
+    func batchesOfKeysInOrderAnswerAsSingleReads(kind: String) throws {
+        let seed: UInt64 = 0x3A9_0002
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let path = kind == "mapped" ? temporaryStore() : "/db"
+        defer { if kind == "mapped" { try? FileManager.default.removeItem(atPath: path) } }
+        let (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem(kind), options: smallCheckpoints)
+        // Keys that share a long prefix, as record keys do, and take a byte of their own
+        // only at the end: hints tie in the upper branches.
+        func key(_ number: Int) -> [UInt8] { Array("entity/\(number / 1_000)/".utf8) + [UInt8(number / 100 % 10), UInt8(number % 100)] }
+        var model: [[UInt8]: [UInt8]] = [:]
+        for start in stride(from: 0, to: 60_000, by: 5_000) {
+            var batch = WALBatch()
+            for number in start..<(start + 5_000) where number % 7 != 3 {
+                let value = Array(repeating: UInt8(truncatingIfNeeded: number), count: 20 + number % 30)
+                batch.put(key(number), value)
+                model[key(number)] = value
+            }
+            try engine.commit(batch)
+        }
+        try engine.checkpoint()
+        // A few keys rewritten after the checkpoint: the memtable answers them.
+        var late = WALBatch()
+        for number in stride(from: 11, to: 60_000, by: 997) {
+            late.put(key(number), [1, 2, 3])
+            model[key(number)] = [1, 2, 3]
+        }
+        try engine.commit(late)
+        let height = engine.verify().treeHeight
+        #expect(height >= 3, "the tree is \(height) high")
+        let snapshot = engine.snapshot()
+        var batches: [[Int]] = []
+        for stride in [1, 7, 70, 700, 7_000] {
+            batches.append(Array(Swift.stride(from: Int(random.next() % 50), to: 60_000, by: stride).prefix(200)))
+        }
+        for _ in 0..<40 {
+            // Sorted random numbers, some repeated, now and then a step back.
+            var numbers = (0..<Int(random.next() % 100 + 1)).map { _ in Int(random.next() % 61_000) }.sorted()
+            if numbers.count > 4 { numbers.insert(numbers[1], at: numbers.count / 2) }
+            batches.append(numbers)
+        }
+        batches.append(Array((0..<100).map { 59_999 - $0 * 13 }))   // descending throughout
+        for numbers in batches {
+            var batch = KeyBatch()
+            for number in numbers { batch.append(key(number).span.bytes) }
+            var answered = 0
+            try snapshot.withValues(forKeys: batch) { index, found, value in
+                #expect(Array(found) == key(numbers[index]))
+                #expect(value?.withUnsafeBytes { Array($0) } == model[key(numbers[index])], "batched read of \(numbers[index])")
+                answered += 1
+                return true
+            }
+            #expect(answered == numbers.count)
+        }
+        try engine.close()
+    }
+
     /// A snapshot kept past `close()` reads no page: it throws `EngineError.closed`, not a
     /// corrupt page. While it pins an older tree the close moves no page and cuts nothing
     /// (every key is overwritten three times first, so without it the close would give

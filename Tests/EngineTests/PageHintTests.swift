@@ -80,6 +80,12 @@ import Testing
                     let expected = sorted.filter { !probe.lexicographicallyPrecedes($0) }.count
                     let index = try probe.withUnsafeBytes { try branch.childIndex(for: $0) }
                     #expect(index == expected, "seed \(seed) round \(round): \(probe) in \(sorted)")
+                    // From any child at or before the key's (as a batch of ascending keys
+                    // starts from the child the key before took).
+                    for first in 0...expected {
+                        let galloped = try probe.withUnsafeBytes { try branch.childIndex(for: $0, from: first) }
+                        #expect(galloped == expected, "seed \(seed) round \(round): \(probe) from \(first) in \(sorted)")
+                    }
                 }
             }
         }
