@@ -118,6 +118,15 @@ struct TreePage: @unchecked Sendable {
         return low
     }
 
+    /// The key of this branch's cell `index` (0..<count), the lowest key of child
+    /// `index` + 1 and so the bound above child `index`'s keys; nil in a page that elides
+    /// its keys' prefix (no branch does), whose cells hold only the rest of a key.
+    func separator(_ index: Int) throws(PageDefect) -> UnsafeRawBufferPointer? {
+        guard !isElided else { return nil }
+        let (start, length) = try PageCodec.keyLocation(bytes, index: index, count: count)
+        return UnsafeRawBufferPointer(rebasing: bytes[start..<(start + length)])
+    }
+
     /// Child `index` of this branch (0...count): the leftmost, or cell index - 1's.
     func child(at index: Int) throws(PageDefect) -> PageID {
         let child: UInt64

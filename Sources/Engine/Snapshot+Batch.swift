@@ -113,65 +113,95 @@ extension Snapshot {
         let tree = state.tree
         let (active, frozen) = (state.active, state.frozen)
         guard tree.root == .none || tree.height >= 1 else { throw corrupt(file, tree.root, "a tree of height \(tree.height) has a root") }
-        try withUnsafeTemporaryAllocation(of: MemtableNode?.self, capacity: Self.batchLanes) { nodes in
-            try withUnsafeTemporaryAllocation(of: PageID.self, capacity: Self.batchLanes) { pages in
-                try withUnsafeTemporaryAllocation(of: Bool.self, capacity: Self.batchLanes) { ascending in
-                    for start in stride(from: 0, to: count, by: Self.batchLanes) {
-                        let lanes = min(Self.batchLanes, count - start)
-                        // The memtables: every key's filter word and index slot on the way
-                        // before the first is probed.
-                        if !active.isEmpty { for lane in 0..<lanes { active.prefetch(key(start + lane)) } }
-                        if let frozen, !frozen.isEmpty { for lane in 0..<lanes { frozen.prefetch(key(start + lane)) } }
-                        for lane in 0..<lanes {
-                            nodes[lane] = memtableNode(key(start + lane))
-                            pages[lane] = tree.root
+        try withUnsafeTemporaryAllocation(of: Lane.self, capacity: Self.batchLanes) { lanes in
+            try withUnsafeTemporaryAllocation(byteCount: Limits.maxKeyBytes, alignment: 8) { boundBuffer in
+                let bound = boundBuffer.baseAddress!
+                for start in stride(from: 0, to: count, by: Self.batchLanes) {
+                    let width = min(Self.batchLanes, count - start)
+                    // The memtables: every key's filter word and index slot on the way
+                    // before the first is probed.
+                    if !active.isEmpty { for lane in 0..<width { active.prefetch(key(start + lane)) } }
+                    if let frozen, !frozen.isEmpty { for lane in 0..<width { frozen.prefetch(key(start + lane)) } }
+                    for lane in 0..<width {
+                        lanes.initializeElement(at: lane, to: Lane(node: memtableNode(key(start + lane)), page: tree.root))
+                    }
+                    defer { _ = lanes[0..<width].deinitialize() }
+                    // The tree, one level at a time: each key's next page is prefetched
+                    // while the other keys take their step. Keys in order, as an index's
+                    // record ids, most often take the branch's child the key before took,
+                    // or the next: a key at or past the key before it (of the lanes the
+                    // tree answers) that goes through the same branch takes that key's
+                    // child when it is below the bound above that child (the child's
+                    // page is not read again), and else searches from that child on.
+                    if tree.root != .none && tree.height > 1 {
+                        var previous: Int?
+                        for lane in 0..<width where lanes[lane].node == nil {
+                            lanes[lane].ascending = previous.map { compareBytes(key(start + lane), key(start + $0)) >= 0 } ?? false
+                            previous = lane
                         }
-                        // The tree, one level at a time: each key's next page is prefetched
-                        // while the other keys take their step. A key at or past the key
-                        // before it (of the lanes the tree answers) that goes through the same
-                        // branch lies at or past that key's child there: its search starts
-                        // from that child (keys in order, as an index's record ids, most often
-                        // take the same child or the next, a comparison or two).
-                        if tree.root != .none && tree.height > 1 {
-                            var previous: Int?
-                            for lane in 0..<lanes where nodes[lane] == nil {
-                                ascending[lane] = previous.map { compareBytes(key(start + lane), key(start + $0)) >= 0 } ?? false
-                                previous = lane
-                            }
-                            for _ in 1..<tree.height {
-                                // The page the lane before went through at this level, and the child it took.
-                                var (previousPage, previousChild) = (PageID.none, 0)
-                                for lane in 0..<lanes where nodes[lane] == nil {
-                                    let page = pages[lane]
-                                    let from = ascending[lane] && page == previousPage ? previousChild : 0
-                                    (pages[lane], previousChild) = try file.withPage(page) { page in
-                                        guard page.type == .branch else { throw PageDefect("a leaf above the bottom level") }
-                                        let index = try page.childIndex(for: key(start + lane), from: from)
-                                        return (try page.child(at: index), index)
+                        for _ in 1..<tree.height {
+                            // The page the lane before went through at this level, the
+                            // child it took and that child's page, and the bound above
+                            // the child (copied: a cached page may go while the next
+                            // lane steps), when it has one.
+                            var (previousPage, previousChild, previousChildPage) = (PageID.none, 0, PageID.none)
+                            var boundBytes = -1
+                            for lane in 0..<width where lanes[lane].node == nil {
+                                let page = lanes[lane].page
+                                let key = key(start + lane)
+                                var from = 0
+                                if lanes[lane].ascending && page == previousPage {
+                                    if boundBytes >= 0 {
+                                        if compareBytes(key, UnsafeRawBufferPointer(start: bound, count: boundBytes)) < 0 {
+                                            lanes[lane].page = previousChildPage
+                                            continue
+                                        }
+                                        from = previousChild + 1
+                                    } else {
+                                        from = previousChild
                                     }
-                                    previousPage = page
-                                    file.prefetch(pages[lane], lines: Self.prefetchedPageLines)
                                 }
+                                (lanes[lane].page, previousChild, boundBytes) = try file.withPage(page) { page in
+                                    guard page.type == .branch else { throw PageDefect("a leaf above the bottom level") }
+                                    let index = try page.childIndex(for: key, from: from)
+                                    var copied = -1
+                                    if index < page.count, let separator = try page.separator(index), let base = separator.baseAddress {
+                                        bound.copyMemory(from: base, byteCount: separator.count)
+                                        copied = separator.count
+                                    }
+                                    return (try page.child(at: index), index, copied)
+                                }
+                                (previousPage, previousChildPage) = (page, lanes[lane].page)
+                                file.prefetch(previousChildPage, lines: Self.prefetchedPageLines)
                             }
                         }
-                        // The values, in order.
-                        for lane in 0..<lanes {
-                            let index = start + lane
-                            // nil: the key has no value, which `body` hears of too.
-                            let answered: Bool?
-                            if let node = nodes[lane] {
-                                answered = try body(index, node.value)
-                            } else {
-                                var leaf = KnownLeaf(id: pages[lane], file: file)
-                                answered = try withTreeValue(key(index), { try body(index, $0) }, cells: &leaf)
-                            }
-                            guard try answered ?? body(index, nil) else { return }
+                    }
+                    // The values, in order.
+                    for lane in 0..<width {
+                        let index = start + lane
+                        // nil: the key has no value, which `body` hears of too.
+                        let answered: Bool?
+                        if let node = lanes[lane].node {
+                            answered = try body(index, node.value)
+                        } else {
+                            var leaf = KnownLeaf(id: lanes[lane].page, file: file)
+                            answered = try withTreeValue(key(index), { try body(index, $0) }, cells: &leaf)
                         }
+                        guard try answered ?? body(index, nil) else { return }
                     }
                 }
             }
         }
     }
+}
+
+/// One key of a batch on its way: what the memtables hold for it, else the page of the
+/// tree it has reached, and whether it is at or past the key before it that the tree
+/// answers.
+private struct Lane {
+    var node: MemtableNode?
+    var page: PageID
+    var ascending = false
 }
 
 /// The leaf a batch's descent found for a key (`PageID.none` for an empty tree), as a
