@@ -158,7 +158,8 @@ struct TreeCursor {
         guard elided + length <= Limits.maxKeyBytes else {
             throw file.corrupt(leafID, PageDefect("cell \(position) has a key of \(elided + length) bytes"))
         }
-        Self.copyRest(to: buffer + elided, from: leaf.bytes.baseAddress! + start, count: length)
+        // A few bytes most often (what sets a key apart from its leaf's others).
+        copyKeyBytes(to: buffer + elided, from: leaf.bytes.baseAddress! + start, count: length)
         return UnsafeRawBufferPointer(start: buffer, count: elided + length)
     }
 
@@ -173,29 +174,6 @@ struct TreeCursor {
             let prefix = page.elidedPrefix
             ownKeyBytes(keeping: 0).copyMemory(from: prefix.baseAddress!, byteCount: prefix.count)
             elided = prefix.count
-        }
-    }
-
-    /// Copies the rest of an elided key after its prefix: a few bytes most often (what
-    /// sets a key apart from its leaf's others), copied inline in at most three moves of
-    /// 1, 4 or 8 bytes, where a call of `memmove` cost more than the copy. (Static: a
-    /// method of the cursor is handed a copy of it, with a retain of each reference.)
-    @inline(__always)
-    private static func copyRest(to target: UnsafeMutableRawPointer, from source: UnsafeRawPointer, count: Int) {
-        switch count {
-        case 0: break
-        case 1...3:
-            target.storeBytes(of: source.load(as: UInt8.self), as: UInt8.self)
-            target.storeBytes(of: source.load(fromByteOffset: count / 2, as: UInt8.self), toByteOffset: count / 2, as: UInt8.self)
-            target.storeBytes(of: source.load(fromByteOffset: count - 1, as: UInt8.self), toByteOffset: count - 1, as: UInt8.self)
-        case 4...7:
-            target.storeBytes(of: source.loadUnaligned(as: UInt32.self), as: UInt32.self)
-            target.storeBytes(of: source.loadUnaligned(fromByteOffset: count - 4, as: UInt32.self), toByteOffset: count - 4, as: UInt32.self)
-        case 8...16:
-            target.storeBytes(of: source.loadUnaligned(as: UInt64.self), as: UInt64.self)
-            target.storeBytes(of: source.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self), toByteOffset: count - 8, as: UInt64.self)
-        default:
-            target.copyMemory(from: source, byteCount: count)
         }
     }
 

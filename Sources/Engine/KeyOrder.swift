@@ -218,3 +218,30 @@ private func sortByWord(_ order: inout [(word: UInt64, position: Int)]) {
         }
     }
 }
+
+/// Copies `count` bytes, a key or part of one, from `source` to `target` (not
+/// overlapping): keys of up to 32 bytes in two overlapping loads and stores of their
+/// length class, in line, where a call to `memcpy` cost more than the copy.
+@inline(__always)
+func copyKeyBytes(to target: UnsafeMutableRawPointer, from source: UnsafeRawPointer, count: Int) {
+    switch count {
+    case 0: break
+    case 1...3:
+        target.storeBytes(of: source.load(as: UInt8.self), as: UInt8.self)
+        target.storeBytes(of: source.load(fromByteOffset: count / 2, as: UInt8.self), toByteOffset: count / 2, as: UInt8.self)
+        target.storeBytes(of: source.load(fromByteOffset: count - 1, as: UInt8.self), toByteOffset: count - 1, as: UInt8.self)
+    case 4...7:
+        target.storeBytes(of: source.loadUnaligned(as: UInt32.self), as: UInt32.self)
+        target.storeBytes(of: source.loadUnaligned(fromByteOffset: count - 4, as: UInt32.self), toByteOffset: count - 4, as: UInt32.self)
+    case 8...16:
+        target.storeBytes(of: source.loadUnaligned(as: UInt64.self), as: UInt64.self)
+        target.storeBytes(of: source.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self), toByteOffset: count - 8, as: UInt64.self)
+    case 17...32:
+        target.storeBytes(of: source.loadUnaligned(as: UInt64.self), as: UInt64.self)
+        target.storeBytes(of: source.loadUnaligned(fromByteOffset: 8, as: UInt64.self), toByteOffset: 8, as: UInt64.self)
+        target.storeBytes(of: source.loadUnaligned(fromByteOffset: count - 16, as: UInt64.self), toByteOffset: count - 16, as: UInt64.self)
+        target.storeBytes(of: source.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self), toByteOffset: count - 8, as: UInt64.self)
+    default:
+        target.copyMemory(from: source, byteCount: count)
+    }
+}

@@ -113,81 +113,82 @@ extension Snapshot {
         let tree = state.tree
         let (active, frozen) = (state.active, state.frozen)
         guard tree.root == .none || tree.height >= 1 else { throw corrupt(file, tree.root, "a tree of height \(tree.height) has a root") }
+        let levels = tree.root == .none ? 0 : Int(tree.height) - 1
         try withUnsafeTemporaryAllocation(of: Lane.self, capacity: Self.batchLanes) { lanes in
-            try withUnsafeTemporaryAllocation(byteCount: Limits.maxKeyBytes, alignment: 8) { boundBuffer in
-                let bound = boundBuffer.baseAddress!
-                for start in stride(from: 0, to: count, by: Self.batchLanes) {
-                    let width = min(Self.batchLanes, count - start)
-                    // The memtables: every key's filter word and index slot on the way
-                    // before the first is probed.
-                    if !active.isEmpty { for lane in 0..<width { active.prefetch(key(start + lane)) } }
-                    if let frozen, !frozen.isEmpty { for lane in 0..<width { frozen.prefetch(key(start + lane)) } }
-                    for lane in 0..<width {
-                        lanes.initializeElement(at: lane, to: Lane(node: memtableNode(key(start + lane)), page: tree.root))
-                    }
-                    defer { _ = lanes[0..<width].deinitialize() }
-                    // The tree, one level at a time: each key's next page is prefetched
-                    // while the other keys take their step. Keys in order, as an index's
-                    // record ids, most often take the branch's child the key before took,
-                    // or the next: a key at or past the key before it (of the lanes the
-                    // tree answers) that goes through the same branch takes that key's
-                    // child when it is below the bound above that child (the child's
-                    // page is not read again), and else searches from that child on.
-                    if tree.root != .none && tree.height > 1 {
-                        var previous: Int?
-                        for lane in 0..<width where lanes[lane].node == nil {
-                            lanes[lane].ascending = previous.map { compareBytes(key(start + lane), key(start + $0)) >= 0 } ?? false
-                            previous = lane
+            try withUnsafeTemporaryAllocation(of: Finger.self, capacity: max(levels, 1)) { fingers in
+                try withUnsafeTemporaryAllocation(byteCount: max(levels, 1) * Limits.maxKeyBytes, alignment: 8) { bounds in
+                    fingers.initialize(repeating: Finger())
+                    // The last key the tree answered, for the next to be compared with.
+                    var previous: Int?
+                    for start in stride(from: 0, to: count, by: Self.batchLanes) {
+                        let width = min(Self.batchLanes, count - start)
+                        // The memtables: every key's filter word and index slot on the way
+                        // before the first is probed.
+                        if !active.isEmpty { for lane in 0..<width { active.prefetch(key(start + lane)) } }
+                        if let frozen, !frozen.isEmpty { for lane in 0..<width { frozen.prefetch(key(start + lane)) } }
+                        for lane in 0..<width {
+                            lanes.initializeElement(at: lane, to: Lane(node: memtableNode(key(start + lane)), page: tree.root))
                         }
-                        for _ in 1..<tree.height {
-                            // The page the lane before went through at this level, the
-                            // child it took and that child's page, and the bound above
-                            // the child (copied: a cached page may go while the next
-                            // lane steps), when it has one.
-                            var (previousPage, previousChild, previousChildPage) = (PageID.none, 0, PageID.none)
-                            var boundBytes = -1
+                        defer { _ = lanes[0..<width].deinitialize() }
+                        // The tree, one level at a time: each key's next page is prefetched
+                        // while the other keys take their step. Keys in order, as an index's
+                        // record ids, most often take the branch's child the key before
+                        // took, or the next: a key at or past the key before it (of those
+                        // the tree answers) that goes through the same branch takes that
+                        // key's child when it is below the bound above that child (the
+                        // branch is not read again), and else searches from that child on.
+                        if levels > 0 {
+                            for lane in 0..<width where lanes[lane].node == nil {
+                                lanes[lane].ascending = previous.map { compareBytes(key(start + lane), key($0)) >= 0 } ?? false
+                                previous = start + lane
+                            }
+                        }
+                        for level in 0..<levels {
+                            let bound = bounds.baseAddress! + level * Limits.maxKeyBytes
                             for lane in 0..<width where lanes[lane].node == nil {
                                 let page = lanes[lane].page
                                 let key = key(start + lane)
+                                let finger = fingers[level]
                                 var from = 0
-                                if lanes[lane].ascending && page == previousPage {
-                                    if boundBytes >= 0 {
-                                        if compareBytes(key, UnsafeRawBufferPointer(start: bound, count: boundBytes)) < 0 {
-                                            lanes[lane].page = previousChildPage
+                                if lanes[lane].ascending && page == finger.page {
+                                    if finger.boundBytes >= 0 {
+                                        if compareBytes(key, UnsafeRawBufferPointer(start: bound, count: finger.boundBytes)) < 0 {
+                                            lanes[lane].page = finger.childPage
                                             continue
                                         }
-                                        from = previousChild + 1
+                                        from = finger.child + 1
                                     } else {
-                                        from = previousChild
+                                        from = finger.child
                                     }
                                 }
-                                (lanes[lane].page, previousChild, boundBytes) = try file.withPage(page) { page in
+                                let (child, index, boundBytes) = try file.withPage(page) { page in
                                     guard page.type == .branch else { throw PageDefect("a leaf above the bottom level") }
                                     let index = try page.childIndex(for: key, from: from)
                                     var copied = -1
                                     if index < page.count, let separator = try page.separator(index), let base = separator.baseAddress {
-                                        bound.copyMemory(from: base, byteCount: separator.count)
+                                        copyKeyBytes(to: bound, from: base, count: separator.count)
                                         copied = separator.count
                                     }
                                     return (try page.child(at: index), index, copied)
                                 }
-                                (previousPage, previousChildPage) = (page, lanes[lane].page)
-                                file.prefetch(previousChildPage, lines: Self.prefetchedPageLines)
+                                lanes[lane].page = child
+                                fingers[level] = Finger(page: page, child: index, childPage: child, boundBytes: boundBytes)
+                                file.prefetch(child, lines: Self.prefetchedPageLines)
                             }
                         }
-                    }
-                    // The values, in order.
-                    for lane in 0..<width {
-                        let index = start + lane
-                        // nil: the key has no value, which `body` hears of too.
-                        let answered: Bool?
-                        if let node = lanes[lane].node {
-                            answered = try body(index, node.value)
-                        } else {
-                            var leaf = KnownLeaf(id: lanes[lane].page, file: file)
-                            answered = try withTreeValue(key(index), { try body(index, $0) }, cells: &leaf)
+                        // The values, in order.
+                        for lane in 0..<width {
+                            let index = start + lane
+                            // nil: the key has no value, which `body` hears of too.
+                            let answered: Bool?
+                            if let node = lanes[lane].node {
+                                answered = try body(index, node.value)
+                            } else {
+                                var leaf = KnownLeaf(id: lanes[lane].page, file: file)
+                                answered = try withTreeValue(key(index), { try body(index, $0) }, cells: &leaf)
+                            }
+                            guard try answered ?? body(index, nil) else { return }
                         }
-                        guard try answered ?? body(index, nil) else { return }
                     }
                 }
             }
@@ -195,9 +196,20 @@ extension Snapshot {
     }
 }
 
+/// Where the last key through one level of the tree went, kept from key to key (and
+/// batch to batch) of a batched read: the branch it went through, the child it took and
+/// that child's page, and the length of the bound above that child (copied beside the
+/// finger: a cached page may go while the other keys step), -1 when it has none.
+private struct Finger {
+    var page = PageID.none
+    var child = 0
+    var childPage = PageID.none
+    var boundBytes = -1
+}
+
 /// One key of a batch on its way: what the memtables hold for it, else the page of the
 /// tree it has reached, and whether it is at or past the key before it that the tree
-/// answers.
+/// answers (which may be in the batch before).
 private struct Lane {
     var node: MemtableNode?
     var page: PageID

@@ -160,8 +160,12 @@ import Testing
         defer { if kind == "mapped" { try? FileManager.default.removeItem(atPath: path) } }
         let (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem(kind), options: smallCheckpoints)
         // Keys that share a long prefix, as record keys do, and take a byte of their own
-        // only at the end: hints tie in the upper branches.
-        func key(_ number: Int) -> [UInt8] { Array("entity/\(number / 1_000)/".utf8) + [UInt8(number / 100 % 10), UInt8(number % 100)] }
+        // only at the end: hints tie in the upper branches. Their lengths, 11 to 37
+        // bytes, take every way a branch's bound is copied.
+        func key(_ number: Int) -> [UInt8] {
+            Array("entity/\(number / 1_000)/\(String(repeating: "x", count: number / 1_000 % 26))".utf8)
+                + [UInt8(number / 100 % 10), UInt8(number % 100)]
+        }
         var model: [[UInt8]: [UInt8]] = [:]
         for start in stride(from: 0, to: 60_000, by: 5_000) {
             var batch = WALBatch()
