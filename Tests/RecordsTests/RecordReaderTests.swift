@@ -79,6 +79,30 @@ struct ReadingBook: RecordReadable, Equatable {
         #expect(throws: RecordError.malformed(offset: whole.count, reason: "bytes after the record")) {
             _ = try RecordDecoder().decode(ReadingBook.self, from: whole + [0], reading: reading)
         }
+        // Every cut of a whole record is malformed, never a trap or a read past it.
+        for cut in 0..<whole.count {
+            #expect(throws: RecordError.self, "cut at \(cut)") {
+                _ = try RecordDecoder().decode(ReadingBook.self, from: Array(whole[..<cut]), reading: reading)
+            }
+        }
+        // A string's bytes that are not UTF-8 name its tag; a length past the bytes names
+        // the length.
+        struct Titled: Codable { var id = 1, title = "qq", author = "a", year = 1999 }
+        let titled = try RecordEncoder().encode(Titled())
+        let title = try #require(titled.indices.first { titled[$0...].starts(with: Array("qq".utf8)) })
+        var notUTF8 = titled
+        notUTF8[title] = 0xFF
+        #expect(throws: RecordError.malformed(offset: title - 2, reason: "a string that is not UTF-8")) {
+            _ = try RecordDecoder().decode(ReadingBook.self, from: notUTF8, reading: reading)
+        }
+        var tooLong = titled
+        tooLong[title - 1] = 0x7F
+        do {
+            _ = try RecordDecoder().decode(ReadingBook.self, from: tooLong, reading: reading)
+            Issue.record("a string longer than its record was read")
+        } catch let RecordError.malformed(offset, _) {
+            #expect(offset == title - 1)
+        }
         // A record that is not a keyed value is a type mismatch, as for `init(from:)`.
         do {
             _ = try RecordDecoder().decode(ReadingBook.self, from: try RecordEncoder().encode([1, 2]), reading: reading)
