@@ -119,16 +119,16 @@ extension Snapshot {
                 try withUnsafeTemporaryAllocation(byteCount: max(levels, 1) * Limits.maxKeyBytes, alignment: 8) { bounds in
                     fingers.initialize(repeating: Finger())
                     // The last key the tree answered, for the next to be compared with.
-                    var previous: Int?
+                    var previous: UnsafeRawBufferPointer?
                     for start in stride(from: 0, to: count, by: Self.batchLanes) {
                         let width = min(Self.batchLanes, count - start)
                         // The memtables: every key's filter word and index slot on the way
                         // before the first is probed.
-                        if !active.isEmpty { for lane in 0..<width { active.prefetch(key(start + lane)) } }
-                        if let frozen, !frozen.isEmpty { for lane in 0..<width { frozen.prefetch(key(start + lane)) } }
-                        for lane in 0..<width {
-                            lanes.initializeElement(at: lane, to: Lane(node: memtableNode(key(start + lane)), page: tree.root))
-                        }
+                        // (Each key taken once: `key` is a closure, called, not inlined.)
+                        for lane in 0..<width { lanes.initializeElement(at: lane, to: Lane(key: key(start + lane), page: tree.root)) }
+                        if !active.isEmpty { for lane in 0..<width { active.prefetch(lanes[lane].key) } }
+                        if let frozen, !frozen.isEmpty { for lane in 0..<width { frozen.prefetch(lanes[lane].key) } }
+                        for lane in 0..<width { lanes[lane].node = memtableNode(lanes[lane].key) }
                         defer { _ = lanes[0..<width].deinitialize() }
                         // The tree, one level at a time: each key's next page is prefetched
                         // while the other keys take their step. Keys in order, as an index's
@@ -139,15 +139,15 @@ extension Snapshot {
                         // branch is not read again), and else searches from that child on.
                         if levels > 0 {
                             for lane in 0..<width where lanes[lane].node == nil {
-                                lanes[lane].ascending = previous.map { compareBytes(key(start + lane), key($0)) >= 0 } ?? false
-                                previous = start + lane
+                                lanes[lane].ascending = previous.map { compareBytes(lanes[lane].key, $0) >= 0 } ?? false
+                                previous = lanes[lane].key
                             }
                         }
                         for level in 0..<levels {
                             let bound = bounds.baseAddress! + level * Limits.maxKeyBytes
                             for lane in 0..<width where lanes[lane].node == nil {
                                 let page = lanes[lane].page
-                                let key = key(start + lane)
+                                let key = lanes[lane].key
                                 let finger = fingers[level]
                                 var from = 0
                                 if lanes[lane].ascending && page == finger.page {
@@ -185,7 +185,7 @@ extension Snapshot {
                                 answered = try body(index, node.value)
                             } else {
                                 var leaf = KnownLeaf(id: lanes[lane].page, file: file)
-                                answered = try withTreeValue(key(index), { try body(index, $0) }, cells: &leaf)
+                                answered = try withTreeValue(lanes[lane].key, { try body(index, $0) }, cells: &leaf)
                             }
                             guard try answered ?? body(index, nil) else { return }
                         }
@@ -207,13 +207,19 @@ private struct Finger {
     var boundBytes = -1
 }
 
-/// One key of a batch on its way: what the memtables hold for it, else the page of the
-/// tree it has reached, and whether it is at or past the key before it that the tree
-/// answers (which may be in the batch before).
+/// One key of a batch on its way: its bytes, what the memtables hold for it, else the
+/// page of the tree it has reached, and whether it is at or past the key before it that
+/// the tree answers (which may be in the batch before).
 private struct Lane {
+    let key: UnsafeRawBufferPointer
     var node: MemtableNode?
     var page: PageID
     var ascending = false
+
+    init(key: UnsafeRawBufferPointer, page: PageID) {
+        self.key = key
+        self.page = page
+    }
 }
 
 /// The leaf a batch's descent found for a key (`PageID.none` for an empty tree), as a
