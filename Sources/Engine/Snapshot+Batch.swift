@@ -13,7 +13,12 @@
 /// of two short runs of bytes (a record key is an entity prefix and an id) cost about
 /// 450 instructions a key in a record query's profile (callgrind, records-sort-text),
 /// more than the rest of the walk that found the key.
-package struct KeyBatch: Sendable {
+///
+/// SPI-public rather than `package`, for the records layer's per-key calls: Swift 6.3
+/// inlines a `@inlinable` declaration into another module only when it is public (an
+/// `@inlinable package` one was called: 166 instructions an append, and a retain and a
+/// release of both arrays around each call, in records-range's profile).
+@_spi(EngineInlinable) public struct KeyBatch: Sendable {
     /// The keys' bytes in `bytes[0..<used]`; what lies past `used` is room, not keys.
     @usableFromInline var bytes: [UInt8]
     @usableFromInline var used = 0
@@ -21,7 +26,7 @@ package struct KeyBatch: Sendable {
     @usableFromInline var ends: [Int] = []
 
     /// A batch with room for `keys` keys of `bytes` bytes in all before it grows.
-    package init(keys: Int = 0, bytes: Int = 0) {
+    @_spi(EngineInlinable) public init(keys: Int = 0, bytes: Int = 0) {
         self.bytes = [UInt8](repeating: 0, count: bytes)
         ends.reserveCapacity(keys)
     }
@@ -29,15 +34,15 @@ package struct KeyBatch: Sendable {
     /// How many keys the batch holds. (Inlinable, as every accessor a query's per-entry
     /// closure calls: a call out retained and released the batch's two arrays around it.)
     @inlinable
-    package var count: Int { ends.count }
+    @_spi(EngineInlinable) public var count: Int { ends.count }
 
     @inlinable
-    package var isEmpty: Bool { ends.isEmpty }
+    @_spi(EngineInlinable) public var isEmpty: Bool { ends.isEmpty }
 
     /// Adds the key made of `prefix` followed by `suffix` (a record key: its entity's
     /// prefix and its id).
     @inlinable
-    package mutating func append(_ prefix: [UInt8], _ suffix: RawSpan) {
+    @_spi(EngineInlinable) public mutating func append(_ prefix: [UInt8], _ suffix: RawSpan) {
         prefix.withUnsafeBytes { prefix in
             suffix.withUnsafeBytes { suffix in append(prefix, suffix) }
         }
@@ -45,7 +50,7 @@ package struct KeyBatch: Sendable {
 
     /// Adds `key`.
     @inlinable
-    package mutating func append(_ key: RawSpan) {
+    @_spi(EngineInlinable) public mutating func append(_ key: RawSpan) {
         key.withUnsafeBytes { append($0, UnsafeRawBufferPointer(start: nil, count: 0)) }
     }
 
@@ -64,13 +69,13 @@ package struct KeyBatch: Sendable {
 
     /// Key `index` (0..<count).
     @inlinable
-    package subscript(index: Int) -> ArraySlice<UInt8> {
+    @_spi(EngineInlinable) public subscript(index: Int) -> ArraySlice<UInt8> {
         bytes[(index == 0 ? 0 : ends[index - 1])..<ends[index]]
     }
 
     /// Removes every key, keeping the memory for the next batch.
     @inlinable
-    package mutating func removeAll() {
+    @_spi(EngineInlinable) public mutating func removeAll() {
         used = 0
         ends.removeAll(keepingCapacity: true)
     }
@@ -99,7 +104,7 @@ extension Snapshot {
 
     /// Keys a batch looks up side by side: as many misses in flight as the processor
     /// tracks, with room to spare (the memtable's batched search measured 16 best).
-    static let batchLanes = 16
+    package static let batchLanes = 16
     /// Cache lines prefetched of each page a batch goes to: its header and first slots.
     /// Measured on records-sort-text at 1M (Benchmarks/JOURNAL.md): one line beat none by
     /// 15 %; two or four (the rest of a leaf's slots), and prefetching the cells the

@@ -2,7 +2,7 @@
 // context's overlays exactly as the context does, and its writes are the context's
 // staged writes, committed or discarded with it. Cheap to make; make one per unit of work.
 import StrataContexts
-import StrataEngine
+@_spi(EngineInlinable) import StrataEngine
 import Foundation
 
 /// Records of type `R` as seen by one context.
@@ -324,7 +324,7 @@ public struct Repository<R: Record> {
         case let .index(index, lower, upper):
             // Each entry's value is a record id; the records are read in index order.
             guard let sorted = plan.sortedBy, sorted.reverse, !index.isUnique else {
-                let batchSize = Swift.min(expected ?? .max, Self.largestReadBatch)
+                var batchSize = Swift.min(expected ?? .max, Self.largestReadBatch)
                 if let batchSnapshot = snapshot, batchSize > 1 {
                     // The records of `batchSize` entries at a time, read side by side.
                     // (Locals, not `self.prefix` and the optional, in the per-entry
@@ -332,9 +332,18 @@ public struct Repository<R: Record> {
                     let prefix = self.prefix
                     var batch = KeyBatch(keys: batchSize, bytes: batchSize * (prefix.count + 16))
                     var going = true
+                    // Candidates still expected: a batch after the first reads no more
+                    // than those (at least a batch's lanes, for candidates `body` passes
+                    // over), where a full batch read and looked up records past the last
+                    // one taken (28 of 128 for a limit of 100).
+                    var wanted = expected ?? .max
                     try context.forEachLent(from: lower, to: upper, reverse: plan.sortedBy?.reverse ?? false) { _, id in
                         batch.append(prefix, id)
-                        if batch.count == batchSize { going = try readRecords(&batch, from: batchSnapshot, body) }
+                        if batch.count == batchSize {
+                            wanted -= batchSize
+                            going = try readRecords(&batch, from: batchSnapshot, body)
+                            batchSize = Swift.min(Swift.max(wanted, Snapshot.batchLanes), Self.largestReadBatch)
+                        }
                         return going
                     }
                     if going && !batch.isEmpty { _ = try readRecords(&batch, from: batchSnapshot, body) }

@@ -2,7 +2,7 @@ import Foundation
 import StrataFileIO
 import StrataWAL
 import Testing
-@testable import StrataEngine
+@_spi(EngineInlinable) @testable import StrataEngine
 
 /// Reads in place: the data file mapped on the real file system (and read through the page
 /// cache on the simulated one), `withValue` and `forEach` handing out borrowed bytes. Every
