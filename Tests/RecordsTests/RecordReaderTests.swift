@@ -134,6 +134,31 @@ struct ReadingBook: RecordReadable, Equatable {
         #expect(try store.makeContext().repository(Book.self).get(changed.id).map(ReadingBook.init) == changed)
     }
 
+    /// A sorted fetch with a limit through an index reads its records in batches: the
+    /// first of up to 64, later ones no larger than the candidates still expected (at
+    /// least 16, for those a filter passes over). Limits around every batch edge, with
+    /// an exact predicate and one a filter finishes, answer as an array does.
+    @Test func limitedIndexReadsAcrossBatchesAnswerAsAnArray() throws {
+        let store = try Store.inMemory()
+        let books = makeBooks(1_000, seed: 8).map(ReadingBook.init)
+        try store.write { unit in
+            for book in books { try unit.repository(ReadingBook.self).insert(book) }
+        }
+        let repository = store.makeContext().repository(ReadingBook.self)
+        let year = books.map(\.year).sorted()[books.count / 4]
+        let exact = #Predicate<ReadingBook> { $0.year >= year }
+        let filtered = #Predicate<ReadingBook> { $0.year >= year && $0.price > 20 }
+        let byYear = [SortDescriptor(\ReadingBook.year)]
+        for (name, predicate) in [("exact", exact), ("filtered", filtered)] {
+            let all = try books.filter { try predicate.evaluate($0) }.sorted { ($0.year, $0.id) < ($1.year, $1.id) }
+            #expect(all.count > 300, "\(name): \(all.count) matches")
+            for limit in [1, 15, 16, 17, 63, 64, 65, 80, 100, 128, 129, 300, all.count + 1] {
+                let fetched = try repository.fetch(predicate, sortBy: byYear, limit: limit)
+                #expect(fetched.map(\.id) == all.prefix(limit).map(\.id), "\(name), limit \(limit)")
+            }
+        }
+    }
+
     /// A reader reads a record where its bytes lie: in the memtable, in a page of the tree
     /// after a checkpoint, in overflow pages (a record larger than a page), and in what a
     /// context staged over them; through a get, an index walk and a scan alike.
