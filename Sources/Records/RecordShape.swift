@@ -20,7 +20,7 @@ final class RecordShape: Sendable {
     let manifestKey: [UInt8]
     /// Its declared indexes, in `R.indexes` order.
     let indexes: [PlannedIndex]
-    /// `init(record:)` of a `RecordReadable` type, as a `(borrowing RecordReader) throws -> R`.
+    /// `init(record:)` of a `RecordReadable` type, as a `RecordReading<R>`.
     let reader: (any Sendable)?
     /// A predicate constant's id key bytes, or nil when it is not of the id type.
     let idBytes: @Sendable (Any) -> [UInt8]?

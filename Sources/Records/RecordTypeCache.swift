@@ -76,7 +76,7 @@ enum RecordTypeCache {
         }
         let shape = shape(of: type)
         let facts = TypedRecordFacts(shape: shape, indexes: indexes(of: type),
-                                     read: shape.reader as? @Sendable (borrowing RecordReader) throws -> R)
+                                     read: shape.reader as? RecordReading<R>)
         entries.withLock { $0.typed[ObjectIdentifier(type)] = facts }
         return facts
     }
@@ -120,9 +120,9 @@ typealias IndexDeriver = @Sendable ([UInt8]) throws -> [IndexEntry]
 final class TypedRecordFacts<R: Record>: Sendable {
     let shape: RecordShape
     let indexes: [RecordIndex<R>]
-    let read: (@Sendable (borrowing RecordReader) throws -> R)?
+    let read: RecordReading<R>?
 
-    init(shape: RecordShape, indexes: [RecordIndex<R>], read: (@Sendable (borrowing RecordReader) throws -> R)?) {
+    init(shape: RecordShape, indexes: [RecordIndex<R>], read: RecordReading<R>?) {
         self.shape = shape
         self.indexes = indexes
         self.read = read

@@ -14,7 +14,7 @@ public struct Repository<R: Record> {
     @usableFromInline let indexes: IndexMaintenance<R>
     @usableFromInline var prefix: [UInt8] { shape.recordPrefix }
     /// How records are read when `R` is `RecordReadable`.
-    @usableFromInline let read: (@Sendable (borrowing RecordReader) throws -> R)?
+    @usableFromInline let read: RecordReading<R>?
 
     @usableFromInline
     init(context: Context) {
@@ -434,7 +434,7 @@ public struct Repository<R: Record> {
     @inlinable
     func decode(_ bytes: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer) throws -> R {
         do {
-            if let read { return try RecordReader.read(bytes, read) }
+            if let read { return try RecordReader.read(bytes) { try read.read($0) } }
             return try RecordDecoder().decode(R.self, from: Array(bytes))
         } catch {
             throw decodingError(error, key: Array(key))
