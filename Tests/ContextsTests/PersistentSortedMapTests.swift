@@ -1,6 +1,7 @@
 import StrataFileIO
 import Testing
-@testable import StrataEngine
+import StrataEngine
+@testable import StrataContexts
 
 /// PersistentSortedMap.swift: updates change unshared nodes in place (PersistentSortedMap.M3), yet every copy
 /// of a map taken along the way, and every iterator made from one, keeps exactly what the

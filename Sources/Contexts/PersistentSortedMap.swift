@@ -6,6 +6,12 @@
 // staging thousands of changes into an overlay nobody shares allocates a node per key, not
 // a path of them per change.
 //
+// It lives beside its one user, the overlays (Overlay.swift), so that it is compiled for
+// their entries: in the engine's module, every overlay update and lookup ran its generic
+// code unspecialized (Swift inlines or specializes an `@inlinable package` declaration
+// only inside its module), and the run-time metadata lookups that took made a fifth of
+// the instructions of nested and records-update (callgrind, N = 100,000).
+//
 // Invariants:
 //  PersistentSortedMap.M1. In-order traversal yields strictly increasing keys (in `compareKeys` order).
 //  PersistentSortedMap.M2. Every node's height is 1 + the larger child height, and child heights differ by
@@ -14,24 +20,23 @@
 //      and to every node above it; below a shared node the path is copied.
 // Thread-safety: a node another map or thread can reach is never changed (PersistentSortedMap.M3); a map is a
 // value and `Sendable` when its values are.
+import StrataEngine
 
 /// An ordered map from keys to `Value` with value semantics: a copy is a snapshot that
 /// shares all nodes with the original, and an update copies only the O(log n) nodes on its
 /// path that a copy (or an iterator) still holds, changing the others in place.
-package struct PersistentSortedMap<Value: Sendable>: Sendable {
-    @usableFromInline
+struct PersistentSortedMap<Value: Sendable>: Sendable {
     final class Node: @unchecked Sendable {
         // @unchecked: the `var`s change only under PersistentSortedMap.M3, when no other reference exists. For
         // the same reason they go without run-time exclusivity checks: an insert holds an
         // access to a child link per level it descends, and those checks cost more than
         // the insert itself (a third of records-update's samples).
-        @usableFromInline let key: [UInt8]
-        @usableFromInline @exclusivity(unchecked) var value: Value
-        @usableFromInline @exclusivity(unchecked) var left: Node?
-        @usableFromInline @exclusivity(unchecked) var right: Node?
-        @usableFromInline @exclusivity(unchecked) var height: Int
+        let key: [UInt8]
+        @exclusivity(unchecked) var value: Value
+        @exclusivity(unchecked) var left: Node?
+        @exclusivity(unchecked) var right: Node?
+        @exclusivity(unchecked) var height: Int
 
-        @inlinable
         init(key: [UInt8], value: Value, left: Node?, right: Node?) {
             self.key = key
             self.value = value
@@ -41,24 +46,20 @@ package struct PersistentSortedMap<Value: Sendable>: Sendable {
         }
     }
 
-    @usableFromInline var root: Node?
-    @usableFromInline var storedCount = 0
+    var root: Node?
+    var storedCount = 0
 
     /// Keys held.
-    @inlinable
-    package var count: Int { storedCount }
+    var count: Int { storedCount }
 
     /// An empty map.
-    @inlinable
-    package init() {}
+    init() {}
 
     /// Whether the map holds no keys.
-    @inlinable
-    package var isEmpty: Bool { root == nil }
+    var isEmpty: Bool { root == nil }
 
     /// The value under `key`, if any. O(log n).
-    @inlinable
-    package subscript(key: [UInt8]) -> Value? {
+    subscript(key: [UInt8]) -> Value? {
         var node = root
         while let current = node {
             let order = compareKeys(key, current.key)
@@ -70,14 +71,12 @@ package struct PersistentSortedMap<Value: Sendable>: Sendable {
 
     /// Whether both maps are the same version of one map (they share their root), in O(1).
     /// False does not mean their contents differ.
-    @inlinable
-    package func isIdentical(to other: PersistentSortedMap) -> Bool { root === other.root }
+    func isIdentical(to other: PersistentSortedMap) -> Bool { root === other.root }
 
     /// Stores `value` under `key` (replacing any earlier value) and returns the value it
     /// replaced. O(log n); new nodes only where the path is shared (PersistentSortedMap.M3).
-    @inlinable
     @discardableResult
-    package mutating func updateValue(_ value: Value, forKey key: [UInt8]) -> Value? {
+    mutating func updateValue(_ value: Value, forKey key: [UInt8]) -> Value? {
         var replaced: Value?
         Self.insert(key, value, inPlace: &root, replaced: &replaced)
         if replaced == nil { storedCount += 1 }
@@ -86,7 +85,7 @@ package struct PersistentSortedMap<Value: Sendable>: Sendable {
 
     /// A map holding `entries`, built balanced in O(n) without rotations. `entries` must
     /// be sorted by key with no key twice.
-    package init(sortedUnique entries: [(key: [UInt8], value: Value)]) {
+    init(sortedUnique entries: [(key: [UInt8], value: Value)]) {
         func subtree(_ low: Int, _ high: Int) -> Node? {
             guard low < high else { return nil }
             let middle = (low + high) / 2
@@ -99,14 +98,12 @@ package struct PersistentSortedMap<Value: Sendable>: Sendable {
 
     /// Entries in key order from the first key at or above `start` (forward) or at or
     /// below it (reverse); nil starts at the end. O(log n) to start, O(1) amortized per step.
-    @inlinable
-    package func entries(from start: [UInt8]? = nil, reverse: Bool = false) -> Iterator {
+    func entries(from start: [UInt8]? = nil, reverse: Bool = false) -> Iterator {
         Iterator(root: root, start: start, reverse: reverse)
     }
 
     /// Inserts into the subtree at `node`, changing the nodes on the path in place while
     /// this reference is their only one (PersistentSortedMap.M3), copying the path from the first shared one.
-    @inlinable
     static func insert(_ key: [UInt8], _ value: Value, inPlace node: inout Node?, replaced: inout Value?) {
         guard node != nil, isKnownUniquelyReferenced(&node) else {
             node = insert(key, value, into: node, replaced: &replaced)
@@ -134,7 +131,6 @@ package struct PersistentSortedMap<Value: Sendable>: Sendable {
         }
     }
 
-    @inlinable
     static func insert(_ key: [UInt8], _ value: Value, into node: Node?, replaced: inout Value?) -> Node {
         guard let node else { return Node(key: key, value: value, left: nil, right: nil) }
         let order = compareKeys(key, node.key)
@@ -148,7 +144,6 @@ package struct PersistentSortedMap<Value: Sendable>: Sendable {
         return balance(node.key, node.value, node.left, insert(key, value, into: node.right, replaced: &replaced))
     }
 
-    @inlinable
     static func balance(_ key: [UInt8], _ value: Value, _ left: Node?, _ right: Node?) -> Node {
         let leftHeight = left?.height ?? 0
         let rightHeight = right?.height ?? 0
@@ -177,7 +172,7 @@ package struct PersistentSortedMap<Value: Sendable>: Sendable {
     }
 
     /// Checks PersistentSortedMap.M1 and PersistentSortedMap.M2 (tests only: O(n)).
-    package func checkInvariants() -> Bool {
+    func checkInvariants() -> Bool {
         var previous: [UInt8]?
         var ordered = true
         var nodes = 0
@@ -195,11 +190,10 @@ package struct PersistentSortedMap<Value: Sendable>: Sendable {
     }
 
     /// An in-order walk with an explicit stack (no recursion, O(log n) memory).
-    package struct Iterator: IteratorProtocol {
-        @usableFromInline var stack: [Node] = []
-        @usableFromInline let reverse: Bool
+    struct Iterator: IteratorProtocol {
+        var stack: [Node] = []
+        let reverse: Bool
 
-        @inlinable
         init(root: Node?, start: [UInt8]?, reverse: Bool) {
             self.reverse = reverse
             var node = root
@@ -218,8 +212,7 @@ package struct PersistentSortedMap<Value: Sendable>: Sendable {
             }
         }
 
-        @inlinable
-        package mutating func next() -> (key: [UInt8], value: Value)? {
+        mutating func next() -> (key: [UInt8], value: Value)? {
             guard let node = stack.popLast() else { return nil }
             var child = reverse ? node.left : node.right
             while let current = child {
