@@ -48,12 +48,21 @@ struct IndexMaintenance<R: Record> {
     /// is neither checked nor staged again: the stored one stands.
     func replace(old: R?, with new: R) throws {
         if shape.hasElementIndexes { try replaceElements(old: old, with: new) }
-        let changes = declared.compactMap { index in
-            index.isMultiValued ? nil : (index: index, next: entry(index, new), previous: old.map { entry(index, $0) })
+        // The changes name their index by position, not by holding it: this code runs
+        // generic (unspecialized for the application's record type), where each copy of
+        // a tuple holding a `RecordIndex<R>` went through the runtime's value witnesses
+        // (callgrind, nested and records-update at N = 100,000: 25.69G → 21.32G
+        // instructions in all).
+        var changes: [IndexEntryChange] = []
+        changes.reserveCapacity(declared.count)
+        for position in declared.indices where !declared[position].isMultiValued {
+            changes.append(IndexEntryChange(index: position, isUnique: declared[position].isUnique, next: entry(declared[position], new),
+                                            previous: old.map { entry(declared[position], $0) }))
         }
-        for change in changes where change.index.isUnique && change.previous?.key != change.next.key {
+        for change in changes where change.isUnique && change.previous?.key != change.next.key {
             if let holder = try context.get(change.next.key), holder != change.next.value {
-                throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: change.index.name, value: change.index.render(new))
+                let index = declared[change.index]
+                throw RecordError.uniqueViolation(entity: RecordTypeCache.entityName(of: R.self), index: index.name, value: index.render(new))
             }
         }
         for change in changes {
@@ -176,4 +185,14 @@ final class UsableIndexes {
     var version: UInt64 = 0
     var shape: RecordShape?
     var indexes: [PlannedIndex] = []
+}
+
+/// How one index's entry changes when a record is replaced (`IndexMaintenance.replace`):
+/// the index's position among the declared ones, whether it is unique, the entry the new
+/// record has and the one the old record had.
+struct IndexEntryChange {
+    let index: Int
+    let isUnique: Bool
+    let next: (key: [UInt8], value: [UInt8])
+    let previous: (key: [UInt8], value: [UInt8])?
 }
