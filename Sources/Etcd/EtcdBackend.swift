@@ -534,7 +534,9 @@ final class EtcdBackend: StorageBackend {
     private func outcome(of response: TxnResponse, _ prepared: Prepared, snapshot: Snapshot) throws -> Outcome {
         if response.succeeded == true {
             guard let revision = response.header?.revision?.value else {
-                throw EtcdError.badResponse("a successful transaction answered without a revision")
+                // Applied, but at a revision the replica cannot wait for: a read tells what is there.
+                throw EtcdError.commitOutcomeUnknown(endpoint: client.endpoints.joined(separator: ", "),
+                                                     cause: "the transaction succeeded but its answer has no revision")
             }
             let deleted = (response.responses ?? []).contains { ($0.response_delete_range?.deleted?.value ?? 0) > 0 }
             return prepared.puts || deleted ? .applied(revision) : .unchanged

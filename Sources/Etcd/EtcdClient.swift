@@ -120,7 +120,9 @@ final class EtcdClient: Sendable {
         call("/v3/kv/range", request, sent: readFailure)
     }
 
-    /// KV.Txn. Once the request may have reached a server, failures are `commitOutcomeUnknown`.
+    /// KV.Txn. Once the request may have reached a server, a failure is
+    /// `commitOutcomeUnknown` unless etcd answered with a refusal that writes nothing
+    /// (`classify`); an answer that cannot be read is unknown too.
     func txn(_ body: [UInt8]) -> EventLoopFuture<TxnResponse> {
         call("/v3/kv/txn", body: body) { endpoint, error in
             if let gateway = error as? GatewayError { return Self.classify(gateway, outcomeUnknownAt: endpoint) }
@@ -273,7 +275,14 @@ final class EtcdClient: Sendable {
             }
         }.flatMapError { error in
             let loop = MultiThreadedEventLoopGroup.singleton.any()
-            if error is EtcdError || error is TokenRejected { return loop.makeFailedFuture(error) }
+            if error is TokenRejected { return loop.makeFailedFuture(error) }
+            if let error = error as? EtcdError {
+                // An answer that could not be read came after the request was sent: a
+                // transaction's may follow its proposal. Every other EtcdError here is a
+                // refusal that wrote nothing.
+                guard case .badResponse = error else { return loop.makeFailedFuture(error) }
+                return loop.makeFailedFuture(sent(endpoint, error))
+            }
             // A TLS alert after the handshake may come once a transaction was read (on a
             // connection kept alive): for a transaction only a failed handshake is a refusal.
             let refusedTLS = Self.tlsRefusal(error, handshakeOnly: path.hasSuffix("/txn"))
@@ -355,7 +364,12 @@ final class EtcdClient: Sendable {
         return false
     }
 
-    /// What a gateway error means for a transaction sent to `endpoint`.
+    /// What a gateway error means for a transaction sent to `endpoint` (nil: for a
+    /// request that writes nothing). Only the refusals in `refusalsThatWriteNothing` say
+    /// nothing was written; any other answer may come after the proposal was applied. A
+    /// member stopped gracefully, for one, closes its gateway's connection to its gRPC
+    /// server after applying what it had in flight, and the gateway answers those
+    /// transactions "transport is closing" (code 14).
     static func classify(_ error: GatewayError, outcomeUnknownAt endpoint: String?) -> EtcdError {
         let message = error.text
         if message.contains("too many operations in txn request") {
@@ -364,15 +378,22 @@ final class EtcdClient: Sendable {
         if message.contains("request is too large") {
             return .server(code: error.code ?? 0, message: message + " (the server's --max-request-bytes is lower than EtcdOptions.maxRequestBytes)")
         }
-        // Timeouts, leader changes, a member stopping and a cancelled or expired request
-        // leave a proposal that may still be applied (the member may have replicated it
-        // before it stopped answering for it).
-        let unknown = ["timed out", "leader changed", "no leader", "server stopped", "cancel", "deadline exceeded"]
-        if let endpoint, unknown.contains(where: { message.contains($0) }) {
+        if let endpoint, !refusalsThatWriteNothing.contains(where: { message.contains($0) }) {
             return .commitOutcomeUnknown(endpoint: endpoint, cause: message)
         }
         return .server(code: error.code ?? 0, message: message)
     }
+
+    /// etcd's refusals of a transaction that write nothing on any member: checks made
+    /// before the request is proposed (its shape, size and the server's load) and the
+    /// authentication, permission and quota checks, made before the proposal or by every
+    /// member's apply alike.
+    static let refusalsThatWriteNothing = [
+        "too many operations in txn request", "duplicate key given in txn request", "key is not provided",
+        "request is too large", "too many requests", "database space exceeded",
+        "permission denied", "user name is empty", "invalid auth token", "revision of auth store is old",
+        "authentication failed",
+    ]
 }
 
 /// etcd refused a request's token; the client gets a new one and sends the request again.

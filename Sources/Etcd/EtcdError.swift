@@ -8,9 +8,10 @@ public enum EtcdError: Error, CustomStringConvertible, CommitOutcomeReporting {
     /// No endpoint accepted a connection; nothing was sent.
     case unreachable(endpoints: [String], cause: String)
     /// The connection was lost, or no answer came in time, after the transaction was sent,
-    /// or etcd answered that its proposal timed out, lost its leader, was cancelled or
-    /// outlived a member that stopped: it may or may not have been applied. A later read
-    /// tells.
+    /// or etcd answered with anything but a refusal that writes nothing (a proposal that
+    /// timed out or lost its leader, a member that stopped while the transaction was in
+    /// flight, an answer that cannot be read): it may or may not have been applied. A
+    /// later read tells.
     case commitOutcomeUnknown(endpoint: String, cause: String)
     /// A commit needs more operations in one etcd transaction than the server allows.
     case tooManyOperations(count: Int, limit: Int)
@@ -19,7 +20,9 @@ public enum EtcdError: Error, CustomStringConvertible, CommitOutcomeReporting {
     /// The context read a version older than the oldest this process still maps to an etcd
     /// revision (`EtcdOptions.retainedVersions`): refresh it or start again.
     case snapshotTooOld(version: UInt64, oldest: UInt64)
-    /// etcd refused a request (its gRPC status code and message); nothing was written.
+    /// etcd refused a request (its gRPC status code and message) with a refusal that
+    /// writes nothing: a transaction's shape, size, permissions or quota, or the server's
+    /// load. Nothing was written.
     case server(code: Int, message: String)
     /// etcd's answer was not what its API defines.
     case badResponse(String)

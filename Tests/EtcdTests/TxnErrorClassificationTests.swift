@@ -1,8 +1,10 @@
 // How a transaction's failure reported by etcd's gateway is classified (EtcdClient.classify):
-// an error after which the proposal may still be applied is an unknown outcome, which a
-// caller resolves by reading; only an error that says nothing was proposed is "not written",
-// which a caller may simply try again. Retrying a transaction that was in fact applied
-// would apply its changes twice.
+// only an answer that says nothing was written anywhere (a refusal of the request's shape,
+// size, permissions or quota, or of a server too loaded to take it) is "not written", which
+// a caller may simply try again; every other answer may come after the proposal was
+// applied, and is an unknown outcome, which a caller resolves by reading. Retrying a
+// transaction that was in fact applied would apply its changes twice.
+import Foundation
 @testable import StrataEtcd
 import Testing
 
@@ -11,6 +13,10 @@ import Testing
         "etcdserver: request timed out", "etcdserver: request timed out, possibly due to previous leader failure",
         "etcdserver: leader changed", "etcdserver: no leader", "etcdserver: server stopped", "etcdserver: request cancelled",
         "context canceled", "context deadline exceeded",
+        // What the gateway of a member stopped gracefully answers for the transactions it
+        // had in flight, after applying them (etcd 3.4).
+        "transport is closing", "error reading from server: EOF",
+        "etcdserver: unhealthy cluster", "etcdserver: not capable", "an answer no etcd version gives",
     ])
     func aProposalThatMayStillApplyIsAnUnknownOutcome(_ message: String) {
         let error = EtcdClient.classify(GatewayError(error: message, message: message, code: 14), outcomeUnknownAt: "http://127.0.0.1:2379")
@@ -19,10 +25,94 @@ import Testing
 
     @Test(arguments: [
         "etcdserver: too many operations in txn request", "etcdserver: request is too large",
+        "etcdserver: duplicate key given in txn request", "etcdserver: key is not provided",
+        "etcdserver: too many requests", "etcdserver: mvcc: database space exceeded",
         "etcdserver: permission denied", "etcdserver: user name is empty",
     ])
     func aRefusalBeforeAnyProposalIsNotAnUnknownOutcome(_ message: String) {
         let error = EtcdClient.classify(GatewayError(error: message, message: message, code: 3), outcomeUnknownAt: "http://127.0.0.1:2379")
         #expect(!error.isCommitOutcomeUnknown, "\(message): \(error)")
+    }
+
+    /// An answer that is not etcd's JSON (a proxy's error page, a body cut short) may follow
+    /// a transaction that was applied: unknown. The same answer to a read is just unreadable.
+    @Test(arguments: [
+        (status: "502 Bad Gateway", body: "upstream went away"),
+        (status: "200 OK", body: "{\"header\":"),
+    ])
+    func aTransactionWhoseAnswerCannotBeReadHasAnUnknownOutcome(_ answer: (status: String, body: String)) async throws {
+        let server = try CannedHTTPServer(status: answer.status, body: answer.body)
+        defer { server.close() }
+        let client = try EtcdClient(endpoints: ["http://127.0.0.1:\(server.port)"], options: EtcdOptions())
+        do {
+            _ = try await client.txn(Array("{}".utf8)).get()
+            Issue.record("an unreadable answer was taken for a transaction's")
+        } catch let error as EtcdError {
+            #expect(error.isCommitOutcomeUnknown, "\(error)")
+        }
+        do {
+            _ = try await client.range(RangeRequest(key: EtcdBytes(Array("k".utf8)))).get()
+            Issue.record("an unreadable answer was taken for a read's")
+        } catch let error as EtcdError {
+            guard case .badResponse = error else {
+                Issue.record("a read's unreadable answer is \(error)")
+                return
+            }
+        }
+    }
+}
+
+/// A server on loopback that answers every request with the same HTTP response and closes
+/// the connection.
+final class CannedHTTPServer: Sendable {
+    let port: UInt16
+    private let listener: Int32
+
+    init(status: String, body: String) throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, length) == 0 && listen(listener, 8) == 0 && getsockname(listener, $0, &length) == 0
+            }
+        }
+        guard bound else {
+            Glibc.close(listener)
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSLocalizedDescriptionKey: "cannot listen on loopback: errno \(errno)"])
+        }
+        port = UInt16(bigEndian: address.sin_port)
+        self.listener = listener
+        let response = Array("HTTP/1.1 \(status)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)".utf8)
+        Thread.detachNewThread {
+            while true {
+                let connection = accept(listener, nil, nil)
+                guard connection >= 0 else { return }
+                // Reads the request's head and as much of its body as has come, then answers.
+                var request: [UInt8] = [], buffer = [UInt8](repeating: 0, count: 4096)
+                while !request.containsHeadEnd {
+                    let count = read(connection, &buffer, buffer.count)
+                    guard count > 0 else { break }
+                    request += buffer[..<count]
+                }
+                _ = response.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+                shutdown(connection, Int32(SHUT_WR))
+                while read(connection, &buffer, buffer.count) > 0 {}
+                Glibc.close(connection)
+            }
+        }
+    }
+
+    func close() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        Glibc.close(listener)
+    }
+}
+
+private extension [UInt8] {
+    var containsHeadEnd: Bool {
+        count >= 4 && indices.dropLast(3).contains { self[$0] == 13 && self[$0 + 1] == 10 && self[$0 + 2] == 13 && self[$0 + 3] == 10 }
     }
 }
