@@ -38,7 +38,8 @@ public enum CommitFailure: Error, CustomStringConvertible {
     case notWritten(any Error)
     /// The log's write or fdatasync failed: the commit may or may not survive a crash.
     /// The store refuses writes until it is reopened; recovery then decides. Over etcd:
-    /// the connection was lost after the transaction was sent; a later read tells.
+    /// the transaction was sent and no answer told whether it was applied; a later read
+    /// tells.
     case outcomeUnknown(any Error)
 
     public var description: String {

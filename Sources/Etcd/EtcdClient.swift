@@ -348,6 +348,9 @@ final class EtcdClient: Sendable {
             guard text.contains("ALERT") || text.contains("CERTIFICATE") else { return nil }
             return "the server refused the connection with a TLS alert: \(text)"
         case let error as NIOSSLExtraError:
+            // The host name is checked in the handshake; another of these errors (no
+            // progress, say) may come once a request was written.
+            guard !handshakeOnly || error == .failedToValidateHostname || error == .serverHostnameImpossibleToMatch else { return nil }
             return "the server's certificate does not match: \(error)"
         default:
             return nil
@@ -385,12 +388,13 @@ final class EtcdClient: Sendable {
     }
 
     /// etcd's refusals of a transaction that write nothing on any member: checks made
-    /// before the request is proposed (its shape, size and the server's load) and the
-    /// authentication, permission and quota checks, made before the proposal or by every
-    /// member's apply alike.
+    /// before the request is proposed (its shape, its size, the server's load, the token)
+    /// and the permission checks every member makes alike before applying it. Not "database
+    /// space exceeded": etcd also answers that for a transaction it applied just as the
+    /// quota ran out.
     static let refusalsThatWriteNothing = [
         "too many operations in txn request", "duplicate key given in txn request", "key is not provided",
-        "request is too large", "too many requests", "database space exceeded",
+        "request is too large", "too many requests",
         "permission denied", "user name is empty", "invalid auth token", "revision of auth store is old",
         "authentication failed",
     ]

@@ -1,6 +1,5 @@
 // The errors and options of a store over etcd. A failed commit says whether anything may
-// have been written: `.unreachable`, `.tooManyOperations`, `.requestTooLarge` and
-// `.server` wrote nothing; `.commitOutcomeUnknown` may have.
+// have been written: `.commitOutcomeUnknown` may have; every other case wrote nothing.
 import StrataContexts
 
 /// Failures of a store over etcd, beside the conflicts and errors every store has.
@@ -21,8 +20,8 @@ public enum EtcdError: Error, CustomStringConvertible, CommitOutcomeReporting {
     /// revision (`EtcdOptions.retainedVersions`): refresh it or start again.
     case snapshotTooOld(version: UInt64, oldest: UInt64)
     /// etcd refused a request (its gRPC status code and message) with a refusal that
-    /// writes nothing: a transaction's shape, size, permissions or quota, or the server's
-    /// load. Nothing was written.
+    /// writes nothing: a transaction's shape or size, or a server too loaded to take it.
+    /// Nothing was written.
     case server(code: Int, message: String)
     /// etcd's answer was not what its API defines.
     case badResponse(String)
@@ -51,8 +50,8 @@ public enum EtcdError: Error, CustomStringConvertible, CommitOutcomeReporting {
         case let .unreachable(endpoints, cause):
             "No etcd endpoint could be reached (\(endpoints.joined(separator: ", "))): \(cause); nothing was written."
         case let .commitOutcomeUnknown(endpoint, cause):
-            "The connection to etcd at \(endpoint) failed after the commit was sent (\(cause)): it may or may not "
-                + "have been applied; read the keys again to find out."
+            "The commit was sent to etcd at \(endpoint) and its answer did not tell whether it was applied (\(cause)): "
+                + "it may or may not have been; read the keys again to find out."
         case let .tooManyOperations(count, limit):
             "The commit needs \(count) operations in one etcd transaction and the limit is \(limit): start etcd with "
                 + "a larger --max-txn-ops and set EtcdOptions.maxTxnOps to it, or commit fewer keys per unit of work."
