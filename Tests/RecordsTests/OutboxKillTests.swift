@@ -52,6 +52,18 @@ import Testing
         return process
     }
 
+    /// Waits until the log's last run has an acknowledgement line; false when `process`
+    /// exits or `seconds` pass first.
+    static func waitForAcknowledgement(in log: String, of process: Process, seconds: Double) throws -> Bool {
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        while Date() < deadline && process.isRunning {
+            let text = try String(contentsOfFile: log, encoding: .utf8)
+            if let run = runs(in: text).last, !run.acknowledged.isEmpty { return true }
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+        return false
+    }
+
     @Test func killedProducersAndConsumersLoseNoEventAndRepeatNoAcknowledgedOne() throws {
         let seed = UInt64.random(in: 1...UInt64(UInt32.max))
         print("OutboxKillTests seed \(seed)")
@@ -62,9 +74,19 @@ import Testing
         let (store, log) = (directory + "/store", directory + "/log")
         #expect(FileManager.default.createFile(atPath: log, contents: nil))
         let cycles = 20
-        for _ in 0..<cycles {
+        for cycle in 0..<cycles {
             let process = try start("run", store: store, log: log)
-            Thread.sleep(forTimeInterval: 0.25 + Double(random.next() % 600) / 1000)
+            // Odd runs die at a random moment from their start, which may come before the
+            // store is open. Even runs die at a random moment after their first logged
+            // acknowledgement: timed from the start, a loaded machine (the whole suite on
+            // two cores) let runs die before they had acknowledged anything.
+            if cycle.isMultiple(of: 2) {
+                let acknowledged = try Self.waitForAcknowledgement(in: log, of: process, seconds: 120)
+                #expect(acknowledged, "run \(cycle) acknowledged no event within 120 s")
+                Thread.sleep(forTimeInterval: Double(random.next() % 400) / 1000)
+            } else {
+                Thread.sleep(forTimeInterval: 0.05 + Double(random.next() % 800) / 1000)
+            }
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
             #expect(process.terminationReason == .uncaughtSignal, "the process ended before it was killed (status \(process.terminationStatus))")
