@@ -158,7 +158,8 @@ let package = Package(
         .executableTarget(name: "ReaderBankProcess", dependencies: ["Strata"], path: "Tests/ReaderBankProcess"),
         .testTarget(name: "StrataTestingTests", dependencies: ["StrataTesting"]),
         // What only a store over etcd has, and the two-process bank test; the tests start etcd.
-        .testTarget(name: "EtcdTests", dependencies: ["Strata", "StrataEtcd", "StrataTesting", "TestBackends", "EtcdBankProcess"]),
+        .testTarget(name: "EtcdTests", dependencies: ["Strata", "StrataEtcd", "StrataTesting", "TestBackends", "EtcdBankProcess",
+                                                    .product(name: "NIOSSL", package: "swift-nio-ssl")]),
         // The backends the shared suites (contexts, units of work, records) run on: the
         // embedded engine and etcd, started by the tests themselves.
         .target(name: "TestBackends", dependencies: ["Strata", "StrataEtcd", "StrataTesting"], path: "Tests/TestBackends"),

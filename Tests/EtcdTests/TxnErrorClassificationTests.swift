@@ -1,10 +1,12 @@
 // How a transaction's failure reported by etcd's gateway is classified (EtcdClient.classify):
-// only an answer that says nothing was written anywhere (a refusal of the request's shape,
-// size, permissions or quota, or of a server too loaded to take it) is "not written", which
+// only an answer that says nothing was written anywhere (a refusal of the request's shape
+// or size, of a server too loaded to take it, or of the user's credentials or
+// permissions) is "not written", which
 // a caller may simply try again; every other answer may come after the proposal was
 // applied, and is an unknown outcome, which a caller resolves by reading. Retrying a
 // transaction that was in fact applied would apply its changes twice.
 import Foundation
+import NIOSSL
 @testable import StrataEtcd
 import Testing
 
@@ -34,6 +36,20 @@ import Testing
     func aRefusalBeforeAnyProposalIsNotAnUnknownOutcome(_ message: String) {
         let error = EtcdClient.classify(GatewayError(error: message, message: message, code: 3), outcomeUnknownAt: "http://127.0.0.1:2379")
         #expect(!error.isCommitOutcomeUnknown, "\(message): \(error)")
+    }
+
+    /// A TLS error on a transaction's connection says nothing was sent only when the
+    /// handshake could not have let the request through: a host name that does not match.
+    /// Any other (no progress on a kept-alive connection, say) may follow the request.
+    /// For a request that writes nothing, each of them is a refusal.
+    @Test func aTransactionsTLSErrorIsARefusalOnlyForAHostNameMismatch() {
+        for error in [NIOSSLExtraError.failedToValidateHostname, .serverHostnameImpossibleToMatch] {
+            #expect(EtcdClient.tlsRefusal(error, handshakeOnly: true) != nil, "\(error)")
+        }
+        for error in [NIOSSLExtraError.cannotUseIPAddressInSNI, .invalidSNIHostname, .unknownPrivateKeyFileType] {
+            #expect(EtcdClient.tlsRefusal(error, handshakeOnly: true) == nil, "\(error)")
+            #expect(EtcdClient.tlsRefusal(error, handshakeOnly: false) != nil, "\(error)")
+        }
     }
 
     /// An answer that is not etcd's JSON (a proxy's error page, a body cut short) may follow
