@@ -61,7 +61,7 @@ extension Context {
         var conflicts: [[UInt8]] = []
         var iterator = overlay.entries()
         while let (key, entry) = iterator.next() {
-            if entry.isChecked, try latest.lastWriteVersion(key) > snapshot.version { conflicts.append(key) }
+            if entry.isChecked, try latest.wasWritten(key, after: snapshot.version) { conflicts.append(key) }
         }
         var readConflicts = Set<[UInt8]>()
         for range in readRanges { readConflicts.formUnion(try latest.keysWritten(in: range, after: snapshot.version)) }

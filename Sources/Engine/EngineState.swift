@@ -9,24 +9,33 @@ final class EngineState: Sendable {
     /// The B+tree as of the last checkpoint, and that checkpoint's generation.
     let tree: BTree
     let treeGeneration: UInt64
+    /// The last version folded into `tree` (its checkpoint's, `MetaPage.checkpointVersion`):
+    /// no entry of the tree is newer, so a key the memtables do not hold was not written
+    /// after any version at or above it, and the tree need not be read to say so.
+    let treeVersion: UInt64
     /// Changes being folded into the tree by a running checkpoint (nil when none runs).
     let frozen: Memtable?
     /// Changes since the last checkpoint started.
     let active: Memtable
 
-    init(version: UInt64, tree: BTree, treeGeneration: UInt64, frozen: Memtable?, active: Memtable) {
+    init(version: UInt64, tree: BTree, treeGeneration: UInt64, treeVersion: UInt64, frozen: Memtable?, active: Memtable) {
         self.version = version
         self.tree = tree
         self.treeGeneration = treeGeneration
+        self.treeVersion = treeVersion
         self.frozen = frozen
         self.active = active
     }
 
-    func with(version: UInt64? = nil, tree: BTree? = nil, treeGeneration: UInt64? = nil, frozen: Memtable?? = nil,
-              active: Memtable? = nil) -> EngineState {
-        EngineState(version: version ?? self.version, tree: tree ?? self.tree,
-                    treeGeneration: treeGeneration ?? self.treeGeneration,
+    func with(version: UInt64? = nil, frozen: Memtable?? = nil, active: Memtable? = nil) -> EngineState {
+        EngineState(version: version ?? self.version, tree: tree, treeGeneration: treeGeneration, treeVersion: treeVersion,
                     frozen: frozen ?? self.frozen, active: active ?? self.active)
+    }
+
+    /// This view with `tree`, the tree of checkpoint `generation` holding every change
+    /// through `version`, in place of its own, and no frozen memtable.
+    func with(tree: BTree, generation: UInt64, version treeVersion: UInt64) -> EngineState {
+        EngineState(version: version, tree: tree, treeGeneration: generation, treeVersion: treeVersion, frozen: nil, active: active)
     }
 }
 
@@ -48,6 +57,8 @@ extension EngineState {
                 node = current.next(0)
             }
         }
+        // No entry of the tree is newer than its checkpoint (`treeVersion`).
+        guard treeVersion > version else { return found.sorted { compareKeys($0, $1) < 0 } }
         var cursor = try tree.cursor(from: range.lower, reverse: false, file: file)
         while let key = try cursor.currentKey() {
             if let upper = range.upper, upper.withUnsafeBytes({ compareBytes(key, $0) >= 0 }) { break }
@@ -56,4 +67,5 @@ extension EngineState {
         }
         return found.sorted { compareKeys($0, $1) < 0 }
     }
+
 }

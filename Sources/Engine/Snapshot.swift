@@ -110,12 +110,23 @@ public final class Snapshot: Sendable {
         }
     }
 
+    /// Whether a commit after `version` (and at or below this snapshot's) wrote `key`: the
+    /// same answer as `lastWriteVersion(key) > version`, without reading the tree when it
+    /// holds no change newer than `version` (its checkpoint's version is at or below it).
+    public func wasWritten(_ key: [UInt8], after version: UInt64) throws -> Bool {
+        try key.withUnsafeBytes { key in
+            if let node = memtableNode(key) { return node.version > version }
+            guard state.treeVersion > version else { return false }
+            return try state.tree.withCell(key, file: engine.pageFile) { $0.map { $0.version > version } } ?? false
+        }
+    }
+
     /// The keys in `range` that a commit after `version` (and at or below this snapshot's)
     /// wrote, in key order: what another commit changed in a range read at `version`.
     public func keysWritten(in range: KeyRange, after version: UInt64) throws -> [[UInt8]] {
         let keys = try state.keysWritten(in: range, after: version, file: engine.pageFile)
         // Nodes linked ahead of their publication are newer than this snapshot: not its.
-        return try keys.filter { try lastWriteVersion($0) > version }
+        return try keys.filter { try wasWritten($0, after: version) }
     }
 
     /// The newest change of `key` the memtables hold as of this snapshot's version.

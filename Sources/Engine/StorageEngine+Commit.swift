@@ -119,7 +119,7 @@ extension StorageEngine {
                 }
                 let latest = snapshots.current
                 for key in keys where !conflicts.contains(key) {
-                    if try lastWriteVersion(key, state: latest) > readVersion { conflicts.insert(key) }
+                    if try wasWritten(key, after: readVersion, state: latest) { conflicts.insert(key) }
                 }
                 for range in readRanges {
                     for other in commits.inFlight.values {
@@ -191,9 +191,15 @@ extension StorageEngine {
 
     /// The version of the last published commit that wrote `key`: in a memtable, or in
     /// the tree (tombstones keep their version there, so deletes conflict too).
-    private func lastWriteVersion(_ key: [UInt8], state: EngineState) throws -> UInt64 {
-        if let entry = state.active.entry(key) ?? state.frozen?.entry(key) { return entry.version }
-        return try state.tree.entry(key, file: pageFile)?.version ?? 0
+    /// Whether a commit after `readVersion` wrote `key`: its newest node in either
+    /// memtable (published or not), or else its entry in the tree, read only when the tree
+    /// holds changes newer than `readVersion`. Nearly every commit reads at or above the
+    /// tree's version, and then no page is touched: a record store's inserts read a leaf
+    /// of every index they wrote, and each stayed resident.
+    private func wasWritten(_ key: [UInt8], after readVersion: UInt64, state: EngineState) throws -> Bool {
+        if let entry = state.active.entry(key) ?? state.frozen?.entry(key) { return entry.version > readVersion }
+        guard state.treeVersion > readVersion else { return false }
+        return try (state.tree.entry(key, file: pageFile)?.version ?? 0) > readVersion
     }
 
     /// Publishes every in-flight batch up to `version` in order (all durable by now): once

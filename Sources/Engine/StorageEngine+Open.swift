@@ -163,7 +163,8 @@ extension StorageEngine {
             }
             let meta = loaded.meta
             let state = EngineState(version: loaded.version, tree: BTree(root: meta.root, height: Int(meta.height)),
-                                    treeGeneration: meta.generation, frozen: nil, active: loaded.active)
+                                    treeGeneration: meta.generation, treeVersion: meta.checkpointVersion, frozen: nil,
+                                    active: loaded.active)
             var checkpoint = CheckpointState(meta: meta, reusable: loaded.free, freeListPages: loaded.freeListPages)
             if mode == .readWrite, let readerTable,
                readerTable.liveReaders().contains(where: { $0.generation < meta.generation }) {

@@ -40,7 +40,8 @@ extension StorageEngine {
                 return
             }
             let state = EngineState(version: loaded.version, tree: BTree(root: meta.root, height: Int(meta.height)),
-                                    treeGeneration: meta.generation, frozen: nil, active: loaded.active)
+                                    treeGeneration: meta.generation, treeVersion: meta.checkpointVersion, frozen: nil,
+                                    active: loaded.active)
             checkpointLock.withLock { durable in
                 durable = CheckpointState(meta: meta, reusable: loaded.free, freeListPages: loaded.freeListPages)
             }
@@ -146,7 +147,8 @@ extension StorageEngine {
         }
         guard last >= meta.checkpointVersion else { return false }
         let state = EngineState(version: last, tree: BTree(root: meta.root, height: Int(meta.height)),
-                                treeGeneration: meta.generation, frozen: current.active, active: active)
+                                treeGeneration: meta.generation, treeVersion: meta.checkpointVersion,
+                                frozen: current.active, active: active)
         checkpointLock.withLock { durable in
             durable = CheckpointState(meta: meta, reusable: free, freeListPages: freeListPages)
         }

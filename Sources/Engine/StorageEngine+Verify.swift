@@ -55,6 +55,7 @@ extension StorageEngine {
                 report.problems.append("the meta pages no longer read back: \(error)")
             }
             var walk = VerifyWalk(pageCount: meta.pageCount, report: report, progress: progress)
+            walk.checkpointVersion = meta.checkpointVersion
             if meta.root != .none {
                 self.walk(meta.root, level: 1, height: Int(meta.height), lower: nil, upper: nil, into: &walk)
             }
@@ -102,6 +103,9 @@ extension StorageEngine {
             if entries.isEmpty { walk.report.problems.append("the leaf at offset \(offset) is empty") }
             for entry in entries {
                 if !inBounds(entry.key) { walk.report.problems.append("a key in the leaf at offset \(offset) is outside its branch's range") }
+                if entry.version > walk.checkpointVersion {
+                    walk.report.problems.append("a key in the leaf at offset \(offset) has version \(entry.version), after its checkpoint's \(walk.checkpointVersion)")
+                }
                 switch entry.payload {
                 case .tombstone: walk.report.tombstones += 1
                 case .inline: walk.report.keys += 1
@@ -135,6 +139,9 @@ extension StorageEngine {
 /// The state of a verification walk: the report, and which role claimed each page.
 struct VerifyWalk {
     let pageCount: UInt64
+    /// The meta page's `checkpointVersion`: no entry of its tree may be newer (commits
+    /// check conflicts against the tree only for readers older than it).
+    var checkpointVersion: UInt64 = .max
     var report: VerifyReport
     /// Told the pages claimed so far, every 4,096 pages.
     let progress: (Int, Int) -> Void

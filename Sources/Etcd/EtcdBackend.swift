@@ -452,7 +452,7 @@ final class EtcdBackend: StorageBackend {
                 success.append(RequestOp(request_delete_range: DeleteRangeRequest(key: etcdKey)))
             }
             guard !unchecked.contains(key) else { continue }
-            if try latest.lastWriteVersion(key) > snapshot.version { known.append(key) }
+            if try latest.wasWritten(key, after: snapshot.version) { known.append(key) }
             let present = try snapshot.contains(key)
             checked.append((key, present))
             if present {

@@ -196,6 +196,38 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         try engine.commit(WALBatch([.put(key: bytes("d"), value: bytes("z"))]), readAt: early)
     }
 
+    /// A commit that read at or after the tree's checkpoint checks its keys against the
+    /// memtables alone: the tree holds no newer change, so no page of it is read (once, a
+    /// record store's inserts read a leaf of every index they wrote, each kept resident).
+    /// One that read before it still reads the tree: with every read of the file failing,
+    /// the first commits, the second fails.
+    @Test func aCommitReadingAtTheTreesVersionReadsNoPageOfIt() throws {
+        let fileSystem = SimulatedFileSystem()
+        var options = EngineOptions()
+        options.cacheBytes = 0
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        try engine.commit(WALBatch((0..<500).map { .put(key: bytes("k\($0)"), value: [UInt8](repeating: 7, count: 100)) }))
+        let early = engine.snapshot()
+        try engine.commit(WALBatch([.put(key: bytes("k7"), value: bytes("2"))]))
+        try engine.checkpoint()
+        let late = engine.snapshot()
+        #expect(late.state.treeVersion == late.version && late.state.tree.height >= 2)
+        fileSystem.injectFault(errno: EIO, atOperation: fileSystem.operationCount, persistent: true, operations: [.read])
+        // Keys in the tree, in no memtable: only the tree could say when they were written.
+        try engine.commit(WALBatch([.put(key: bytes("k8"), value: bytes("3")), .put(key: bytes("k9"), value: bytes("3"))]),
+                          readAt: late, unchecked: [], readRanges: [KeyRange(from: bytes("k1"), to: bytes("k2"))])
+        let latest = engine.snapshot()
+        #expect(try latest.wasWritten(bytes("k8"), after: late.version) && !latest.wasWritten(bytes("k20"), after: late.version))
+        #expect(try latest.keysWritten(in: KeyRange(from: bytes("k"), to: bytes("l")), after: late.version) == [bytes("k8"), bytes("k9")])
+        #expect(throws: EngineError.self) {
+            try engine.commit(WALBatch([.put(key: bytes("k10"), value: bytes("3"))]), readAt: early)
+        }
+        #expect(throws: EngineError.self) { try latest.wasWritten(bytes("k20"), after: early.version) }
+        #expect(throws: EngineError.self) { try latest.keysWritten(in: KeyRange(from: bytes("k"), to: bytes("l")), after: early.version) }
+        #expect(throws: EngineError.self) { try late.get(bytes("k10")) }
+        try? engine.close()
+    }
+
     @Test func aSnapshotKeepsItsVersionWhileCommitsAndCheckpointsRun() throws {
         let engine = try StorageEngine.inMemory()
         try engine.commit(WALBatch([.put(key: bytes("k"), value: bytes("old"))]))
@@ -418,6 +450,29 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         return page
     }
 
+    /// `verify` names a leaf entry newer than its tree's checkpoint version: commits that
+    /// read at that version or later check their conflicts without reading the tree, so
+    /// such an entry would hide one.
+    @Test func verifyNamesAnEntryNewerThanItsCheckpoint() throws {
+        for (newest, sound) in [(UInt64(9), true), (10, false)] {
+            let leaf = olderFormatLeaf([("a", 1, [1]), ("b", newest, [2])], format: 5, id: PageID(2))
+            let fileSystem = try storeWithRoot(leaf, height: 1)
+            var meta = MetaPage(pageBytes: Self.pageBytes, generation: 9, root: PageID(2), freeListHead: .none,
+                                checkpointVersion: 9, pageCount: 3, keyCount: 2, height: 1).encoded()
+            meta[16] = 5
+            meta[17] = 0
+            PageCodec.seal(&meta)
+            fileSystem.modify("/db/data") { image in
+                image.replaceSubrange(Self.pageBytes..<(2 * Self.pageBytes), with: meta)
+                image.removeSubrange((3 * Self.pageBytes)...)
+            }
+            let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
+            let report = engine.verify()
+            #expect(report.problems == (sound ? [] : ["a key in the leaf at offset 8192 has version 10, after its checkpoint's 9"]))
+            try engine.close()
+        }
+    }
+
     /// Format 2 stores versions as varints, format 3 adds hints to leaf slots, format 6
     /// stores a leaf's shared key prefix once; a file of format 1, 2 or 5 (leaves with
     /// eight-byte or varint versions and plain slots, or hinted slots and whole keys) still
@@ -429,7 +484,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         let fileSystem = try storeWithRoot(leaf, height: 1)
         // A meta page of that format for exactly this file: three pages, three keys.
         var meta = MetaPage(pageBytes: Self.pageBytes, generation: 9, root: PageID(2), freeListHead: .none,
-                            checkpointVersion: 1, pageCount: 3, keyCount: 3, height: 1).encoded()
+                            checkpointVersion: 1 << 40, pageCount: 3, keyCount: 3, height: 1).encoded()
         meta[16] = format
         meta[17] = 0
         PageCodec.seal(&meta)

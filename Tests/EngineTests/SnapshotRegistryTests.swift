@@ -9,7 +9,7 @@ import Testing
 /// (the oldest tree and version read) and what it lets go of.
 @Suite struct SnapshotRegistryTests {
     private func view(generation: UInt64, version: UInt64) -> EngineState {
-        EngineState(version: version, tree: BTree(root: .none, height: 0), treeGeneration: generation, frozen: nil,
+        EngineState(version: version, tree: BTree(root: .none, height: 0), treeGeneration: generation, treeVersion: 0, frozen: nil,
                     active: Memtable())
     }
 
