@@ -33,8 +33,8 @@ final class EngineState: Sendable {
     }
 
     /// This view with `tree`, the tree of checkpoint `generation` holding every change
-    /// through `version`, in place of its own, and no frozen memtable.
-    func with(tree: BTree, generation: UInt64, version treeVersion: UInt64) -> EngineState {
+    /// through `treeVersion`, in place of its own, and no frozen memtable.
+    func with(tree: BTree, generation: UInt64, treeVersion: UInt64) -> EngineState {
         EngineState(version: version, tree: tree, treeGeneration: generation, treeVersion: treeVersion, frozen: nil, active: active)
     }
 }
@@ -67,5 +67,4 @@ extension EngineState {
         }
         return found.sorted { compareKeys($0, $1) < 0 }
     }
-
 }

@@ -146,7 +146,7 @@ extension StorageEngine {
         durable.reusable = unused
         durable.freeListPages = listPages
         if !freedNow.isEmpty { durable.pending.append((generation, freedNow)) }
-        snapshots.publish { $0.with(tree: tree, generation: generation, version: checkpointVersion) }
+        snapshots.publish { $0.with(tree: tree, generation: generation, treeVersion: checkpointVersion) }
         snapshots.releaseIdleViews()
         pageFile.releaseMapped(freedNow)
         readerTable?.publish(generation: generation)

@@ -189,11 +189,10 @@ extension StorageEngine {
         }
     }
 
-    /// The version of the last published commit that wrote `key`: in a memtable, or in
-    /// the tree (tombstones keep their version there, so deletes conflict too).
     /// Whether a commit after `readVersion` wrote `key`: its newest node in either
-    /// memtable (published or not), or else its entry in the tree, read only when the tree
-    /// holds changes newer than `readVersion`. Nearly every commit reads at or above the
+    /// memtable (published or not), or else its entry in the tree (tombstones keep their
+    /// version there, so deletes conflict too), read only when the tree holds changes
+    /// newer than `readVersion`. Nearly every commit reads at or above the
     /// tree's version, and then no page is touched: a record store's inserts read a leaf
     /// of every index they wrote, and each stayed resident.
     private func wasWritten(_ key: [UInt8], after readVersion: UInt64, state: EngineState) throws -> Bool {

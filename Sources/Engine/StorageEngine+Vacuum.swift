@@ -122,7 +122,7 @@ extension StorageEngine {
             durable.pending = []
             durable.freeListPages = listPages
             snapshots.publish {
-                $0.with(tree: BTree(root: root, height: Int(meta.height)), generation: generation, version: meta.checkpointVersion)
+                $0.with(tree: BTree(root: root, height: Int(meta.height)), generation: generation, treeVersion: meta.checkpointVersion)
             }
             snapshots.releaseIdleViews()
             try pageFile.cut(toPages: Int(cutoff))

@@ -1,6 +1,6 @@
 // `verify()`: walks every reachable page and checks what the format promises — checksums,
 // key order within and across pages, branch bounds, uniform leaf depth, overflow chains,
-// and that every page of the file is either a meta page, reachable, on the free list, or
+// no entry newer than the meta page's checkpoint version, and that every page of the file is either a meta page, reachable, on the free list, or
 // holds the free list, exactly once. Returns a report; never traps on bad bytes.
 
 /// What `verify()` found.
@@ -101,11 +101,11 @@ extension StorageEngine {
             if compressed { walk.report.compressedLeafPages += 1 }
             if level != height { walk.report.problems.append("the leaf at offset \(offset) is at depth \(level), not \(height)") }
             if entries.isEmpty { walk.report.problems.append("the leaf at offset \(offset) is empty") }
+            if let newest = entries.map(\.version).max(), newest > walk.checkpointVersion {
+                walk.report.problems.append("the leaf at offset \(offset) holds a key of version \(newest), after its checkpoint's \(walk.checkpointVersion)")
+            }
             for entry in entries {
                 if !inBounds(entry.key) { walk.report.problems.append("a key in the leaf at offset \(offset) is outside its branch's range") }
-                if entry.version > walk.checkpointVersion {
-                    walk.report.problems.append("a key in the leaf at offset \(offset) has version \(entry.version), after its checkpoint's \(walk.checkpointVersion)")
-                }
                 switch entry.payload {
                 case .tombstone: walk.report.tombstones += 1
                 case .inline: walk.report.keys += 1

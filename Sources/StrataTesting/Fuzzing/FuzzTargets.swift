@@ -185,7 +185,9 @@ public enum FuzzTargets {
     private static func metaPage(generation: UInt64, root: UInt64, freeList: UInt64, height: UInt64, pageCount: UInt64) -> [UInt8] {
         var page = [UInt8](repeating: 0, count: 4) + [1, 0, 0, 0] + Array("STRATADB".utf8) + littleEndian(UInt16(1))
         page += littleEndian(UInt16(0)) + littleEndian(UInt32(pageBytes)) + littleEndian(generation) + littleEndian(root)
-        page += littleEndian(freeList) + littleEndian(UInt64(0)) + littleEndian(pageCount) + littleEndian(UInt64(0))
+        // Checkpoint version 2^40: no entry of the forged pages is newer (FORMAT.md, "Meta
+        // pages"), whatever version a seed's cells carry below it.
+        page += littleEndian(freeList) + littleEndian(UInt64(1) << 40) + littleEndian(pageCount) + littleEndian(UInt64(0))
         page += littleEndian(height)
         page += [UInt8](repeating: 0, count: pageBytes - page.count)
         seal(&page)
