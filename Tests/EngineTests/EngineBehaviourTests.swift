@@ -424,6 +424,23 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         return fileSystem
     }
 
+    /// A closed store in `/db` of exactly three pages whose one leaf, page 2, is `leaf`,
+    /// with a meta page of data format `format` counting `keyCount` keys and naming
+    /// `checkpointVersion`.
+    private func storeOfOneLeaf(_ leaf: [UInt8], keyCount: UInt64, checkpointVersion: UInt64, format: UInt8) throws -> SimulatedFileSystem {
+        let fileSystem = try storeWithRoot(leaf, height: 1)
+        var meta = MetaPage(pageBytes: Self.pageBytes, generation: 9, root: PageID(2), freeListHead: .none,
+                            checkpointVersion: checkpointVersion, pageCount: 3, keyCount: keyCount, height: 1).encoded()
+        meta[16] = format
+        meta[17] = 0
+        PageCodec.seal(&meta)
+        fileSystem.modify("/db/data") { image in
+            image.replaceSubrange(Self.pageBytes..<(2 * Self.pageBytes), with: meta)
+            image.removeSubrange((3 * Self.pageBytes)...)
+        }
+        return fileSystem
+    }
+
     /// A leaf as format 1 or 2 wrote it: 2-byte slots without hints, and each cell's
     /// version in eight little-endian bytes (format 1) or a varint (format 2); or as
     /// formats 3 to 5 wrote it: hinted slots, whole keys in every cell.
@@ -460,16 +477,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     @Test func verifyNamesAnEntryNewerThanItsCheckpoint() throws {
         for (newest, sound) in [(UInt64(9), true), (10, false)] {
             let leaf = olderFormatLeaf([("a", 1, [1]), ("b", newest, [2])], format: 5, id: PageID(2))
-            let fileSystem = try storeWithRoot(leaf, height: 1)
-            var meta = MetaPage(pageBytes: Self.pageBytes, generation: 9, root: PageID(2), freeListHead: .none,
-                                checkpointVersion: 9, pageCount: 3, keyCount: 2, height: 1).encoded()
-            meta[16] = 5
-            meta[17] = 0
-            PageCodec.seal(&meta)
-            fileSystem.modify("/db/data") { image in
-                image.replaceSubrange(Self.pageBytes..<(2 * Self.pageBytes), with: meta)
-                image.removeSubrange((3 * Self.pageBytes)...)
-            }
+            let fileSystem = try storeOfOneLeaf(leaf, keyCount: 2, checkpointVersion: 9, format: 5)
             let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
             let report = engine.verify()
             #expect(report.problems == (sound ? [] : ["the leaf at offset 8192 holds a key of version 10, after its checkpoint's 9"]))
@@ -485,17 +493,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     @Test(arguments: [UInt8(1), 2, 5])
     func anOlderFormatDataFileStillReadsAndTakesCommits(format: UInt8) throws {
         let leaf = olderFormatLeaf([("a", 1, [1]), ("b", 70_000, [2, 2]), ("c", 1 << 40, [])], format: format, id: PageID(2))
-        let fileSystem = try storeWithRoot(leaf, height: 1)
-        // A meta page of that format for exactly this file: three pages, three keys.
-        var meta = MetaPage(pageBytes: Self.pageBytes, generation: 9, root: PageID(2), freeListHead: .none,
-                            checkpointVersion: 1 << 40, pageCount: 3, keyCount: 3, height: 1).encoded()
-        meta[16] = format
-        meta[17] = 0
-        PageCodec.seal(&meta)
-        fileSystem.modify("/db/data") { image in
-            image.replaceSubrange(Self.pageBytes..<(2 * Self.pageBytes), with: meta)
-            image.removeSubrange((3 * Self.pageBytes)...)
-        }
+        let fileSystem = try storeOfOneLeaf(leaf, keyCount: 3, checkpointVersion: 1 << 40, format: format)
         let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
         let snapshot = engine.snapshot()
         #expect(try snapshot.get(Array("a".utf8)) == [1] && snapshot.get(Array("b".utf8)) == [2, 2] && snapshot.get(Array("c".utf8)) == [])
