@@ -25,7 +25,12 @@ public struct EngineOptions: Sendable {
     /// reads either. Raw leaves store the prefix their keys share once either way (FORMAT.md,
     /// "Elided prefixes").
     public var leafCompression = LeafCompression.none
-    /// A checkpoint starts when the memtable holds this many bytes. Default 64 MiB.
+    /// A checkpoint starts when the memtable holds this many bytes. Default 64 MiB. It
+    /// starts sooner for small changes: the memtable's hash index, which finds a key the
+    /// memtable holds in one or two memory accesses, has a slot per 64 bytes of this
+    /// budget, and a checkpoint starts when 11/16 of them are taken (about 720,000 keys at
+    /// 64 MiB: changes whose key and value average 66 bytes or less, as a record's index
+    /// entries), so that no key of a memtable is found by a skip-list search instead.
     public var checkpointMemtableBytes = 64 << 20
     /// The most bytes the memtable taking commits may hold while a checkpoint runs, or nil
     /// (the default) for no bound. A commit that leaves it fuller returns only once that

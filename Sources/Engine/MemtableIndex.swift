@@ -40,6 +40,11 @@ struct MemtableIndex {
     /// `used` beside it would be written by every insert.
     private let completeFlag: UnsafeMutablePointer<UnsafeAtomic<Bool>.Storage>
     private var complete: UnsafeAtomic<Bool> { UnsafeAtomic(at: completeFlag) }
+    /// Beside it on that line, written once: whether `used` reached `nearlyFullMark`.
+    private var nearlyFull: UnsafeAtomic<Bool> { UnsafeAtomic(at: completeFlag + 1) }
+    /// Slots taken at which the index is nearly full: a sixteenth of its slots before `limit`,
+    /// room for the batches committed between the checkpoint's start and its freeze.
+    private let nearlyFullMark: Int
 
     static let smallestSlots = 64
     static let largestSlots = 1 << 22
@@ -57,10 +62,12 @@ struct MemtableIndex {
             .bindMemory(to: UnsafeAtomic<Int>.Storage.self, capacity: count)
         mask = count - 1
         limit = count / 4 * 3
+        nearlyFullMark = limit - count / 16
         used = .allocate(capacity: 1)
         used.initialize(to: 0)
         completeFlag = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 64)
             .initializeMemory(as: UnsafeAtomic<Bool>.Storage.self, repeating: .init(true), count: 1)
+        (completeFlag + 1).initialize(to: .init(false))
     }
 
     func deallocate() {
@@ -74,6 +81,11 @@ struct MemtableIndex {
 
     /// Whether every key of the memtable is in the index (MemtableIndex.X1).
     var isComplete: Bool { complete.load(ordering: .relaxed) }
+
+    /// Whether the index took 11/16 of its slots: its memtable is due for a checkpoint
+    /// while the index still names every key. Any thread may ask. (An index abandoned
+    /// otherwise, a replayed memtable's, is not: that memtable waits for its byte budget.)
+    var isNearlyFull: Bool { nearlyFull.load(ordering: .relaxed) }
 
     /// The newest node of `key` (whose `hashKey` is `hash`), or nil when the index has none.
     func newest(_ key: UnsafeRawBufferPointer, hash: UInt64) -> MemtableNode? {
@@ -125,6 +137,7 @@ struct MemtableIndex {
                     return
                 }
                 used.pointee += 1
+                if used.pointee == nearlyFullMark { nearlyFull.store(true, ordering: .relaxed) }
                 atomic.store(tagged, ordering: .releasing)
                 return
             }

@@ -38,15 +38,19 @@ extension StorageEngine {
     }
 
     /// Starts a checkpoint on a background thread when the memtable or the log passed its
-    /// threshold and none runs; the committing thread does not wait for it, unless one
-    /// runs already and the memtable passed its bound (`EngineOptions.maxMemtableBytes`):
-    /// then it waits for that one to end and starts the next (a write stall).
+    /// threshold, or the memtable's hash index is nearly full (MemtableIndex: past it, the
+    /// memtable's keys would be found by skip-list searches), and none runs; the committing
+    /// thread does not wait for it, unless one runs already and the memtable passed its
+    /// bound (`EngineOptions.maxMemtableBytes`): then it waits for that one to end and
+    /// starts the next (a write stall).
     func checkpointIfDue() {
         guard case let .writer(log, _) = logAccess else { return }
         while true {
-            let memtableBytes = snapshots.current.active.byteCount
+            let active = snapshots.current.active
+            let memtableBytes = active.byteCount
             let logBytes = log.statistics.bytesWritten - logBytesAtCheckpoint.load(ordering: .relaxed)
-            guard memtableBytes >= options.checkpointMemtableBytes || logBytes >= options.checkpointLogBytes else { return }
+            guard memtableBytes >= options.checkpointMemtableBytes || logBytes >= options.checkpointLogBytes
+                    || active.index.isNearlyFull else { return }
             if checkpointRunning.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
                 Thread.detachNewThread { [self] in
                     // A failure is recorded by `checkpointNow()` and reported by the next commit (StorageEngine.E3).

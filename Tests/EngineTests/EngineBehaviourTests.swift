@@ -115,6 +115,39 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect(activeIsPopulated(), "no checkpoint under writes after \(round) commits")
     }
 
+    /// A memtable of small changes is checkpointed when its hash index is nearly full,
+    /// long before its byte budget: frozen, its index still names every key (no key of it
+    /// is found by a skip-list search), and every change is in the tree afterwards.
+    @Test func aMemtableOfSmallChangesIsCheckpointedBeforeItsIndexFills() throws {
+        var options = EngineOptions()
+        // 16,384 index slots: nearly full at 11,264 keys, full at 12,288. A change here
+        // takes ~40 bytes a node, so the byte budget alone would hold ~26,000.
+        options.checkpointMemtableBytes = 1 << 20
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: options)
+        defer { try? engine.close() }
+        let first = engine.snapshots.current.active
+        func key(_ number: Int) -> [UInt8] { withUnsafeBytes(of: UInt64(number).bigEndian) { Array($0) } }
+        var committed = 0
+        // Commits stop at the mark, so the checkpoint's freeze finds the index as it was.
+        while !first.index.isNearlyFull {
+            var batch = WALBatch()
+            for number in committed..<(committed + 64) { batch.put(key(number), [1]) }
+            try engine.commit(batch)
+            committed += 64
+            try #require(committed <= 12_288, "the index took \(first.index.slotCount) keys and never said it was nearly full")
+        }
+        #expect(first.byteCount < options.checkpointMemtableBytes)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while engine.snapshots.current.treeVersion == 0 && ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        let state = engine.snapshots.current
+        #expect(state.treeVersion > 0, "no checkpoint of a memtable whose index is nearly full")
+        #expect(state.active !== first)
+        #expect(first.index.isComplete)
+        let snapshot = engine.snapshot()
+        for number in stride(from: 0, to: committed, by: 97) { #expect(try snapshot.get(key(number)) == [1]) }
+        #expect(try snapshot.count() == committed)
+    }
+
     /// An empty batch is a commit of nothing: it takes a version and survives a reopen
     /// (before, publishing it indexed its first key and trapped).
     @Test func anEmptyBatchCommitsNothing() throws {
