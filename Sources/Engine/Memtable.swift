@@ -143,6 +143,13 @@ final class Memtable: @unchecked Sendable {
         index.prefetch(hash)
         // Every key inserted set its filter bits (MemtableIndex.F1).
         guard filter.mayContain(hash) else { return nil }
+        return newestNode(key, hash: hash, at: version)
+    }
+
+    /// `newestNode(_:at:)` for a key whose `hashKey` is `hash` and that the filter let
+    /// through (`mayHold`).
+    @inline(__always)
+    func newestNode(_ key: UnsafeRawBufferPointer, hash: UInt64, at version: UInt64) -> MemtableNode? {
         // A complete index names the newest node of every key (MemtableIndex.X1); once it filled up, the
         // skip list answers.
         var node = index.isComplete ? index.newest(key, hash: hash) : firstNode(atLeast: key)
@@ -428,6 +435,22 @@ final class Memtable: @unchecked Sendable {
         let hash = hashKey(key)
         filter.prefetch(hash)
         index.prefetch(hash)
+    }
+
+    /// A batched lookup's first pass over its keys (Snapshot.withValues): starts loading
+    /// the filter word of the key whose `hashKey` is `hash`.
+    @inline(__always)
+    func prefetchFilter(_ hash: UInt64) { filter.prefetch(hash) }
+
+    /// A batched lookup's second pass: whether the filter lets the key of `hash` through,
+    /// starting the load of its index slot when it does. A key the memtable lacks, most of
+    /// a batch's in a store larger than its memtable, loads no slot.
+    @inline(__always)
+    func mayHold(_ hash: UInt64) -> Bool {
+        // Every key inserted set its filter bits (MemtableIndex.F1).
+        guard filter.mayContain(hash) else { return false }
+        index.prefetch(hash)
+        return true
     }
 
     /// 1 with probability 3/4, 2 with 3/16, … (branching factor 4), at most `maxHeight`.

@@ -127,14 +127,36 @@ extension Snapshot {
                     var previous: UnsafeRawBufferPointer?
                     for start in stride(from: 0, to: count, by: Self.batchLanes) {
                         let width = min(Self.batchLanes, count - start)
-                        // The memtables: every key's filter word and index slot on the way
-                        // before the first is probed.
                         // (Each key taken once: `key` is a closure, called, not inlined.)
                         for lane in 0..<width { lanes.initializeElement(at: lane, to: Lane(key: key(start + lane), page: tree.root)) }
-                        if !active.isEmpty { for lane in 0..<width { active.prefetch(lanes[lane].key) } }
-                        if let frozen, !frozen.isEmpty { for lane in 0..<width { frozen.prefetch(lanes[lane].key) } }
-                        for lane in 0..<width { lanes[lane].node = memtableNode(lanes[lane].key) }
                         defer { _ = lanes[0..<width].deinitialize() }
+                        // The memtables, as `memtableNode` reads them, in three passes: every
+                        // key's filter words start loading; then each key a filter lets through
+                        // starts loading its index slot; then those keys are probed. The
+                        // misses of a batch overlap, and a key a memtable lacks (most, in a
+                        // store larger than its memtable) loads no slot of its index.
+                        let inActive = !active.isEmpty
+                        let inFrozen = frozen.map { !$0.isEmpty } ?? false
+                        if inActive || inFrozen {
+                            for lane in 0..<width {
+                                let hash = hashKey(lanes[lane].key)
+                                lanes[lane].hash = hash
+                                if inActive { active.prefetchFilter(hash) }
+                                if inFrozen { frozen.unsafelyUnwrapped.prefetchFilter(hash) }
+                            }
+                            for lane in 0..<width {
+                                let hash = lanes[lane].hash
+                                lanes[lane].mayBeActive = inActive && active.mayHold(hash)
+                                lanes[lane].mayBeFrozen = inFrozen && frozen.unsafelyUnwrapped.mayHold(hash)
+                            }
+                            let version = state.version
+                            for lane in 0..<width where lanes[lane].mayBeActive || lanes[lane].mayBeFrozen {
+                                let (key, hash) = (lanes[lane].key, lanes[lane].hash)
+                                var node = lanes[lane].mayBeActive ? active.newestNode(key, hash: hash, at: version) : nil
+                                if node == nil && lanes[lane].mayBeFrozen { node = frozen.unsafelyUnwrapped.newestNode(key, hash: hash, at: version) }
+                                lanes[lane].node = node
+                            }
+                        }
                         // The tree, one level at a time: each key's next page is prefetched
                         // while the other keys take their step. Keys in order, as an index's
                         // record ids, most often take the branch's child the key before
@@ -220,6 +242,11 @@ private struct Lane {
     var node: MemtableNode?
     var page: PageID
     var ascending = false
+    /// The key's `hashKey`, and whether the active and the frozen memtable's filters let it
+    /// through, for the memtables' passes.
+    var hash: UInt64 = 0
+    var mayBeActive = false
+    var mayBeFrozen = false
 
     init(key: UnsafeRawBufferPointer, page: PageID) {
         self.key = key

@@ -4,7 +4,7 @@ import Foundation
 import StrataCodec
 import Testing
 import StrataWAL
-@testable import StrataEngine
+@_spi(EngineInlinable) @testable import StrataEngine
 
 private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 
@@ -146,6 +146,50 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         let snapshot = engine.snapshot()
         for number in stride(from: 0, to: committed, by: 97) { #expect(try snapshot.get(key(number)) == [1]) }
         #expect(try snapshot.count() == committed)
+    }
+
+    /// A batched read answers each key from the active memtable before the frozen one and
+    /// from the frozen one before the tree, as `withValue` does: a key changed in both
+    /// memtables, deleted in the newer, changed in the frozen one alone, in the tree alone
+    /// or nowhere, in batches of one, of the lanes read side by side and past them.
+    @Test func batchedReadsTakeTheNewerMemtableFirst() throws {
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem())
+        defer { try? engine.close() }
+        func key(_ number: Int) -> [UInt8] { Array("key\(number)".utf8) }
+        var model: [[UInt8]: [UInt8]] = [:]
+        func commit(_ puts: Range<Int>, _ value: UInt8, deleting deletes: Range<Int> = 0..<0) throws {
+            var batch = WALBatch()
+            for number in puts { batch.put(key(number), [value]); model[key(number)] = [value] }
+            for number in deletes { batch.delete(key(number)); model[key(number)] = nil }
+            try engine.commit(batch)
+        }
+        try commit(0..<400, 0)
+        try engine.checkpoint()
+        try commit(100..<300, 1, deleting: 250..<260)
+        // Frozen by hand, as a checkpoint freezes the memtable before it folds it.
+        _ = engine.snapshots.publish { $0.with(frozen: .some($0.active), active: Memtable()) }
+        try commit(200..<350, 2, deleting: 150..<160)
+        let snapshot = engine.snapshot()
+        try #require(snapshot.state.frozen.map { !$0.isEmpty } == true && !snapshot.state.active.isEmpty)
+        var keys = (0..<450).map(key)
+        var random = SplitMix64(seed: 0xBA7C_4ED)
+        print("seed \(0xBA7C_4ED)")
+        for order in [keys.sorted { compareKeys($0, $1) < 0 }, { keys.shuffle(using: &random); return keys }()] {
+            for size in [1, Snapshot.batchLanes, Snapshot.batchLanes + 3, 450] {
+                for start in stride(from: 0, to: order.count, by: size) {
+                    let chunk = Array(order[start..<min(start + size, order.count)])
+                    var batch = KeyBatch()
+                    for key in chunk { batch.append(key.span.bytes) }
+                    var found: [[UInt8]?] = []
+                    try snapshot.withValues(forKeys: batch) { _, _, value in
+                        found.append(value?.withUnsafeBytes { Array($0) })
+                        return true
+                    }
+                    #expect(found == chunk.map { model[$0] }, "batches of \(size) from \(start)")
+                    #expect(try found == chunk.map { try snapshot.get($0) })
+                }
+            }
+        }
     }
 
     /// An empty batch is a commit of nothing: it takes a version and survives a reopen
