@@ -30,7 +30,9 @@ public struct EngineOptions: Sendable {
     /// memtable holds in one or two memory accesses, has a slot per 64 bytes of this
     /// budget, and a checkpoint starts when 11/16 of them are taken (about 720,000 keys at
     /// 64 MiB: changes whose key and value average 66 bytes or less, as a record's index
-    /// entries), so that no key of a memtable is found by a skip-list search instead.
+    /// entries), so that the memtable is frozen while its index still finds every key it
+    /// holds. (A memtable that fills its index while the checkpoint before it runs finds
+    /// its keys through the skip list until it is frozen in turn.)
     public var checkpointMemtableBytes = 64 << 20
     /// The most bytes the memtable taking commits may hold while a checkpoint runs, or nil
     /// (the default) for no bound. A commit that leaves it fuller returns only once that

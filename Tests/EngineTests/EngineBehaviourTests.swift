@@ -136,6 +136,8 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             committed += 64
             try #require(committed <= 12_288, "the index took \(first.index.slotCount) keys and never said it was nearly full")
         }
+        // 11/16 of the slots, as EngineOptions.checkpointMemtableBytes says: not sooner.
+        #expect(committed == 11_264)
         #expect(first.byteCount < options.checkpointMemtableBytes)
         let deadline = ContinuousClock.now + .seconds(30)
         while engine.snapshots.current.treeVersion == 0 && ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
