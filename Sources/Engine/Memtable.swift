@@ -232,17 +232,13 @@ final class Memtable: @unchecked Sendable {
     }
 
     /// Links `count` nodes made by `makeNode` and not linked yet, in key order with no key
-    /// twice, node `i` being `node(i)`, as one run (recovery's replay). Writer only. Unless
-    /// `indexed`, such a memtable gets no hash index: building it costs as much as the
-    /// replay itself (a random slot per key), so lookups search the skip list until the
-    /// next checkpoint starts a fresh memtable. A reader that follows a writer pays it: its
-    /// reads are by key, and its later batches go into the index alone (Memtable.D2).
-    func link(sortedUniqueCount count: Int, indexed: Bool = false, _ node: (Int) -> MemtableNode) {
+    /// twice, node `i` being `node(i)`, as one run (recovery's replay), and names each in
+    /// the hash index. Writer only.
+    func link(sortedUniqueCount count: Int, _ node: (Int) -> MemtableNode) {
         guard count > 0 else { return }
-        if !indexed { index.abandon() }
         for position in 0..<count {
             // The nodes lie wherever the log put them: start loading one a few places ahead,
-            // and the filter word of a nearer one.
+            // and the filter word and index slot of a nearer one.
             if position + 2 * Self.prefetchDistance < count { cplatform_prefetch(node(position + 2 * Self.prefetchDistance).base) }
             if position + Self.prefetchDistance < count { prefetch(node(position + Self.prefetchDistance).key) }
             link(node(position), continuingRun: position > 0)

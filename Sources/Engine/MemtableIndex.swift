@@ -83,8 +83,7 @@ struct MemtableIndex {
     var isComplete: Bool { complete.load(ordering: .relaxed) }
 
     /// Whether the index took 11/16 of its slots: its memtable is due for a checkpoint
-    /// while the index still names every key. Any thread may ask. (An index abandoned
-    /// otherwise, a replayed memtable's, is not: that memtable waits for its byte budget.)
+    /// while the index still names every key. Any thread may ask.
     var isNearlyFull: Bool { nearlyFull.load(ordering: .relaxed) }
 
     /// The newest node of `key` (whose `hashKey` is `hash`), or nil when the index has none.

@@ -21,8 +21,8 @@ final class ReplayedChanges {
     static let compactionBytes = 16 << 20
 
     private let budgetBytes: Int
-    /// Whether the memtable is a reader's that follows a writer: it keeps its hash index
-    /// and defers linking later batches (Memtable+Deferred.swift).
+    /// Whether the memtable is a reader's that follows a writer: it defers linking later
+    /// batches (Memtable+Deferred.swift).
     private let followsWriter: Bool
     private(set) var memtable: Memtable
     private var nodes: [MemtableNode] = []
@@ -34,8 +34,7 @@ final class ReplayedChanges {
 
     /// Changes to be linked into a memtable of about `budgetBytes`, which only this replay
     /// writes until `linkLatest`. `followsWriter`: for a read-only store beside a writer,
-    /// which gets a hash index over the changes replayed (its reads are mostly by key) and
-    /// defers the linking of the batches it reads later. `compactionBytes` is for tests.
+    /// which defers the linking of the batches it reads later. `compactionBytes` is for tests.
     init(budgetBytes: Int, followsWriter: Bool = false, compactionBytes: Int = ReplayedChanges.compactionBytes) {
         self.budgetBytes = budgetBytes
         self.followsWriter = followsWriter
@@ -69,7 +68,7 @@ final class ReplayedChanges {
                     latest.append(index)
                 }
             }
-            memtable.link(sortedUniqueCount: latest.count, indexed: followsWriter) { nodes[latest[$0]] }
+            memtable.link(sortedUniqueCount: latest.count) { nodes[latest[$0]] }
         }
         nodes = []
         return memtable

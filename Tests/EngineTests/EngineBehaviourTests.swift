@@ -150,6 +150,81 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect(try snapshot.count() == committed)
     }
 
+    /// Recovery names every key it replays in the memtable's hash index, so a process's
+    /// first reads after a crash find them in one or two loads (not a skip-list search),
+    /// and so does every commit after it; a replay larger than the index can name leaves
+    /// it nearly full, and the next commit starts a checkpoint.
+    @Test func recoveryIndexesTheChangesItReplays() throws {
+        let fileSystem = SimulatedFileSystem()
+        var options = EngineOptions()
+        // 16,384 index slots: nearly full at 11,264 keys, full at 12,288.
+        options.checkpointMemtableBytes = 1 << 20
+        func key(_ number: Int) -> [UInt8] { Array("key\(number)".utf8) }
+        func newest(_ memtable: Memtable, _ key: [UInt8]) -> MemtableNode? {
+            key.withUnsafeBytes { memtable.index.newest($0, hash: hashKey($0)) }
+        }
+        var model: [[UInt8]: [UInt8]?] = [:]
+        do {
+            let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+            for (round, range) in [0..<3_000, 1_000..<4_000, 2_000..<2_500].enumerated() {
+                var batch = WALBatch()
+                for number in range {
+                    if round == 2 && number % 2 == 0 {
+                        batch.delete(key(number))
+                        model[key(number)] = .some(nil)
+                    } else {
+                        batch.put(key(number), [UInt8(round)])
+                        model[key(number)] = .some([UInt8(round)])
+                    }
+                }
+                try engine.commit(batch)
+            }
+            try engine.close(checkpoint: false)
+        }
+        let (engine, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        #expect(report.batchesReplayed == 3)
+        let replayed = engine.snapshots.current.active
+        #expect(replayed.index.isComplete)
+        for (key, value) in model {
+            let node = try #require(newest(replayed, key), "the index does not name \(String(decoding: key, as: UTF8.self))")
+            #expect(node.value.map(Array.init) == value)
+        }
+        #expect(newest(replayed, key(4_000)) == nil)
+        // Commits after the replay go on naming their keys.
+        var batch = WALBatch()
+        for number in 3_500..<5_000 { batch.put(key(number), [9]) }
+        try engine.commit(batch)
+        #expect(replayed.index.isComplete)
+        #expect(try #require(newest(replayed, key(4_999))).value.map(Array.init) == [9])
+        #expect(try engine.snapshot().count() == 5_000 - 250)
+        try engine.close(checkpoint: false)
+
+        // 12,000 more keys, committed with a larger budget (no checkpoint): replayed into
+        // a memtable of 1 MiB, they fill its index.
+        var more = WALBatch()
+        for number in 5_000..<17_000 { more.put(key(number), [7]) }
+        do {
+            let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: EngineOptions())
+            try engine.commit(more)
+            try engine.close(checkpoint: false)
+        }
+        let (full, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        defer { try? full.close() }
+        let filled = full.snapshots.current.active
+        #expect(filled.index.isNearlyFull && !filled.index.isComplete)
+        #expect(full.snapshots.current.treeVersion == 0)
+        var one = WALBatch()
+        one.put(key(0), [8])
+        try full.commit(one)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while full.snapshots.current.treeVersion == 0 && ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        #expect(full.snapshots.current.treeVersion > 0, "no checkpoint of a replayed memtable whose index filled")
+        let snapshot = full.snapshot()
+        for number in stride(from: 5_000, to: 17_000, by: 61) { #expect(try snapshot.get(key(number)) == [7]) }
+        #expect(try snapshot.get(key(0)) == [8])
+        #expect(try snapshot.count() == 17_000 - 250)
+    }
+
     /// A batched read answers each key from the active memtable before the frozen one and
     /// from the frozen one before the tree, as `withValue` does: a key changed in both
     /// memtables, deleted in the newer, changed in the frozen one alone, in the tree alone
