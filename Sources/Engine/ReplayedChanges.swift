@@ -12,9 +12,19 @@
 // memtable and the old one is freed. A
 // log that writes a few keys millions of times (a 64 MiB batch of 4-byte operations is
 // stored in 340 KB) then costs what its keys cost, not ~100 bytes a change (FORMAT.md,
-// "Replay memory").
+// "Replay memory"). A look starts from an estimate of how many keys the changes hold
+// (`DistinctKeyEstimate`, kept as they are made): the exact look, a random probe of a
+// table twice the nodes' count for each change, was an eighth of a million-key recovery
+// whose changes were nearly all the last of their key, and found nothing to free.
 import CStrataPlatform
 import StrataWAL
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 final class ReplayedChanges {
     /// The node bytes at which a replay first compacts.
@@ -29,8 +39,11 @@ final class ReplayedChanges {
     /// Node bytes that trigger the next compaction.
     private var compactAt: Int
     private let compactionBytes: Int
-    /// Compactions made (for tests).
+    /// How many distinct keys the changes made hold, estimated.
+    private var distinct = DistinctKeyEstimate()
+    /// Looks for superseded changes made, and how many of them copied the last ones (for tests).
     private(set) var compactions = 0
+    private(set) var copies = 0
 
     /// Changes to be linked into a memtable of about `budgetBytes`, which only this replay
     /// writes until `linkLatest`. `followsWriter`: for a read-only store beside a writer,
@@ -49,6 +62,7 @@ final class ReplayedChanges {
     func append(_ record: WALRecord, version: UInt64) {
         record.forEachOperation { _, key, value in
             nodes.append(memtable.makeNode(key, version: version, value: value))
+            distinct.add(hashKey(key))
             if memtable.byteCount >= compactAt { compact() }
         }
     }
@@ -80,6 +94,14 @@ final class ReplayedChanges {
     /// The last changes are found through a hash table of positions (no sort: the nodes of
     /// a log that writes few keys over and over are mostly superseded).
     private func compact() {
+        compactions += 1
+        // Copying keeps one change of each key, so the estimate goes on counting the keys
+        // of the nodes kept and made since. It errs by less than 5 % of the keys: past 0.55
+        // of the changes, fewer than half of them are superseded.
+        guard distinct.estimate <= 0.55 * Double(nodes.count) else {
+            compactAt = 4 * memtable.byteCount
+            return
+        }
         var latest: [Int] = []
         nodes.withUnsafeBufferPointer { nodes in
             var slots = 16
@@ -95,7 +117,6 @@ final class ReplayedChanges {
             }
             latest = table.compactMap { $0 == 0 ? nil : $0 - 1 }
         }
-        compactions += 1
         guard 2 * latest.count <= nodes.count else {
             // Most changes are the last of their key (a normal log): a copy would free little
             // and touch as much fresh memory as it keeps. Look again once it has grown fourfold.
@@ -110,7 +131,42 @@ final class ReplayedChanges {
         }
         nodes = kept
         memtable = fresh
+        copies += 1
         // What was kept is not looked at again until the replay has made three times as much.
         compactAt = max(compactionBytes, 4 * fresh.byteCount)
+    }
+}
+
+/// An estimate of how many distinct keys were added (HyperLogLog: Flajolet, Fusy, Gandouet
+/// and Meunier, 2007, with its linear-counting correction for small counts): 4,096
+/// one-byte registers, a standard error of about 1.6 % (up to 4 % where the two estimators
+/// meet, about 10,000 keys; `ReplayedChangesTests` holds it under 5 % from one key to a
+/// million). Adding a key costs its `hashKey` and a byte compared, in a table that stays in
+/// the first-level cache.
+struct DistinctKeyEstimate {
+    private static let indexBits = 12
+    private var registers = [UInt8](repeating: 0, count: 1 << indexBits)
+
+    /// Adds a key by its `hashKey`: the top 12 bits pick a register, which keeps the most
+    /// leading zeros (plus one) seen in the other 52.
+    mutating func add(_ hash: UInt64) {
+        let index = Int(truncatingIfNeeded: hash >> (64 - Self.indexBits))
+        let rank = UInt8(truncatingIfNeeded: min((hash << Self.indexBits).leadingZeroBitCount, 64 - Self.indexBits) + 1)
+        if registers[index] < rank { registers[index] = rank }
+    }
+
+    /// The number of distinct keys added, estimated.
+    var estimate: Double {
+        let count = Double(registers.count)
+        var sum = 0.0
+        var empty = 0
+        for rank in registers {
+            sum += 1 / Double(UInt64(1) << rank)
+            if rank == 0 { empty += 1 }
+        }
+        let raw = 0.7213 / (1 + 1.079 / count) * count * count / sum
+        // Few keys: count the registers still empty instead.
+        if raw <= 2.5 * count && empty > 0 { return count * log(count / Double(empty)) }
+        return raw
     }
 }

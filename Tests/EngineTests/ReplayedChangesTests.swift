@@ -33,6 +33,8 @@ import Testing
             changes.append(record, version: version)
         }
         #expect(changes.compactions >= 3, "\(shape): \(changes.compactions) looks")
+        // Only the changes of a few keys are worth a copy.
+        #expect((changes.copies > 0) == (keySpace == 8), "\(shape): \(changes.copies) copies")
         let memtable = changes.linkLatest()
         for (key, last) in model {
             let entry = memtable.entry(key)
@@ -42,5 +44,28 @@ import Testing
         var iterator = memtable.entries(from: nil, reverse: false)
         while iterator.next() != nil { linked += 1 }
         #expect(linked == model.count, "\(shape): one entry a key")
+    }
+
+    /// The estimate of distinct keys that lets a replay skip its exact look: within a few
+    /// percent from one key to a million, whether each key comes once or several times.
+    @Test func distinctKeysAreEstimatedWithinAFewPercent() {
+        let seed: UInt64 = 2026_1203
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        #expect(DistinctKeyEstimate().estimate == 0)
+        for count in [1, 8, 100, 1_000, 10_000, 100_000, 1_000_000] {
+            var estimate = DistinctKeyEstimate()
+            var added = 0
+            for number in 0..<count {
+                let key = Array("key \(number)".utf8)
+                // Each key one to three times.
+                for _ in 0...(random.next() % 3) {
+                    key.withUnsafeBytes { estimate.add(hashKey($0)) }
+                    added += 1
+                }
+            }
+            let error = abs(estimate.estimate - Double(count)) / Double(count)
+            #expect(error < 0.05, "\(count) keys (\(added) added) estimated as \(estimate.estimate)")
+        }
     }
 }
