@@ -76,7 +76,7 @@ final class StrataEngineBench: BenchEngine {
     private let readSnapshot = Mutex<Snapshot?>(nil)
 
     init(directory: String, durability: Durability, checkpoints: Bool = true, leafCompression: LeafCompression = .none) throws {
-        var options = EngineOptions(durability: durability)
+        var options = Workload.strataOptions(durability: durability)
         options.leafCompression = leafCompression
         if !checkpoints {
             options.checkpointMemtableBytes = .max

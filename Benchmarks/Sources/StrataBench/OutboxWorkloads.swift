@@ -20,7 +20,7 @@ struct OutboxWorkloads {
         let count = options.num ?? 2_000
         let directory = (options.dir as NSString).appendingPathComponent("strata-bench-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let store = try Store.open(path: directory)
+        let store = try Store.open(path: directory, options: Workload.strataOptions())
         defer { try? store.close() }
         let publishes = workload == "publish"
         let start = ContinuousClock.now

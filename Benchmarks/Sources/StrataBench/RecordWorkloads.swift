@@ -134,7 +134,7 @@ struct RecordWorkloads {
                 }
             }
         } else {
-            let store = try Store.open(path: directory)
+            let store = try Store.open(path: directory, options: Workload.strataOptions())
             defer { try? store.close() }
             let insert = {
                 for start in stride(from: 0, to: count, by: options.batch) {

@@ -82,6 +82,10 @@ struct StrataBench: ParsableCommand {
         """)
     var touchValues = false
 
+    @Option(name: .customLong("memtable-mib"),
+            help: "Strata: the memtable's byte budget in MiB, at which a checkpoint starts (EngineOptions.checkpointMemtableBytes; default 64).")
+    var memtableMiB: Int?
+
     /// Set for a reader process of `readwhilewriting`: the engine and the store to read.
     @Option(help: .hidden)
     var readProcess: String?
@@ -131,6 +135,7 @@ struct StrataBench: ParsableCommand {
         if touchValues, !benchmarks.split(separator: ",").contains("readrandom") {
             throw ValidationError("--touch-values changes readrandom only: add readrandom to --benchmarks")
         }
+        if let memtableMiB, memtableMiB < 1 || memtableMiB > 1 << 20 { throw ValidationError("--memtable-mib must be 1 to 1,048,576") }
         if seconds != nil, !benchmarks.split(separator: ",").contains("overwrite") {
             throw ValidationError("--seconds times overwrite only: add overwrite to --benchmarks")
         }
@@ -141,6 +146,7 @@ struct StrataBench: ParsableCommand {
 
     func run() throws {
         Workload.touchValues.store(touchValues, ordering: .relaxed)
+        Workload.memtableBytes.store((memtableMiB ?? 0) << 20, ordering: .relaxed)
         if splitCPUs { CPUSplit.pin(readers: readProcess != nil) }
         if let readProcess, let readPath {
             try ReadProcess(engine: readProcess, path: readPath, keys: num ?? 1_000_000, seed: seed).run()
@@ -226,6 +232,7 @@ struct StrataBench: ParsableCommand {
         if let reads, workload == "readrandom" { arguments += ["--reads", "\(reads)"] }
         if splitCPUs { arguments.append("--split-cpus") }
         if touchValues { arguments.append("--touch-values") }
+        if let memtableMiB { arguments += ["--memtable-mib", "\(memtableMiB)"] }
         child.arguments = arguments
         let output = Pipe()
         child.standardOutput = output

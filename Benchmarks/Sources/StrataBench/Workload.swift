@@ -9,6 +9,18 @@ import Synchronization
 enum Workload {
     /// `--touch-values`: whether a read of readrandom reads every byte of its value.
     static let touchValues = Atomic(false)
+    /// `--memtable-mib` in bytes, 0 for the default.
+    static let memtableBytes = Atomic(0)
+
+    /// The options a Strata engine of the benchmarks opens with: `durability`, and the
+    /// memtable's budget of `--memtable-mib`.
+    static func strataOptions(durability: Durability = .full) -> EngineOptions {
+        var options = EngineOptions(durability: durability)
+        let memtableBytes = memtableBytes.load(ordering: .relaxed)
+        if memtableBytes > 0 { options.checkpointMemtableBytes = memtableBytes }
+        return options
+    }
+
     /// Where touched bytes are summed, so that no read is optimized away.
     private static let touchedSum = Atomic(0)
 
