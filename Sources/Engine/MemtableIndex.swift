@@ -107,9 +107,6 @@ struct MemtableIndex {
     /// Whether a slot can hold `node`'s address.
     static func canName(_ node: MemtableNode) -> Bool { node.bits & ~addressMask == 0 }
 
-    /// Stops taking keys: from now on lookups go through the skip list (writer only).
-    func abandon() { complete.store(false, ordering: .relaxed) }
-
     /// Starts loading the slot where a key with this hash is probed first (a hint).
     @inline(__always)
     func prefetch(_ hash: UInt64) {

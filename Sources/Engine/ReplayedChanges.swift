@@ -41,8 +41,10 @@ final class ReplayedChanges {
     private let compactionBytes: Int
     /// How many distinct keys the changes made hold, estimated.
     private var distinct = DistinctKeyEstimate()
-    /// Looks for superseded changes made, and how many of them copied the last ones (for tests).
+    /// Looks for superseded changes (for tests): every one, the exact ones the estimate let
+    /// through, and those that copied the last changes.
     private(set) var compactions = 0
+    private(set) var exactLooks = 0
     private(set) var copies = 0
 
     /// Changes to be linked into a memtable of about `budgetBytes`, which only this replay
@@ -96,12 +98,14 @@ final class ReplayedChanges {
     private func compact() {
         compactions += 1
         // Copying keeps one change of each key, so the estimate goes on counting the keys
-        // of the nodes kept and made since. It errs by less than 5 % of the keys: past 0.55
-        // of the changes, fewer than half of them are superseded.
+        // of the nodes kept and made since. It errs by a few per cent of the keys, whatever
+        // keys a log holds (its hash is seeded per replay): past 0.55 of the changes, fewer
+        // than half of them are superseded.
         guard distinct.estimate <= 0.55 * Double(nodes.count) else {
             compactAt = 4 * memtable.byteCount
             return
         }
+        exactLooks += 1
         var latest: [Int] = []
         nodes.withUnsafeBufferPointer { nodes in
             var slots = 16
@@ -139,17 +143,33 @@ final class ReplayedChanges {
 
 /// An estimate of how many distinct keys were added (HyperLogLog: Flajolet, Fusy, Gandouet
 /// and Meunier, 2007, with its linear-counting correction for small counts): 4,096
-/// one-byte registers, a standard error of about 1.6 % (up to 4 % where the two estimators
-/// meet, about 10,000 keys; `ReplayedChangesTests` holds it under 5 % from one key to a
-/// million). Adding a key costs its `hashKey` and a byte compared, in a table that stays in
-/// the first-level cache.
+/// one-byte registers, a standard error of about 1.6 % (up to about 2 % where the two
+/// estimators meet, near 10,000 keys; `ReplayedChangesTests` measures it). Adding a key costs
+/// its `hashKey`, a mix and a byte compared, in a table that stays in the first-level cache.
+///
+/// The keys' hash is mixed with a seed drawn per estimate: `hashKey` is the same in every
+/// process, and a forged log whose few keys were picked for hashes with many leading zeros
+/// would otherwise look like millions of keys, and keep a replay from ever dropping its
+/// superseded changes (FORMAT.md, "Replay memory"). Seeded, a log's keys hash as random.
 struct DistinctKeyEstimate {
     private static let indexBits = 12
     private var registers = [UInt8](repeating: 0, count: 1 << indexBits)
+    private let seed: UInt64
 
-    /// Adds a key by its `hashKey`: the top 12 bits pick a register, which keeps the most
-    /// leading zeros (plus one) seen in the other 52.
-    mutating func add(_ hash: UInt64) {
+    init(seed: UInt64 = .random(in: .min ... .max)) {
+        self.seed = seed
+    }
+
+    /// Adds a key by its `hashKey`: the top 12 bits of the seeded mix pick a register,
+    /// which keeps the most leading zeros (plus one) seen in the other 52.
+    mutating func add(_ keyHash: UInt64) {
+        // MurmurHash3's finalizer over the seeded hash: every bit of the seed affects every bit.
+        var hash = keyHash ^ seed
+        hash ^= hash >> 33
+        hash = hash &* 0xFF51_AFD7_ED55_8CCD
+        hash ^= hash >> 33
+        hash = hash &* 0xC4CE_B9FE_1A85_EC53
+        hash ^= hash >> 33
         let index = Int(truncatingIfNeeded: hash >> (64 - Self.indexBits))
         let rank = UInt8(truncatingIfNeeded: min((hash << Self.indexBits).leadingZeroBitCount, 64 - Self.indexBits) + 1)
         if registers[index] < rank { registers[index] = rank }
