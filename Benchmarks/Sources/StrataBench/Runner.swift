@@ -236,6 +236,7 @@ struct Runner {
             process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
             process.arguments = ["--read-process", engine, "--read-path", path, "--num", "\(keys)", "--seed", "\(index + 1)"]
                 + (options.splitCPUs ? ["--split-cpus"] : [])
+                + (options.memtableMiB.map { ["--memtable-mib", "\($0)"] } ?? [])
             let output = Pipe()
             process.standardOutput = output
             process.standardInput = Pipe()
@@ -423,7 +424,7 @@ struct ReadProcess {
         var store: Store?
         switch engine {
         case "strata", "strata-relaxed", "strata-lz4":
-            let opened = try Store.open(path: path, mode: .readOnly)
+            let opened = try Store.open(path: path, mode: .readOnly, options: Workload.strataOptions())
             store = opened
             reader = StrataReader(engine: opened.storageEngine)
         case "sqlite":
