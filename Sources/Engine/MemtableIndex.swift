@@ -217,6 +217,14 @@ func hashKey(_ key: UnsafeRawBufferPointer) -> UInt64 {
         for index in offset..<key.count { tail = tail << 8 | UInt64(key[index]) }
         hash = (hash ^ tail) &* 0x9E37_79B9_7F4A_7C15
     }
+    return finalizeHash(hash)
+}
+
+/// MurmurHash3's 64-bit finalizer: a bijection after which every input bit affects every
+/// output bit (`hashKey`'s last step, and `DistinctKeyEstimate`'s mix of a seeded hash).
+@inline(__always)
+func finalizeHash(_ value: UInt64) -> UInt64 {
+    var hash = value
     hash ^= hash >> 33
     hash = hash &* 0xFF51_AFD7_ED55_8CCD
     hash ^= hash >> 33

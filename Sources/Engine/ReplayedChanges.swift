@@ -163,13 +163,8 @@ struct DistinctKeyEstimate {
     /// Adds a key by its `hashKey`: the top 12 bits of the seeded mix pick a register,
     /// which keeps the most leading zeros (plus one) seen in the other 52.
     mutating func add(_ keyHash: UInt64) {
-        // MurmurHash3's finalizer over the seeded hash: every bit of the seed affects every bit.
-        var hash = keyHash ^ seed
-        hash ^= hash >> 33
-        hash = hash &* 0xFF51_AFD7_ED55_8CCD
-        hash ^= hash >> 33
-        hash = hash &* 0xC4CE_B9FE_1A85_EC53
-        hash ^= hash >> 33
+        // Every bit of the seed affects every bit of the mix.
+        let hash = finalizeHash(keyHash ^ seed)
         let index = Int(truncatingIfNeeded: hash >> (64 - Self.indexBits))
         let rank = UInt8(truncatingIfNeeded: min((hash << Self.indexBits).leadingZeroBitCount, 64 - Self.indexBits) + 1)
         if registers[index] < rank { registers[index] = rank }

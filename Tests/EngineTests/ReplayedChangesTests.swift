@@ -106,6 +106,7 @@ import Testing
             hash ^= hash >> 33
             return hash
         }
+        for value: UInt64 in [0, 1, 0x1234_5678_9ABC_DEF0, .max] { #expect(unmix(finalizeHash(value)) == value) }
         // One hash per register, mixing under `known` to that register's highest rank.
         let known: UInt64 = 0x5EED_0F_4F0E
         let crafted = (0..<UInt64(4_096)).map { register in unmix(register << 52 | 1) ^ known }
