@@ -463,6 +463,8 @@ struct MergedScan {
         if consumed.active { _ = try advance(.active) }
         if consumed.frozen { _ = try advance(.frozen) }
         if consumed.tree { _ = try advance(.tree) }
+        // No frozen memtable, or none left of it: as the loop below, for two heads.
+        if frozenHead == nil { return try nextOfActiveAndTree() }
         // The first key in the walk's direction; on a tie the newest source (active, then
         // frozen, then tree) gives the value and every source on the key moves on.
         var key: UnsafeRawBufferPointer?
@@ -505,6 +507,37 @@ struct MergedScan {
             rival = runnerUp
         }
         return (key, try value(lead))
+    }
+
+    /// `next()` when the frozen memtable has no head: the first of the active memtable's
+    /// head and the tree's, the active one on a tie. (The loop over three sources that
+    /// `next()` runs took about 110 instructions a call; a walk whose keys alternate
+    /// between the memtable and the tree calls it for most keys.)
+    @inline(__always)
+    private mutating func nextOfActiveAndTree() throws -> (key: UnsafeRawBufferPointer, value: WalkValue?)? {
+        guard let active = activeHead else {
+            guard let key = treeKey else {
+                consumed = (false, false, false)
+                return nil
+            }
+            (consumed, winner, rival) = ((false, false, true), .tree, nil)
+            return (key, try value(.tree))
+        }
+        let activeKey = active.key
+        guard let key = treeKey else {
+            (consumed, winner, rival) = ((true, false, false), .active, nil)
+            return (activeKey, active.value.map(WalkValue.bytes))
+        }
+        let order = compareBytes(activeKey, key)
+        if order == 0 {
+            consumed = (true, false, true)
+        } else if reverse ? order > 0 : order < 0 {
+            (consumed, winner, rival) = ((true, false, false), .active, key)
+        } else {
+            (consumed, winner, rival) = ((false, false, true), .tree, activeKey)
+            return (key, try value(.tree))
+        }
+        return (activeKey, active.value.map(WalkValue.bytes))
     }
 
     /// The value at `source`'s head (nil for a delete).

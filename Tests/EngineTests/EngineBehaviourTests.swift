@@ -269,6 +269,84 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         }
     }
 
+    /// A walk merges the tree, the frozen memtable and the active one in key order, the
+    /// newest change of a key winning and deletes dropped: keys in one source, in two or
+    /// in all three, runs from one source and keys alternating between them, forwards and
+    /// backwards, within random bounds, through `forEach` and the cursor alike.
+    @Test(arguments: [UInt64(0x3E4D), 0x50_2CE5, 0xF0_12])
+    func walksMergeTheTreeAndBothMemtables(seed: UInt64) throws {
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem())
+        defer { try? engine.close() }
+        var model: [[UInt8]: [UInt8]] = [:]
+        func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
+        /// A commit of random puts and deletes of keys below `keys`, in runs of neighbours
+        /// and alone, each value naming the commit.
+        func commit(_ round: UInt8, keys: Int) throws {
+            var batch = WALBatch()
+            var touched: Set<Int> = []
+            for _ in 0..<40 {
+                let first = Int(random.next() % UInt64(keys))
+                for number in first..<min(keys, first + 1 + Int(random.next() % 6)) where touched.insert(number).inserted {
+                    if random.next() % 5 == 0 {
+                        batch.delete(key(number))
+                        model[key(number)] = nil
+                    } else {
+                        let value = [round, UInt8(truncatingIfNeeded: number)]
+                        batch.put(key(number), value)
+                        model[key(number)] = value
+                    }
+                }
+            }
+            try engine.commit(batch)
+        }
+        for round in 0..<6 { try commit(UInt8(round), keys: 600) }
+        try engine.checkpoint()
+        for round in 6..<9 { try commit(UInt8(round), keys: 600) }
+        // Frozen by hand, as a checkpoint freezes the memtable before it folds it.
+        _ = engine.snapshots.publish { $0.with(frozen: .some($0.active), active: Memtable()) }
+        for round in 9..<12 { try commit(UInt8(round), keys: 600) }
+        let snapshot = engine.snapshot()
+        try #require(snapshot.state.tree.root != .none && snapshot.state.frozen.map { !$0.isEmpty } == true
+                     && !snapshot.state.active.isEmpty)
+        let sorted = model.keys.sorted { compareKeys($0, $1) < 0 }
+        for trial in 0..<60 {
+            let lower = trial % 3 == 0 ? nil : key(Int(random.next() % 620))
+            let upper = trial % 4 == 0 ? nil : key(Int(random.next() % 620))
+            let range = KeyRange(from: lower, to: upper)
+            for reverse in [false, true] {
+                var expected = sorted.filter { key in
+                    lower.map { compareKeys(key, $0) >= 0 } ?? true && upper.map { compareKeys(key, $0) < 0 } ?? true
+                }
+                if reverse { expected.reverse() }
+                var walked: [[UInt8]] = []
+                try snapshot.forEach(range, reverse: reverse) { key, value in
+                    let key = key.withUnsafeBytes { Array($0) }
+                    #expect(value.withUnsafeBytes { Array($0) } == model[key], "seed \(seed) trial \(trial): the value of \(key)")
+                    walked.append(key)
+                    return true
+                }
+                #expect(walked == expected, "seed \(seed) trial \(trial), reverse \(reverse): forEach")
+                var cursor = try snapshot.cursor(range, reverse: reverse)
+                var stepped: [[UInt8]] = []
+                while let (key, value) = try cursor.next() {
+                    #expect(value == model[key], "seed \(seed) trial \(trial): the cursor's value of \(key)")
+                    stepped.append(key)
+                }
+                #expect(stepped == expected, "seed \(seed) trial \(trial), reverse \(reverse): cursor")
+                // A walk stopped part way hands out a prefix of the whole.
+                let stop = expected.isEmpty ? 0 : Int(random.next() % UInt64(expected.count))
+                var prefix: [[UInt8]] = []
+                try snapshot.forEach(range, reverse: reverse) { key, _ in
+                    prefix.append(key.withUnsafeBytes { Array($0) })
+                    return prefix.count <= stop
+                }
+                #expect(prefix == Array(expected.prefix(stop + 1)), "seed \(seed) trial \(trial): a stopped walk")
+            }
+        }
+    }
+
     /// An empty batch is a commit of nothing: it takes a version and survives a reopen
     /// (before, publishing it indexed its first key and trapped).
     @Test func anEmptyBatchCommitsNothing() throws {
