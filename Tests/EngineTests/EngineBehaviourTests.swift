@@ -272,7 +272,8 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     /// A walk merges the tree, the frozen memtable and the active one in key order, the
     /// newest change of a key winning and deletes dropped: keys in one source, in two or
     /// in all three, runs from one source and keys alternating between them, forwards and
-    /// backwards, within random bounds, through `forEach` and the cursor alike.
+    /// backwards, within random bounds, through `forEach` and the cursor alike; first with
+    /// no frozen memtable (`MergedScan`'s two-head path), then with one.
     @Test(arguments: [UInt64(0x3E4D), 0x50_2CE5, 0xF0_12])
     func walksMergeTheTreeAndBothMemtables(seed: UInt64) throws {
         print("seed \(seed)")
@@ -304,18 +305,31 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         for round in 0..<6 { try commit(UInt8(round), keys: 600) }
         try engine.checkpoint()
         for round in 6..<9 { try commit(UInt8(round), keys: 600) }
+        // The common case first, no checkpoint running: the tree and the active memtable.
+        let twoSources = engine.snapshot()
+        try #require(twoSources.state.tree.root != .none && twoSources.state.frozen == nil && !twoSources.state.active.isEmpty)
+        try checkWalks(twoSources, model, seed: seed, random: &random, label: "tree and active")
         // Frozen by hand, as a checkpoint freezes the memtable before it folds it.
         _ = engine.snapshots.publish { $0.with(frozen: .some($0.active), active: Memtable()) }
         for round in 9..<12 { try commit(UInt8(round), keys: 600) }
         let snapshot = engine.snapshot()
         try #require(snapshot.state.tree.root != .none && snapshot.state.frozen.map { !$0.isEmpty } == true
                      && !snapshot.state.active.isEmpty)
+        try checkWalks(snapshot, model, seed: seed, random: &random, label: "tree, frozen and active")
+    }
+
+    /// Random walks of `snapshot` (bounded or not, both ways; `forEach`, the cursor and a
+    /// stopped walk) against `model`, the keys of `k%05d` below 620.
+    private func checkWalks(_ snapshot: Snapshot, _ model: [[UInt8]: [UInt8]], seed: UInt64, random: inout SplitMix64,
+                            label: String) throws {
+        func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
         let sorted = model.keys.sorted { compareKeys($0, $1) < 0 }
         for trial in 0..<60 {
             let lower = trial % 3 == 0 ? nil : key(Int(random.next() % 620))
             let upper = trial % 4 == 0 ? nil : key(Int(random.next() % 620))
             let range = KeyRange(from: lower, to: upper)
             for reverse in [false, true] {
+                let context = "seed \(seed), \(label), trial \(trial), reverse \(reverse)"
                 var expected = sorted.filter { key in
                     lower.map { compareKeys(key, $0) >= 0 } ?? true && upper.map { compareKeys(key, $0) < 0 } ?? true
                 }
@@ -323,18 +337,18 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
                 var walked: [[UInt8]] = []
                 try snapshot.forEach(range, reverse: reverse) { key, value in
                     let key = key.withUnsafeBytes { Array($0) }
-                    #expect(value.withUnsafeBytes { Array($0) } == model[key], "seed \(seed) trial \(trial): the value of \(key)")
+                    #expect(value.withUnsafeBytes { Array($0) } == model[key], "\(context): the value of \(key)")
                     walked.append(key)
                     return true
                 }
-                #expect(walked == expected, "seed \(seed) trial \(trial), reverse \(reverse): forEach")
+                #expect(walked == expected, "\(context): forEach")
                 var cursor = try snapshot.cursor(range, reverse: reverse)
                 var stepped: [[UInt8]] = []
                 while let (key, value) = try cursor.next() {
-                    #expect(value == model[key], "seed \(seed) trial \(trial): the cursor's value of \(key)")
+                    #expect(value == model[key], "\(context): the cursor's value of \(key)")
                     stepped.append(key)
                 }
-                #expect(stepped == expected, "seed \(seed) trial \(trial), reverse \(reverse): cursor")
+                #expect(stepped == expected, "\(context): cursor")
                 // A walk stopped part way hands out a prefix of the whole.
                 let stop = expected.isEmpty ? 0 : Int(random.next() % UInt64(expected.count))
                 var prefix: [[UInt8]] = []
@@ -342,7 +356,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
                     prefix.append(key.withUnsafeBytes { Array($0) })
                     return prefix.count <= stop
                 }
-                #expect(prefix == Array(expected.prefix(stop + 1)), "seed \(seed) trial \(trial): a stopped walk")
+                #expect(prefix == Array(expected.prefix(stop + 1)), "\(context): a stopped walk")
             }
         }
     }
