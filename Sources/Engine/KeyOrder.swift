@@ -49,6 +49,18 @@ package func compareBytes(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferP
     return lhs.count - rhs.count
 }
 
+/// Compares the key made of `prefix` then `rest` with `other`, as `compareBytes` would
+/// compare their concatenation, without putting the two together.
+func compareSplit(_ prefix: UnsafeRawBufferPointer, _ rest: UnsafeRawBufferPointer, _ other: UnsafeRawBufferPointer) -> Int {
+    guard prefix.count > 0 else { return compareBytes(rest, other) }
+    let head = min(prefix.count, other.count)
+    let order = compareBytes(prefix, UnsafeRawBufferPointer(rebasing: other[..<head]))
+    guard order == 0 else { return order }
+    // `other` ends inside the prefix: the key is the longer, unless it has no more bytes.
+    guard other.count > prefix.count else { return prefix.count + rest.count - other.count }
+    return compareBytes(rest, UnsafeRawBufferPointer(rebasing: other[prefix.count...]))
+}
+
 /// Whether two keys are the same bytes, compared from their ends: neighbouring keys in a
 /// walk mostly share a prefix and differ at the end (an index entry's record id), so a key
 /// that differs is told apart by its last eight bytes.

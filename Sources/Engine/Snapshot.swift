@@ -426,6 +426,12 @@ struct MergedScan {
         }
     }
 
+    /// Keys a run from the tree goes, compared one by one, before it looks for a leaf's
+    /// worth it may hand out without comparing. At 4, records-range at 300,000 records
+    /// spent 2.3M instructions in 3,000 queries on looks at leaves whose last key came
+    /// after the memtable's next one; at 16 they left the profile, and a scan is as fast.
+    private static let stepsBeforeLeafRuns = 16
+
     /// After a pair that came from one source alone, hands `visit` the pairs that follow
     /// from that source while they come before every other source's head (one comparison
     /// each), until `visit` returns false. Returns false when `visit` did; true when the run
@@ -437,7 +443,30 @@ struct MergedScan {
     mutating func continueRun(below bound: UnsafeRawBufferPointer?,
                               _ visit: (UnsafeRawBufferPointer, WalkValue?, _ beforeBound: Bool) throws -> Bool) throws -> Bool {
         guard let source = winner else { return true }
+        // A run from the tree that goes on past a few keys is handed out a leaf at a time
+        // where it can be: the cells up to the leaf's last one when that one comes before
+        // the rival, with no comparison and no `advance()` per cell. (A short run, such
+        // as an index walk's that alternates with the memtable, is not worth the look at
+        // its leaf's last key.) Only the tree's keys are counted: counting every source's
+        // cost a memtable run's keys about 10 instructions each (records-range).
+        var steps = 0
+        var checkedLeaf = -1
         while true {
+            if source == .tree, steps >= Self.stepsBeforeLeafRuns, tree.leavesEntered != checkedLeaf {
+                checkedLeaf = tree.leavesEntered
+                if let (end, beforeBound) = try tree.runEnd(before: rival, bound: bound) {
+                    let keyBytes = tree.runKeyBytes()
+                    while let (key, inline) = try tree.step(through: end, keyBytes: keyBytes) {
+                        let value = if let inline { WalkValue.bytes(inline) } else { try self.value(.tree) }
+                        guard try visit(key, value, beforeBound) else {
+                            // The walk stops on this cell: the merge's view of the tree says so.
+                            treeKey = key
+                            return false
+                        }
+                    }
+                }
+            }
+            if source == .tree { steps &+= 1 }
             guard let key = try advance(source), rival.map({ Self.precedes(key, $0, reverse: reverse) }) ?? true else {
                 // Moved past the run: the next call compares every head.
                 winner = nil

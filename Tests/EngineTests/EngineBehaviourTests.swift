@@ -318,15 +318,76 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         try checkWalks(snapshot, model, seed: seed, random: &random, label: "tree, frozen and active")
     }
 
+    /// A walk hands out a long run of the tree's keys a leaf at a time, comparing only
+    /// each leaf's last key with the memtable's next one (`MergedScan.continueRun`): runs
+    /// that end inside a leaf, at its last cell, at a bound or where the walk is stopped;
+    /// values of one- and two-byte lengths, in overflow pages and empty; memtable keys
+    /// that replace or delete a tree key inside a run; raw and compressed leaves; and an
+    /// empty memtable (no rival: every leaf is one run).
+    @Test(arguments: [(UInt64(0x1EAF), LeafCompression.none), (0x2_5EED, .lz4), (0x77_0C, .none)])
+    func walksHandOutTheTreesRunsALeafAtATime(seed: UInt64, compression: LeafCompression) throws {
+        print("seed \(seed), \(compression)")
+        var random = SplitMix64(seed: seed)
+        var options = EngineOptions()
+        options.leafCompression = compression
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: options)
+        defer { try? engine.close() }
+        var model: [[UInt8]: [UInt8]] = [:]
+        func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
+        func value(_ number: Int, _ round: UInt8) -> [UInt8] {
+            let length = switch random.next() % 20 {
+            case 0: 0
+            case 1: 5_000 + Int(random.next() % 3_000)
+            case 2, 3: 128 + Int(random.next() % 300)
+            default: 1 + Int(random.next() % 100)
+            }
+            return (0..<length).map { UInt8(truncatingIfNeeded: $0 &+ number &* 7) ^ round }
+        }
+        let keys = 3_000
+        var batch = WALBatch()
+        for number in 0..<keys where random.next() % 8 != 0 {
+            let bytes = value(number, 0)
+            batch.put(key(number), bytes)
+            model[key(number)] = bytes
+        }
+        try engine.commit(batch)
+        try engine.checkpoint()
+        let treeOnly = engine.snapshot()
+        try #require(treeOnly.state.tree.height >= 2 && treeOnly.state.active.isEmpty)
+        try checkWalks(treeOnly, model, seed: seed, random: &random, label: "the tree alone", keys: keys)
+        // A few changes in the memtable, alone and in small runs, each inside a tree run.
+        for round in 1...3 {
+            var batch = WALBatch()
+            var touched: Set<Int> = []
+            for _ in 0..<12 {
+                let first = Int(random.next() % UInt64(keys))
+                for number in first..<min(keys, first + 1 + Int(random.next() % 3)) where touched.insert(number).inserted {
+                    if random.next() % 3 == 0 {
+                        batch.delete(key(number))
+                        model[key(number)] = nil
+                    } else {
+                        let bytes = value(number, UInt8(round))
+                        batch.put(key(number), bytes)
+                        model[key(number)] = bytes
+                    }
+                }
+            }
+            try engine.commit(batch)
+        }
+        let snapshot = engine.snapshot()
+        try #require(snapshot.state.frozen == nil && !snapshot.state.active.isEmpty)
+        try checkWalks(snapshot, model, seed: seed, random: &random, label: "the tree and a sparse memtable", keys: keys)
+    }
+
     /// Random walks of `snapshot` (bounded or not, both ways; `forEach`, the cursor and a
-    /// stopped walk) against `model`, the keys of `k%05d` below 620.
+    /// stopped walk) against `model`, the keys of `k%05d` below `keys` + 20.
     private func checkWalks(_ snapshot: Snapshot, _ model: [[UInt8]: [UInt8]], seed: UInt64, random: inout SplitMix64,
-                            label: String) throws {
+                            label: String, keys: Int = 600) throws {
         func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
         let sorted = model.keys.sorted { compareKeys($0, $1) < 0 }
         for trial in 0..<60 {
-            let lower = trial % 3 == 0 ? nil : key(Int(random.next() % 620))
-            let upper = trial % 4 == 0 ? nil : key(Int(random.next() % 620))
+            let lower = trial % 3 == 0 ? nil : key(Int(random.next() % UInt64(keys + 20)))
+            let upper = trial % 4 == 0 ? nil : key(Int(random.next() % UInt64(keys + 20)))
             let range = KeyRange(from: lower, to: upper)
             for reverse in [false, true] {
                 let context = "seed \(seed), \(label), trial \(trial), reverse \(reverse)"
@@ -738,18 +799,22 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     /// checkpoint.
     @Test(arguments: [UInt8(1), 2, 5])
     func anOlderFormatDataFileStillReadsAndTakesCommits(format: UInt8) throws {
-        let leaf = olderFormatLeaf([("a", 1, [1]), ("b", 70_000, [2, 2]), ("c", 1 << 40, [])], format: format, id: PageID(2))
-        let fileSystem = try storeOfOneLeaf(leaf, keyCount: 3, checkpointVersion: 1 << 40, format: format)
+        // Enough cells after the first few for a walk to hand the rest of the leaf out as
+        // one run (`TreeCursor.step`), one with a value of a two-byte length.
+        let more = (1...30).map { (String(format: "c%02d", $0), UInt64(2), [UInt8](repeating: UInt8($0), count: $0 == 25 ? 200 : $0)) }
+        let entries = [("a", 1, [1]), ("b", 70_000, [2, 2]), ("c", 1 << 40, [])] + more
+        let leaf = olderFormatLeaf(entries, format: format, id: PageID(2))
+        let fileSystem = try storeOfOneLeaf(leaf, keyCount: UInt64(entries.count), checkpointVersion: 1 << 40, format: format)
         let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
         let snapshot = engine.snapshot()
         #expect(try snapshot.get(Array("a".utf8)) == [1] && snapshot.get(Array("b".utf8)) == [2, 2] && snapshot.get(Array("c".utf8)) == [])
         #expect(try snapshot.lastWriteVersion(Array("b".utf8)) == 70_000 && snapshot.lastWriteVersion(Array("c".utf8)) == 1 << 40)
-        var keys: [String] = []
-        try snapshot.forEach { key, _ in
-            keys.append(key.withUnsafeBytes { String(decoding: $0, as: UTF8.self) })
+        var pairs: [(String, [UInt8])] = []
+        try snapshot.forEach { key, value in
+            pairs.append((key.withUnsafeBytes { String(decoding: $0, as: UTF8.self) }, value.withUnsafeBytes { Array($0) }))
             return true
         }
-        #expect(keys == ["a", "b", "c"])
+        #expect(pairs.map(\.0) == entries.map(\.0) && pairs.map(\.1) == entries.map(\.2))
         #expect(engine.verify().isValid)
         try engine.commit(WALBatch([.put(key: Array("d".utf8), value: [4])]))
         try engine.checkpoint()
