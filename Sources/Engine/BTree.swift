@@ -177,17 +177,15 @@ struct TreeCursor {
     /// comes before `bound` (a forward walk's upper bound): the leaf is in key order, so
     /// every cell from the cursor's to that one does too. Nil when the cursor is past the
     /// end, on that last cell already, or the last cell's key does not come before
-    /// `rival`. One key read and compared for the cells of a leaf.
-    mutating func runEnd(before rival: UnsafeRawBufferPointer?, bound: UnsafeRawBufferPointer?) throws -> (end: Int, beforeBound: Bool)? {
+    /// `rival`, or cannot be read (the walk then reads the cells one by one, and throws
+    /// only if it reaches the bad one, as it did before runs). One key read and compared
+    /// for the cells of a leaf. It trusts the leaf's keys to be in order, as a walk always
+    /// has (`verify` checks it): in a leaf whose keys are not, a run may hand out a key
+    /// the merge would have stopped at.
+    mutating func runEnd(before rival: UnsafeRawBufferPointer?, bound: UnsafeRawBufferPointer?) -> (end: Int, beforeBound: Bool)? {
         guard let leaf, position >= 0, position < leaf.count else { return nil }
         let end = reverse ? 0 : leaf.count - 1
-        guard end != position else { return nil }
-        let (start, length): (Int, Int)
-        do {
-            (start, length) = try layout.keyLocation(leaf.bytes, index: end)
-        } catch {
-            throw file.corrupt(leafID, error)
-        }
+        guard end != position, let (start, length) = try? layout.keyLocation(leaf.bytes, index: end) else { return nil }
         let rest = UnsafeRawBufferPointer(rebasing: leaf.bytes[start..<(start + length)])
         let prefix = elided >= 0 ? UnsafeRawBufferPointer(start: wholeKey.unsafelyUnwrapped.bytes, count: elided) : UnsafeRawBufferPointer(start: nil, count: 0)
         if let rival {

@@ -454,7 +454,7 @@ struct MergedScan {
         while true {
             if source == .tree, steps >= Self.stepsBeforeLeafRuns, tree.leavesEntered != checkedLeaf {
                 checkedLeaf = tree.leavesEntered
-                if let (end, beforeBound) = try tree.runEnd(before: rival, bound: bound) {
+                if let (end, beforeBound) = tree.runEnd(before: rival, bound: bound) {
                     let keyBytes = tree.runKeyBytes()
                     while let (key, inline) = try tree.step(through: end, keyBytes: keyBytes) {
                         let value = if let inline { WalkValue.bytes(inline) } else { try self.value(.tree) }

@@ -344,13 +344,16 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             return (0..<length).map { UInt8(truncatingIfNeeded: $0 &+ number &* 7) ^ round }
         }
         let keys = 3_000
-        var batch = WALBatch()
-        for number in 0..<keys where random.next() % 8 != 0 {
-            let bytes = value(number, 0)
-            batch.put(key(number), bytes)
-            model[key(number)] = bytes
+        // Two hundred commits, so that the cells' versions take one byte and two.
+        for first in stride(from: 0, to: keys, by: 15) {
+            var batch = WALBatch()
+            for number in first..<(first + 15) where random.next() % 8 != 0 {
+                let bytes = value(number, 0)
+                batch.put(key(number), bytes)
+                model[key(number)] = bytes
+            }
+            try engine.commit(batch)
         }
-        try engine.commit(batch)
         try engine.checkpoint()
         let treeOnly = engine.snapshot()
         try #require(treeOnly.state.tree.height >= 2 && treeOnly.state.active.isEmpty)
@@ -377,6 +380,21 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         let snapshot = engine.snapshot()
         try #require(snapshot.state.frozen == nil && !snapshot.state.active.isEmpty)
         try checkWalks(snapshot, model, seed: seed, random: &random, label: "the tree and a sparse memtable", keys: keys)
+        // The sparse memtable frozen by hand, as a checkpoint freezes it, and a few more
+        // changes in a new one: the rival of a run is the first of two memtables' keys.
+        _ = engine.snapshots.publish { $0.with(frozen: .some($0.active), active: Memtable()) }
+        var more = WALBatch()
+        for _ in 0..<10 {
+            let number = Int(random.next() % UInt64(keys))
+            guard !more.operations.contains(where: { $0.key == key(number) }) else { continue }
+            let bytes = value(number, 9)
+            more.put(key(number), bytes)
+            model[key(number)] = bytes
+        }
+        try engine.commit(more)
+        let three = engine.snapshot()
+        try #require(three.state.frozen.map { !$0.isEmpty } == true && !three.state.active.isEmpty)
+        try checkWalks(three, model, seed: seed, random: &random, label: "the tree and two sparse memtables", keys: keys)
     }
 
     /// Random walks of `snapshot` (bounded or not, both ways; `forEach`, the cursor and a
@@ -792,6 +810,50 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         }
     }
 
+    /// A malformed cell inside a run of a leaf's cells (`TreeCursor.step`) fails the walk
+    /// that reaches it with the page named, as a cell read one by one does; and a walk
+    /// that stops before a malformed last cell, which a run looks at first, still ends
+    /// cleanly.
+    @Test func aMalformedCellInALeafsRunIsNamed() throws {
+        let entries = (0..<33).map { (String(format: "k%02d", $0), UInt64(2), [UInt8](repeating: UInt8($0), count: 3)) }
+        /// The leaf with `change` made to the bytes of cell `index`, from its start.
+        func leaf(changing index: Int, _ change: (inout [UInt8], Int) -> Void) -> [UInt8] {
+            var page = olderFormatLeaf(entries, format: 2, id: PageID(2))
+            let cell = Int(page[PageHeader.bytes + 2 * index]) | Int(page[PageHeader.bytes + 2 * index + 1]) << 8
+            change(&page, cell)
+            PageCodec.seal(&page)
+            return page
+        }
+        func keys(_ snapshot: Snapshot, below upper: String?) throws -> [String] {
+            var keys: [String] = []
+            try snapshot.forEach(KeyRange(from: nil, to: upper.map { Array($0.utf8) })) { key, _ in
+                keys.append(key.withUnsafeBytes { String(decoding: $0, as: UTF8.self) })
+                return true
+            }
+            return keys
+        }
+        // Cell 20's flags (after its length, three key bytes and a one-byte version) are
+        // none a cell may have.
+        let badFlags = leaf(changing: 20) { page, cell in page[cell + 5] = 0x55 }
+        // The last cell's key length says two bytes of 12,672.
+        let badLastKey = leaf(changing: 32) { page, cell in page[cell] = 0x80 }
+        for (page, upper, readable) in [(badFlags, "k19", true), (badFlags, nil, false), (badLastKey, "k30", true), (badLastKey, nil, false)] {
+            let fileSystem = try storeOfOneLeaf(page, keyCount: 33, checkpointVersion: 2, format: 2)
+            let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
+            defer { try? engine.close() }
+            if readable {
+                #expect(try keys(engine.snapshot(), below: upper) == entries.map(\.0).filter { $0 < upper! })
+            } else {
+                #expect {
+                    try keys(engine.snapshot(), below: nil)
+                } throws: { error in
+                    guard case let EngineError.corruptPage(_, offset, _) = error else { return false }
+                    return offset == 2 * Int64(Self.pageBytes)
+                }
+            }
+        }
+    }
+
     /// Format 2 stores versions as varints, format 3 adds hints to leaf slots, format 6
     /// stores a leaf's shared key prefix once; a file of format 1, 2 or 5 (leaves with
     /// eight-byte or varint versions and plain slots, or hinted slots and whole keys) still
@@ -815,6 +877,12 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             return true
         }
         #expect(pairs.map(\.0) == entries.map(\.0) && pairs.map(\.1) == entries.map(\.2))
+        var backwards: [String] = []
+        try snapshot.forEach(reverse: true) { key, _ in
+            backwards.append(key.withUnsafeBytes { String(decoding: $0, as: UTF8.self) })
+            return true
+        }
+        #expect(backwards == entries.map(\.0).reversed())
         #expect(engine.verify().isValid)
         try engine.commit(WALBatch([.put(key: Array("d".utf8), value: [4])]))
         try engine.checkpoint()

@@ -31,6 +31,26 @@ import Testing
         }
     }
 
+    /// `compareSplit` (a leaf's key as its shared prefix and its rest) orders as
+    /// `compareBytes` orders the two put together, whatever the lengths: the other key
+    /// shorter than the prefix, as long, longer, or empty, and either part empty.
+    @Test func aKeyInTwoPartsComparesAsTheWhole() {
+        print("KeyOrderTests split seed 34")
+        var random = SplitMix64(seed: 34)
+        for _ in 0..<20_000 {
+            let whole = (0..<Int(random.next() % 41)).map { _ in UInt8(truncatingIfNeeded: random.next() % 3) }
+            let cut = whole.isEmpty ? 0 : Int(random.next() % UInt64(whole.count + 1))
+            var other = Array(whole.prefix(Int(random.next() % UInt64(whole.count + 2))))
+            if random.next() % 2 == 0 { other += (0..<Int(random.next() % 4)).map { _ in UInt8(truncatingIfNeeded: random.next() % 3) } }
+            let split = whole.withUnsafeBytes { whole in
+                other.withUnsafeBytes { other in
+                    compareSplit(UnsafeRawBufferPointer(rebasing: whole[..<cut]), UnsafeRawBufferPointer(rebasing: whole[cut...]), other)
+                }
+            }
+            #expect(split.signum() == compareKeys(whole, other).signum(), "\(whole) cut at \(cut) against \(other)")
+        }
+    }
+
     @Test(arguments: [UInt64(1), 2, 3, 4])
     func ordersAsAPlainSortByKeyThenPosition(seed: UInt64) {
         print("KeyOrderTests seed \(seed)")
