@@ -285,22 +285,8 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         /// A commit of random puts and deletes of keys below `keys`, in runs of neighbours
         /// and alone, each value naming the commit.
         func commit(_ round: UInt8, keys: Int) throws {
-            var batch = WALBatch()
-            var touched: Set<Int> = []
-            for _ in 0..<40 {
-                let first = Int(random.next() % UInt64(keys))
-                for number in first..<min(keys, first + 1 + Int(random.next() % 6)) where touched.insert(number).inserted {
-                    if random.next() % 5 == 0 {
-                        batch.delete(key(number))
-                        model[key(number)] = nil
-                    } else {
-                        let value = [round, UInt8(truncatingIfNeeded: number)]
-                        batch.put(key(number), value)
-                        model[key(number)] = value
-                    }
-                }
-            }
-            try engine.commit(batch)
+            try engine.commit(randomChanges(keys: keys, runs: 40, longest: 6, deleteOneIn: 5, model: &model,
+                                            next: { random.next() }, value: { [round, UInt8(truncatingIfNeeded: $0)] }))
         }
         for round in 0..<6 { try commit(UInt8(round), keys: 600) }
         try engine.checkpoint()
@@ -360,22 +346,8 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         try checkWalks(treeOnly, model, seed: seed, random: &random, label: "the tree alone", keys: keys)
         // A few changes in the memtable, alone and in small runs, each inside a tree run.
         for round in 1...3 {
-            var batch = WALBatch()
-            var touched: Set<Int> = []
-            for _ in 0..<12 {
-                let first = Int(random.next() % UInt64(keys))
-                for number in first..<min(keys, first + 1 + Int(random.next() % 3)) where touched.insert(number).inserted {
-                    if random.next() % 3 == 0 {
-                        batch.delete(key(number))
-                        model[key(number)] = nil
-                    } else {
-                        let bytes = value(number, UInt8(round))
-                        batch.put(key(number), bytes)
-                        model[key(number)] = bytes
-                    }
-                }
-            }
-            try engine.commit(batch)
+            try engine.commit(randomChanges(keys: keys, runs: 12, longest: 3, deleteOneIn: 3, model: &model,
+                                            next: { random.next() }, value: { value($0, UInt8(round)) }))
         }
         let snapshot = engine.snapshot()
         try #require(snapshot.state.frozen == nil && !snapshot.state.active.isEmpty)
@@ -395,6 +367,30 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         let three = engine.snapshot()
         try #require(three.state.frozen.map { !$0.isEmpty } == true && !three.state.active.isEmpty)
         try checkWalks(three, model, seed: seed, random: &random, label: "the tree and two sparse memtables", keys: keys)
+    }
+
+    /// A batch of random changes to the keys `k%05d` below `keys`, `model` following it:
+    /// `runs` runs of up to `longest` neighbouring keys (each key once), one key in
+    /// `deleteOneIn` deleted and the others put with `value(number)`.
+    private func randomChanges(keys: Int, runs: Int, longest: Int, deleteOneIn: UInt64, model: inout [[UInt8]: [UInt8]],
+                               next: () -> UInt64, value: (Int) -> [UInt8]) -> WALBatch {
+        func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
+        var batch = WALBatch()
+        var touched: Set<Int> = []
+        for _ in 0..<runs {
+            let first = Int(next() % UInt64(keys))
+            for number in first..<min(keys, first + 1 + Int(next() % UInt64(longest))) where touched.insert(number).inserted {
+                if next() % deleteOneIn == 0 {
+                    batch.delete(key(number))
+                    model[key(number)] = nil
+                } else {
+                    let bytes = value(number)
+                    batch.put(key(number), bytes)
+                    model[key(number)] = bytes
+                }
+            }
+        }
+        return batch
     }
 
     /// Random walks of `snapshot` (bounded or not, both ways; `forEach`, the cursor and a
