@@ -36,7 +36,7 @@ public struct EngineOptions: Sendable {
     public var checkpointMemtableBytes = 64 << 20
     /// The most bytes the memtable taking commits may hold while a checkpoint runs, or nil
     /// (the default) for no bound. A commit that leaves it fuller returns only once that
-    /// checkpoint ended (a write stall, as an LSM stalls writes while its memtables are
+    /// checkpoint ended, or froze this memtable if it had not yet (a write stall, as an LSM stalls writes while its memtables are
     /// full), so the memtables together stay under about twice this however far random
     /// writes outrun the checkpoints. Without a bound the memtable grows for as long as a
     /// checkpoint runs, and a checkpoint of random writes rewrites most of a large tree:

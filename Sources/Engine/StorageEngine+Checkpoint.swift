@@ -42,7 +42,8 @@ extension StorageEngine {
     /// memtable's keys would be found by skip-list searches), and none runs; the committing
     /// thread does not wait for it, unless one runs already and the memtable passed its
     /// bound (`EngineOptions.maxMemtableBytes`): then it waits for that one to end and
-    /// starts the next (a write stall).
+    /// starts the next (a write stall), or, if that one had not frozen the memtable yet,
+    /// for it to do so.
     func checkpointIfDue() {
         guard case let .writer(log, _) = logAccess else { return }
         while true {
@@ -63,8 +64,10 @@ extension StorageEngine {
                 return
             }
             guard let bound = options.maxMemtableBytes, memtableBytes >= bound else { return }
+            // A checkpoint that started but has not frozen yet takes this memtable: then
+            // the next one, empty, takes commits as soon as it is frozen.
             checkpointEnded.lock()
-            while checkpointRunning.load(ordering: .acquiring) { checkpointEnded.wait() }
+            while checkpointRunning.load(ordering: .acquiring) && snapshots.current.active === active { checkpointEnded.wait() }
             checkpointEnded.unlock()
         }
     }
@@ -76,6 +79,10 @@ extension StorageEngine {
         let (frozenState, frozenThrough) = commitLock.withLock { commits in
             (snapshots.publish { $0.with(frozen: .some($0.active), active: next) }, commits.lastEnqueuedVersion)
         }
+        // Commits stalled on the memtable just frozen go on into the next.
+        checkpointEnded.lock()
+        checkpointEnded.broadcast()
+        checkpointEnded.unlock()
         // Counted after the freeze: a snapshot taken since reads the current tree, no older
         // than any tree whose freed pages wait below.
         let oldestInProcess = snapshots.oldestPins().generation

@@ -49,8 +49,8 @@ public final class StorageEngine: Sendable {
     let checkpointLock: Locked<CheckpointState>
     /// Whether a checkpoint started by a commit's thresholds is running.
     let checkpointRunning = Atomic(false)
-    /// Broadcast when that checkpoint ends: commits stalled on a full memtable
-    /// (`EngineOptions.maxMemtableBytes`) wait on it.
+    /// Broadcast when a checkpoint freezes the memtable and when that checkpoint ends:
+    /// commits stalled on a full memtable (`EngineOptions.maxMemtableBytes`) wait on it.
     let checkpointEnded = ConditionLock()
     /// Log bytes written when the last checkpoint started.
     let logBytesAtCheckpoint = Atomic(0)
