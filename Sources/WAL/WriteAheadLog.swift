@@ -214,7 +214,7 @@ package final class WriteAheadLog: @unchecked Sendable {
             try handle.syncData()
             statistics.syncCount += 1
             active = ActiveSegment(handle: handle, sequence: last.sequence, path: last.path, salt: tail.salt,
-                                   offset: tail.offset, capacity: Int(try handle.size()))
+                                   offset: tail.offset, capacity: Int(try handle.size()), written: tail.offset)
         }
         try fileSystem.syncDirectory(files.directory)
         let recovered = LSN(tail.nextLSN.rawValue - 1)

@@ -20,6 +20,10 @@ struct ActiveSegment {
     var offset: Int
     /// The file's allocated size: appends that fit change no file size.
     var capacity: Int
+    /// Bytes from the file's start this log has written (header, frames, and zeros
+    /// written ahead of them): an fdatasync after writes below it changes no extent of
+    /// the file (`WriteAheadLog.zeroAheadBytes`). A spare's old bytes are not counted.
+    var written: Int
 
     /// Starts segment `sequence` with its first frame at `firstLSN`, sized to follow one of
     /// `previousBytes` (0: the first of a log, or after it shrank back) and for at least
@@ -35,7 +39,8 @@ struct ActiveSegment {
         let header = SegmentHeader(salt: salt, sequence: sequence, firstLSN: firstLSN, capacityBytes: UInt64(capacity))
         let handle = try files.create(header, reusing: spare)
         return ActiveSegment(handle: handle, sequence: sequence, path: files.path(ofSegment: sequence), salt: salt,
-                             offset: WALFormat.segmentHeaderBytes, capacity: max(capacity, Int(try handle.size())))
+                             offset: WALFormat.segmentHeaderBytes, capacity: max(capacity, Int(try handle.size())),
+                             written: WALFormat.segmentHeaderBytes)
     }
 }
 

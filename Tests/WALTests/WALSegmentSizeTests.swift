@@ -44,6 +44,59 @@ import Testing
         try log.close()
     }
 
+    /// A small group is written with zeros after it, to 64 KiB past its last page
+    /// (`WriteAheadLog.zeroAheadBytes`), so the fdatasyncs of the groups that follow change
+    /// no extent of a preallocated file; the next zeros go out only once a group passes
+    /// them. A group larger than a quarter of that writes no zeros. Bytes no write
+    /// reached are marked here (0xEE) to tell them from zeros written.
+    @Test func smallGroupsWriteZerosAheadOfThemselves() throws {
+        let fileSystem = SimulatedFileSystem()
+        var options = smallSegments(upTo: 1 << 20)
+        options.firstSegmentBytes = 256 << 10
+        let (log, _, _) = try openLog(fileSystem, options: options)
+        let path = log.segmentPaths[0]
+        let headerBytes = WALFormat.segmentHeaderBytes
+        #expect(fileSystem.modify(path) { bytes in
+            for index in headerBytes..<bytes.count { bytes[index] = 0xEE }
+        })
+        func unwrittenFrom() -> Int {
+            let bytes = fileSystem.contents(of: path)!
+            return (bytes.lastIndex { $0 != 0xEE } ?? -1) + 1
+        }
+        var generator = BatchGenerator(seed: 37)
+        try log.append(generator.batch(operations: 1, maxValueBytes: 100))
+        let firstEnd = log.extent().activeBytes
+        let zeroed = (firstEnd + 4095) / 4096 * 4096 + WriteAheadLog.zeroAheadBytes
+        #expect(unwrittenFrom() == zeroed)
+        #expect(fileSystem.contents(of: path)![firstEnd..<zeroed].allSatisfy { $0 == 0 })
+        // Groups inside the zeros write none; the first past them writes the next.
+        while log.extent().activeBytes <= zeroed {
+            let before = log.extent().activeBytes
+            try log.append(generator.batch(operations: 16, maxValueBytes: 200))
+            if log.extent().activeBytes <= zeroed { #expect(unwrittenFrom() == zeroed, "a group at \(before) wrote zeros") }
+        }
+        let secondEnd = log.extent().activeBytes
+        let secondZeroed = (secondEnd + 4095) / 4096 * 4096 + WriteAheadLog.zeroAheadBytes
+        #expect(unwrittenFrom() == secondZeroed)
+        // A large group runs past the zeros and writes none of its own.
+        let large = WALBatch([.put(key: [1], value: [UInt8](repeating: 7, count: 80 << 10))])
+        try log.append(large)
+        let largeEnd = log.extent().activeBytes
+        #expect(largeEnd > secondZeroed)
+        #expect(unwrittenFrom() == largeEnd)
+        // The log reads back whole: zeros end it as preallocated space does (the bytes
+        // no write reached read as zeros again, as unwritten space does).
+        let appended = log.writtenLSN
+        try log.close()
+        #expect(fileSystem.modify(path) { bytes in
+            for index in largeEnd..<bytes.count { bytes[index] = 0 }
+        })
+        let (reopened, records, report) = try openLog(fileSystem, options: options)
+        #expect(records.map(\.lsn.rawValue) == Array(1...appended.rawValue))
+        #expect(report.damage.isEmpty, "\(report.damage)")
+        try reopened.close()
+    }
+
     /// `rotate(after:)`: the first group after the LSN starts a new segment when the
     /// active one holds only frames at or before it (so a checkpoint through that LSN can
     /// release it), sized after the bytes it used; a segment that already holds later
