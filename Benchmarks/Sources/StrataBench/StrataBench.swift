@@ -59,6 +59,9 @@ struct StrataBench: ParsableCommand {
     @Option(help: "readrandom: reads of random keys among the --num loaded (default: one read of each, in random order).")
     var reads: Int?
 
+    @Option(help: "readseq: scans of every key, one after another, the median one reported (default 1: the first scan alone, which meets every page for the first time, beside Strata's checkpoint of the fill's last keys).")
+    var passes = 1
+
     @Option(help: "ycsb: how keys are picked, uniform, zipfian or latest (default: zipfian, latest for ycsb-d).")
     var distribution: YCSB.Distribution?
 
@@ -130,6 +133,10 @@ struct StrataBench: ParsableCommand {
         if let reads, reads < 1 { throw ValidationError("--reads must be at least 1") }
         if reads != nil, !benchmarks.split(separator: ",").contains("readrandom") {
             throw ValidationError("--reads counts readrandom's reads only: add readrandom to --benchmarks")
+        }
+        if passes < 1 { throw ValidationError("--passes must be at least 1") }
+        if passes > 1, !benchmarks.split(separator: ",").contains("readseq") {
+            throw ValidationError("--passes counts readseq's scans only: add readseq to --benchmarks")
         }
         if let seconds, seconds < 1 { throw ValidationError("--seconds must be at least 1") }
         if touchValues, !benchmarks.split(separator: ",").contains("readrandom") {
@@ -230,6 +237,7 @@ struct StrataBench: ParsableCommand {
         if let distribution { arguments += ["--distribution", distribution.rawValue] }
         if let seconds, workload == "overwrite" { arguments += ["--seconds", "\(seconds)"] }
         if let reads, workload == "readrandom" { arguments += ["--reads", "\(reads)"] }
+        if workload == "readseq" { arguments += ["--passes", "\(passes)"] }
         if splitCPUs { arguments.append("--split-cpus") }
         if touchValues { arguments.append("--touch-values") }
         if let memtableMiB { arguments += ["--memtable-mib", "\(memtableMiB)"] }
