@@ -230,31 +230,110 @@ struct TreeCursor {
         } else {
             key = UnsafeRawBufferPointer(start: base + start, count: length)
         }
-        // The version (stepped over), a flags byte of 0 and a length of one or two bytes:
-        // anything else, or bytes that do not fit, `currentContents()` reads and checks.
-        var offset = start + length
-        let count = bytes.count
-        if varintVersions {
-            let limit = min(count, offset + 10)
-            while offset < limit && base.load(fromByteOffset: offset, as: UInt8.self) & 0x80 != 0 { offset += 1 }
-            guard offset < limit else { return (key, nil) }
-            offset += 1
-        } else {
-            offset += 8
-        }
-        guard offset + 2 <= count, base.load(fromByteOffset: offset, as: UInt8.self) == 0 else { return (key, nil) }
-        var valueLength = Int(base.load(fromByteOffset: offset + 1, as: UInt8.self))
-        offset += 2
-        if valueLength >= 0x80 {
-            guard offset < count else { return (key, nil) }
-            let high = base.load(fromByteOffset: offset, as: UInt8.self)
-            guard high != 0 && high < 0x80 else { return (key, nil) }
-            valueLength = valueLength & 0x7F | Int(high) << 7
-            offset += 1
-        }
-        guard valueLength <= count - offset else { return (key, nil) }
-        return (key, UnsafeRawBufferPointer(start: base + offset, count: valueLength))
+        // Anything but a value in line, or bytes that do not fit, `currentContents()` reads
+        // and checks.
+        guard let (valueStart, valueLength) = Self.inlineValue(base, bytes.count, keyEnd: start + length,
+                                                               varintVersions: varintVersions) else { return (key, nil) }
+        return (key, UnsafeRawBufferPointer(start: base + valueStart, count: valueLength))
     }
+
+    /// A length stored at `offset` (within the page) as a varint of one byte or two (a
+    /// second byte of 0, or past 0x7F, is not one), and where the bytes after it start.
+    @inline(__always)
+    private static func shortLength(_ base: UnsafeRawPointer, _ size: Int, at offset: Int) -> (length: Int, end: Int)? {
+        let low = Int(base.load(fromByteOffset: offset, as: UInt8.self))
+        guard low >= 0x80 else { return (low, offset &+ 1) }
+        guard offset &+ 1 < size else { return nil }
+        let high = base.load(fromByteOffset: offset &+ 1, as: UInt8.self)
+        guard high != 0 && high < 0x80 else { return nil }
+        return (low & 0x7F | Int(high) << 7, offset &+ 2)
+    }
+
+    /// Where the value of a cell whose key ends at `keyEnd` lies, when the cell holds it
+    /// in line as a run takes it: its version stepped over, a flags byte of 0 and a length
+    /// of one or two bytes, all within the page's `size` bytes. Nil for anything else.
+    @inline(__always)
+    private static func inlineValue(_ base: UnsafeRawPointer, _ size: Int, keyEnd: Int, varintVersions: Bool) -> (start: Int, length: Int)? {
+        var offset = keyEnd
+        if varintVersions {
+            let limit = min(size, offset &+ 10)
+            while offset < limit && base.load(fromByteOffset: offset, as: UInt8.self) & 0x80 != 0 { offset &+= 1 }
+            guard offset < limit else { return nil }
+            offset &+= 1
+        } else {
+            offset &+= 8
+        }
+        guard offset &+ 2 <= size, base.load(fromByteOffset: offset, as: UInt8.self) == 0,
+              let (length, start) = shortLength(base, size, at: offset &+ 1), length <= size &- start else { return nil }
+        return (start, length)
+    }
+
+    /// Reads the cells after the cursor's, up to cell `end` (from `runEnd`) and at most
+    /// `RunCells.capacity` of them, that hold their value in line (flags 0, as `step` takes
+    /// them), stopping before the first that does not or cannot be read (`step` then reads
+    /// it, and throws if it is bad); returns how many it read into `cells`. The cursor
+    /// does not move: `moveInRun` moves it onto one of them. A loop of its own over the
+    /// leaf's bytes, out of line, where `step` is a call and a cursor written back for
+    /// each cell: readseq's scan of 1M keys, mostly from the tree, took 180 instructions
+    /// a tree key through `step` (Benchmarks/JOURNAL.md, "A leaf's cells read in one loop").
+    @inline(never)
+    func plainCells(through end: Int, into cells: RunCells) -> Int {
+        guard let bytes = leaf?.bytes, position != end else { return 0 }
+        let direction = reverse ? -1 : 1
+        // Every cell from the cursor's next to `end` has a slot, and the slots fit the page
+        // (as `CellLayout.cellOffset` checks at each cell).
+        let first = position &+ direction
+        guard min(first, end) >= 0, max(first, end) < layout.count, layout.cellsStart <= bytes.count else { return 0 }
+        let base = bytes.baseAddress.unsafelyUnwrapped
+        let size = bytes.count
+        let (slots, width, cellsStart) = (layout.slots, layout.width, layout.cellsStart)
+        // A key's rest may take this many bytes: a whole key at most `Limits.maxKeyBytes`.
+        let keyRoom = Limits.maxKeyBytes &- max(elided, 0)
+        let varint = varintVersions
+        let out = cells.cells
+        let wanted = min(RunCells.capacity, (end &- position) &* direction)
+        var index = first
+        var read = 0
+        while read < wanted {
+            let cell = Int(UInt16(littleEndian: base.loadUnaligned(fromByteOffset: slots &+ width &* index, as: UInt16.self)))
+            guard cell >= cellsStart, cell < size else { break }
+            // The key's length: a varint of one byte, or two (`CellLayout.keyLocation`).
+            guard let (length, start) = Self.shortLength(base, size, at: cell), length <= keyRoom, length <= size &- start,
+                  let (valueStart, valueLength) = Self.inlineValue(base, size, keyEnd: start &+ length, varintVersions: varint)
+            else { break }
+            out[read] = RunCell(keyStart: Int32(truncatingIfNeeded: start), keyLength: Int32(truncatingIfNeeded: length),
+                                valueStart: Int32(truncatingIfNeeded: valueStart), valueLength: Int32(truncatingIfNeeded: valueLength))
+            read &+= 1
+            index &+= direction
+        }
+        return read
+    }
+
+    /// Starts loading the whole leaf after the cursor's, in its direction, where it is
+    /// mapped, when the same branch holds both (`PageFile.prefetch`: it reads, verifies and
+    /// faults nothing). For a walk that reads leaf after leaf: the next one's lines are
+    /// on their way while this one's cells are handed out.
+    func prefetchNextLeaf() {
+        guard let top = path.last else { return }
+        let child = top.child + (reverse ? -1 : 1)
+        guard child >= 0, child <= top.page.page.count, let id = try? top.page.page.child(at: child) else { return }
+        file.prefetch(id, lines: file.pageBytes / 64)
+    }
+
+    /// Moves the cursor `cells` cells on in its direction, onto a cell `plainCells` read as
+    /// `cell`, as `step` would have.
+    @inline(__always)
+    mutating func moveInRun(_ cells: Int, onto cell: RunCell) {
+        position += reverse ? -cells : cells
+        (keyPosition, keyStart, keyLength) = (position, Int(cell.keyStart), Int(cell.keyLength))
+    }
+
+    /// The first byte of the cursor's leaf, where `RunCell`'s offsets count from.
+    var leafBase: UnsafeRawPointer { leaf.unsafelyUnwrapped.bytes.baseAddress.unsafelyUnwrapped }
+
+    /// The bytes of the prefix the cursor's leaf elides from its keys (0 for none): where
+    /// a key's rest goes in `runKeyBytes()`.
+    var elidedBytes: Int { max(elided, 0) }
 
     /// The error of a cell whose whole key would be longer than a key may be.
     private func oversizedKey(_ length: Int) -> EngineError {
@@ -425,6 +504,25 @@ struct LeafFinger: LeafCellFinder {
             throw file.corrupt(held.id, error)
         }
     }
+}
+
+/// A cell of a leaf run as `TreeCursor.plainCells` reads it: where its key (the rest after
+/// an elided prefix) and its value lie in the leaf.
+struct RunCell {
+    let keyStart: Int32
+    let keyLength: Int32
+    let valueStart: Int32
+    let valueLength: Int32
+}
+
+/// Room for the cells `TreeCursor.plainCells` reads at a time, made once a walk's first
+/// leaf run (a short walk makes none).
+final class RunCells {
+    /// Cells read at a time: a leaf of 4 KiB holds about 30 of 100-byte values.
+    static let capacity = 64
+    let cells = UnsafeMutablePointer<RunCell>.allocate(capacity: capacity)
+
+    deinit { cells.deallocate() }
 }
 
 /// A key put together from a leaf's elided prefix and a cell (`TreeCursor.currentKey`).

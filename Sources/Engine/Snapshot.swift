@@ -387,6 +387,9 @@ struct MergedScan {
     private var winner: Source?
     /// The first key among the sources other than `winner`.
     private var rival: UnsafeRawBufferPointer?
+    /// Where a run from the tree reads its leaf's cells (`TreeCursor.plainCells`), made at
+    /// the walk's first such run.
+    private var runCells: RunCells?
     private let reverse: Bool
 
     init(state: EngineState, file: PageFile, start: [UInt8]?, reverse: Bool) throws {
@@ -455,11 +458,39 @@ struct MergedScan {
             if source == .tree, steps >= Self.stepsBeforeLeafRuns, tree.leavesEntered != checkedLeaf {
                 checkedLeaf = tree.leavesEntered
                 if let (end, beforeBound) = tree.runEnd(before: rival, bound: bound) {
+                    tree.prefetchNextLeaf()
                     let keyBytes = tree.runKeyBytes()
-                    while let (key, inline) = try tree.step(through: end, keyBytes: keyBytes) {
+                    let cells = runCells ?? RunCells()
+                    runCells = cells
+                    while true {
+                        // The cells that hold their value in line, read a batch at a time;
+                        // then one cell by `step` (another kind, or the run's end).
+                        let read = tree.plainCells(through: end, into: cells)
+                        if read > 0 {
+                            let base = tree.leafBase
+                            let prefix = tree.elidedBytes
+                            for index in 0..<read {
+                                let cell = cells.cells[index]
+                                let key: UnsafeRawBufferPointer
+                                if let keyBytes {
+                                    copyKeyBytes(to: keyBytes + prefix, from: base + Int(cell.keyStart), count: Int(cell.keyLength))
+                                    key = UnsafeRawBufferPointer(start: keyBytes, count: prefix + Int(cell.keyLength))
+                                } else {
+                                    key = UnsafeRawBufferPointer(start: base + Int(cell.keyStart), count: Int(cell.keyLength))
+                                }
+                                let value = UnsafeRawBufferPointer(start: base + Int(cell.valueStart), count: Int(cell.valueLength))
+                                guard try visit(key, .bytes(value), beforeBound) else {
+                                    // The walk stops on this cell: the cursor and the merge's view of the tree say so.
+                                    tree.moveInRun(index + 1, onto: cell)
+                                    treeKey = key
+                                    return false
+                                }
+                            }
+                            tree.moveInRun(read, onto: cells.cells[read - 1])
+                        }
+                        guard let (key, inline) = try tree.step(through: end, keyBytes: keyBytes) else { break }
                         let value = if let inline { WalkValue.bytes(inline) } else { try self.value(.tree) }
                         guard try visit(key, value, beforeBound) else {
-                            // The walk stops on this cell: the merge's view of the tree says so.
                             treeKey = key
                             return false
                         }

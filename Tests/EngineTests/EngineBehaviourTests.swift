@@ -276,12 +276,10 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     /// no frozen memtable (`MergedScan`'s two-head path), then with one.
     @Test(arguments: [UInt64(0x3E4D), 0x50_2CE5, 0xF0_12])
     func walksMergeTheTreeAndBothMemtables(seed: UInt64) throws {
-        print("seed \(seed)")
-        var random = SplitMix64(seed: seed)
-        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem())
+        let (engine, seeded) = try Self.walkStore(seed: seed)
+        var random = seeded
         defer { try? engine.close() }
         var model: [[UInt8]: [UInt8]] = [:]
-        func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
         /// A commit of random puts and deletes of keys below `keys`, in runs of neighbours
         /// and alone, each value naming the commit.
         func commit(_ round: UInt8, keys: Int) throws {
@@ -319,7 +317,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: options)
         defer { try? engine.close() }
         var model: [[UInt8]: [UInt8]] = [:]
-        func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
+        let key = Self.walkKey
         func value(_ number: Int, _ round: UInt8) -> [UInt8] {
             let length = switch random.next() % 20 {
             case 0: 0
@@ -369,12 +367,51 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         try checkWalks(three, model, seed: seed, random: &random, label: "the tree and two sparse memtables", keys: keys)
     }
 
+    /// A leaf run of more cells than a batch holds (`RunCells.capacity`) is read batch
+    /// after batch (`TreeCursor.plainCells`): leaves of a few hundred tiny cells, walked
+    /// whole, within bounds and stopped part way, forwards and backwards, alone and with
+    /// memtable keys inside their runs.
+    @Test(arguments: [UInt64(0xBA7C), 0x64_CE11])
+    func leafRunsLongerThanABatchAreReadBatchAfterBatch(seed: UInt64) throws {
+        let (engine, seeded) = try Self.walkStore(seed: seed)
+        var random = seeded
+        defer { try? engine.close() }
+        var model: [[UInt8]: [UInt8]] = [:]
+        let key = Self.walkKey
+        let keys = 2_000
+        var batch = WALBatch()
+        for number in 0..<keys where random.next() % 16 != 0 {
+            let value = [UInt8](repeating: UInt8(truncatingIfNeeded: number), count: Int(random.next() % 3))
+            batch.put(key(number), value)
+            model[key(number)] = value
+        }
+        try engine.commit(batch)
+        try engine.checkpoint()
+        // Cells of ten bytes or so: a 4 KiB leaf holds a few hundred.
+        let status = try engine.status()
+        try #require(model.count / Int(status.pageCount) > 2 * RunCells.capacity, "\(status.pageCount) pages")
+        try checkWalks(engine.snapshot(), model, seed: seed, random: &random, label: "long leaves alone", keys: keys)
+        try engine.commit(randomChanges(keys: keys, runs: 8, longest: 3, deleteOneIn: 3, model: &model,
+                                        next: { random.next() }, value: { [UInt8(truncatingIfNeeded: $0), 7] }))
+        try checkWalks(engine.snapshot(), model, seed: seed, random: &random, label: "long leaves and a memtable", keys: keys)
+    }
+
+    /// A store on a simulated file system for a walk test, and the random source of its
+    /// `seed`, printed.
+    private static func walkStore(seed: UInt64) throws -> (StorageEngine, SplitMix64) {
+        print("seed \(seed)")
+        return (try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem()).engine, SplitMix64(seed: seed))
+    }
+
+    /// Key `number` of the walk tests: `k` and five digits, so that keys sort as numbers.
+    private static func walkKey(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
+
     /// A batch of random changes to the keys `k%05d` below `keys`, `model` following it:
     /// `runs` runs of up to `longest` neighbouring keys (each key once), one key in
     /// `deleteOneIn` deleted and the others put with `value(number)`.
     private func randomChanges(keys: Int, runs: Int, longest: Int, deleteOneIn: UInt64, model: inout [[UInt8]: [UInt8]],
                                next: () -> UInt64, value: (Int) -> [UInt8]) -> WALBatch {
-        func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
+        let key = Self.walkKey
         var batch = WALBatch()
         var touched: Set<Int> = []
         for _ in 0..<runs {
@@ -397,7 +434,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     /// stopped walk) against `model`, the keys of `k%05d` below `keys` + 20.
     private func checkWalks(_ snapshot: Snapshot, _ model: [[UInt8]: [UInt8]], seed: UInt64, random: inout SplitMix64,
                             label: String, keys: Int = 600) throws {
-        func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
+        let key = Self.walkKey
         let sorted = model.keys.sorted { compareKeys($0, $1) < 0 }
         for trial in 0..<60 {
             let lower = trial % 3 == 0 ? nil : key(Int(random.next() % UInt64(keys + 20)))
