@@ -274,8 +274,8 @@ struct TreeCursor {
     /// it, and throws if it is bad); returns how many it read into `cells`. The cursor
     /// does not move: `moveInRun` moves it onto one of them. A loop of its own over the
     /// leaf's bytes, out of line, where `step` is a call and a cursor written back for
-    /// each cell: readseq's scan of 1M keys, mostly from the tree, took 180 instructions
-    /// a tree key through `step` (Benchmarks/JOURNAL.md, "A leaf's cells read in one loop").
+    /// each cell: in readseq's scan of 1M keys, about half of them from the tree, a tree key
+    /// took 180 instructions through `step` (Benchmarks/JOURNAL.md, "A leaf's cells read in one loop").
     @inline(never)
     func plainCells(through end: Int, into cells: RunCells) -> Int {
         guard let bytes = leaf?.bytes, position != end else { return 0 }

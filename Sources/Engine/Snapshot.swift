@@ -464,7 +464,8 @@ struct MergedScan {
                     runCells = cells
                     while true {
                         // The cells that hold their value in line, read a batch at a time;
-                        // then one cell by `step` (another kind, or the run's end).
+                        // then one cell by `step`: one of another kind, the one after a full
+                        // batch, or none at the run's end.
                         let read = tree.plainCells(through: end, into: cells)
                         if read > 0 {
                             let base = tree.leafBase
