@@ -843,8 +843,9 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         }
     }
 
-    /// A malformed cell inside a run of a leaf's cells (`TreeCursor.step`) fails the walk
-    /// that reaches it with the page named, as a cell read one by one does; and a walk
+    /// A malformed cell inside a run of a leaf's cells (`TreeCursor.step`, and the batches
+    /// of `plainCells`, which leave such a cell to `step`) fails the walk that reaches it
+    /// with the page named, as a cell read one by one does; and a walk
     /// that stops before a malformed last cell, which a run looks at first, still ends
     /// cleanly.
     @Test func aMalformedCellInALeafsRunIsNamed() throws {
@@ -870,7 +871,17 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         let badFlags = leaf(changing: 20) { page, cell in page[cell + 5] = 0x55 }
         // The last cell's key length says two bytes of 12,672.
         let badLastKey = leaf(changing: 32) { page, cell in page[cell] = 0x80 }
-        for (page, upper, readable) in [(badFlags, "k19", true), (badFlags, nil, false), (badLastKey, "k30", true), (badLastKey, nil, false)] {
+        // Cells inside the run that a batch reads (`TreeCursor.plainCells`) stops before:
+        // cell 24's key length says 767 bytes, past the page's end; cell 27's slot points
+        // past the page. A walk bounded below either reads the cell before it (its key is
+        // the bound) and stops there.
+        let keyPastThePage = leaf(changing: 24) { page, cell in (page[cell], page[cell + 1]) = (0xFF, 0x05) }
+        var slotPastThePage = olderFormatLeaf(entries, format: 2, id: PageID(2))
+        (slotPastThePage[PageHeader.bytes + 2 * 27], slotPastThePage[PageHeader.bytes + 2 * 27 + 1]) = (0xFF, 0xFF)
+        PageCodec.seal(&slotPastThePage)
+        for (page, upper, readable) in [(badFlags, "k19", true), (badFlags, nil, false), (badLastKey, "k30", true), (badLastKey, nil, false),
+                                        (keyPastThePage, "k23", true), (keyPastThePage, nil, false),
+                                        (slotPastThePage, "k26", true), (slotPastThePage, nil, false)] {
             let fileSystem = try storeOfOneLeaf(page, keyCount: 33, checkpointVersion: 2, format: 2)
             let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
             defer { try? engine.close() }
