@@ -80,7 +80,9 @@ final class PageFile: Sendable {
     /// The address space a mapping reserves to grow into: no memory until pages are read.
     static let reservedMappingBytes = 1 << 36
 
-    init(path: String, file: any OpenFile, pageBytes: Int, cachePages: Int) throws(EngineError) {
+    /// Reads pages through a mapping of the file when `maps` and the file system maps
+    /// files, and through the page cache of `cachePages` pages otherwise.
+    init(path: String, file: any OpenFile, pageBytes: Int, cachePages: Int, maps: Bool = true) throws(EngineError) {
         self.path = path
         self.file = file
         self.pageBytes = pageBytes
@@ -88,7 +90,8 @@ final class PageFile: Sendable {
         let size: Int64
         do { size = try file.size() } catch { throw EngineError.io(error as? FileIOError ?? .closed(operation: .size, path: path)) }
         filePages = Atomic(Int(size / Int64(pageBytes)))
-        mapCovering(filePages.load(ordering: .relaxed))
+        // Without a first mapping none is ever made: the file grows only into one.
+        if maps { mapCovering(filePages.load(ordering: .relaxed)) }
     }
 
     deinit {

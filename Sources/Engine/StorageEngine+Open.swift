@@ -124,7 +124,7 @@ extension StorageEngine {
             let slot = try table.map { try $0.claimSlot() }
             let (firstMeta, _) = try readMeta(file, path: dataPath)
             let pageFile = try PageFile(path: dataPath, file: file, pageBytes: firstMeta.pageBytes,
-                                        cachePages: options.cacheBytes / firstMeta.pageBytes)
+                                        cachePages: options.cacheBytes / firstMeta.pageBytes, maps: options.mapsDataFile)
             let loaded: LoadedVersion
             let logAccess: LogAccess
             var readerTable = table

@@ -13,8 +13,28 @@ import Testing
         FileManager.default.temporaryDirectory.appendingPathComponent("strata-mapped-\(UUID().uuidString)").path
     }
 
-    private func fileSystem(_ kind: String) -> any FileSystem {
-        kind == "mapped" ? POSIXFileSystem() : SimulatedFileSystem()
+    /// Where a test of `kind` keeps its store: "mapped", the real file system read through a
+    /// mapping; "unmapped", the real file system read with pread through the page cache
+    /// (`EngineOptions.mapsDataFile` false); "cached", the simulated one, which maps nothing.
+    private struct Place {
+        let path: String
+        let fileSystem: any FileSystem
+        let maps: Bool
+
+        func options(_ base: EngineOptions = EngineOptions()) -> EngineOptions {
+            var options = base
+            options.mapsDataFile = maps
+            return options
+        }
+
+        func remove() {
+            if fileSystem is POSIXFileSystem { try? FileManager.default.removeItem(atPath: path) }
+        }
+    }
+
+    private func place(_ kind: String) -> Place {
+        kind == "cached" ? Place(path: "/db", fileSystem: SimulatedFileSystem(), maps: true)
+            : Place(path: temporaryStore(), fileSystem: POSIXFileSystem(), maps: kind == "mapped")
     }
 
     /// Small checkpoints, so the tree, the frozen memtable and the active one all hold keys.
@@ -44,16 +64,17 @@ import Testing
 
     /// With `compressed`, leaves are stored LZ4-compressed and values are half one repeated
     /// byte, so leaves that outgrow a page are: every read path takes their expansions.
-    @Test(arguments: ["mapped", "cached"], [false, true])
+    @Test(arguments: ["mapped", "unmapped", "cached"], [false, true])
     func everyReadPathAgreesWithAModel(kind: String, compressed: Bool) throws {
         let seed: UInt64 = 0x3A9_0001
         print("seed \(seed)")
         var random = SplitMix64(seed: seed)
-        let path = kind == "mapped" ? temporaryStore() : "/db"
-        defer { if kind == "mapped" { try? FileManager.default.removeItem(atPath: path) } }
-        var options = smallCheckpoints
+        let place = place(kind)
+        defer { place.remove() }
+        var options = place.options(smallCheckpoints)
         if compressed { options.leafCompression = .lz4 }
-        let (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem(kind), options: options)
+        let (engine, _) = try StorageEngine.open(path: place.path, fileSystem: place.fileSystem, options: options)
+        #expect((engine.pageFile.mappingBase != nil) == (kind == "mapped"))
         var model: [[UInt8]: [UInt8]] = [:]
         for round in 0..<12 {
             var batch = WALBatch()
@@ -151,14 +172,14 @@ import Testing
     /// (`TreePage.childIndex(for:from:)`): through a tree of three levels and more, with
     /// keys close together and far apart, repeated, absent, with steps back and with keys
     /// the memtable answers among them, every batch answers as `withValue` does.
-    @Test(arguments: ["mapped", "cached"])
+    @Test(arguments: ["mapped", "unmapped", "cached"])
     func batchesOfKeysInOrderAnswerAsSingleReads(kind: String) throws {
         let seed: UInt64 = 0x3A9_0002
         print("seed \(seed)")
         var random = SplitMix64(seed: seed)
-        let path = kind == "mapped" ? temporaryStore() : "/db"
-        defer { if kind == "mapped" { try? FileManager.default.removeItem(atPath: path) } }
-        let (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem(kind), options: smallCheckpoints)
+        let place = place(kind)
+        defer { place.remove() }
+        let (engine, _) = try StorageEngine.open(path: place.path, fileSystem: place.fileSystem, options: place.options(smallCheckpoints))
         // Keys that share a long prefix, as record keys do, and take a byte of their own
         // only at the end: hints tie in the upper branches. Their lengths, 11 to 37
         // bytes, take every way a branch's bound is copied.
@@ -217,17 +238,17 @@ import Testing
     /// corrupt page. While it pins an older tree the close moves no page and cuts nothing
     /// (every key is overwritten three times first, so without it the close would give
     /// pages back); the store reopens whole.
-    @Test(arguments: ["mapped", "cached"])
+    @Test(arguments: ["mapped", "unmapped", "cached"])
     func aSnapshotKeptPastCloseThrowsClosedAndKeepsItsPages(kind: String) throws {
-        let path = kind == "mapped" ? temporaryStore() : "/db"
-        defer { if kind == "mapped" { try? FileManager.default.removeItem(atPath: path) } }
-        let fileSystem = fileSystem(kind)
+        let place = place(kind)
+        defer { place.remove() }
+        let (path, fileSystem) = (place.path, place.fileSystem)
         func round(_ number: Int) -> WALBatch {
             var batch = WALBatch()
             for index in 0..<3_000 { batch.put(Array("key\(index)".utf8), Array(repeating: UInt8(number), count: 60)) }
             return batch
         }
-        var (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem)
+        var (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: place.options())
         for number in 0..<3 {
             try engine.commit(round(number))
             try engine.checkpoint()
@@ -253,7 +274,7 @@ import Testing
         for index in [5, 2_000, 17] { batch.append(Array("key\(index)".utf8).span.bytes) }
         #expect { try snapshot.withValues(forKeys: batch) { _, _, _ in true } } throws: { isClosed($0) }
 
-        (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem)
+        (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: place.options())
         #expect(engine.verify().isValid)
         var count = 0
         try engine.snapshot().forEach { _, value in
@@ -289,7 +310,9 @@ import Testing
         try handle.write(contentsOf: [byte ^ 0x40])
     }
 
-    @Test func aDamagedLeafOnDiskIsACorruptPageErrorNamingItsOffset() throws {
+    /// Read through the mapping and with pread (`mapsDataFile` false).
+    @Test(arguments: [true, false])
+    func aDamagedLeafOnDiskIsACorruptPageErrorNamingItsOffset(maps: Bool) throws {
         let path = temporaryStore()
         defer { try? FileManager.default.removeItem(atPath: path) }
         let key = Array("key1234".utf8)
@@ -297,7 +320,10 @@ import Testing
         let offset = Int64(leaf.rawValue) * 4_096
         try flipByte(in: data, at: offset + 200)
 
-        let (engine, _) = try StorageEngine.open(path: path)
+        var options = EngineOptions()
+        options.mapsDataFile = maps
+        let (engine, _) = try StorageEngine.open(path: path, options: options)
+        #expect((engine.pageFile.mappingBase != nil) == maps)
         let snapshot = engine.snapshot()
         #expect { try snapshot.get(key) } throws: { error in
             guard case let EngineError.corruptPage(errorPath, errorOffset, reason) = error else { return false }
@@ -493,6 +519,57 @@ import Testing
             return key.withUnsafeBytes { model[Array($0)] } == value.withUnsafeBytes { Array($0) }
         }
         #expect(count == model.count)
+        try engine.close()
+    }
+
+    /// `EngineOptions.smallFootprint` on the real file system: no mapping is made, however
+    /// far the file grows; a store several times its page cache and its memtable reads
+    /// back whole, point by point and in order, across a reopen, while the cache holds no
+    /// more than its budget.
+    @Test func aSmallFootprintReadsThroughItsBoundedCache() throws {
+        let seed: UInt64 = 0x3A9_0003
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let path = temporaryStore()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let options = EngineOptions.smallFootprint
+        var (engine, _) = try StorageEngine.open(path: path, options: options)
+        var model: [[UInt8]: [UInt8]] = [:]
+        for round in 0..<60 {
+            var batch = WALBatch()
+            for _ in 0..<500 {
+                let key = Array("k\(random.next() % 100_000)".utf8)
+                let value = (0..<300).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+                batch.put(key, value)
+                model[key] = value
+            }
+            if round % 7 == 6, let gone = model.keys.first {
+                batch.delete(gone)
+                model[gone] = nil
+            }
+            try engine.commit(batch)
+        }
+        for reopen in [false, true] {
+            if reopen {
+                try engine.close()
+                (engine, _) = try StorageEngine.open(path: path, options: options)
+            } else {
+                try engine.checkpoint()
+            }
+            let fileBytes = try engine.pageFile.file.size()
+            #expect(fileBytes > 2 * Int64(options.cacheBytes), "the file (\(fileBytes) bytes) outgrew the cache")
+            #expect(engine.pageFile.mappingBase == nil && engine.pageFile.mappings.count == 0)
+            let snapshot = engine.snapshot()
+            for (key, value) in model { #expect(try snapshot.get(key) == value) }
+            var count = 0
+            try snapshot.forEach { key, value in
+                count += 1
+                return key.withUnsafeBytes { model[Array($0)] } == value.withUnsafeBytes { Array($0) }
+            }
+            #expect(count == model.count)
+            #expect(engine.pageFile.cache.count * engine.pageFile.pageBytes <= options.cacheBytes)
+            #expect(engine.verify().isValid)
+        }
         try engine.close()
     }
 }

@@ -15,10 +15,17 @@ import Testing
         FileManager.default.temporaryDirectory.appendingPathComponent("strata-runs-\(UUID().uuidString)").path
     }
 
-    /// A store's directory and file system: a temporary directory on the real one (the
-    /// data file mapped), or /db on a simulated one (read with pread).
+    /// A store's directory and file system: a temporary directory on the real one ("mapped"
+    /// and "unmapped", whose options read the data file with pread: `options(kind)`), or
+    /// /db on a simulated one (read with pread).
     private func place(_ kind: String) -> (path: String, fileSystem: any FileSystem) {
-        kind == "mapped" ? (temporaryStore(), POSIXFileSystem()) : ("/db", SimulatedFileSystem())
+        kind == "cached" ? ("/db", SimulatedFileSystem()) : (temporaryStore(), POSIXFileSystem())
+    }
+
+    private func options(_ kind: String) -> EngineOptions {
+        var options = EngineOptions()
+        options.mapsDataFile = kind != "unmapped"
+        return options
     }
 
     /// `place(kind)`, and a generator seeded with `seed` (printed).
@@ -29,7 +36,7 @@ import Testing
     }
 
     private func remove(_ path: String, _ kind: String) {
-        if kind == "mapped" { try? FileManager.default.removeItem(atPath: path) }
+        if kind != "cached" { try? FileManager.default.removeItem(atPath: path) }
     }
 
     private func randomValue(_ size: Int, _ random: inout SplitMix64) -> [UInt8] {
@@ -95,13 +102,13 @@ import Testing
     /// their bytes take (a value of 4,096 bytes in one page of 4 KiB), read through the
     /// mapping without a copy (where the file is mapped), after a reopen too, and `verify`
     /// counts every page of every run.
-    @Test(arguments: ["mapped", "cached"])
+    @Test(arguments: ["mapped", "unmapped", "cached"])
     func largeValuesAreReadWhereTheyLie(kind: String) throws {
         var (path, fileSystem, random) = start(kind, seed: 0x0E_5001)
         defer { remove(path, kind) }
         let sizes = [2_100, 4_096, 4_097, 20_000, 65_536, 1 << 20]
         var model: [[UInt8]: [UInt8]] = [:]
-        var (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem)
+        var (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options(kind))
         var batch = WALBatch()
         for size in sizes {
             let key = Array("value-\(size)".utf8)
@@ -113,7 +120,7 @@ import Testing
         for reopen in [false, true] {
             if reopen {
                 try engine.close()
-                (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem)
+                (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options(kind))
             }
             let snapshot = engine.snapshot()
             for (key, value) in model {

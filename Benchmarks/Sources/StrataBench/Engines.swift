@@ -2,7 +2,8 @@
 // deletes, point reads, and a full ordered scan. Settings follow Benchmarks/README.md.
 //  - strata / strata-relaxed: Strata's storage engine, durability .full / .relaxed; its
 //    contexts (child contexts committed or discarded) for `nested`. strata-lz4: strata with
-//    its leaves LZ4-compressed (`EngineOptions.leafCompression`).
+//    its leaves LZ4-compressed (`EngineOptions.leafCompression`); strata-small: strata with
+//    `EngineOptions.smallFootprint`.
 //  - sqlite: one table (k BLOB PRIMARY KEY, v BLOB) WITHOUT ROWID, journal_mode=WAL,
 //    synchronous=FULL, prepared statements, BEGIN/COMMIT per transaction; SAVEPOINT,
 //    RELEASE and ROLLBACK TO for `nested`.
@@ -75,8 +76,9 @@ final class StrataEngineBench: BenchEngine {
     var engine: StorageEngine { store.storageEngine }
     private let readSnapshot = Mutex<Snapshot?>(nil)
 
-    init(directory: String, durability: Durability, checkpoints: Bool = true, leafCompression: LeafCompression = .none) throws {
-        var options = Workload.strataOptions(durability: durability)
+    init(directory: String, engine: String = "strata", durability: Durability, checkpoints: Bool = true,
+         leafCompression: LeafCompression = .none) throws {
+        var options = Workload.strataOptions(engine: engine, durability: durability)
         options.leafCompression = leafCompression
         if !checkpoints {
             options.checkpointMemtableBytes = .max

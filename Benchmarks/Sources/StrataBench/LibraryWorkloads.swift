@@ -130,7 +130,7 @@ extension RecordWorkloads {
             try read(0)   // the warm-up query, before the clock
             return try timed { for query in 0..<queries { try read(query) } }
         }
-        let store = try Store.open(path: directory, options: Workload.strataOptions())
+        let store = try Store.open(path: directory, options: Workload.strataOptions(engine: engine))
         defer { try? store.close() }
         for start in stride(from: 0, to: library.authors, by: options.batch) {
             try store.write { unit in

@@ -134,7 +134,7 @@ struct RecordWorkloads {
                 }
             }
         } else {
-            let store = try Store.open(path: directory, options: Workload.strataOptions())
+            let store = try Store.open(path: directory, options: Workload.strataOptions(engine: engine))
             defer { try? store.close() }
             let insert = {
                 for start in stride(from: 0, to: count, by: options.batch) {

@@ -238,7 +238,7 @@ struct Runner {
     private func startReadProcesses(directory: String, keys: Int) throws -> [(Process, Pipe)] {
         let path: String
         switch engine {
-        case "strata", "strata-relaxed", "strata-lz4": path = directory
+        case "strata", "strata-relaxed", "strata-lz4", "strata-small": path = directory
         case "sqlite": path = directory + "/sqlite.db"
         default: return []
         }
@@ -247,7 +247,7 @@ struct Runner {
             process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
             process.arguments = ["--read-process", engine, "--read-path", path, "--num", "\(keys)", "--seed", "\(index + 1)"]
                 + (options.splitCPUs ? ["--split-cpus"] : [])
-                + (options.memtableMiB.map { ["--memtable-mib", "\($0)"] } ?? [])
+                + options.memoryArguments
             let output = Pipe()
             process.standardOutput = output
             process.standardInput = Pipe()
@@ -345,6 +345,7 @@ struct Runner {
         case "strata": try StrataEngineBench(directory: directory, durability: .full)
         case "strata-relaxed": try StrataEngineBench(directory: directory, durability: .relaxed)
         case "strata-lz4": try StrataEngineBench(directory: directory, durability: .full, leafCompression: .lz4)
+        case "strata-small": try StrataEngineBench(directory: directory, engine: engine, durability: .full)
         case "sqlite": try SQLiteBench(directory: directory)
         case "lmdb": try LMDBBench(directory: directory)
         case "leveldb": try LSMBench(.leveldb, directory: directory)
@@ -434,8 +435,8 @@ struct ReadProcess {
         let reader: any BenchReader
         var store: Store?
         switch engine {
-        case "strata", "strata-relaxed", "strata-lz4":
-            let opened = try Store.open(path: path, mode: .readOnly, options: Workload.strataOptions())
+        case "strata", "strata-relaxed", "strata-lz4", "strata-small":
+            let opened = try Store.open(path: path, mode: .readOnly, options: Workload.strataOptions(engine: engine))
             store = opened
             reader = StrataReader(engine: opened.storageEngine)
         case "sqlite":

@@ -18,7 +18,7 @@ struct StrataBench: ParsableCommand {
         commandName: "strata-bench",
         abstract: "Strata next to SQLite, LMDB, LevelDB, RocksDB and the disk's raw fdatasync rate, and Strata over etcd.")
 
-    static let allEngines = ["strata", "strata-relaxed", "strata-lz4", "sqlite", "grdb", "lmdb", "leveldb", "rocksdb", "fdatasync",
+    static let allEngines = ["strata", "strata-relaxed", "strata-lz4", "strata-small", "sqlite", "grdb", "lmdb", "leveldb", "rocksdb", "fdatasync",
                              "etcd", "etcd-cluster"]
     static let allWorkloads = ["fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readrandom",
                                "readseq", "deleterandom", "readwhilewriting", "nested", "recover", "reopen", "records-insert", "records-fetch",
@@ -29,8 +29,9 @@ struct StrataBench: ParsableCommand {
     /// installed, and its fills are slow enough to want a smaller --num). `etcd` is one
     /// member over plain HTTP; `etcd-cluster` three members with TLS (client certificates
     /// required) and authentication on. `strata-lz4` (Strata with
-    /// `EngineOptions.leafCompression = .lz4`) also only when named.
-    static let defaultEngines = allEngines.filter { !$0.hasPrefix("etcd") && $0 != "strata-lz4" }
+    /// `EngineOptions.leafCompression = .lz4`) and `strata-small` (Strata with
+    /// `EngineOptions.smallFootprint`) also only when named.
+    static let defaultEngines = allEngines.filter { !$0.hasPrefix("etcd") && $0 != "strata-lz4" && $0 != "strata-small" }
 
     @Option(help: "Comma-separated engines: \(allEngines.joined(separator: ", ")) (etcd and etcd-cluster only when named).")
     var engines = defaultEngines.joined(separator: ",")
@@ -68,7 +69,7 @@ struct StrataBench: ParsableCommand {
     @Option(help: "readwhilewriting: reader threads beside the writer.")
     var readers = 4
 
-    @Option(help: "readwhilewriting: reader processes beside the writer as well (strata, strata-relaxed, strata-lz4 and sqlite).")
+    @Option(help: "readwhilewriting: reader processes beside the writer as well (strata, strata-relaxed, strata-lz4, strata-small and sqlite).")
     var readerProcesses = 0
 
     @Flag(name: .customLong("split-cpus"), help: """
@@ -88,6 +89,24 @@ struct StrataBench: ParsableCommand {
     @Option(name: .customLong("memtable-mib"),
             help: "Strata: the memtable's byte budget in MiB, at which a checkpoint starts (EngineOptions.checkpointMemtableBytes; default 64).")
     var memtableMiB: Int?
+
+    @Option(name: .customLong("max-memtable-mib"),
+            help: "Strata: the most MiB the memtable taking commits may hold while a checkpoint runs, commits waiting beyond it (EngineOptions.maxMemtableBytes; default: no bound).")
+    var maxMemtableMiB: Int?
+
+    @Option(name: .customLong("cache-mib"),
+            help: "Strata: the page cache's byte budget in MiB (EngineOptions.cacheBytes; default 64).")
+    var cacheMiB: Int?
+
+    @Flag(help: "Strata: read the data file with pread through the page cache instead of a mapping (EngineOptions.mapsDataFile = false).")
+    var unmapped = false
+
+    /// The memory settings a child process or a reader process is given.
+    var memoryArguments: [String] {
+        (memtableMiB.map { ["--memtable-mib", "\($0)"] } ?? []) + (maxMemtableMiB.map { ["--max-memtable-mib", "\($0)"] } ?? [])
+            + (cacheMiB.map { ["--cache-mib", "\($0)"] } ?? [])
+            + (unmapped ? ["--unmapped"] : [])
+    }
 
     /// Set for a reader process of `readwhilewriting`: the engine and the store to read.
     @Option(help: .hidden)
@@ -143,6 +162,10 @@ struct StrataBench: ParsableCommand {
             throw ValidationError("--touch-values changes readrandom only: add readrandom to --benchmarks")
         }
         if let memtableMiB, memtableMiB < 1 || memtableMiB > 1 << 20 { throw ValidationError("--memtable-mib must be 1 to 1,048,576") }
+        if let maxMemtableMiB, maxMemtableMiB < (memtableMiB ?? 64) || maxMemtableMiB > 1 << 20 {
+            throw ValidationError("--max-memtable-mib must be at least --memtable-mib (default 64) and at most 1,048,576")
+        }
+        if let cacheMiB, cacheMiB < 0 || cacheMiB > 1 << 20 { throw ValidationError("--cache-mib must be 0 to 1,048,576") }
         if seconds != nil, !benchmarks.split(separator: ",").contains("overwrite") {
             throw ValidationError("--seconds times overwrite only: add overwrite to --benchmarks")
         }
@@ -153,7 +176,11 @@ struct StrataBench: ParsableCommand {
 
     func run() throws {
         Workload.touchValues.store(touchValues, ordering: .relaxed)
-        Workload.memtableBytes.store((memtableMiB ?? 0) << 20, ordering: .relaxed)
+        Workload.memory.withLock {
+            $0 = Workload.Memory(memtableBytes: memtableMiB.map { $0 << 20 }, maxMemtableBytes: maxMemtableMiB.map { $0 << 20 },
+                                 cacheBytes: cacheMiB.map { $0 << 20 },
+                                 mapsDataFile: !unmapped)
+        }
         if splitCPUs { CPUSplit.pin(readers: readProcess != nil) }
         if let readProcess, let readPath {
             try ReadProcess(engine: readProcess, path: readPath, keys: num ?? 1_000_000, seed: seed).run()
@@ -187,13 +214,20 @@ struct StrataBench: ParsableCommand {
                 }
                 // (`nested` needs transactions inside transactions, which the LSM engines lack.)
                 if workload == "nested" && (engine == "leveldb" || engine == "rocksdb") { continue }
-                if (workload == "recover" || workload == "reopen") && !engine.hasPrefix("strata") { continue }
+                // (Recovery replays into a memtable no checkpoint empties: the footprint's
+                // bounds do not apply to it.)
+                if (workload == "recover" || workload == "reopen") && (!engine.hasPrefix("strata") || engine == "strata-small") {
+                    continue
+                }
                 if workload == "readwhilewriting" && ["fdatasync", "etcd", "etcd-cluster"].contains(engine) { continue }
                 if workload.hasPrefix("publish") && engine != "strata" { continue }
                 if workload.hasPrefix("ycsb-") && ["fdatasync", "etcd", "etcd-cluster"].contains(engine) { continue }
-                // The record workloads compare Strata's repositories with an indexed SQLite table
-                // and with GRDB's records on it; GRDB runs nothing else.
-                if workload.hasPrefix("records-") ? !["strata", "sqlite", "grdb"].contains(engine) : engine == "grdb" { continue }
+                // The record workloads compare Strata's repositories (also in a small
+                // footprint) with an indexed SQLite table and with GRDB's records on it; GRDB
+                // runs nothing else.
+                if workload.hasPrefix("records-") ? !["strata", "strata-small", "sqlite", "grdb"].contains(engine) : engine == "grdb" {
+                    continue
+                }
                 plan.append((engine, workload))
             }
         }
@@ -240,7 +274,7 @@ struct StrataBench: ParsableCommand {
         if workload == "readseq" { arguments += ["--passes", "\(passes)"] }
         if splitCPUs { arguments.append("--split-cpus") }
         if touchValues { arguments.append("--touch-values") }
-        if let memtableMiB { arguments += ["--memtable-mib", "\(memtableMiB)"] }
+        arguments += memoryArguments
         child.arguments = arguments
         let output = Pipe()
         child.standardOutput = output

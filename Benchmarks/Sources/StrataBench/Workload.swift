@@ -9,15 +9,28 @@ import Synchronization
 enum Workload {
     /// `--touch-values`: whether a read of readrandom reads every byte of its value.
     static let touchValues = Atomic(false)
-    /// `--memtable-mib` in bytes, 0 for the default.
-    static let memtableBytes = Atomic(0)
+    /// The memory settings of the command line (`--memtable-mib`, `--max-memtable-mib`,
+    /// `--cache-mib`, `--unmapped`), set once before any workload runs.
+    struct Memory: Sendable {
+        var memtableBytes: Int?
+        var maxMemtableBytes: Int?
+        var cacheBytes: Int?
+        var mapsDataFile = true
+    }
 
-    /// The options a Strata engine of the benchmarks opens with: `durability`, and the
-    /// memtable's budget of `--memtable-mib`.
-    static func strataOptions(durability: Durability = .full) -> EngineOptions {
-        var options = EngineOptions(durability: durability)
-        let memtableBytes = memtableBytes.load(ordering: .relaxed)
-        if memtableBytes > 0 { options.checkpointMemtableBytes = memtableBytes }
+    static let memory = Mutex(Memory())
+
+    /// The options Strata engine `engine` of the benchmarks opens with: the defaults, or
+    /// `EngineOptions.smallFootprint` for `strata-small`; `durability`; and the memory
+    /// settings of the command line over them.
+    static func strataOptions(engine: String = "strata", durability: Durability = .full) -> EngineOptions {
+        var options = engine == "strata-small" ? EngineOptions.smallFootprint : EngineOptions()
+        options.durability = durability
+        let memory = memory.withLock { $0 }
+        if let memtableBytes = memory.memtableBytes { options.checkpointMemtableBytes = memtableBytes }
+        if let maxMemtableBytes = memory.maxMemtableBytes { options.maxMemtableBytes = maxMemtableBytes }
+        if let cacheBytes = memory.cacheBytes { options.cacheBytes = cacheBytes }
+        if !memory.mapsDataFile { options.mapsDataFile = false }
         return options
     }
 
