@@ -1,5 +1,6 @@
 // A bounded cache of verified B+tree pages (raw bytes, searched in place): every page of a
-// data file the file system does not map (the simulated one; PageFile.swift says why a
+// data file that is not mapped (the simulated file system maps nothing, and
+// `EngineOptions.mapsDataFile` may turn the mapping off; PageFile.swift says why a
 // mapping is preferred where there is one), and the expansions of compressed leaves
 // (CompressedLeaf.swift) wherever the file lies. Eviction is two-generation (a "hot" and a "cold" map,
 // the cold one dropped whole when the hot one fills), which approximates LRU at O(1) per

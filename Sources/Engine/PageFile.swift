@@ -3,7 +3,8 @@
 //
 // Tree pages are read through a shared read-only mapping of the file where the file
 // system maps files (the real one), and through a bounded page cache over pread where it
-// does not (the simulated one). Why a mapping (measured with perf, readrandom of 1M keys
+// does not (the simulated one) or the store was opened not to map it
+// (`EngineOptions.mapsDataFile`, which bounds the memory its pages take). Why a mapping (measured with perf, readrandom of 1M keys
 // from a 133 MB store, 2026-11-23): with the cache, pread copies and the kernel's page
 // lookup took 14 % of read time and the cache's hashing, mutex and reference counting
 // another 12 %; a mapped page costs a bounds check and one load of its "verified" bit.
@@ -90,7 +91,8 @@ final class PageFile: Sendable {
         let size: Int64
         do { size = try file.size() } catch { throw EngineError.io(error as? FileIOError ?? .closed(operation: .size, path: path)) }
         filePages = Atomic(Int(size / Int64(pageBytes)))
-        // Without a first mapping none is ever made: the file grows only into one.
+        // Without a mapping at open, none is made later: writes and `followWriter` only
+        // grow one that exists.
         if maps { mapCovering(filePages.load(ordering: .relaxed)) }
     }
 
