@@ -4,10 +4,11 @@
 // Tree pages are read through a shared read-only mapping of the file where the file
 // system maps files (the real one), and through a bounded page cache over pread where it
 // does not (the simulated one) or the store was opened not to map it
-// (`EngineOptions.mapsDataFile`, which bounds the memory its pages take). Why a mapping (measured with perf, readrandom of 1M keys
-// from a 133 MB store, 2026-11-23): with the cache, pread copies and the kernel's page
-// lookup took 14 % of read time and the cache's hashing, mutex and reference counting
-// another 12 %; a mapped page costs a bounds check and one load of its "verified" bit.
+// (`EngineOptions.mapsDataFile`, which bounds the memory its pages take). Why a mapping
+// (measured with perf, readrandom of 1M keys from a 133 MB store, 2026-11-23): with the
+// cache, pread copies and the kernel's page lookup took 14 % of read time and the cache's
+// hashing, mutex and reference counting another 12 %; a mapped page costs a bounds check
+// and one load of its "verified" bit.
 // What the cache gave is kept: every page's checksum, type and ID, and every overflow run's
 // checksum, are verified before their first use through a mapping (a bit per page, a run's
 // on its first page, cleared whenever the page is rewritten),

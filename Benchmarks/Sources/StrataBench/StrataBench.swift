@@ -162,8 +162,9 @@ struct StrataBench: ParsableCommand {
             throw ValidationError("--touch-values changes readrandom only: add readrandom to --benchmarks")
         }
         if let memtableMiB, memtableMiB < 1 || memtableMiB > 1 << 20 { throw ValidationError("--memtable-mib must be 1 to 1,048,576") }
-        if let maxMemtableMiB, maxMemtableMiB < (memtableMiB ?? 64) || maxMemtableMiB > 1 << 20 {
-            throw ValidationError("--max-memtable-mib must be at least --memtable-mib (default 64) and at most 1,048,576")
+        // (Below the engine's checkpoint threshold, the store refuses it when it opens.)
+        if let maxMemtableMiB, maxMemtableMiB < (memtableMiB ?? 1) || maxMemtableMiB > 1 << 20 {
+            throw ValidationError("--max-memtable-mib must be at least --memtable-mib and at most 1,048,576")
         }
         if let cacheMiB, cacheMiB < 0 || cacheMiB > 1 << 20 { throw ValidationError("--cache-mib must be 0 to 1,048,576") }
         if seconds != nil, !benchmarks.split(separator: ",").contains("overwrite") {
