@@ -44,6 +44,17 @@ import Testing
         return options
     }
 
+    /// `snapshot` holds exactly `model`: each key read alone, and every pair in order.
+    private func expectHolds(_ snapshot: Snapshot, _ model: [[UInt8]: [UInt8]]) throws {
+        for (key, value) in model { #expect(try snapshot.get(key) == value) }
+        var count = 0
+        try snapshot.forEach { key, value in
+            count += 1
+            return key.withUnsafeBytes { model[Array($0)] } == value.withUnsafeBytes { Array($0) }
+        }
+        #expect(count == model.count)
+    }
+
     /// Every pair `forEach` hands out in `range`, copied.
     private func walk(_ snapshot: Snapshot, _ range: KeyRange = KeyRange(), reverse: Bool = false,
                       limit: Int = .max) throws -> [([UInt8], [UInt8])] {
@@ -511,14 +522,7 @@ import Testing
         // every page read again in the resident set).
         let mappings = engine.pageFile.mappings
         #expect(mappings.count == 1 && mappings.regions >= 3)
-        let snapshot = engine.snapshot()
-        for (key, value) in model { #expect(try snapshot.get(key) == value) }
-        var count = 0
-        try snapshot.forEach { key, value in
-            count += 1
-            return key.withUnsafeBytes { model[Array($0)] } == value.withUnsafeBytes { Array($0) }
-        }
-        #expect(count == model.count)
+        try expectHolds(engine.snapshot(), model)
         try engine.close()
     }
 
@@ -559,14 +563,7 @@ import Testing
             let fileBytes = try engine.pageFile.file.size()
             #expect(fileBytes > 2 * Int64(options.cacheBytes), "the file (\(fileBytes) bytes) outgrew the cache")
             #expect(engine.pageFile.mappingBase == nil && engine.pageFile.mappings.count == 0)
-            let snapshot = engine.snapshot()
-            for (key, value) in model { #expect(try snapshot.get(key) == value) }
-            var count = 0
-            try snapshot.forEach { key, value in
-                count += 1
-                return key.withUnsafeBytes { model[Array($0)] } == value.withUnsafeBytes { Array($0) }
-            }
-            #expect(count == model.count)
+            try expectHolds(engine.snapshot(), model)
             #expect(engine.pageFile.cache.count * engine.pageFile.pageBytes <= options.cacheBytes)
             #expect(engine.verify().isValid)
         }
