@@ -4,6 +4,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -128,4 +131,12 @@ uint32_t cplatform_cpu_hint(void) {
 #endif
     uint64_t thread = (uint64_t)(uintptr_t)pthread_self();
     return (uint32_t)((thread * 0x9E3779B97F4A7C15ull) >> 32);
+}
+
+int cplatform_release_free_memory(void) {
+#if defined(__GLIBC__)
+    return malloc_trim(0);
+#else
+    return 0;
+#endif
 }

@@ -55,6 +55,14 @@ public struct EngineOptions: Sendable {
     /// a peak RSS of 443 MB against 752, and a commit that waited 5.4 s. For a device
     /// where memory is the limit; at least `checkpointMemtableBytes`.
     public var maxMemtableBytes: Int?
+    /// Whether each checkpoint ends by asking the C library to give the memory freed in the
+    /// process back to the system (glibc's `malloc_trim`; elsewhere this does nothing). A
+    /// checkpoint's working memory (the leaves it rewrites, decoded) is freed on its own
+    /// thread, and malloc keeps the pages of each thread's heap that were ever used (a
+    /// record store of a million records held 20 MB of heap pages with 8–12 MB in use). The
+    /// call costs a walk of malloc's heaps per checkpoint, under 0.1 % of a record update's
+    /// time; it gives back the application's freed memory too. Default false.
+    public var returnsFreedMemory = false
     /// A checkpoint starts when the log grew this much since the last one. Default 256 MiB.
     public var checkpointLogBytes = 256 << 20
     /// Settings of the write-ahead log (its durability and logger follow `durability` and
@@ -91,6 +99,7 @@ public struct EngineOptions: Sendable {
         options.maxMemtableBytes = 8 << 20
         options.cacheBytes = 4 << 20
         options.mapsDataFile = false
+        options.returnsFreedMemory = true
         return options
     }
 

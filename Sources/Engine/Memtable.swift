@@ -62,6 +62,9 @@ final class Memtable: @unchecked Sendable {
     /// The arena and the height generator's state. Behind a pointer: each access to a
     /// class's stored `var` costs a dynamic exclusivity check, measurable per inserted key.
     let writerOnly: UnsafeMutablePointer<(arena: MemtableArena, random: UInt64)>
+    /// The arena's next block, made ready while it fills; given back when the memtable is
+    /// frozen (`releaseSpareBlock()`).
+    private let spareBlock = SpareBlock()
     /// Predecessors of the last inserted key at each level (a sorted run continues from them).
     let finger: UnsafeMutablePointer<MemtableNode>
     let index: MemtableIndex
@@ -100,7 +103,8 @@ final class Memtable: @unchecked Sendable {
         filter = MemtableFilter(words: index.slotCount / 8, populated: populated)
         let size = MemtableNode.byteCount(height: Self.maxHeight, key: 0, value: 0)
         writerOnly = .allocate(capacity: 1)
-        writerOnly.initialize(to: (MemtableArena(), 0x2545_F491_4F6C_DD1D))
+        writerOnly.initialize(to: (MemtableArena(blockLimit: MemtableArena.blockLimit(forBudget: budgetBytes), spare: spareBlock),
+                                   0x2545_F491_4F6C_DD1D))
         head = MemtableNode.make(at: writerOnly.pointee.arena.allocate(size), height: Self.maxHeight, version: 0, key: UnsafeRawBufferPointer(start: nil, count: 0),
                                  value: nil)
         finger = .allocate(capacity: Self.maxHeight)
@@ -115,6 +119,12 @@ final class Memtable: @unchecked Sendable {
         writerOnly.deinitialize(count: 1)
         writerOnly.deallocate()
     }
+
+    /// Frees the block made ready for the arena's next one, and stops it making more: for a
+    /// memtable just frozen, which takes at most the few batches in flight at the freeze
+    /// (blocks the arena then maps itself). Until its checkpoint ended, a frozen memtable
+    /// held a block of up to 2 MiB it would never fill. From any thread.
+    func releaseSpareBlock() { spareBlock.abandon() }
 
     /// Changes held (every version of a key counts).
     var count: Int { nodeCount.load(ordering: .relaxed) }

@@ -23,11 +23,15 @@ struct MemtableArena {
     /// on average, from 1 MiB blocks).
     static let largestBlockBytes = 2 << 20
     static let firstBlockBytes = 4 << 10
+    /// The smallest `blockLimit`.
+    static let smallestBlockLimit = 64 << 10
 
+    /// The size the blocks grow to: `largestBlockBytes`, or less for a small memtable.
+    let blockLimit: Int
     private var blocks: [(start: UnsafeMutableRawPointer, byteCount: Int)] = []
-    /// The next block of `largestBlockBytes`, backed with memory on another thread while
+    /// The next block of `blockLimit` bytes, backed with memory on another thread while
     /// the current one fills.
-    private let spare = SpareBlock()
+    private let spare: SpareBlock
     private var cursor: UnsafeMutableRawPointer?
     private var remaining = 0
     private var nextBlockBytes = firstBlockBytes
@@ -37,6 +41,26 @@ struct MemtableArena {
     var blockCount: Int { blocks.count }
     /// How many of its blocks were ready before it needed them (`SpareBlock`).
     private(set) var spareBlocksTaken = 0
+
+    /// An arena whose blocks grow to `blockLimit` (a power of two from `smallestBlockLimit`
+    /// to `largestBlockBytes`), its next block made ready in `spare`.
+    init(blockLimit: Int = largestBlockBytes, spare: SpareBlock = SpareBlock()) {
+        precondition(blockLimit & (blockLimit - 1) == 0
+                     && (Self.smallestBlockLimit...Self.largestBlockBytes).contains(blockLimit),
+                     "a block limit is a power of two from 64 KiB to 2 MiB")
+        self.blockLimit = blockLimit
+        self.spare = spare
+    }
+
+    /// The block limit for a memtable expected to grow to about `budgetBytes`: an eighth of
+    /// it, so that what its last block and its spare hold beyond the budget stays a fraction
+    /// of it (a memtable of 4 MiB with blocks of 2 MiB held up to 8 MiB). Blocks of 2 MiB
+    /// from a budget of 16 MiB up, the default's size, backed by huge pages.
+    static func blockLimit(forBudget budgetBytes: Int) -> Int {
+        var limit = smallestBlockLimit
+        while limit < largestBlockBytes && limit * 2 <= budgetBytes / 8 { limit *= 2 }
+        return limit
+    }
 
     /// `byteCount` bytes aligned to 8, valid until `deallocateAll()`.
     mutating func allocate(_ byteCount: Int) -> UnsafeMutableRawPointer {
@@ -51,11 +75,11 @@ struct MemtableArena {
             // a few KiB got a block of its own, and so did every one after it (values of
             // 4 KiB: a mapping and an unmapping per value; fillrandom of 100,000 took
             // 448,042 page faults, 3.15 s in the kernel against 0.97 s in the process).
-            nextBlockBytes = min(nextBlockBytes * 2, Self.largestBlockBytes)
+            nextBlockBytes = min(nextBlockBytes * 2, blockLimit)
             return newBlock(size)
         }
         let blockBytes = nextBlockBytes
-        nextBlockBytes = min(nextBlockBytes * 2, Self.largestBlockBytes)
+        nextBlockBytes = min(nextBlockBytes * 2, blockLimit)
         let block = newBlock(blockBytes)
         cursor = block + size
         remaining = blockBytes - size
@@ -69,7 +93,7 @@ struct MemtableArena {
 
     private mutating func newBlock(_ byteCount: Int) -> UnsafeMutableRawPointer {
         let block: UnsafeMutableRawPointer
-        if byteCount == Self.largestBlockBytes {
+        if byteCount == blockLimit {
             if let ready = spare.take() {
                 block = ready
                 spareBlocksTaken += 1

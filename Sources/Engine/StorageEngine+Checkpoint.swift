@@ -2,6 +2,7 @@
 // data file, write the other meta page, sync again, publish the new tree, then release
 // the log segments the checkpoint covers (StorageEngine.E2). Commits and readers continue meanwhile:
 // commits go to a new active memtable, readers keep the view they hold.
+import CStrataPlatform
 import Foundation
 import StrataWAL
 
@@ -29,6 +30,10 @@ extension StorageEngine {
                 options.logger.error("checkpoint failed; the store accepts no more writes until reopened",
                                    metadata: ["path": "\(path)", "error": "\(error)"])
                 throw error
+            }
+            if options.returnsFreedMemory {
+                _ = cplatform_release_free_memory()
+                freedMemoryReturns.add(1, ordering: .relaxed)
             }
             options.logger.debug("checkpoint done", metadata: [
                 "path": "\(path)", "version": "\(durable.meta.checkpointVersion)",
@@ -79,6 +84,7 @@ extension StorageEngine {
         let (frozenState, frozenThrough) = commitLock.withLock { commits in
             (snapshots.publish { $0.with(frozen: .some($0.active), active: next) }, commits.lastEnqueuedVersion)
         }
+        frozenState.frozen?.releaseSpareBlock()
         // Commits stalled on the memtable just frozen go on into the next.
         checkpointEnded.lock()
         checkpointEnded.broadcast()

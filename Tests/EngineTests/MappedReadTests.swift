@@ -558,7 +558,11 @@ import Testing
                 try engine.close()
                 (engine, _) = try StorageEngine.open(path: path, options: options)
             } else {
+                let returns = engine.freedMemoryReturns.load(ordering: .relaxed)
                 try engine.checkpoint()
+                // One more at least: a checkpoint the commits started may have ended meanwhile.
+                #expect(engine.freedMemoryReturns.load(ordering: .relaxed) > returns,
+                        "a checkpoint of a small footprint gives freed memory back")
             }
             let fileBytes = try engine.pageFile.file.size()
             #expect(fileBytes > 2 * Int64(options.cacheBytes), "the file (\(fileBytes) bytes) outgrew the cache")
@@ -568,5 +572,18 @@ import Testing
             #expect(engine.verify().isValid)
         }
         try engine.close()
+
+        // Without the option a checkpoint leaves malloc's memory alone.
+        var keeping = options
+        keeping.returnsFreedMemory = false
+        let other = temporaryStore()
+        defer { try? FileManager.default.removeItem(atPath: other) }
+        let (plain, _) = try StorageEngine.open(path: other, options: keeping)
+        var batch = WALBatch()
+        batch.put(Array("key".utf8), Array("value".utf8))
+        try plain.commit(batch)
+        try plain.checkpoint()
+        #expect(plain.freedMemoryReturns.load(ordering: .relaxed) == 0)
+        try plain.close()
     }
 }

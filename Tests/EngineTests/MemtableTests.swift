@@ -458,6 +458,74 @@ extension Memtable {
         arena.deallocateAll()
     }
 
+    /// Blocks grow to an eighth of the memtable's budget, from 64 KiB to 2 MiB: a small
+    /// memtable's last block and spare stay a fraction of what it holds.
+    @Test func blocksGrowToAnEighthOfTheBudget() {
+        #expect(MemtableArena.blockLimit(forBudget: 64 << 20) == 2 << 20)
+        #expect(MemtableArena.blockLimit(forBudget: 16 << 20) == 2 << 20)
+        #expect(MemtableArena.blockLimit(forBudget: 8 << 20) == 1 << 20)
+        #expect(MemtableArena.blockLimit(forBudget: 4 << 20) == 512 << 10)
+        #expect(MemtableArena.blockLimit(forBudget: 1 << 20) == 128 << 10)
+        #expect(MemtableArena.blockLimit(forBudget: 0) == 64 << 10)
+
+        var arena = MemtableArena(blockLimit: 512 << 10)
+        var allocated = 0
+        var random = SplitMix64(seed: 0x3A9_0004)
+        print("seed 0x3A9_0004")
+        var chunks: [(UnsafeMutableRawPointer, Int)] = []
+        while allocated < 6 << 20 {
+            let count = 16 + Int(random.next() % 400)
+            let chunk = arena.allocate(count)
+            chunk.initializeMemory(as: UInt8.self, repeating: UInt8(truncatingIfNeeded: chunks.count), count: count)
+            chunks.append((chunk, count))
+            allocated += (count + 7) & ~7
+        }
+        // Below the limit the blocks double from 4 KiB (7 blocks, 508 KiB); then 512 KiB each.
+        #expect(arena.reservedBytes - allocated < 512 << 10, "\(arena.reservedBytes) bytes reserved for \(allocated)")
+        #expect(arena.blockCount >= 7 + (6 << 20) / (512 << 10) - 1)
+        for (index, (chunk, count)) in chunks.enumerated() {
+            let bytes = UnsafeRawBufferPointer(start: chunk, count: count)
+            #expect(bytes.allSatisfy { $0 == UInt8(truncatingIfNeeded: index) }, "chunk \(index) was overwritten")
+        }
+        arena.deallocateAll()
+    }
+
+    /// A memtable frozen for a checkpoint gives back the block made ready for its arena and
+    /// makes no more, and still takes the batches in flight at the freeze.
+    @Test func aFrozenMemtableKeepsNoSpareBlock() throws {
+        let memtable = Memtable(budgetBytes: 4 << 20)
+        let limit = memtable.writerOnly.pointee.arena.blockLimit
+        #expect(limit == 512 << 10)
+        let value = [UInt8](repeating: 7, count: 200)
+        var version: UInt64 = 0
+        /// Applies batches of 100 changes until the arena reserved `bytes` more, pausing
+        /// whenever it took a block, so that its spare can be made meanwhile.
+        func fill(_ bytes: Int) {
+            let target = memtable.writerOnly.pointee.arena.reservedBytes + bytes
+            var blocks = memtable.writerOnly.pointee.arena.blockCount
+            while memtable.writerOnly.pointee.arena.reservedBytes < target {
+                version += 1
+                var batch = WALBatch()
+                for index in 0..<100 { batch.put(Array("key \(version) \(index)".utf8), value) }
+                memtable.apply(batch, version: version)
+                if memtable.writerOnly.pointee.arena.blockCount != blocks {
+                    blocks = memtable.writerOnly.pointee.arena.blockCount
+                    Thread.sleep(forTimeInterval: 0.02)
+                }
+            }
+        }
+        fill(4 * limit)
+        let taken = memtable.writerOnly.pointee.arena.spareBlocksTaken
+        #expect(taken >= 2, "\(taken) of the blocks were spares")
+        memtable.releaseSpareBlock()
+        fill(3 * limit)
+        #expect(memtable.writerOnly.pointee.arena.spareBlocksTaken == taken, "a frozen memtable took a spare")
+        for batchVersion in 1...version {
+            let key = Array("key \(batchVersion) 99".utf8)
+            #expect(memtable.entry(key)?.value == value, "key of batch \(batchVersion)")
+        }
+    }
+
     /// A memtable holding one value of a few hundred KiB reserves about that much, not a
     /// block several times its size.
     @Test func oneLargeNodeTakesABlockOfItsOwnSize() {

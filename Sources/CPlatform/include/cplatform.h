@@ -62,6 +62,11 @@ int cplatform_lock_byte(int fd, off_t offset, int exclusive, int wait);
 /// spreading work over per-CPU stripes, never a basis for correctness.
 uint32_t cplatform_cpu_hint(void);
 
+/// Gives the memory malloc holds free back to the system (glibc's malloc_trim(3), which
+/// also releases free pages inside its heaps, not only at their tops). Returns 1 if any
+/// was given back; 0, doing nothing, where the C library has no such call.
+int cplatform_release_free_memory(void);
+
 /// Releases a lock `cplatform_lock_byte` took. Returns 0, or an errno value.
 int cplatform_unlock_byte(int fd, off_t offset);
 
