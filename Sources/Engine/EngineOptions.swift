@@ -89,10 +89,12 @@ public struct EngineOptions: Sendable {
     /// resident set through the mapping. These keep the memtable to 4 MiB (8 MiB while a
     /// checkpoint runs, commits waiting beyond that) and read the data file with `pread`
     /// through a page cache of 4 MiB, so what the store holds no longer grows with its
-    /// data file; the price is more checkpoints and a copy of each page the cache misses.
+    /// data file, and each checkpoint gives malloc's free pages back (`returnsFreedMemory`);
+    /// the price is more checkpoints and a copy of each page the cache misses.
     /// Measured at a million records (Benchmarks/RESULTS.md, "A store in a small
-    /// footprint"): peak resident sets of 74–115 MB against 199–336 MB with the defaults,
-    /// at 0.35–1.04 × their rates; at a million random keys, point reads at 0.28 ×.
+    /// footprint"): peak resident sets of 66–105 MB, 1.00–1.89 × SQLite's in the same run,
+    /// against 199–336 MB with the defaults, at 0.35–1.04 × their rates; at a million
+    /// random keys, point reads at 0.28 ×.
     public static var smallFootprint: EngineOptions {
         var options = EngineOptions()
         options.checkpointMemtableBytes = 4 << 20
