@@ -45,6 +45,20 @@ import Testing
     }
 
     /// `snapshot` holds exactly `model`: each key read alone, and every pair in order.
+    /// A batch of `count` puts of `valueBytes` random bytes, each under `key(index, &random)`
+    /// (drawn before its value), recorded in `model`.
+    private func randomBatch(_ count: Int, valueBytes: Int, random: inout SplitMix64, model: inout [[UInt8]: [UInt8]],
+                             key: (Int, inout SplitMix64) -> [UInt8]) -> WALBatch {
+        var batch = WALBatch()
+        for index in 0..<count {
+            let key = key(index, &random)
+            let value = (0..<valueBytes).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+            batch.put(key, value)
+            model[key] = value
+        }
+        return batch
+    }
+
     private func expectHolds(_ snapshot: Snapshot, _ model: [[UInt8]: [UInt8]]) throws {
         for (key, value) in model { #expect(try snapshot.get(key) == value) }
         var count = 0
@@ -506,14 +520,9 @@ import Testing
         var round = 0
         // Until the file holds several times the smallest mapping (each growth maps more).
         while try engine.pageFile.file.size() / 4_096 < 4 * Int64(PageFile.smallestMappingPages) {
-            var batch = WALBatch()
-            for index in 0..<500 {
-                let key = Array("r\(round)-\(index)".utf8)
-                let value = (0..<200).map { _ in UInt8(truncatingIfNeeded: random.next()) }
-                batch.put(key, value)
-                model[key] = value
-            }
-            try engine.commit(batch)
+            try engine.commit(randomBatch(500, valueBytes: 200, random: &random, model: &model) { index, _ in
+                Array("r\(round)-\(index)".utf8)
+            })
             try engine.checkpoint()
             round += 1
         }
@@ -540,12 +549,8 @@ import Testing
         var (engine, _) = try StorageEngine.open(path: path, options: options)
         var model: [[UInt8]: [UInt8]] = [:]
         for round in 0..<60 {
-            var batch = WALBatch()
-            for _ in 0..<500 {
-                let key = Array("k\(random.next() % 100_000)".utf8)
-                let value = (0..<300).map { _ in UInt8(truncatingIfNeeded: random.next()) }
-                batch.put(key, value)
-                model[key] = value
+            var batch = randomBatch(500, valueBytes: 300, random: &random, model: &model) { _, random in
+                Array("k\(random.next() % 100_000)".utf8)
             }
             if round % 7 == 6, let gone = model.keys.first {
                 batch.delete(gone)
