@@ -126,6 +126,9 @@ final class Memtable: @unchecked Sendable {
     /// held a block of up to 2 MiB it would never fill. From any thread.
     func releaseSpareBlock() { spareBlock.abandon() }
 
+    /// Whether `releaseSpareBlock()` was called.
+    var releasedSpareBlock: Bool { spareBlock.isAbandoned }
+
     /// Changes held (every version of a key counts).
     var count: Int { nodeCount.load(ordering: .relaxed) }
 

@@ -159,6 +159,9 @@ final class SpareBlock: Sendable {
         }
     }
 
+    /// Whether `abandon()` was called.
+    var isAbandoned: Bool { state.withLock { $0.abandoned } }
+
     /// Frees the ready block, and any block still being made once it is.
     func abandon() {
         let (ready, byteCount) = state.withLock { state in

@@ -526,6 +526,20 @@ extension Memtable {
         }
     }
 
+    /// A checkpoint frees the spare of the memtable it freezes, and only of that one.
+    @Test func aCheckpointFreesTheSpareOfTheMemtableItFreezes() throws {
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem())
+        var batch = WALBatch()
+        batch.put(Array("key".utf8), Array("value".utf8))
+        try engine.commit(batch)
+        let frozen = engine.snapshots.current.active
+        #expect(!frozen.releasedSpareBlock)
+        try engine.checkpoint()
+        #expect(frozen.releasedSpareBlock)
+        #expect(engine.snapshots.current.active !== frozen && !engine.snapshots.current.active.releasedSpareBlock)
+        try engine.close()
+    }
+
     /// A memtable holding one value of a few hundred KiB reserves about that much, not a
     /// block several times its size.
     @Test func oneLargeNodeTakesABlockOfItsOwnSize() {
