@@ -51,11 +51,14 @@ struct LeafEntry: Equatable, Sendable {
 enum CellToWrite {
     case entry(LeafEntry)
     case node(MemtableNode)
+    /// A cell kept from a leaf the writer read, copied from that leaf's bytes.
+    case stored(StoredCell)
 
     var cellBytes: Int {
         switch self {
         case let .entry(entry): entry.cellBytes
         case let .node(node): LeafEntry.cellBytes(keyCount: node.key.count, version: node.version, inlineValueCount: node.value?.count)
+        case let .stored(cell): cell.cellBytes
         }
     }
 
@@ -63,6 +66,7 @@ enum CellToWrite {
         switch self {
         case let .entry(entry): entry.key
         case let .node(node): Array(node.key)
+        case let .stored(cell): cell.withKey { Array($0) }
         }
     }
 
@@ -72,6 +76,7 @@ enum CellToWrite {
         switch self {
         case let .entry(entry): try entry.key.withUnsafeBytes(body)
         case let .node(node): try body(node.key)
+        case let .stored(cell): try cell.withKey(body)
         }
     }
 
@@ -80,6 +85,7 @@ enum CellToWrite {
         switch self {
         case let .entry(entry): entry.key.count
         case let .node(node): node.key.count
+        case let .stored(cell): cell.keyCount
         }
     }
 }
@@ -254,6 +260,8 @@ enum PageCodec {
                 switch cell {
                 case let .entry(entry):
                     writer.write(entry, elided: elided)
+                case let .stored(cell):
+                    writer.write(cell, elided: elided)
                 case let .node(node):
                     writer.writeVarint(UInt64(keyCount - elided))
                     writer.write(UnsafeRawBufferPointer(rebasing: node.key[elided...]))
@@ -681,6 +689,15 @@ private struct CellWriter {
         case .tombstone:
             write(PageCodec.tombstoneFlag)
         }
+    }
+
+    /// A stored cell (StoredCell.swift), its key's first `elided` bytes left out and the
+    /// rest of it copied as it is.
+    mutating func write(_ cell: StoredCell, elided: Int) {
+        writeVarint(UInt64(cell.keyCount - elided))
+        cell.withKey { write(UnsafeRawBufferPointer(rebasing: $0[elided...])) }
+        writeVarint(cell.version)
+        cell.withBody { write($0) }
     }
 
     mutating func write(_ bytes: [UInt8]) {

@@ -330,15 +330,33 @@ final class PageFile: Sendable {
 
     /// `node(id)`, and whether the page is a compressed leaf (for `verify`).
     func nodeAndForm(_ id: PageID) throws -> (node: Node, compressed: Bool) {
-        var (bytes, type, count, word) = try readPage(id, types: .tree)
-        let compressed = type == .leaf && bytes.withUnsafeBytes { PageCodec.isCompressedLeaf($0) }
-        if compressed { bytes = try bytes.withUnsafeBytes { page throws(EngineError) in try expand(id, page) } }
+        let (bytes, type, count, word, compressed) = try treePage(id)
         do {
             return type == .leaf ? (.leaf(try PageCodec.decodeLeaf(bytes, count: count)), compressed)
                 : (.branch(try PageCodec.decodeBranch(bytes, count: count, leftmost: word, lowerBound: [])), false)
         } catch {
             throw corrupt(id, error)
         }
+    }
+
+    /// B+tree page `id` as the tree writer takes it: a leaf's cells left in its bytes
+    /// (StoredCell.swift), a branch decoded as `node(id)` decodes it.
+    func storedNode(_ id: PageID) throws -> StoredNode {
+        let (bytes, type, count, word, _) = try treePage(id)
+        do {
+            return type == .leaf ? .leaf(try PageCodec.storedCells(bytes, count: count))
+                : .branch(try PageCodec.decodeBranch(bytes, count: count, leftmost: word, lowerBound: []))
+        } catch {
+            throw corrupt(id, error)
+        }
+    }
+
+    /// Tree page `id` read with `pread` and verified, a compressed leaf expanded.
+    private func treePage(_ id: PageID) throws -> (bytes: [UInt8], type: PageType, count: Int, word: UInt64, compressed: Bool) {
+        var (bytes, type, count, word) = try readPage(id, types: .tree)
+        let compressed = type == .leaf && bytes.withUnsafeBytes { PageCodec.isCompressedLeaf($0) }
+        if compressed { bytes = try bytes.withUnsafeBytes { page throws(EngineError) in try expand(id, page) } }
+        return (bytes, type, count, word, compressed)
     }
 
     /// Calls `body` with the value stored in overflow pages at `value`. A raw run

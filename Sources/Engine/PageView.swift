@@ -261,6 +261,18 @@ struct TreePage: @unchecked Sendable {
         return LeafCell(version: version, payload: try contents(at: offset, cell: index))
     }
 
+    /// Where leaf cell `index`'s parts lie in the page, checked as `leafCell` checks them:
+    /// the key bytes it stores, its version, and its flags with its value or overflow
+    /// reference (what the tree writer copies as it is: StoredCell.swift).
+    func leafCellParts(_ index: Int) throws(PageDefect) -> (key: Range<Int>, version: UInt64, body: Range<Int>) {
+        let (start, length) = try PageCodec.keyLocation(bytes, index: index, count: count)
+        var offset = start + length
+        let version = try readVersion(at: &offset, cell: index)
+        var end = offset
+        _ = try contents(at: offset, cell: index, end: &end)
+        return (start..<(start + length), version, offset..<end)
+    }
+
     /// The value (or where its overflow pages are, or a tombstone) of leaf cell `index` whose key lies
     /// at `start`, for a scan: the version is stepped over, not decoded.
     func leafContents(_ index: Int, keyStart start: Int, keyLength length: Int) throws(PageDefect) -> LeafCell.Contents {
@@ -297,6 +309,13 @@ struct TreePage: @unchecked Sendable {
     /// The flags and payload of a cell, starting at `offset` (just past its version).
     @inline(__always)
     private func contents(at start: Int, cell index: Int) throws(PageDefect) -> LeafCell.Contents {
+        var end = start
+        return try contents(at: start, cell: index, end: &end)
+    }
+
+    /// `contents(at:cell:)`, and where the cell ends.
+    @inline(__always)
+    private func contents(at start: Int, cell index: Int, end: inout Int) throws(PageDefect) -> LeafCell.Contents {
         var offset = start
         guard offset < bytes.count else { throw PageDefect("cell \(index) runs past the page") }
         let flags = bytes[offset]
@@ -323,10 +342,14 @@ struct TreePage: @unchecked Sendable {
                 }
             }
             guard valueLength <= bytes.count - offset else { throw PageDefect("cell \(index) has a value running past the page") }
+            end = offset + valueLength
             return .inline(UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + valueLength)]))
         case PageCodec.overflowFlag, PageCodec.runFlag:
-            return .overflow(try PageCodec.decodeLargeValue(flags, bytes, at: offset, cell: index).0)
+            let (value, past) = try PageCodec.decodeLargeValue(flags, bytes, at: offset, cell: index)
+            end = past
+            return .overflow(value)
         case PageCodec.tombstoneFlag:
+            end = offset
             return .tombstone
         default:
             throw PageDefect("cell \(index) has flags \(flags)")

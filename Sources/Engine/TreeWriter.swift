@@ -12,7 +12,10 @@
 //
 // A new value is encoded straight from its memtable node into its page (`CellToWrite`),
 // and pages written at consecutive IDs go out as one write per run: measured under
-// callgrind on fillseq, the tree writer went from 3,310 to 620 instructions per key.
+// callgrind on fillseq, the tree writer went from 3,310 to 620 instructions per key. A
+// cell kept from a leaf it rewrites is copied from that leaf's bytes (`StoredCell`), not
+// decoded into arrays of its own: at 1M random keys under `EngineOptions.smallFootprint`,
+// whose checkpoints bound the rate, that took fillrandom from 164–218k to 274–309k keys/s.
 // Called only by the checkpoint (and the vacuum's relocation), on one thread.
 import StrataCodec
 
@@ -227,7 +230,7 @@ struct TreeWriter {
     /// pages are rewritten either way, so this costs no write.
     private struct LeafGroup {
         var lower: [UInt8]
-        var entries: [LeafEntry]
+        var entries: [StoredCell]
         var changes: Range<Int>
         /// How many leaves the entries came from.
         var leaves = 0
@@ -238,7 +241,7 @@ struct TreeWriter {
         let mine = changes[group.changes]
         // Keys only after the last entry (sequential inserts) pack new leaves full.
         let appending = group.entries.last.map { last in
-            last.key.withUnsafeBytes { compareBytes(mine[mine.startIndex].key, $0) > 0 }
+            last.withKey { compareBytes(mine[mine.startIndex].key, $0) > 0 }
         } ?? true
         return try writeMerged(group.entries, mine, lower: group.lower, packFull: appending, leaves: group.leaves)
     }
@@ -246,13 +249,13 @@ struct TreeWriter {
     private mutating func rewrite(_ id: PageID, level: Int, height: Int, lower: [UInt8],
                                   changes: ArraySlice<MemtableNode>) throws -> [BranchEntry] {
         freed.append(id)
-        switch try file.node(id) {
+        switch try file.storedNode(id) {
         case let .leaf(entries):
             guard level == height else { throw corrupt(file, id, "a leaf above the bottom level") }
             // Keys only after the leaf's last one (sequential inserts) pack new leaves full;
             // changes among its keys split it into leaves with room for the next checkpoint's.
             let appending = entries.last.map { last in
-                last.key.withUnsafeBytes { compareBytes(changes[changes.startIndex].key, $0) > 0 }
+                last.withKey { compareBytes(changes[changes.startIndex].key, $0) > 0 }
             } ?? true
             return try writeMerged(entries, changes, lower: lower, packFull: appending)
         case var .branch(children):
@@ -275,7 +278,7 @@ struct TreeWriter {
                     replaced.append(child)
                 } else if level + 1 == height {
                     freed.append(child.child)
-                    guard case let .leaf(entries) = try file.node(child.child) else {
+                    guard case let .leaf(entries) = try file.storedNode(child.child) else {
                         throw corrupt(file, child.child, "a branch at the bottom level")
                     }
                     var grown = group.take() ?? LeafGroup(lower: child.key, entries: [], changes: mine.startIndex..<mine.startIndex)
@@ -309,7 +312,7 @@ struct TreeWriter {
     private mutating func relocateSubtree(_ id: PageID, level: Int, height: Int, above cutoff: UInt64) throws -> PageID {
         // A leaf that stays is not even read.
         if level == height && id.rawValue < cutoff { return id }
-        var node = try file.node(id)
+        var node = try file.storedNode(id)
         var moved = id.rawValue >= cutoff
         switch node {
         case .leaf:
@@ -330,9 +333,9 @@ struct TreeWriter {
         // compressed leaf more than this writer may compress: neither is split here (the
         // next checkpoint that changes it does that), so the move stops.
         switch node {
-        case let .leaf(entries):
-            let cells = entries.map(CellToWrite.entry)[...]
-            guard compressesLeaves || PageCodec.leafFits(entries, pageBytes: pageBytes),
+        case let .leaf(stored):
+            let cells = stored.map(CellToWrite.stored)[...]
+            guard compressesLeaves || PageCodec.leafBytes(cells) <= capacity,
                   cells.reduce(0, { $0 + $1.cellBytes }) <= PageCodec.maxExpandedCapacity(pageBytes: pageBytes),
                   case .page(var page, _) = PageCodec.encodeLeafPage(cells: cells, id: .none, generation: generation, pageBytes: pageBytes,
                                                                      compress: compressesLeaves, scratch: &scratch)
@@ -351,22 +354,26 @@ struct TreeWriter {
         }
     }
 
-    /// Merges a leaf's entries with the changes that fall in it. A change whose cell fits
-    /// the page stays a reference to its memtable node until it is encoded.
-    private mutating func merge(_ old: [LeafEntry], _ changes: ArraySlice<MemtableNode>) throws -> [CellToWrite] {
+    /// Merges a leaf's cells with the changes that fall in it. A change whose cell fits
+    /// the page stays a reference to its memtable node until it is encoded, and a kept
+    /// cell a reference to the leaf it was read from.
+    private mutating func merge(_ old: ArraySlice<StoredCell>, _ changes: ArraySlice<MemtableNode>) throws -> [CellToWrite] {
         var result: [CellToWrite] = []
         result.reserveCapacity(old.count + changes.count)
-        var oldIndex = 0
+        var oldIndex = old.startIndex
         for change in changes {
             let key = change.key
-            while oldIndex < old.count && old[oldIndex].key.withUnsafeBytes({ compareBytes($0, key) }) < 0 {
+            var order = 1
+            while oldIndex < old.endIndex {
+                order = old[oldIndex].withKey { compareBytes($0, key) }
+                guard order < 0 else { break }
                 keep(old[oldIndex], into: &result)
                 oldIndex += 1
             }
             var wasLive = false
-            if oldIndex < old.count && old[oldIndex].key.withUnsafeBytes({ compareBytes($0, key) }) == 0 {
-                wasLive = old[oldIndex].payload != .tombstone
-                if case let .overflow(value) = old[oldIndex].payload {
+            if oldIndex < old.endIndex && order == 0 {
+                wasLive = !old[oldIndex].isTombstone
+                if let value = old[oldIndex].largeValue {
                     freed += try file.overflowPages(value, below: oldPageCount)
                 }
                 oldIndex += 1
@@ -385,16 +392,16 @@ struct TreeWriter {
                 if change.version > purgeTombstonesThrough { result.append(.node(change)) }
             }
         }
-        while oldIndex < old.count {
+        while oldIndex < old.endIndex {
             keep(old[oldIndex], into: &result)
             oldIndex += 1
         }
         return result
     }
 
-    private func keep(_ entry: LeafEntry, into result: inout [CellToWrite]) {
-        if entry.payload == .tombstone && entry.version <= purgeTombstonesThrough { return }
-        result.append(.entry(entry))
+    private func keep(_ cell: StoredCell, into result: inout [CellToWrite]) {
+        if cell.isTombstone && cell.version <= purgeTombstonesThrough { return }
+        result.append(.stored(cell))
     }
 
     /// Writes a value too large for its leaf as an overflow run (OverflowRun.swift);
@@ -449,10 +456,10 @@ struct TreeWriter {
     /// `writeLeaves`); a run of more than `mergePieceChanges` changes is merged piece by
     /// piece into the same sequence of leaves, each filled to `splitFill` of the page (what
     /// an even spread of that many entries comes to) or to the brim with `packFull`.
-    private mutating func writeMerged(_ old: [LeafEntry], _ changes: ArraySlice<MemtableNode>, lower: [UInt8],
+    private mutating func writeMerged(_ old: [StoredCell], _ changes: ArraySlice<MemtableNode>, lower: [UInt8],
                                       packFull: Bool, leaves: Int = 1) throws -> [BranchEntry] {
         guard changes.count > Self.mergePieceChanges else {
-            return try writeLeaves(merge(old, changes), lower: lower, packFull: packFull, leaves: leaves)
+            return try writeLeaves(merge(old[...], changes), lower: lower, packFull: packFull, leaves: leaves)
         }
         var run = LeafRun(target: nil, fill: packFull ? (1, 1) : Self.splitFill, limit: leafLimit, lower: lower)
         var rest = old[...]
@@ -461,9 +468,9 @@ struct TreeWriter {
             let end = min(start + Self.mergePieceChanges, changes.endIndex)
             // The old entries below the next piece's first key merge with this piece.
             let split = end == changes.endIndex ? rest.endIndex : changes[end].key.withUnsafeBytes { bound in
-                rest.firstIndex { $0.key.withUnsafeBytes { compareBytes($0, bound) } >= 0 } ?? rest.endIndex
+                rest.firstIndex { $0.withKey { compareBytes($0, bound) } >= 0 } ?? rest.endIndex
             }
-            for entry in try merge(Array(rest[..<split]), changes[start..<end]) { try add(entry, to: &run) }
+            for entry in try merge(rest[..<split], changes[start..<end]) { try add(entry, to: &run) }
             rest = rest[split...]
             start = end
         }
