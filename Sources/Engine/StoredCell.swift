@@ -95,10 +95,13 @@ extension PageCodec {
                 // keys in order have their rests in order.
                 let prefix = view.isElided ? storedHintOffset(bytes) : 0
                 guard hintedSlotsStart + prefix <= bytes.count else { throw PageDefect("its keys' shared prefix runs past the page") }
-                var keys: [UInt8] = []
-                if prefix > 0 { keys.reserveCapacity(count * prefix + bytes.count) }
                 var cells: [StoredCell] = []
                 cells.reserveCapacity(count)
+                // Where each key's rest lies in the page, and the bytes of the whole keys,
+                // for the keys' array (when the page elides their prefix) made in one go.
+                var rests: [Range<Int>] = []
+                if prefix > 0 { rests.reserveCapacity(count) }
+                var keyBytes = 0
                 var previous: UnsafeRawBufferPointer?
                 for index in 0..<count {
                     let (stored, version, body) = try view.leafCellParts(index)
@@ -110,14 +113,24 @@ extension PageCodec {
                     previous = rest
                     var key = stored
                     if prefix > 0 {
-                        let at = keys.count
-                        keys.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[hintedSlotsStart..<(hintedSlotsStart + prefix)]).assumingMemoryBound(to: UInt8.self))
-                        keys.append(contentsOf: rest.assumingMemoryBound(to: UInt8.self))
-                        key = at..<keys.count
+                        key = keyBytes..<(keyBytes + prefix + stored.count)
+                        keyBytes = key.upperBound
+                        rests.append(stored)
                     }
                     cells.append(StoredCell(leaf: leaf, key: key, version: version, body: body))
                 }
-                if prefix > 0 { leaf.keys = keys }
+                if keyBytes > 0 {
+                    let shared = bytes.baseAddress! + hintedSlotsStart
+                    leaf.keys = [UInt8](unsafeUninitializedCapacity: keyBytes) { keys, initialized in
+                        var at = keys.baseAddress!
+                        for rest in rests {
+                            UnsafeMutableRawPointer(at).copyMemory(from: shared, byteCount: prefix)
+                            UnsafeMutableRawPointer(at + prefix).copyMemory(from: bytes.baseAddress! + rest.lowerBound, byteCount: rest.count)
+                            at += prefix + rest.count
+                        }
+                        initialized = keyBytes
+                    }
+                }
                 return cells
             }
         }

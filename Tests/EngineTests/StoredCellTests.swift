@@ -79,6 +79,24 @@ import Testing
         }
     }
 
+    /// A raw leaf that counts no cell but says its keys share a prefix (a crafted page):
+    /// read as no cell, as `decodeLeaf` reads it, or refused by both.
+    @Test func aLeafOfNoCellWithAPrefixReadsAsEmpty() throws {
+        var page = leaf([LeafEntry(key: Array("shared-prefix-1".utf8), version: 1, payload: .inline([1]))], elide: true)
+        page[6] = 0
+        page[7] = 0
+        PageCodec.seal(&page)
+        let (_, count, _) = try PageCodec.verify(page, id: PageID(3), expected: [.leaf])
+        #expect(count == 0 && page.withUnsafeBytes { PageCodec.storedHintOffset($0) } == 15)
+        let decoded = Result { () throws(PageDefect) in try PageCodec.decodeLeaf(page, count: count) }
+        let stored = Result { () throws(PageDefect) in try PageCodec.storedCells(page, count: count) }
+        switch (decoded, stored) {
+        case let (.success(entries), .success(cells)): #expect(entries.isEmpty && cells.isEmpty)
+        case (.failure, .failure): break
+        default: Issue.record("decodeLeaf \(decoded), storedCells \(stored)")
+        }
+    }
+
     /// A leaf with one byte changed past its header (its checksum then fixed, as a crafted
     /// file would have it): `storedCells` refuses it exactly when `decodeLeaf` does, and
     /// reads the same cells when both take it.
