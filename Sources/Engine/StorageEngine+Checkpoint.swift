@@ -131,12 +131,15 @@ extension StorageEngine {
 
         // The free list: every page free after this checkpoint, stored in pages that are
         // free now and unpinned (never in a page an older tree or snapshot may read).
+        // Each list of page IDs is built once, at its size: with tens of thousands of free
+        // pages, the copies made on the way were a checkpoint's largest allocations.
         var unused = writer.allocator.takeReusable()
-        let freedNow = writer.freed + durable.freeListPages
-        let stillPending = durable.pending.flatMap(\.pages)
+        var freedNow = writer.freed
+        writer.freed = []
+        freedNow.append(contentsOf: durable.freeListPages)
+        let stillPendingCount = durable.pending.reduce(0) { $0 + $1.pages.count }
         let perPage = PageCodec.freeListCapacity(pageBytes: pageFile.pageBytes)
-        var listed = unused + stillPending + freedNow
-        let listPageCount = (listed.count + perPage - 1) / perPage
+        let listPageCount = (unused.count + stillPendingCount + freedNow.count + perPage - 1) / perPage
         var listPages: [PageID] = []
         var pageCount = writer.allocator.pageCount
         for _ in 0..<listPageCount {
@@ -147,8 +150,14 @@ extension StorageEngine {
                 pageCount += 1
             }
         }
-        listed = unused + stillPending + freedNow
-        try pageFile.writeFreeList(listed, in: listPages, generation: generation)
+        do {
+            var listed: [PageID] = []
+            listed.reserveCapacity(unused.count + stillPendingCount + freedNow.count)
+            listed.append(contentsOf: unused)
+            for pending in durable.pending { listed.append(contentsOf: pending.pages) }
+            listed.append(contentsOf: freedNow)
+            try pageFile.writeFreeList(listed, in: listPages, generation: generation)
+        }
         try pageFile.syncData()
 
         let meta = MetaPage(pageBytes: pageFile.pageBytes, generation: generation, root: tree.root,
@@ -169,7 +178,7 @@ extension StorageEngine {
         readerTable?.publish(generation: generation)
         // What older checkpoints freed and snapshots of older trees still hold (this
         // checkpoint's own freed pages wait for the next one whatever readers do).
-        readerTable?.publishPinned(pages: UInt64(stillPending.count))
+        readerTable?.publishPinned(pages: UInt64(stillPendingCount))
         // Every segment the checkpoint covers goes, the active one too when no commit came
         // after the frozen version (a store killed now replays nothing it need not), but
         // none that a reader still reads: the table is read after the meta page is written

@@ -33,8 +33,13 @@ struct PageAllocator {
     private var searchFrom: [Int: Int] = [:]
     /// Every page ID is below this.
     private(set) var pageCount: UInt64
-    /// Pages this allocator handed out.
-    private(set) var allocated: [PageID] = []
+    /// Pages this allocator handed out, as runs of consecutive IDs in the order given (a
+    /// checkpoint hands out tens of thousands, mostly one after another).
+    private var allocatedRuns: [(start: UInt64, count: UInt64)] = []
+    /// Pages this allocator handed out, in the order given.
+    var allocated: [PageID] {
+        allocatedRuns.flatMap { run in (run.start..<run.start + run.count).map { PageID($0) } }
+    }
 
     init(reusable: [PageID], pageCount: UInt64) {
         for id in reusable.sorted() {
@@ -59,7 +64,7 @@ struct PageAllocator {
             id = PageID(pageCount)
             pageCount += 1
         }
-        allocated.append(id)
+        noteAllocated(id.rawValue, count: 1)
         return id
     }
 
@@ -82,8 +87,16 @@ struct PageAllocator {
             first = pageCount
             pageCount += UInt64(count)
         }
-        allocated += (first..<first + UInt64(count)).map { PageID($0) }
+        noteAllocated(first, count: UInt64(count))
         return PageID(first)
+    }
+
+    private mutating func noteAllocated(_ first: UInt64, count: UInt64) {
+        if let last = allocatedRuns.last, last.start + last.count == first {
+            allocatedRuns[allocatedRuns.count - 1].count += count
+        } else {
+            allocatedRuns.append((first, count))
+        }
     }
 
     /// Takes every reusable page out, highest first (for the free list's own storage
@@ -94,9 +107,18 @@ struct PageAllocator {
             head = 0
             searchFrom.removeAll()
         }
-        return extents[head...].reversed().flatMap { extent in
-            (extent.start..<extent.start + extent.count).reversed().map { PageID($0) }
+        // One array of the exact size: at a million records the free pages number tens of
+        // thousands, and a checkpoint's lists of them were most of its own memory.
+        var pages: [PageID] = []
+        pages.reserveCapacity(extents[head...].reduce(0) { $0 + Int($1.count) })
+        for extent in extents[head...].reversed() {
+            var page = extent.start + extent.count
+            while page > extent.start {
+                page -= 1
+                pages.append(PageID(page))
+            }
         }
+        return pages
     }
 }
 
