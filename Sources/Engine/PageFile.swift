@@ -251,13 +251,21 @@ final class PageFile: Sendable {
     }
 
     /// Page `id` from the cache, read and verified (a compressed leaf expanded) on a miss.
+    /// The page is read straight into the memory the cached page owns (one allocation and
+    /// no copy on a miss); a compressed leaf is expanded from it into memory of its own.
     private func cachedPage(_ id: PageID) throws -> CachedPage {
         if let cached = cache.page(id) { return cached }
-        let (bytes, type, count, word) = try readPage(id, types: .tree)
-        let cached = try bytes.withUnsafeBytes { page in
-            PageCodec.isCompressedLeaf(page)
-                ? CachedPage(owning: try expandInPlace(id, page), type: type, count: count, word: word)
-                : CachedPage(bytes, type: type, count: count, word: word)
+        let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: pageBytes, alignment: 16)
+        var owned = true
+        defer { if owned { bytes.deallocate() } }
+        let (type, count, word) = try readPage(id, into: bytes, types: .tree)
+        let page = UnsafeRawBufferPointer(bytes)
+        let cached: CachedPage
+        if PageCodec.isCompressedLeaf(page) {
+            cached = CachedPage(owning: try expandInPlace(id, page), type: type, count: count, word: word)
+        } else {
+            cached = CachedPage(owning: bytes, type: type, count: count, word: word)
+            owned = false
         }
         cache.insert(id, cached)
         return cached
@@ -303,20 +311,32 @@ final class PageFile: Sendable {
         return .corruptPage(path: path, offset: id.offset(pageBytes: pageBytes), reason: reason)
     }
 
-    /// Reads and verifies page `id`, which must be one of `types`.
-    func readPage(_ id: PageID, types: PageTypes) throws -> (bytes: [UInt8], type: PageType, count: Int, word: UInt64) {
+    /// Reads page `id` into `buffer` (`pageBytes` bytes) and verifies it; it must be one
+    /// of `types`.
+    private func readPage(_ id: PageID, into buffer: UnsafeMutableRawBufferPointer,
+                          types: PageTypes) throws -> (type: PageType, count: Int, word: UInt64) {
         guard !closed.load(ordering: .relaxed) else { throw EngineError.closed }
         let offset = id.offset(pageBytes: pageBytes)
         guard id >= .firstDataPage, id.rawValue < Limits.maxPageCount else { throw outside(id) }
-        let bytes: [UInt8]
-        do { bytes = try file.read(count: pageBytes, at: offset) } catch let error as FileIOError { throw EngineError.io(error) }
-        guard bytes.count == pageBytes else { throw outside(id) }
+        let read: Int
+        do { read = try file.read(into: buffer, at: offset) } catch let error as FileIOError { throw EngineError.io(error) }
+        guard read == pageBytes else { throw outside(id) }
         do {
-            let (type, count, word) = try PageCodec.verify(bytes, id: id, expected: types)
-            return (bytes, type, count, word)
+            return try PageCodec.verify(UnsafeRawBufferPointer(buffer), id: id, expected: types)
         } catch {
             throw EngineError.corruptPage(path: path, offset: offset, reason: error.description)
         }
+    }
+
+    /// Reads and verifies page `id`, which must be one of `types`.
+    func readPage(_ id: PageID, types: PageTypes) throws -> (bytes: [UInt8], type: PageType, count: Int, word: UInt64) {
+        var header: (type: PageType, count: Int, word: UInt64)?
+        let bytes = try [UInt8](unsafeUninitializedCapacity: pageBytes) { buffer, initialized in
+            header = try readPage(id, into: UnsafeMutableRawBufferPointer(buffer), types: types)
+            initialized = pageBytes
+        }
+        let (type, count, word) = header!
+        return (bytes, type, count, word)
     }
 
     /// The decoded B+tree page `id`. A branch's first entry has an empty key: callers
