@@ -39,12 +39,20 @@ final class PageCache: Sendable {
         /// Bytes of the cached pages.
         var bytes = 0
 
-        init(slotCount: Int) {
+        /// No slot yet: the arrays are made by the first insert (a mapped store's cache,
+        /// which holds only compressed leaves' expansions, may never take a page).
+        init() {
+            pages = []
+            ids = []
+            referenced = []
+            index = []
+            free = []
+        }
+
+        init(slotCount: Int, positions: Int) {
             pages = Array(repeating: nil, count: slotCount)
             ids = Array(repeating: .none, count: slotCount)
             referenced = Array(repeating: false, count: slotCount)
-            var positions = 1
-            while positions < 2 * slotCount { positions <<= 1 }
             index = Array(repeating: 0, count: positions)
             free = (0..<Int32(slotCount)).reversed()
         }
@@ -61,9 +69,10 @@ final class PageCache: Sendable {
     init(capacityBytes: Int, pageBytes: Int) {
         self.capacityBytes = max(capacityBytes, 16 * pageBytes)
         slotCount = self.capacityBytes / pageBytes
-        let slots = Slots(slotCount: slotCount)
-        positionBits = slots.index.count.trailingZeroBitCount
-        maps = Locked(slots)
+        var positions = 1
+        while positions < 2 * slotCount { positions <<= 1 }
+        positionBits = positions.trailingZeroBitCount
+        maps = Locked(Slots())
     }
 
     func page(_ id: PageID) -> CachedPage? {
@@ -78,6 +87,7 @@ final class PageCache: Sendable {
         let size = page.page.bytes.count
         guard size <= capacityBytes else { return }
         maps.withLock { slots in
+            if slots.index.isEmpty { slots = Slots(slotCount: slotCount, positions: 1 << positionBits) }
             if let (_, slot) = find(id, in: slots) {
                 slots.bytes += size - slots.pages[slot]!.page.bytes.count
                 slots.pages[slot] = page
@@ -106,10 +116,10 @@ final class PageCache: Sendable {
 
     /// Forgets every page.
     func removeAll() {
-        maps.withLock { $0 = Slots(slotCount: slotCount) }
+        maps.withLock { $0 = Slots() }
     }
 
-    var count: Int { maps.withLock { slotCount - $0.free.count } }
+    var count: Int { maps.withLock { $0.pages.count - $0.free.count } }
 
     /// Bytes of the cached pages.
     var byteCount: Int { maps.withLock { $0.bytes } }
@@ -121,6 +131,7 @@ final class PageCache: Sendable {
 
     /// The index position and slot of `id`'s page, if cached.
     private func find(_ id: PageID, in slots: Slots) -> (position: Int, slot: Int)? {
+        guard !slots.index.isEmpty else { return nil }
         let mask = slots.index.count - 1
         var position = home(id)
         while true {
