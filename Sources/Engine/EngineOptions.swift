@@ -87,11 +87,14 @@ public struct EngineOptions: Sendable {
     /// Settings for a process whose memory is the limit: a phone, an app extension, a
     /// small container. The defaults buy speed with memory: a 64 MiB memtable that grows
     /// while a checkpoint runs, a frozen one beside it, and every page read kept in the
-    /// resident set through the mapping. These keep the memtable to 4 MiB (8 MiB while a
-    /// checkpoint runs, commits waiting beyond that) and read the data file with `pread`
-    /// through a page cache of 4 MiB, so what the store holds no longer grows with its
-    /// data file, and each checkpoint gives malloc's free pages back (`returnsFreedMemory`);
-    /// the price is more checkpoints and a copy of each page the cache misses.
+    /// resident set through the mapping. These start a checkpoint when the memtable holds
+    /// 4 MiB and let the next one reach 8 MiB while it runs, commits waiting beyond that
+    /// (so the two memtables, the one a checkpoint writes and the one taking commits, hold
+    /// up to 16 MiB together when random writes outrun the checkpoints), and read the data
+    /// file with `pread` through a page cache of 4 MiB, so what the store holds no longer
+    /// grows with its data file, and each checkpoint gives malloc's free pages back
+    /// (`returnsFreedMemory`); the price is more checkpoints and a copy of each page the
+    /// cache misses.
     /// Measured at a million records (Benchmarks/RESULTS.md, "A store in a small
     /// footprint"): peak resident sets of 66–105 MB, 1.00–1.89 × SQLite's in the same run,
     /// against 199–336 MB with the defaults, at 0.35–1.04 × their rates; at a million
