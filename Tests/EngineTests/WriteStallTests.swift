@@ -52,6 +52,9 @@ import Testing
         let state = engine.snapshots.current
         #expect((state.frozen?.byteCount ?? 0) >= GatedStore.bound)
         #expect(state.active.byteCount >= GatedStore.bound)
+        // The most the two memtables hold together (EngineOptions.smallFootprint's
+        // documentation): twice the bound, and a commit's overshoot each.
+        #expect((state.frozen?.byteCount ?? 0) + state.active.byteCount < 2 * (GatedStore.bound + 2 * GatedStore.valueBytes))
         #expect(second < GatedStore.batches)
         try store.finish()
     }
