@@ -12,10 +12,10 @@
 // Strata's numbers through `init(from:)`, `Codable`'s way.
 //  - records-insert: insert N records, B per transaction (each also writes its index entries);
 //  - records-fetch: N fetches of one record by its email;
-//  - records-range: N / 100 queries of the 100 youngest in a five-year age band, sorted by
-//    age (`age >= a && age < a + 5`, limit 100);
-//  - records-count: the number of people in each of the 1,000 cities, N / 100 times over
-//    the cities (`count(city == c)`; SQLite `SELECT count(*)`);
+//  - records-range: N / 100 queries (or --reads) of the 100 youngest in a five-year age
+//    band, sorted by age (`age >= a && age < a + 5`, limit 100);
+//  - records-count: the number of people in each of the 1,000 cities, N / 100 (or --reads)
+//    times over the cities (`count(city == c)`; SQLite `SELECT count(*)`);
 //  - records-update: N updates of a record's age and city by id, B per transaction.
 // Every answer is checked. Expectation: CPU-bound (encoding, index maintenance, predicate
 // evaluation, the records read).
@@ -102,7 +102,7 @@ struct RecordWorkloads {
     /// The workloads on people: `count` of them inserted in `order`. Returns the timed
     /// seconds and the operations they did.
     private func runPeople(directory: String, count: Int, order: [Int]) throws -> (seconds: Double, queries: Int) {
-        let queries = workload == "records-range" || workload == "records-count" ? max(1, count / 100) : count
+        let queries = workload == "records-range" || workload == "records-count" ? options.reads ?? max(1, count / 100) : count
         let perCity = count / 1_000   // when count is a multiple of 1,000
         let seconds: Double
         if engine == "sqlite" {

@@ -31,6 +31,8 @@ struct StrataBench: ParsableCommand {
     /// required) and authentication on. `strata-lz4` (Strata with
     /// `EngineOptions.leafCompression = .lz4`) and `strata-small` (Strata with
     /// `EngineOptions.smallFootprint`) also only when named.
+    /// The workloads whose reads or queries `--reads` counts.
+    static let countsReads: Set<String> = ["readrandom", "records-range", "records-count"]
     static let defaultEngines = allEngines.filter { !$0.hasPrefix("etcd") && $0 != "strata-lz4" && $0 != "strata-small" }
 
     @Option(help: "Comma-separated engines: \(allEngines.joined(separator: ", ")) (etcd and etcd-cluster only when named).")
@@ -57,7 +59,7 @@ struct StrataBench: ParsableCommand {
     @Option(help: "ycsb: operations after the load of --num records (default 100,000).")
     var operations = 100_000
 
-    @Option(help: "readrandom: reads of random keys among the --num loaded (default: one read of each, in random order).")
+    @Option(help: "readrandom: reads of random keys among the --num loaded (default: one read of each, in random order). records-range and records-count: queries (default --num / 100).")
     var reads: Int?
 
     @Option(help: "readseq: scans of every key, one after another, the median one reported (default 1: the first scan alone, which meets every page for the first time, beside Strata's checkpoint of the fill's last keys).")
@@ -150,8 +152,8 @@ struct StrataBench: ParsableCommand {
         if readers < 0 || readerProcesses < 0 { throw ValidationError("--readers and --reader-processes must be 0 or more") }
         if operations < 1 { throw ValidationError("--operations must be at least 1") }
         if let reads, reads < 1 { throw ValidationError("--reads must be at least 1") }
-        if reads != nil, !benchmarks.split(separator: ",").contains("readrandom") {
-            throw ValidationError("--reads counts readrandom's reads only: add readrandom to --benchmarks")
+        if reads != nil, !benchmarks.split(separator: ",").contains(where: { Self.countsReads.contains(String($0)) }) {
+            throw ValidationError("--reads counts the reads of readrandom and the queries of records-range and records-count only: add one of them to --benchmarks")
         }
         if passes < 1 { throw ValidationError("--passes must be at least 1") }
         if passes > 1, !benchmarks.split(separator: ",").contains("readseq") {
@@ -271,7 +273,7 @@ struct StrataBench: ParsableCommand {
         if let threads { arguments += ["--threads", "\(threads)"] }
         if let distribution { arguments += ["--distribution", distribution.rawValue] }
         if let seconds, workload == "overwrite" { arguments += ["--seconds", "\(seconds)"] }
-        if let reads, workload == "readrandom" { arguments += ["--reads", "\(reads)"] }
+        if let reads, Self.countsReads.contains(workload) { arguments += ["--reads", "\(reads)"] }
         if workload == "readseq" { arguments += ["--passes", "\(passes)"] }
         if splitCPUs { arguments.append("--split-cpus") }
         if touchValues { arguments.append("--touch-values") }
