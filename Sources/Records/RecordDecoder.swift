@@ -108,8 +108,8 @@ struct RecordDecoding: Decoder {
 
     func string() throws -> String {
         guard tag == .string else { throw mismatch(String.self, "a string") }
-        // Validated as UTF-8 (RecordDecoder.D1).
-        return String(decoding: bytes[try RecordBytes.run(bytes, offset)], as: UTF8.self)
+        let run = try RecordBytes.run(bytes, offset)
+        return bytes.withUnsafeBytes { RecordBytes.validatedString(UnsafeRawBufferPointer(rebasing: $0[run])) }
     }
 
     func integer<I: FixedWidthInteger>(_ target: I.Type) throws -> I {

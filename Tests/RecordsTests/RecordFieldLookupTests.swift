@@ -1,5 +1,6 @@
 import Strata
 @testable import StrataRecords
+import StrataTesting
 import Testing
 
 /// RecordBytes.swift's field tables: a keyed container looks first at the field after the
@@ -134,6 +135,95 @@ import Testing
             #expect(throws: RecordError.self, "\(padded)") {
                 try bytes.withUnsafeBytes { raw in try RecordReader.read(raw) { try $0.decode(UInt64.self, forKey: "x") } }
             }
+        }
+    }
+
+    /// A field table reads the common field (a short name, then an integer of up to three
+    /// bytes or a short string) on a path of its own and every other through the general
+    /// one. Random records with names and values on both sides of each limit (lengths 0–200,
+    /// integers of one to ten bytes, ASCII and not, other kinds between them) read back as
+    /// written; a change of each of their bytes in turn is accepted or refused by a reader
+    /// exactly as the general path accepts or refuses it, with the same error.
+    @Test func everyFieldShapeReadsAsWrittenAndBadBytesFailAsTheGeneralPathSays() throws {
+        let seed: UInt64 = 0x5EED_F1E1D
+        print("RecordFieldLookupTests.everyFieldShape seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let lengths = [0, 1, 3, 4, 7, 8, 9, 16, 23, 100, 127, 128, 129, 200]
+        func text(_ random: inout SplitMix64) -> String {
+            let count = lengths.randomElement(using: &random)!
+            let pieces = ["a", "Z", "0", "@", ".", "é", "€", "𝄞"]
+            let ascii = Bool.random(using: &random)
+            return String((0..<count).map { _ in Character(ascii ? pieces[Int.random(in: 0..<5, using: &random)] : pieces.randomElement(using: &random)!) })
+        }
+        func integer(_ random: inout SplitMix64) -> UInt64 {
+            let bits = Int.random(in: 0...64, using: &random)
+            return bits == 64 ? .max : UInt64.random(in: 0..<(1 << UInt64(bits)), using: &random)
+        }
+        var mutations = 0, refused = 0
+        for _ in 0..<200 {
+            var fields: [(key: String, value: RecordValue)] = []
+            var names = Set<String>()
+            for index in 0..<Int.random(in: 0...6, using: &random) {
+                var name = text(&random) + "\(index)"
+                if !names.insert(name).inserted { name += "!" ; names.insert(name) }
+                let value: RecordValue = switch Int.random(in: 0..<6, using: &random) {
+                case 0: .int(Int64(bitPattern: integer(&random)))
+                case 1: .uint(integer(&random))
+                case 2, 3: .string(text(&random))
+                case 4: .double(Double(bitPattern: integer(&random)))
+                default: .array([.string(text(&random)), .null, .string(text(&random))])
+                }
+                fields.append((name, value))
+            }
+            let bytes = RecordValue.keyed(fields).encoded()
+            try bytes.withUnsafeBytes { raw in
+                try RecordReader.read(raw) { reader in
+                    for (name, value) in fields {
+                        switch value {
+                        case let .int(number): #expect(try reader.decode(Int64.self, forKey: name) == number)
+                        case let .uint(number): #expect(try reader.decode(UInt64.self, forKey: name) == number)
+                        case let .string(string): #expect(try reader.decode(String.self, forKey: name) == string)
+                        case let .double(number):
+                            let read = try reader.decode(Double.self, forKey: name)
+                            #expect(read.bitPattern == number.bitPattern || (read.isNaN && number.isNaN))
+                        case let .array(elements):
+                            let strings = elements.map { element -> String? in if case let .string(string) = element { string } else { nil } }
+                            #expect(try reader.decode([String?].self, forKey: name) == strings)
+                        default: Issue.record("a value of a kind the test does not write: \(value)")
+                        }
+                    }
+                }
+            }
+            // Each byte after the root's tag changed in turn: the reader refuses what the
+            // validator refuses.
+            for at in 2..<bytes.count {
+                var changed = bytes
+                changed[at] = [0x00, 0x7F, 0x80, 0xFF, changed[at] ^ 0x80, changed[at] &+ 1].randomElement(using: &random)!
+                mutations += 1
+                let expected = Self.generalCheck(changed)
+                do {
+                    try changed.withUnsafeBytes { raw in try RecordReader.read(raw) { _ in } }
+                    #expect(expected == nil, "byte \(at) of \(bytes) changed: the reader accepted what the validator refused")
+                } catch let error as RecordError {
+                    refused += 1
+                    #expect(error == expected, "byte \(at) of \(bytes) changed")
+                }
+            }
+        }
+        #expect(mutations > 10_000 && refused > mutations / 10)
+    }
+
+    /// What the general path (`RecordScanner.skipValue`, validating) finds wrong with a
+    /// record, or nil: the oracle for the field tables, which read common fields their own way.
+    static func generalCheck(_ bytes: [UInt8]) -> RecordError? {
+        bytes.withUnsafeBytes { (raw) -> RecordError? in
+            var scanner = RecordScanner(raw, at: 1)
+            do throws(RecordError) {
+                try scanner.skipValue(depth: 0, validating: true)
+            } catch {
+                return error
+            }
+            return scanner.offset == raw.count ? nil : RecordError.malformed(offset: scanner.offset, reason: "bytes after the record")
         }
     }
 
