@@ -106,7 +106,9 @@ struct Library {
 
 extension RecordWorkloads {
     /// records-relations and records-sort-text on Strata or SQLite (GRDB: GRDBWorkloads.swift).
-    func runLibrary(directory: String, count: Int) throws -> Double {
+    /// With `prepared`, the store is loaded and its queries handed back there instead of
+    /// timed (`interleaved`), the store left open for them.
+    func runLibrary(directory: String, count: Int, prepared: UnsafeMutablePointer<Queries?>? = nil) throws -> Double {
         let library = Library(books: count, seed: options.seed)
         let queries = library.queries(workload)
         let sortedTitles = workload == "records-sort-text" ? (0..<count).map { library.book($0).title }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) } : []
@@ -117,7 +119,7 @@ extension RecordWorkloads {
         }
         if engine == "sqlite" {
             let table = try LibraryTables(directory: directory)
-            defer { table.close() }
+            defer { if prepared == nil { table.close() } }
             try table.insert(library, batch: options.batch)
             func read(_ query: Int) throws {
                 if workload == "records-relations" {
@@ -127,11 +129,15 @@ extension RecordWorkloads {
                     try checkTitles(try table.firstTitles(from: library.prefix(query)).map(\.title), query)
                 }
             }
+            if let prepared {
+                prepared.pointee = Queries(count: queries, run: { for query in $0 { try read(query) } }, close: table.close)
+                return 0
+            }
             try read(0)   // the warm-up query, before the clock
             return try timed { for query in 0..<queries { try read(query) } }
         }
         let store = try Store.open(path: directory, options: Workload.strataOptions(engine: engine))
-        defer { try? store.close() }
+        defer { if prepared == nil { try? store.close() } }
         for start in stride(from: 0, to: library.authors, by: options.batch) {
             try store.write { unit in
                 for id in start..<min(library.authors, start + options.batch) { try unit.repository(LibraryAuthor.self).insert(library.author(id)) }
@@ -155,6 +161,11 @@ extension RecordWorkloads {
                                                                            sortBy: [SortDescriptor(\LibraryBook.title)], limit: 20)
                 try checkTitles(found.map(\.title), query)
             }
+        }
+        if let prepared {
+            prepared.pointee = Queries(count: queries, run: { range in try store.read { context in for query in range { try read(query, context) } } },
+                                       close: { try? store.close() })
+            return 0
         }
         try store.read { try read(0, $0) }   // the warm-up query, before the clock
         return try timed { try store.read { context in for query in 0..<queries { try read(query, context) } } }

@@ -101,13 +101,16 @@ struct RecordWorkloads {
 
     /// The workloads on people: `count` of them inserted in `order`. Returns the timed
     /// seconds and the operations they did.
-    private func runPeople(directory: String, count: Int, order: [Int]) throws -> (seconds: Double, queries: Int) {
+    /// With `prepared`, a read workload's store is loaded and its queries handed back
+    /// there instead of timed (`interleaved`), the store left open for them.
+    private func runPeople(directory: String, count: Int, order: [Int],
+                           prepared: UnsafeMutablePointer<Queries?>? = nil) throws -> (seconds: Double, queries: Int) {
         let queries = workload == "records-range" || workload == "records-count" ? options.reads ?? max(1, count / 100) : count
         let perCity = count / 1_000   // when count is a multiple of 1,000
         let seconds: Double
         if engine == "sqlite" {
             let table = try PeopleTable(directory: directory)
-            defer { table.close() }
+            defer { if prepared == nil { table.close() } }
             if workload != "records-insert" { try table.insert(order, batch: options.batch) }
             /// Query `query` of a read workload.
             func read(_ query: Int) throws {
@@ -125,6 +128,10 @@ struct RecordWorkloads {
                     guard count % 1_000 != 0 || found == perCity else { throw BenchError(description: "sqlite counted \(found)") }
                 }
             }
+            if let prepared {
+                prepared.pointee = Queries(count: queries, run: { for query in $0 { try read(query) } }, close: table.close)
+                return (0, queries)
+            }
             if Self.reads.contains(workload) { try read(0) }   // the warm-up query, before the clock
             seconds = try timed {
                 switch workload {
@@ -135,7 +142,7 @@ struct RecordWorkloads {
             }
         } else {
             let store = try Store.open(path: directory, options: Workload.strataOptions(engine: engine))
-            defer { try? store.close() }
+            defer { if prepared == nil { try? store.close() } }
             let insert = {
                 for start in stride(from: 0, to: count, by: options.batch) {
                     try store.write { unit in
@@ -164,6 +171,15 @@ struct RecordWorkloads {
                     let found = try people.count(#Predicate<Person> { $0.city == city })
                     guard count % 1_000 != 0 || found == perCity else { throw BenchError(description: "strata counted \(found)") }
                 }
+            }
+            if let prepared {
+                prepared.pointee = Queries(count: queries, run: { range in
+                    try store.read { context in
+                        let people = context.repository(Person.self)
+                        for query in range { try read(query, people) }
+                    }
+                }, close: { try? store.close() })
+                return (0, queries)
             }
             if Self.reads.contains(workload) {   // the warm-up query, before the clock
                 try store.read { try read(0, $0.repository(Person.self)) }
@@ -330,5 +346,71 @@ final class PeopleTable {
         sqlite3_finalize(countByCity)
         sqlite3_finalize(update)
         sqlite3_close(db)
+    }
+}
+
+/// One engine's store loaded for a read workload: its queries, run a range at a time, and
+/// how to close the store (`RecordWorkloads.interleaved`).
+struct Queries {
+    let count: Int
+    let run: (Range<Int>) throws -> Void
+    let close: () -> Void
+}
+
+extension RecordWorkloads {
+    /// The workloads `--interleave` runs: those that only read.
+    static let interleavable = reads.union(library)
+    /// The engines `--interleave` runs (GRDB's workloads are timed their own way).
+    static let interleavableEngines: Set<String> = ["strata", "strata-small", "sqlite"]
+
+    /// `workload` on every engine of `engines` in this one process: each engine's store
+    /// loaded (untimed) and queried once, then the queries run in turns of `slice`, the
+    /// engine that goes first rotating from turn to turn, and each engine's turns timed and
+    /// summed. This machine's speed drifts within a minute: a loop of string copies timed
+    /// every five seconds took 0.245 to 0.448 s. Engines measured one after the other take
+    /// that drift into their ratio; turns of a fraction of a second share it. No peak RSS:
+    /// the process holds every engine's store.
+    static func interleaved(engines: [String], workload: String, slice: Int, options: StrataBench) throws -> [Result] {
+        let count = options.num ?? 100_000
+        var order = Array(0..<count)
+        var shuffler = SplitMix64(seed: options.seed)
+        order.shuffle(using: &shuffler)
+        var loaded: [(runner: RecordWorkloads, directory: String, queries: Queries)] = []
+        defer {
+            for entry in loaded {
+                entry.queries.close()
+                try? FileManager.default.removeItem(atPath: entry.directory)
+            }
+        }
+        for engine in engines {
+            let runner = RecordWorkloads(engine: engine, workload: workload, options: options)
+            let directory = (options.dir as NSString).appendingPathComponent("strata-bench-\(UUID().uuidString)")
+            var prepared: Queries?
+            if library.contains(workload) {
+                _ = try runner.runLibrary(directory: directory, count: count, prepared: &prepared)
+            } else {
+                _ = try runner.runPeople(directory: directory, count: count, order: order, prepared: &prepared)
+            }
+            guard let queries = prepared else { throw BenchError(description: "\(engine) \(workload) cannot be interleaved") }
+            loaded.append((runner, directory, queries))
+            try queries.run(0..<1)   // the warm-up query, before the clock
+        }
+        var seconds = [Double](repeating: 0, count: loaded.count)
+        let total = loaded.first?.queries.count ?? 0
+        for (turn, start) in stride(from: 0, to: total, by: slice).enumerated() {
+            let range = start..<min(total, start + slice)
+            for step in loaded.indices {
+                let index = (turn + step) % loaded.count
+                seconds[index] += try loaded[index].runner.timed { try loaded[index].queries.run(range) }
+            }
+        }
+        var results: [Result] = []
+        for (index, entry) in loaded.enumerated() {
+            entry.queries.close()
+            results.append(entry.runner.result(seconds: seconds[index], queries: total, bytesOnDisk: StrataBench.directoryBytes(entry.directory)))
+            try? FileManager.default.removeItem(atPath: entry.directory)
+        }
+        loaded.removeAll()
+        return results
     }
 }

@@ -62,6 +62,9 @@ struct StrataBench: ParsableCommand {
     @Option(help: "readrandom: reads of random keys among the --num loaded (default: one read of each, in random order). records-range and records-count: queries (default --num / 100).")
     var reads: Int?
 
+    @Option(help: "records-range, records-count, records-fetch, records-sort-text, records-relations: run every engine (strata, strata-small, sqlite) in one process, their queries in turns of N, each engine's turns timed and summed, so that they share the machine's drift (no peak RSS).")
+    var interleave: Int?
+
     @Option(help: "readseq: scans of every key, one after another, the median one reported (default 1: the first scan alone, which meets every page for the first time, beside Strata's checkpoint of the fill's last keys).")
     var passes = 1
 
@@ -156,6 +159,14 @@ struct StrataBench: ParsableCommand {
             throw ValidationError("--reads counts the reads of readrandom and the queries of records-range and records-count only: add one of them to --benchmarks")
         }
         if passes < 1 { throw ValidationError("--passes must be at least 1") }
+        if let interleave {
+            guard interleave >= 1 else { throw ValidationError("--interleave must be at least 1") }
+            let workloads = benchmarks.split(separator: ",").map(String.init)
+            let engines = engines.split(separator: ",").map(String.init)
+            guard workloads.allSatisfy(RecordWorkloads.interleavable.contains), engines.allSatisfy(RecordWorkloads.interleavableEngines.contains) else {
+                throw ValidationError("--interleave runs \(RecordWorkloads.interleavable.sorted().joined(separator: ", ")) on \(RecordWorkloads.interleavableEngines.sorted().joined(separator: ", ")) only")
+            }
+        }
         if passes > 1, !benchmarks.split(separator: ",").contains("readseq") {
             throw ValidationError("--passes counts readseq's scans only: add readseq to --benchmarks")
         }
@@ -235,6 +246,16 @@ struct StrataBench: ParsableCommand {
             }
         }
         var results: [Result] = []
+        if let interleave {
+            for workload in planned {
+                let row = inProcess
+                    ? try RecordWorkloads.interleaved(engines: engineNames, workload: workload, slice: interleave, options: self)
+                    : try runAlone(engines: engineNames, workload: workload)
+                for result in row { print(try result.json) }
+                results += row
+            }
+            plan = []
+        }
         for (engine, workload) in plan {
             var result: Result
             if inProcess {
@@ -263,6 +284,12 @@ struct StrataBench: ParsableCommand {
     /// Runs one measurement in a child process of this executable, so that its peak
     /// resident set is its own and no engine runs on a heap another one left behind.
     private func runAlone(engine: String, workload: String) throws -> Result {
+        try runAlone(engines: [engine], workload: workload)[0]
+    }
+
+    /// `runAlone` of one or (`--interleave`) several engines, a result each.
+    private func runAlone(engines: [String], workload: String) throws -> [Result] {
+        let engine = engines.joined(separator: ",")
         let child = Process()
         child.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         var arguments = ["--in-process", "--child", "--engines", engine, "--benchmarks", workload, "--batch", "\(batch)",
@@ -275,6 +302,7 @@ struct StrataBench: ParsableCommand {
         if let seconds, workload == "overwrite" { arguments += ["--seconds", "\(seconds)"] }
         if let reads, Self.countsReads.contains(workload) { arguments += ["--reads", "\(reads)"] }
         if workload == "readseq" { arguments += ["--passes", "\(passes)"] }
+        if let interleave { arguments += ["--interleave", "\(interleave)"] }
         if splitCPUs { arguments.append("--split-cpus") }
         if touchValues { arguments.append("--touch-values") }
         arguments += memoryArguments
@@ -284,12 +312,11 @@ struct StrataBench: ParsableCommand {
         try child.run()
         let printed = output.fileHandleForReading.readDataToEndOfFile()
         child.waitUntilExit()
-        guard child.terminationStatus == 0,
-              let line = String(decoding: printed, as: UTF8.self).split(separator: "\n").first(where: { $0.hasPrefix("{") })
-        else {
+        let lines = String(decoding: printed, as: UTF8.self).split(separator: "\n").filter { $0.hasPrefix("{") }
+        guard child.terminationStatus == 0, lines.count == engines.count else {
             throw BenchError(description: "\(engine) \(workload): its process ended with status \(child.terminationStatus)")
         }
-        return try Result(jsonLine: String(line))
+        return try lines.map { try Result(jsonLine: String($0)) }
     }
 
     private func printTable(_ results: [Result], engines: [String], workloads: [String]) {
