@@ -119,7 +119,7 @@ extension RecordWorkloads {
         }
         if engine == "sqlite" {
             let table = try LibraryTables(directory: directory)
-            defer { if prepared == nil { table.close() } }
+            defer { if prepared?.pointee == nil { table.close() } }
             try table.insert(library, batch: options.batch)
             func read(_ query: Int) throws {
                 if workload == "records-relations" {
@@ -137,7 +137,7 @@ extension RecordWorkloads {
             return try timed { for query in 0..<queries { try read(query) } }
         }
         let store = try Store.open(path: directory, options: Workload.strataOptions(engine: engine))
-        defer { if prepared == nil { try? store.close() } }
+        defer { if prepared?.pointee == nil { try? store.close() } }
         for start in stride(from: 0, to: library.authors, by: options.batch) {
             try store.write { unit in
                 for id in start..<min(library.authors, start + options.batch) { try unit.repository(LibraryAuthor.self).insert(library.author(id)) }

@@ -110,7 +110,7 @@ struct RecordWorkloads {
         let seconds: Double
         if engine == "sqlite" {
             let table = try PeopleTable(directory: directory)
-            defer { if prepared == nil { table.close() } }
+            defer { if prepared?.pointee == nil { table.close() } }
             if workload != "records-insert" { try table.insert(order, batch: options.batch) }
             /// Query `query` of a read workload.
             func read(_ query: Int) throws {
@@ -142,7 +142,7 @@ struct RecordWorkloads {
             }
         } else {
             let store = try Store.open(path: directory, options: Workload.strataOptions(engine: engine))
-            defer { if prepared == nil { try? store.close() } }
+            defer { if prepared?.pointee == nil { try? store.close() } }
             let insert = {
                 for start in stride(from: 0, to: count, by: options.batch) {
                     try store.write { unit in
@@ -368,8 +368,9 @@ extension RecordWorkloads {
     /// engine that goes first rotating from turn to turn, and each engine's turns timed and
     /// summed. This machine's speed drifts within a minute: a loop of string copies timed
     /// every five seconds took 0.245 to 0.448 s. Engines measured one after the other take
-    /// that drift into their ratio; turns of a fraction of a second share it. No peak RSS:
-    /// the process holds every engine's store.
+    /// that drift into their ratio; turns of a fraction of a second share it. Each of
+    /// Strata's turns reads in a context of its own (one snapshot a turn, where a run alone
+    /// reads every query in one). No peak RSS: the process holds every engine's store.
     static func interleaved(engines: [String], workload: String, slice: Int, options: StrataBench) throws -> [Result] {
         let count = options.num ?? 100_000
         var order = Array(0..<count)
@@ -386,10 +387,15 @@ extension RecordWorkloads {
             let runner = RecordWorkloads(engine: engine, workload: workload, options: options)
             let directory = (options.dir as NSString).appendingPathComponent("strata-bench-\(UUID().uuidString)")
             var prepared: Queries?
-            if library.contains(workload) {
-                _ = try runner.runLibrary(directory: directory, count: count, prepared: &prepared)
-            } else {
-                _ = try runner.runPeople(directory: directory, count: count, order: order, prepared: &prepared)
+            do {
+                if library.contains(workload) {
+                    _ = try runner.runLibrary(directory: directory, count: count, prepared: &prepared)
+                } else {
+                    _ = try runner.runPeople(directory: directory, count: count, order: order, prepared: &prepared)
+                }
+            } catch {
+                try? FileManager.default.removeItem(atPath: directory)
+                throw error
             }
             guard let queries = prepared else { throw BenchError(description: "\(engine) \(workload) cannot be interleaved") }
             loaded.append((runner, directory, queries))

@@ -313,8 +313,11 @@ struct StrataBench: ParsableCommand {
         let printed = output.fileHandleForReading.readDataToEndOfFile()
         child.waitUntilExit()
         let lines = String(decoding: printed, as: UTF8.self).split(separator: "\n").filter { $0.hasPrefix("{") }
-        guard child.terminationStatus == 0, lines.count == engines.count else {
+        guard child.terminationStatus == 0 else {
             throw BenchError(description: "\(engine) \(workload): its process ended with status \(child.terminationStatus)")
+        }
+        guard lines.count == engines.count else {
+            throw BenchError(description: "\(engine) \(workload): its process printed \(lines.count) results for \(engines.count) engines")
         }
         return try lines.map { try Result(jsonLine: String($0)) }
     }
