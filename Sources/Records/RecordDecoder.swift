@@ -8,7 +8,12 @@
 //
 // Invariants:
 //  RecordDecoder.D1. Nothing is decoded from bytes that `RecordBytes.validate` has not accepted, so
-//      every offset a container holds starts a well-formed value inside the buffer.
+//      every offset a container holds starts a well-formed value inside the buffer, and a
+//      string is copied without checking its UTF-8 again (`RecordBytes.validatedString`).
+//      The bytes are often read where they lie, in a page of the mapped data file or in a
+//      memtable, so they must not change between the check and the read: a memtable's bytes
+//      never change, and no page a snapshot can reach is rewritten while it is pinned
+//      (another program writing into a live store's file is outside this guarantee).
 //  RecordDecoder.D2. A field name that occurs twice (no encoder writes that) reads as its last value.
 import StrataContexts
 import Foundation

@@ -164,8 +164,8 @@ import Testing
             var fields: [(key: String, value: RecordValue)] = []
             var names = Set<String>()
             for index in 0..<Int.random(in: 0...6, using: &random) {
-                var name = text(&random) + "\(index)"
-                if !names.insert(name).inserted { name += "!" ; names.insert(name) }
+                var name = text(&random)
+                while !names.insert(name).inserted { name += "\(index)" }
                 let value: RecordValue = switch Int.random(in: 0..<6, using: &random) {
                 case 0: .int(Int64(bitPattern: integer(&random)))
                 case 1: .uint(integer(&random))
@@ -211,6 +211,27 @@ import Testing
             }
         }
         #expect(mutations > 10_000 && refused > mutations / 10)
+    }
+
+    /// `RecordBytes.isUTF8` (both paths' check of names and strings) answers as
+    /// `String(validating:)` for every length up to 24 with a byte of each kind at each
+    /// position: a byte its loads left out would pass as ASCII.
+    @Test func utf8ChecksAgreeWithTheStandardLibrary() {
+        for count in 0...24 {
+            for position in 0..<max(count, 1) {
+                for byte: UInt8 in [0x41, 0x7F, 0x80, 0xBF, 0xC3, 0xE2, 0xF0, 0xFF] {
+                    var run = [UInt8](repeating: 0x61, count: count)
+                    if count > 0 { run[position] = byte }
+                    let expected = String(validating: run, as: UTF8.self) != nil
+                    // The run at the end of its buffer, and inside one.
+                    for buffer in [[0x62] + run, [0x62] + run + [0x62, 0x62]] {
+                        buffer.withUnsafeBytes { raw in
+                            #expect(RecordBytes.isUTF8(raw, 1, count) == expected, "\(run)")
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// What the general path (`RecordScanner.skipValue`, validating) finds wrong with a
