@@ -31,9 +31,9 @@ struct StrataBench: ParsableCommand {
     /// required) and authentication on. `strata-lz4` (Strata with
     /// `EngineOptions.leafCompression = .lz4`) and `strata-small` (Strata with
     /// `EngineOptions.smallFootprint`) also only when named.
+    static let defaultEngines = allEngines.filter { !$0.hasPrefix("etcd") && $0 != "strata-lz4" && $0 != "strata-small" }
     /// The workloads whose reads or queries `--reads` counts.
     static let countsReads: Set<String> = ["readrandom", "records-range", "records-count"]
-    static let defaultEngines = allEngines.filter { !$0.hasPrefix("etcd") && $0 != "strata-lz4" && $0 != "strata-small" }
 
     @Option(help: "Comma-separated engines: \(allEngines.joined(separator: ", ")) (etcd and etcd-cluster only when named).")
     var engines = defaultEngines.joined(separator: ",")
