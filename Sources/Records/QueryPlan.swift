@@ -32,12 +32,23 @@ struct QueryPlan {
     private var terms: [PlanTerm] = []
 
     /// A term the access uses: the field it is on, its operator, its place in `terms`.
-    private typealias UsedTerm = (field: String, op: PlanOperator, term: Int)
+    private struct UsedTerm {
+        let field: String
+        let op: PlanOperator
+        let term: Int
+
+        init(_ field: String, _ op: PlanOperator, _ term: Int) {
+            (self.field, self.op, self.term) = (field, op, term)
+        }
+    }
 
     /// A term's operator and what its key path is to the record type (its constant stays
     /// in `terms`, at the same position: copying a term retains its key path and copies its
     /// constant's box).
-    private typealias Term = (op: PlanOperator, facts: RecordShape.KeyPathFacts)
+    private struct Term {
+        let op: PlanOperator
+        let facts: RecordShape.KeyPathFacts
+    }
 
     /// Whether what the access reads is exactly what the predicate holds for: every term
     /// is one the access uses, on an id or index whose bytes order and compare as the
@@ -66,7 +77,7 @@ struct QueryPlan {
         self.terms = predicate.terms
         var terms: [Term] = []
         terms.reserveCapacity(predicate.terms.count)
-        for term in predicate.terms { terms.append((term.op, shape.facts(term.keyPath))) }
+        for term in predicate.terms { terms.append(Term(op: term.op, facts: shape.facts(term.keyPath))) }
         let everyTermPlanned = predicate.terms.count == predicate.conjuncts
         if planID(terms, shape: shape) {
             isExact = everyTermPlanned && shape.exactIDs && usedTerms.count == terms.count
@@ -77,7 +88,7 @@ struct QueryPlan {
         isExact = everyTermPlanned && exactTerms && usedTerms.count == terms.count
     }
 
-    /// Reads the records in the order of `sorts` (key paths and directions, in the order
+    /// Reads the records in the order of `sorts` (sorted key paths and directions, in the order
     /// the sort compares them) from an index or the ids when one allows it; false when the
     /// sort stays in memory. An index serves the sorts when its components after those
     /// the read fixes by equality are exactly the sorted key paths, each of a type Strata
@@ -86,11 +97,15 @@ struct QueryPlan {
     /// id, forwards, says just that and is served too). The ids serve a sort on the id
     /// alone when their key bytes sort as they do (integers, `UUID`).
     @usableFromInline
-    mutating func pushDown(_ sorts: [(keyPath: AnyKeyPath, reverse: Bool)], shape: RecordShape, indexes: [PlannedIndex]) -> Bool {
-        var facts = sorts.map { (facts: shape.facts($0.keyPath), reverse: $0.reverse) }
-        if facts.count > 1, let last = facts.last, last.facts.isID, !last.reverse { facts.removeLast() }
-        guard let reverse = facts.first?.reverse, facts.allSatisfy({ $0.reverse == reverse }) else { return false }
-        if facts.count == 1, facts[0].facts.isID {
+    mutating func pushDown(_ sorts: [PlanSort], shape: RecordShape, indexes: [PlannedIndex]) -> Bool {
+        var facts = sorts.map(\.facts)
+        var count = facts.count
+        if count > 1, facts[count - 1].isID, !sorts[count - 1].reverse { count -= 1 }
+        guard count > 0 else { return false }
+        let reverse = sorts[0].reverse
+        guard sorts[..<count].allSatisfy({ $0.reverse == reverse }) else { return false }
+        facts.removeLast(facts.count - count)
+        if facts.count == 1, facts[0].isID {
             guard shape.idsSortExactly else { return false }
             switch access {
             case .scan, .range, .point: sortedByID = reverse
@@ -108,10 +123,10 @@ struct QueryPlan {
             }
             let sorted = index.components[fixed...]
             guard sorted.count == facts.count else { continue }
-            if zip(sorted, facts).allSatisfy({ $0.sortsExactly && $0.field == $1.facts.field }) { chosen = index }
+            if zip(sorted, facts).allSatisfy({ $0.sortsExactly && $0.field == $1.field }) { chosen = index }
         }
         guard let index = chosen else { return false }
-        if case .scan = access { access = .index(index, lower: index.keyPrefix, upper: keyAfterPrefix(index.keyPrefix)) }
+        if case .scan = access { access = .index(index, lower: index.keyPrefix, upper: index.keysEnd) }
         sortedBy = (index, reverse)
         return true
     }
@@ -120,13 +135,13 @@ struct QueryPlan {
     private mutating func planID(_ terms: [Term], shape: RecordShape) -> Bool {
         var lower: [UInt8]?
         var upper: [UInt8]?
-        for (position, (op, facts)) in terms.enumerated() where facts.isID {
+        for (position, term) in terms.enumerated() where term.facts.isID {
             guard let bytes = shape.idBytes(self.terms[position].constant) else { continue }
-            usedTerms.append(("id", op, position))
-            switch op {
+            usedTerms.append(UsedTerm("id", term.op, position))
+            switch term.op {
             case .equal:
                 access = .point(id: bytes)
-                usedTerms = [("id", .equal, position)]
+                usedTerms = [UsedTerm("id", .equal, position)]
                 return true
             case .greater: lower = Self.larger(lower, bytes + [0])
             case .greaterOrEqual: lower = Self.larger(lower, bytes)
@@ -177,7 +192,7 @@ struct QueryPlan {
         guard let first = index.components.first, terms.contains(where: { $0.facts.field == first.field }) else { return nil }
         var base = index.keyPrefix
         var lower = base
-        var upper = keyAfterPrefix(base)
+        var upper = index.keysEnd
         var used: [UsedTerm] = []
         var equalities = 0
         var exact = true
@@ -194,7 +209,7 @@ struct QueryPlan {
                 base += equality.bytes
                 lower = larger(lower, base)
                 upper = smallerOptional(upper, keyAfterPrefix(base))
-                used.append((component.name, .equal, equality.term))
+                used.append(UsedTerm(component.name, .equal, equality.term))
                 equalities += 1
                 exact = exact && component.isExact
                 continue
@@ -203,14 +218,13 @@ struct QueryPlan {
                 if component.nanRanges == .comparableDefaults && term.op == .lessOrEqual { continue }
                 guard let bytes = component.rangeBytes(constants[position].constant) else { continue }
                 let start = base + bytes
-                let after = keyAfterPrefix(start)
                 switch term.op {
-                case .greater: if let after { lower = larger(lower, after) } else { upper = lower }
+                case .greater: if let after = keyAfterPrefix(start) { lower = larger(lower, after) } else { upper = lower }
                 case .greaterOrEqual: lower = larger(lower, start)
                 case .less: upper = smallerOptional(upper, start)
-                case .lessOrEqual, .equal: upper = smallerOptional(upper, after)
+                case .lessOrEqual, .equal: upper = smallerOptional(upper, keyAfterPrefix(start))
                 }
-                used.append((component.name, term.op, position))
+                used.append(UsedTerm(component.name, term.op, position))
                 exact = exact && component.rangesExactly
                 // NaNs sort last: a range upwards ends before them unless its operator holds
                 // for them (NaNRanges).
@@ -293,4 +307,12 @@ struct QueryPlan {
         guard let b else { return a }
         return smaller(a, b)
     }
+}
+
+/// A sort descriptor as the planner reads it: what its key path is to the record type,
+/// and its direction.
+@usableFromInline
+struct PlanSort {
+    let facts: RecordShape.KeyPathFacts
+    let reverse: Bool
 }

@@ -10,6 +10,14 @@ import StrataContexts
 import Foundation
 import StrataCodec
 
+/// A string constant's index bytes for a range term, nil unless it is ASCII
+/// (`ExactIndexRanges`). Made here, not in `RecordIndex.Component.init`: a closure made
+/// there ran in its generic context, unspecialized.
+private let asciiStringRangeBytes: @Sendable (Any) -> [UInt8]? = { constant in
+    guard let text = constant as? String, text.utf8.allSatisfy({ $0 < 0x80 }) else { return nil }
+    return text.indexBytes
+}
+
 /// What the planner knows of an indexed key path's value type: the same for an index of
 /// any record type (`RecordIndex.Component`) and for its plan (`PlannedIndex.Component`).
 struct IndexComponentTraits: Sendable {
@@ -58,7 +66,7 @@ public struct RecordIndex<R: Record>: Sendable {
             let constantBytes = RecordIndex.constantBytes(V.self)
             let rangeBytes: @Sendable (Any) -> [UInt8]?
             if V.self == String.self {
-                rangeBytes = { ($0 as? String).flatMap { text in text.utf8.allSatisfy { $0 < 0x80 } ? text.indexBytes : nil } }
+                rangeBytes = asciiStringRangeBytes
             } else {
                 rangeBytes = constantBytes
             }

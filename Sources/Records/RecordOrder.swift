@@ -31,30 +31,35 @@ struct RecordOrder<R: Record> {
     @usableFromInline
     init(_ sortBy: [SortDescriptor<R>]) {
         keys = sortBy.map { descriptor in
-            guard Self.comparesAsStrata(descriptor), let keyPath = descriptor.keyPath,
+            guard Self.comparesAsStrata(descriptor.stringComparator), let keyPath = descriptor.keyPath,
                   let bytes = Self.bytes(keyPath) else { return .foundation(descriptor) }
             return .bytes(bytes, reverse: descriptor.order == .reverse)
         }
     }
 
-    /// The key paths and directions of `sortBy` when every descriptor sorts as Strata
-    /// does, so that a read in index or key order may serve it (`QueryPlan.pushDown`);
-    /// nil when one compares as Foundation does.
+    /// What the key paths of `sortBy` are to the record type, and their directions, when
+    /// every descriptor sorts as Strata does, so that a read in index or key order may
+    /// serve it (`QueryPlan.pushDown`); nil when one compares as Foundation does.
     @usableFromInline
-    static func readable(_ sortBy: [SortDescriptor<R>], shape: RecordShape) -> [(keyPath: AnyKeyPath, reverse: Bool)]? {
-        var sorts: [(keyPath: AnyKeyPath, reverse: Bool)] = []
+    static func readable(_ sortBy: [SortDescriptor<R>], shape: RecordShape) -> [PlanSort]? {
+        var sorts: [PlanSort] = []
         sorts.reserveCapacity(sortBy.count)
         for descriptor in sortBy {
-            guard comparesAsStrata(descriptor), let keyPath = descriptor.keyPath, shape.facts(keyPath).sortsAsStrata else { return nil }
-            sorts.append((keyPath, descriptor.order == .reverse))
+            // The descriptor read here only: each function that reads one looks the
+            // metadata of `SortDescriptor<R>` up again (~330 instructions).
+            guard comparesAsStrata(descriptor.stringComparator), let keyPath = descriptor.keyPath else { return nil }
+            let facts = shape.facts(keyPath)
+            guard facts.sortsAsStrata else { return nil }
+            sorts.append(PlanSort(facts: facts, reverse: descriptor.order == .reverse))
         }
         return sorts
     }
 
-    /// Whether `descriptor` compares in its values' own order: a string comparison that
-    /// is neither localized nor case-folding (`.lexical`), or `Comparable`'s.
-    private static func comparesAsStrata(_ descriptor: SortDescriptor<R>) -> Bool {
-        guard let comparator = descriptor.stringComparator else { return true }
+    /// Whether a descriptor with `comparator` (its `stringComparator`) compares in its
+    /// values' own order: a string comparison that is neither localized nor case-folding
+    /// (`.lexical`), or `Comparable`'s (nil).
+    private static func comparesAsStrata(_ comparator: String.StandardComparator?) -> Bool {
+        guard let comparator else { return true }
         return comparator == (comparator.order == .forward ? lexicalForward : lexicalReverse)
     }
 

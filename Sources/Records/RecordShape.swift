@@ -7,6 +7,7 @@
 //
 // Thread-safety: immutable but for three caches, each behind its `Mutex`.
 import StrataContexts
+import StrataEngine
 import Foundation
 import Synchronization
 
@@ -138,6 +139,8 @@ final class PlannedIndex: Sendable {
     let name: String
     let isUnique: Bool
     let keyPrefix: [UInt8]
+    /// The first key after every entry (`keyAfterPrefix(keyPrefix)`), made once.
+    let keysEnd: [UInt8]?
     let components: [Component]
 
     /// An indexed key path (see `RecordIndex.Component`), its traits read as its own
@@ -156,6 +159,7 @@ final class PlannedIndex: Sendable {
         self.name = name
         self.isUnique = isUnique
         self.keyPrefix = keyPrefix
+        keysEnd = keyAfterPrefix(keyPrefix)
         self.components = components
     }
 }
