@@ -113,7 +113,9 @@ public struct RecordReader: ~Copyable {
 
     /// The integer in field `key`.
     public func decode(_ type: Int.Type, forKey key: String) throws -> Int {
-        try integer(at: offset(key), key, as: type)
+        let at = try offset(key)
+        if let value = RecordBytes.shortInt(lookup.raw, at) { return Int(truncatingIfNeeded: value) }
+        return try integer(at: at, key, as: type)
     }
 
     /// The integer in field `key`.

@@ -180,9 +180,21 @@ import Testing
                 try RecordReader.read(raw) { reader in
                     for (name, value) in fields {
                         switch value {
-                        case let .int(number): #expect(try reader.decode(Int64.self, forKey: name) == number)
-                        case let .uint(number): #expect(try reader.decode(UInt64.self, forKey: name) == number)
-                        case let .string(string): #expect(try reader.decode(String.self, forKey: name) == string)
+                        case let .int(number):
+                            #expect(try reader.decode(Int64.self, forKey: name) == number)
+                            // `Int` reads short integers in line (`RecordBytes.shortInt`),
+                            // the others as `Int64` does.
+                            #expect(try reader.decode(Int.self, forKey: name) == Int(exactly: number))
+                        case let .uint(number):
+                            #expect(try reader.decode(UInt64.self, forKey: name) == number)
+                            if let exact = Int(exactly: number) {
+                                #expect(try reader.decode(Int.self, forKey: name) == exact)
+                            } else {
+                                #expect(throws: DecodingError.self) { try reader.decode(Int.self, forKey: name) }
+                            }
+                        case let .string(string):
+                            #expect(try reader.decode(String.self, forKey: name) == string)
+                            #expect(throws: DecodingError.self) { try reader.decode(Int.self, forKey: name) }
                         case let .double(number):
                             let read = try reader.decode(Double.self, forKey: name)
                             #expect(read.bitPattern == number.bitPattern || (read.isNaN && number.isNaN))
