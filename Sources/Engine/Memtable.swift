@@ -347,7 +347,9 @@ final class Memtable: @unchecked Sendable {
         var node = head
         var level = levels.load(ordering: .relaxed) - 1
         while true {
-            if let next = node.next(level), next.compare(with: key) < 0 {
+            let next = node.next(level)
+            Self.prefetchBelow(node, level, next)
+            if let next, next.compare(with: key) < 0 {
                 node = next
             } else if level == 0 {
                 return node.next(0)
@@ -362,7 +364,9 @@ final class Memtable: @unchecked Sendable {
         var node = head
         var level = levels.load(ordering: .relaxed) - 1
         while true {
-            if let next = node.next(level), key.map({ next.compare(with: $0) < 0 }) ?? true {
+            let next = node.next(level)
+            Self.prefetchBelow(node, level, next)
+            if let next, key.map({ next.compare(with: $0) < 0 }) ?? true {
                 node = next
             } else if level == 0 {
                 return node == head ? nil : node
@@ -370,6 +374,18 @@ final class Memtable: @unchecked Sendable {
                 level -= 1
             }
         }
+    }
+
+    /// Starts loading the node a search compares next if it steps down from `node` at
+    /// `level`, while it waits on `next`, the node it compares now: in a large memtable
+    /// each node a search reaches is a cache miss, and the one below is known before
+    /// `next` is compared (wasted when the search steps right instead). Two lines: a
+    /// node's key starts 24 bytes or more into it.
+    @inline(__always)
+    private static func prefetchBelow(_ node: MemtableNode, _ level: Int, _ next: MemtableNode?) {
+        guard level > 0, let below = node.next(level - 1), below != next else { return }
+        cplatform_prefetch(below.base)
+        cplatform_prefetch(below.base + 64)
     }
 
     // MARK: Linking (writer only; the batched insert of commits is Memtable+LaneInsert.swift)
