@@ -399,12 +399,9 @@ import StrataWAL
         var generator = SplitMix64(seed: seed)
         // Every 40th transfer checkpoints first, whether or not it moves money (a skipped
         // transfer used to skip its checkpoint too: seed 1628901763388520944 made 30 of 37).
-        var checkpoints: UInt64 = 0
-        for transfer in 0..<1_500 {
-            if transfer % 40 == 39 {
-                try writer.checkpoint()
-                checkpoints += 1
-            }
+        let transfers = 1_500, checkpoints = UInt64(transfers / 40)
+        for transfer in 0..<transfers {
+            if transfer % 40 == 39 { try writer.checkpoint() }
             let from = Int(generator.next() % UInt64(accounts)), to = Int(generator.next() % UInt64(accounts))
             let snapshot = writer.snapshot()
             let amount = Int(generator.next() % 10)
@@ -417,7 +414,8 @@ import StrataWAL
         done.set()
         for reader in readers { reader.wait() }
         #expect(failures.all.isEmpty, "\(failures.all.prefix(5))")
-        #expect(checkpoints == 37 && writer.checkpointLock.withLock { $0.meta.generation } >= checkpoints)
+        // Each checkpoint wrote the data file once more: its generation counts them all.
+        #expect(writer.checkpointLock.withLock { $0.meta.generation } >= checkpoints)
         try writer.close()
     }
 
