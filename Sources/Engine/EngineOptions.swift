@@ -42,7 +42,9 @@ public struct EngineOptions: Sendable {
     /// 64 MiB: changes whose key and value average 66 bytes or less, as a record's index
     /// entries), so that the memtable is frozen while its index still finds every key it
     /// holds. (A memtable that fills its index while the checkpoint before it runs finds
-    /// its keys through the skip list until it is frozen in turn.)
+    /// its keys through the skip list until it is frozen in turn.) A store that stopped
+    /// writing checkpoints too, once 1,024 seeks in a row read a memtable of at least 1/16
+    /// of this with no commit between them (`StorageEngine.checkpointIfQuiet`).
     public var checkpointMemtableBytes = 64 << 20
     /// The most bytes the memtable taking commits may hold while a checkpoint runs, or nil
     /// (the default) for no bound. A commit that leaves it fuller returns only once that

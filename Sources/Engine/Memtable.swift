@@ -84,6 +84,12 @@ final class Memtable: @unchecked Sendable {
     private let padding = CacheLinePadding()
     private let nodeCount = Atomic(0)
     private let nodeBytes = Atomic(0)
+    // Written by readers (`noteQuietSeek()`), on lines apart from the writer's counters.
+    private let seekPadding = CacheLinePadding()
+    /// The change count when the current streak of seeks with no change between them
+    /// began, and how many seeks that streak holds.
+    private let quietSince = Atomic(-1)
+    private let quietSeeks = Atomic(0)
     /// The nodes named by the index but not linked yet, in the order made, and how many.
     let unlinked = Mutex<[MemtableNode]>([])
     let unlinkedCount = Atomic(0)
@@ -137,6 +143,19 @@ final class Memtable: @unchecked Sendable {
     var byteCount: Int { nodeBytes.load(ordering: .relaxed) }
 
     var isEmpty: Bool { !holdsChanges.load(ordering: .relaxed) }
+
+    /// Counts a seek (a walk from a key) that read this memtable, and returns true for the
+    /// `streak`th seek in a row with no change added since the first of them: once per
+    /// quiet streak. Readers race on the counters; a lost count only delays the answer.
+    func noteQuietSeek(streak: Int) -> Bool {
+        let count = self.count
+        guard quietSince.load(ordering: .relaxed) == count else {
+            quietSince.store(count, ordering: .relaxed)
+            quietSeeks.store(1, ordering: .relaxed)
+            return false
+        }
+        return quietSeeks.wrappingAdd(1, ordering: .relaxed).newValue == streak
+    }
 
     /// The newest change of `key` at or below `version`, if any: the filter, then a hash
     /// probe, or O(log n) through the skip list once the index is full.

@@ -168,7 +168,10 @@ public final class Snapshot: Sendable {
         if state.frozen?.isEmpty ?? true {
             var tree = try state.tree.cursor(from: range.lower, reverse: false, file: engine.pageFile)
             let treeHasNone = try tree.currentKey().map { key in range.upper.map { upper in upper.withUnsafeBytes { compareBytes(key, $0) >= 0 } } ?? false } ?? true
-            if treeHasNone { return state.active.count(range, at: state.version, limit: limit) }
+            if treeHasNone {
+                if !state.active.isEmpty { engine.checkpointIfQuiet(state) }
+                return state.active.count(range, at: state.version, limit: limit)
+            }
         }
         var walk = try RangeWalk(snapshot: self, range: range, reverse: false)
         var count = 0
@@ -283,6 +286,7 @@ struct RangeWalk {
         // In reverse, begin at the last key below `upper`.
         merge = try MergedScan(state: snapshot.state, file: snapshot.engine.pageFile,
                                start: reverse ? range.upper : range.lower, reverse: reverse)
+        if !snapshot.state.active.isEmpty { snapshot.engine.checkpointIfQuiet(snapshot.state) }
     }
 
     /// What the range says of a key met in the walk.
