@@ -90,6 +90,8 @@ final class Memtable: @unchecked Sendable {
     /// began, and how many seeks that streak holds.
     private let quietSince = Atomic(-1)
     private let quietSeeks = Atomic(0)
+    /// Whether a seek took this memtable's quiet streak to start a checkpoint.
+    private let quietClaimed = Atomic(false)
     /// The nodes named by the index but not linked yet, in the order made, and how many.
     let unlinked = Mutex<[MemtableNode]>([])
     let unlinkedCount = Atomic(0)
@@ -144,17 +146,26 @@ final class Memtable: @unchecked Sendable {
 
     var isEmpty: Bool { !holdsChanges.load(ordering: .relaxed) }
 
-    /// Counts a seek (a walk from a key) that read this memtable, and returns true for the
-    /// `streak`th seek in a row with no change added since the first of them: once per
-    /// quiet streak. Readers race on the counters; a lost count only delays the answer.
+    /// Counts a seek (a walk from a key) that read this memtable, and returns whether it
+    /// is at least the `streak`th seek in a row with no change added since the first of
+    /// them. Past the streak a seek only reads the counters (no write to a line every
+    /// reader shares). Readers race on the counters; a lost count only delays the answer.
     func noteQuietSeek(streak: Int) -> Bool {
+        if quietClaimed.load(ordering: .relaxed) { return false }
         let count = self.count
         guard quietSince.load(ordering: .relaxed) == count else {
             quietSince.store(count, ordering: .relaxed)
             quietSeeks.store(1, ordering: .relaxed)
             return false
         }
-        return quietSeeks.wrappingAdd(1, ordering: .relaxed).newValue == streak
+        if quietSeeks.load(ordering: .relaxed) >= streak { return true }
+        return quietSeeks.wrappingAdd(1, ordering: .relaxed).newValue >= streak
+    }
+
+    /// Whether this call is the one that takes the memtable's quiet streak (true once in
+    /// its life), after which `noteQuietSeek` answers false.
+    func claimQuietStreak() -> Bool {
+        quietClaimed.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged
     }
 
     /// The newest change of `key` at or below `version`, if any: the filter, then a hash

@@ -89,21 +89,26 @@ extension StorageEngine {
 
     /// Called by each seek (a walk from a key) that reads `state`: starts a checkpoint on a
     /// background thread when the memtable taking commits has taken none during the last
-    /// `quietSeekStreak` seeks and holds at least 1/16 of `checkpointMemtableBytes`, and
-    /// none runs. As LevelDB compacts a table that seeks keep paying for, a store that
-    /// stopped writing folds its memtable into the tree, where every seek reads only the
-    /// tree: a seek through a skip list of a few hundred thousand changes misses the
-    /// cache at each of its twenty-odd steps (records-sort-text at 1M records, 11 %
-    /// faster with an empty memtable). The checkpoint writes nothing the next one would
-    /// not have; it only comes sooner. A store that writes at least once every
-    /// `quietSeekStreak` seeks never starts one this way.
+    /// `quietSeekStreak` seeks or more and holds at least 1/16 of
+    /// `checkpointMemtableBytes`, and no checkpoint runs (seeks made while one runs count:
+    /// the first seek after it ends starts the next). As LevelDB compacts a table that
+    /// seeks keep paying for, a store that stopped writing folds its memtable into the
+    /// tree, where a seek reads only the tree: a seek through a skip list of a few hundred
+    /// thousand changes misses the cache at each of its twenty-odd steps, and a walk
+    /// merges the memtable's keys with the tree's. The checkpoint writes nothing the next
+    /// one would not have; it only comes sooner, and each folds at least 1/16 of the
+    /// budget. A store that commits at least once every `quietSeekStreak` seeks never
+    /// starts one this way.
     func checkpointIfQuiet(_ state: EngineState) {
-        guard state.frozen == nil, case .writer = logAccess,
-              state.active.byteCount >= options.checkpointMemtableBytes / 16,
+        guard case .writer = logAccess, state.active.byteCount >= options.checkpointMemtableBytes / 16,
               state.active.noteQuietSeek(streak: Self.quietSeekStreak),
-              state.active === snapshots.current.active else { return }
-        options.logger.debug("checkpoint of a quiet memtable", metadata: ["path": "\(path)", "bytes": "\(state.active.byteCount)"])
-        _ = startCheckpoint(underLoad: false)
+              !checkpointRunning.load(ordering: .relaxed),
+              // Once per memtable: an older snapshot's, which a checkpoint froze since, is
+              // then passed over without a look at the current state (a lock).
+              state.active.claimQuietStreak(), state.active === snapshots.current.active else { return }
+        if startCheckpoint(underLoad: false) {
+            options.logger.debug("checkpoint of a quiet memtable", metadata: ["path": "\(path)", "bytes": "\(state.active.byteCount)"])
+        }
     }
 
     private func runCheckpoint(_ durable: inout CheckpointState, log: WriteAheadLog, underLoad: Bool) throws {

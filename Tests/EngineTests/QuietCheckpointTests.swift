@@ -88,6 +88,30 @@ import Testing
         #expect(status.checkpointVersion == 0 && status.memtableKeys == 100)
     }
 
+    /// Seeks made while a checkpoint runs count toward the streak: the first seek after it
+    /// ended starts the next, and a memtable starts one such checkpoint at most.
+    @Test func seeksWhileACheckpointRunsCount() throws {
+        let engine = try Self.open()
+        defer { try? engine.close() }
+        try Self.write(0..<400, to: engine)
+        // As if a checkpoint ran (of a memtable frozen before): no other starts meanwhile.
+        engine.checkpointRunning.store(true, ordering: .releasing)
+        for number in 0..<(2 * StorageEngine.quietSeekStreak) { _ = try Self.seek(engine, number % 397) }
+        #expect(try engine.status().memtableKeys == 400)
+        engine.checkpointRunning.store(false, ordering: .releasing)
+        _ = try Self.seek(engine, 0)
+        Self.waitForCheckpoints(engine)
+        #expect(try engine.status().memtableKeys == 0)
+        // The next memtable's own streak: it must be large enough and quiet in turn.
+        try Self.write(400..<800, to: engine)
+        for number in 0..<(StorageEngine.quietSeekStreak - 1) { _ = try Self.seek(engine, 400 + number % 397) }
+        Self.waitForCheckpoints(engine)
+        #expect(try engine.status().memtableKeys == 400)
+        _ = try Self.seek(engine, 400)
+        Self.waitForCheckpoints(engine)
+        #expect(try engine.status().memtableKeys == 0)
+    }
+
     /// `Snapshot.count` of a range held only by the memtable is a seek too.
     @Test func countsAreSeeks() throws {
         let engine = try Self.open()
