@@ -92,6 +92,7 @@ final class Memtable: @unchecked Sendable {
     private let quietSeeks = Atomic(0)
     /// Whether a seek took this memtable's quiet streak to start a checkpoint.
     private let quietClaimed = Atomic(false)
+    private let quietPadding = CacheLinePadding()
     /// The nodes named by the index but not linked yet, in the order made, and how many.
     let unlinked = Mutex<[MemtableNode]>([])
     let unlinkedCount = Atomic(0)

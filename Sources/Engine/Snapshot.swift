@@ -169,7 +169,7 @@ public final class Snapshot: Sendable {
             var tree = try state.tree.cursor(from: range.lower, reverse: false, file: engine.pageFile)
             let treeHasNone = try tree.currentKey().map { key in range.upper.map { upper in upper.withUnsafeBytes { compareBytes(key, $0) >= 0 } } ?? false } ?? true
             if treeHasNone {
-                if !state.active.isEmpty { engine.checkpointIfQuiet(state) }
+                engine.checkpointIfQuiet(state)
                 return state.active.count(range, at: state.version, limit: limit)
             }
         }
@@ -286,7 +286,7 @@ struct RangeWalk {
         // In reverse, begin at the last key below `upper`.
         merge = try MergedScan(state: snapshot.state, file: snapshot.engine.pageFile,
                                start: reverse ? range.upper : range.lower, reverse: reverse)
-        if !snapshot.state.active.isEmpty { snapshot.engine.checkpointIfQuiet(snapshot.state) }
+        snapshot.engine.checkpointIfQuiet(snapshot.state)
     }
 
     /// What the range says of a key met in the walk.

@@ -18,10 +18,14 @@ extension StorageEngine {
     /// `underLoad`: started by the writes themselves (`checkpointIfDue`), so the next
     /// memtable's index is backed with memory at once (see `Memtable.init`); a checkpoint
     /// asked for or run by a close leaves it sparse, costing no memory until keys come.
-    func checkpointNow(underLoad: Bool = false) throws {
+    ///
+    /// `only`: the memtable a quiet streak asked to fold (`checkpointIfQuiet`); nothing is
+    /// done when another checkpoint froze it first.
+    func checkpointNow(underLoad: Bool = false, only memtable: Memtable? = nil) throws {
         let log = try writableLog().log
         try checkpointLock.withLock { durable in
             if let failure = commitLock.withLock({ $0.failure }) { throw EngineError.storeFailed(reason: failure) }
+            if let memtable, snapshots.current.active !== memtable { return }
             let start = ContinuousClock.now
             do {
                 try runCheckpoint(&durable, log: log, underLoad: underLoad)
@@ -68,13 +72,14 @@ extension StorageEngine {
     }
 
     /// Starts a checkpoint on a background thread unless one runs; returns whether it did.
-    private func startCheckpoint(underLoad: Bool) -> Bool {
+    /// (`close()` waits for it to end.)
+    private func startCheckpoint(underLoad: Bool, only memtable: Memtable? = nil) -> Bool {
         guard checkpointRunning.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
             return false
         }
         Thread.detachNewThread { [self] in
             // A failure is recorded by `checkpointNow()` and reported by the next commit (StorageEngine.E3).
-            if !commitLock.withLock({ $0.closed }) { try? checkpointNow(underLoad: underLoad) }
+            if !commitLock.withLock({ $0.closed }) { try? checkpointNow(underLoad: underLoad, only: memtable) }
             checkpointEnded.lock()
             checkpointRunning.store(false, ordering: .releasing)
             checkpointEnded.broadcast()
@@ -86,28 +91,35 @@ extension StorageEngine {
     /// How many seeks in a row, with no commit between them, make a memtable quiet
     /// (`checkpointIfQuiet`).
     static let quietSeekStreak = 1_024
+    /// The least a quiet memtable holds to be folded: this fraction of
+    /// `checkpointMemtableBytes` (1/16).
+    static let quietMemtableDivisor = 16
 
-    /// Called by each seek (a walk from a key) that reads `state`: starts a checkpoint on a
-    /// background thread when the memtable taking commits has taken none during the last
-    /// `quietSeekStreak` seeks or more and holds at least 1/16 of
-    /// `checkpointMemtableBytes`, and no checkpoint runs (seeks made while one runs count:
-    /// the first seek after it ends starts the next). As LevelDB compacts a table that
-    /// seeks keep paying for, a store that stopped writing folds its memtable into the
-    /// tree, where a seek reads only the tree: a seek through a skip list of a few hundred
-    /// thousand changes misses the cache at each of its twenty-odd steps, and a walk
-    /// merges the memtable's keys with the tree's. The checkpoint writes nothing the next
-    /// one would not have; it only comes sooner, and each folds at least 1/16 of the
-    /// budget. A store that commits at least once every `quietSeekStreak` seeks never
-    /// starts one this way.
+    /// Called by each seek (a walk from a key, forwards or backwards, bounded or not) that
+    /// reads `state`: starts a checkpoint on a background thread when the memtable taking
+    /// commits has taken none during the last `quietSeekStreak` seeks or more and holds at
+    /// least 1/`quietMemtableDivisor` of `checkpointMemtableBytes`, and no checkpoint runs
+    /// (seeks made while one runs count: the first seek after it ends starts the next).
+    /// As LevelDB compacts a table that seeks keep paying for, a store that stopped writing
+    /// folds its memtable into the tree, where a seek reads only the tree: a seek through
+    /// a skip list of a few hundred thousand changes misses the cache at each of its
+    /// twenty-odd steps, and a walk merges the memtable's keys with the tree's. The
+    /// checkpoint writes nothing the next one would not have; it only comes sooner, and
+    /// folds that memtable or nothing (when another checkpoint froze it first), so each
+    /// folds at least 1/16 of the budget. A store that commits within every
+    /// `quietSeekStreak` seeks (fewer seeks than that between two commits) never starts
+    /// one this way. A memtable starts at most one.
     func checkpointIfQuiet(_ state: EngineState) {
-        guard case .writer = logAccess, state.active.byteCount >= options.checkpointMemtableBytes / 16,
-              state.active.noteQuietSeek(streak: Self.quietSeekStreak),
+        let memtable = state.active
+        guard !memtable.isEmpty, case .writer = logAccess,
+              memtable.byteCount >= options.checkpointMemtableBytes / Self.quietMemtableDivisor,
+              memtable.noteQuietSeek(streak: Self.quietSeekStreak),
               !checkpointRunning.load(ordering: .relaxed),
               // Once per memtable: an older snapshot's, which a checkpoint froze since, is
               // then passed over without a look at the current state (a lock).
-              state.active.claimQuietStreak(), state.active === snapshots.current.active else { return }
-        if startCheckpoint(underLoad: false) {
-            options.logger.debug("checkpoint of a quiet memtable", metadata: ["path": "\(path)", "bytes": "\(state.active.byteCount)"])
+              memtable.claimQuietStreak(), memtable === snapshots.current.active else { return }
+        if startCheckpoint(underLoad: false, only: memtable) {
+            options.logger.debug("checkpoint of a quiet memtable", metadata: ["path": "\(path)", "bytes": "\(memtable.byteCount)"])
         }
     }
 

@@ -17,7 +17,8 @@
 //  StorageEngine.E3. After an I/O failure where memory and disk may disagree, every later write fails
 //      with `storeFailed` until the store is reopened.
 // Thread-safety: `Sendable`. Readers count their snapshots in per-CPU stripes and take
-// the published view's lock only when it changed (SnapshotRegistry.swift);
+// the published view's lock only when it changed (SnapshotRegistry.swift), or once per
+// memtable when their seeks find it quiet and start a checkpoint thread;
 // commits serialize on `commitLock` only to check conflicts and take an LSN; the
 // fdatasync wait and the checkpoint's I/O hold neither.
 import StrataFileIO
@@ -47,7 +48,8 @@ public final class StorageEngine: Sendable {
     let commitLock: Locked<CommitState>
     /// The durable layout of the data file, owned by the one running checkpoint.
     let checkpointLock: Locked<CheckpointState>
-    /// Whether a checkpoint started by a commit's thresholds is running.
+    /// Whether a background checkpoint is running: one a commit's thresholds or a quiet
+    /// memtable (`checkpointIfQuiet`) started.
     let checkpointRunning = Atomic(false)
     /// Broadcast when a checkpoint freezes the memtable and when that checkpoint ends:
     /// commits stalled on a full memtable (`EngineOptions.maxMemtableBytes`) wait on it.
@@ -273,6 +275,11 @@ public final class StorageEngine: Sendable {
         }
         guard case let .writer(log, waiter) = logAccess else { return }
         defer { readerTable?.detachWriter() }
+        // A background checkpoint ends before the files it writes close (one that had not
+        // begun sees `closed` and does nothing).
+        checkpointEnded.lock()
+        while checkpointRunning.load(ordering: .acquiring) { checkpointEnded.wait() }
+        checkpointEnded.unlock()
         waiter.stop()
         defer { try? log.close() }
         // After the checkpoint, which waits for the batches it folds to be linked.

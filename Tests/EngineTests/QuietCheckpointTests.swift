@@ -11,10 +11,14 @@ import Testing
 /// small, starts none that way.
 @Suite struct QuietCheckpointTests {
     /// Checkpoints start at 256 KiB of memtable, so the quiet rule needs 16 KiB.
-    private static func open() throws -> StorageEngine {
+    private static var options: EngineOptions {
         var options = EngineOptions()
         options.checkpointMemtableBytes = 256 << 10
-        return try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: options).0
+        return options
+    }
+
+    private static func open() throws -> StorageEngine {
+        try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: options).0
     }
 
     private static func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
@@ -96,9 +100,10 @@ import Testing
         try Self.write(0..<400, to: engine)
         // As if a checkpoint ran (of a memtable frozen before): no other starts meanwhile.
         engine.checkpointRunning.store(true, ordering: .releasing)
-        for number in 0..<(2 * StorageEngine.quietSeekStreak) { _ = try Self.seek(engine, number % 397) }
-        #expect(try engine.status().memtableKeys == 400)
+        let seeks = Result { for number in 0..<(2 * StorageEngine.quietSeekStreak) { _ = try Self.seek(engine, number % 397) } }
         engine.checkpointRunning.store(false, ordering: .releasing)
+        try seeks.get()
+        #expect(try engine.status().memtableKeys == 400)
         _ = try Self.seek(engine, 0)
         Self.waitForCheckpoints(engine)
         #expect(try engine.status().memtableKeys == 0)
@@ -110,6 +115,43 @@ import Testing
         _ = try Self.seek(engine, 400)
         Self.waitForCheckpoints(engine)
         #expect(try engine.status().memtableKeys == 0)
+    }
+
+    /// An older snapshot's seeks count toward the memtable it reads, one a checkpoint froze
+    /// since: they take its streak and start nothing, and leave the current memtable alone.
+    @Test func anOlderSnapshotsSeeksLeaveTheCurrentMemtableAlone() throws {
+        let engine = try Self.open()
+        defer { try? engine.close() }
+        try Self.write(0..<400, to: engine)
+        let older = engine.snapshot()
+        try engine.checkpoint()
+        try Self.write(400..<800, to: engine)
+        for number in 0..<(2 * StorageEngine.quietSeekStreak) {
+            var found = 0
+            try older.forEach(KeyRange(from: Self.key(number % 397), to: Self.key(number % 397 + 3))) { _, _ in
+                found += 1
+                return true
+            }
+            #expect(found == 3)
+        }
+        Self.waitForCheckpoints(engine)
+        let status = try engine.status()
+        #expect(status.memtableKeys == 400 && status.checkpointVersion == older.version)
+    }
+
+    /// A read-only store (a reader beside a writer, or of a closed store) never checkpoints.
+    @Test func aReadOnlyStoreStartsNoCheckpoint() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (writer, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
+        try Self.write(0..<400, to: writer)
+        try writer.close(checkpoint: false)   // the keys are in the log only
+        let (reader, _) = try StorageEngine.open(path: "/db", mode: .readOnly, fileSystem: fileSystem, options: Self.options)
+        defer { try? reader.close() }
+        #expect(try reader.status().memtableKeys == 400)
+        for number in 0..<(2 * StorageEngine.quietSeekStreak) { #expect(try Self.seek(reader, number % 397) == 3) }
+        let running = reader.checkpointRunning.load(ordering: .acquiring)
+        #expect(!running)
+        #expect(try reader.status().memtableKeys == 400)
     }
 
     /// `Snapshot.count` of a range held only by the memtable is a seek too.
