@@ -1,6 +1,7 @@
 import Foundation
 import StrataFileIO
 import StrataWAL
+import Synchronization
 import Testing
 @testable import StrataEngine
 
@@ -30,21 +31,29 @@ import Testing
         try engine.commit(batch)
     }
 
-    /// A seek: the keys of a short range from key `number` on, read from a new snapshot.
-    private static func seek(_ engine: StorageEngine, _ number: Int) throws -> Int {
-        var found = 0
-        try engine.snapshot().forEach(KeyRange(from: key(number), to: key(number + 3))) { _, _ in
-            found += 1
-            return true
+    /// `count` seeks, each a walk of three keys from one of the keys `first ..< first +
+    /// keys`, read from `snapshot` or a new snapshot of `engine`; each must find its three.
+    private static func seek(_ count: Int, _ engine: StorageEngine, through snapshot: Snapshot? = nil,
+                             first: Int = 0, keys: Int = 400) throws {
+        for seek in 0..<count {
+            let number = first + seek % (keys - 3)
+            var found = 0
+            try (snapshot ?? engine.snapshot()).forEach(KeyRange(from: key(number), to: key(number + 3))) { _, _ in
+                found += 1
+                return true
+            }
+            #expect(found == 3, "the seek from key \(number)")
         }
-        return found
     }
 
-    /// Waits for a background checkpoint to end (at most 30 s).
-    private static func waitForCheckpoints(_ engine: StorageEngine) {
+    /// The store's status once no background checkpoint runs (waiting at most 30 s).
+    private static func settled(_ engine: StorageEngine) throws -> StoreStatus {
         let deadline = ContinuousClock.now + .seconds(30)
         while engine.checkpointRunning.load(ordering: .acquiring), ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.001) }
+        return try engine.status()
     }
+
+    private static let streak = StorageEngine.quietSeekStreak
 
     @Test func seeksThroughAQuietMemtableFoldItIntoTheTree() throws {
         let engine = try Self.open()
@@ -52,12 +61,10 @@ import Testing
         try Self.write(0..<400, to: engine)
         let written = try engine.status()
         #expect(written.memtableKeys == 400 && written.memtableBytes >= 16 << 10 && written.checkpointVersion == 0)
-        for number in 0..<(StorageEngine.quietSeekStreak - 1) { #expect(try Self.seek(engine, number % 397) == 3) }
-        Self.waitForCheckpoints(engine)
-        #expect(try engine.status().memtableKeys == 400, "a checkpoint started before the streak was full")
-        #expect(try Self.seek(engine, 0) == 3)
-        Self.waitForCheckpoints(engine)
-        let folded = try engine.status()
+        try Self.seek(Self.streak - 1, engine)
+        #expect(try Self.settled(engine).memtableKeys == 400, "a checkpoint started before the streak was full")
+        try Self.seek(1, engine)
+        let folded = try Self.settled(engine)
         #expect(folded.memtableKeys == 0 && folded.checkpointVersion == written.version)
         // The tree answers what the memtable did.
         let pairs = try engine.snapshot().scan()
@@ -71,12 +78,11 @@ import Testing
         try Self.write(0..<400, to: engine)
         // A commit after every 1,000 seeks: never a streak of `quietSeekStreak`.
         for round in 0..<3 {
-            for number in 0..<1_000 { _ = try Self.seek(engine, number % 397) }
+            try Self.seek(1_000, engine)
             try Self.write((400 + round)..<(401 + round), to: engine)
         }
-        for number in 0..<1_000 { _ = try Self.seek(engine, number % 397) }
-        Self.waitForCheckpoints(engine)
-        let status = try engine.status()
+        try Self.seek(1_000, engine)
+        let status = try Self.settled(engine)
         #expect(status.checkpointVersion == 0 && status.memtableKeys == 403)
     }
 
@@ -86,9 +92,8 @@ import Testing
         // 100 keys of about 120 bytes each: under 16 KiB.
         try Self.write(0..<100, to: engine)
         #expect(try engine.status().memtableBytes < 16 << 10)
-        for number in 0..<(3 * StorageEngine.quietSeekStreak) { _ = try Self.seek(engine, number % 97) }
-        Self.waitForCheckpoints(engine)
-        let status = try engine.status()
+        try Self.seek(3 * Self.streak, engine, keys: 100)
+        let status = try Self.settled(engine)
         #expect(status.checkpointVersion == 0 && status.memtableKeys == 100)
     }
 
@@ -100,21 +105,18 @@ import Testing
         try Self.write(0..<400, to: engine)
         // As if a checkpoint ran (of a memtable frozen before): no other starts meanwhile.
         engine.checkpointRunning.store(true, ordering: .releasing)
-        let seeks = Result { for number in 0..<(2 * StorageEngine.quietSeekStreak) { _ = try Self.seek(engine, number % 397) } }
+        let seeks = Result { try Self.seek(2 * Self.streak, engine) }
         engine.checkpointRunning.store(false, ordering: .releasing)
         try seeks.get()
         #expect(try engine.status().memtableKeys == 400)
-        _ = try Self.seek(engine, 0)
-        Self.waitForCheckpoints(engine)
-        #expect(try engine.status().memtableKeys == 0)
+        try Self.seek(1, engine)
+        #expect(try Self.settled(engine).memtableKeys == 0)
         // The next memtable's own streak: it must be large enough and quiet in turn.
         try Self.write(400..<800, to: engine)
-        for number in 0..<(StorageEngine.quietSeekStreak - 1) { _ = try Self.seek(engine, 400 + number % 397) }
-        Self.waitForCheckpoints(engine)
-        #expect(try engine.status().memtableKeys == 400)
-        _ = try Self.seek(engine, 400)
-        Self.waitForCheckpoints(engine)
-        #expect(try engine.status().memtableKeys == 0)
+        try Self.seek(Self.streak - 1, engine, first: 400)
+        #expect(try Self.settled(engine).memtableKeys == 400)
+        try Self.seek(1, engine, first: 400)
+        #expect(try Self.settled(engine).memtableKeys == 0)
     }
 
     /// An older snapshot's seeks count toward the memtable it reads, one a checkpoint froze
@@ -126,16 +128,8 @@ import Testing
         let older = engine.snapshot()
         try engine.checkpoint()
         try Self.write(400..<800, to: engine)
-        for number in 0..<(2 * StorageEngine.quietSeekStreak) {
-            var found = 0
-            try older.forEach(KeyRange(from: Self.key(number % 397), to: Self.key(number % 397 + 3))) { _, _ in
-                found += 1
-                return true
-            }
-            #expect(found == 3)
-        }
-        Self.waitForCheckpoints(engine)
-        let status = try engine.status()
+        try Self.seek(2 * Self.streak, engine, through: older)
+        let status = try Self.settled(engine)
         #expect(status.memtableKeys == 400 && status.checkpointVersion == older.version)
     }
 
@@ -148,7 +142,7 @@ import Testing
         let (reader, _) = try StorageEngine.open(path: "/db", mode: .readOnly, fileSystem: fileSystem, options: Self.options)
         defer { try? reader.close() }
         #expect(try reader.status().memtableKeys == 400)
-        for number in 0..<(2 * StorageEngine.quietSeekStreak) { #expect(try Self.seek(reader, number % 397) == 3) }
+        try Self.seek(2 * Self.streak, reader)
         let running = reader.checkpointRunning.load(ordering: .acquiring)
         #expect(!running)
         #expect(try reader.status().memtableKeys == 400)
@@ -159,10 +153,47 @@ import Testing
         let engine = try Self.open()
         defer { try? engine.close() }
         try Self.write(0..<400, to: engine)
-        for number in 0..<StorageEngine.quietSeekStreak {
+        for number in 0..<Self.streak {
             #expect(try engine.snapshot().count(KeyRange(from: Self.key(number % 397), to: Self.key(number % 397 + 3))) == 3)
         }
-        Self.waitForCheckpoints(engine)
-        #expect(try engine.status().memtableKeys == 0)
+        #expect(try Self.settled(engine).memtableKeys == 0)
+    }
+
+    /// `close()` waits for a background checkpoint to end before it closes the files that
+    /// checkpoint writes, even a close that checkpoints nothing itself; the checkpoint
+    /// completes, and the store reopens with it.
+    @Test func closeWaitsForABackgroundCheckpoint() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
+        try Self.write(0..<400, to: engine)
+        let version = engine.version
+        // The quiet checkpoint held at its first sync of the data file, until released.
+        let blocked = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0), closed = DispatchSemaphore(value: 0)
+        let gated = Atomic(true)
+        fileSystem.observeSyncs { path in
+            guard path.hasSuffix("/" + StorageEngine.dataFileName), gated.exchange(false, ordering: .acquiringAndReleasing) else { return }
+            blocked.signal()
+            release.wait()
+        }
+        try Self.seek(Self.streak, engine)
+        #expect(blocked.wait(timeout: .now() + 30) == .success, "the streak started no checkpoint")
+        let closeResult = Mutex<Result<Void, any Error>?>(nil)
+        Thread.detachNewThread {
+            let result = Result { try engine.close(checkpoint: false) }
+            closeResult.withLock { $0 = result }
+            closed.signal()
+        }
+        let closedEarly = closed.wait(timeout: .now() + 0.2) == .success
+        #expect(!closedEarly, "close returned while a checkpoint ran")
+        release.signal()
+        if !closedEarly { closed.wait() }
+        try closeResult.withLock { try $0?.get() }
+        let stillRunning = engine.checkpointRunning.load(ordering: .acquiring)
+        #expect(!stillRunning)
+        fileSystem.observeSyncs(nil)
+        let (reopened, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
+        defer { try? reopened.close() }
+        #expect(report.checkpointVersion == version && report.batchesReplayed == 0)
+        #expect(try reopened.snapshot().scan().map(\.key) == (0..<400).map(Self.key))
     }
 }
