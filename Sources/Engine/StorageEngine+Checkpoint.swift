@@ -217,6 +217,7 @@ extension StorageEngine {
         durable.meta = meta
         durable.reusable = unused
         durable.freeListPages = listPages
+        durable.vacuumDue = true
         if !freedNow.isEmpty { durable.pending.append((generation, freedNow)) }
         snapshots.publish { $0.with(tree: tree, generation: generation, treeVersion: checkpointVersion) }
         snapshots.releaseIdleViews()

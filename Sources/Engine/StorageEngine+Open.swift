@@ -57,6 +57,9 @@ struct CheckpointState {
     var pending: [(generation: UInt64, pages: [PageID])] = []
     /// Pages that hold the durable free list.
     var freeListPages: [PageID]
+    /// Whether a checkpoint ran since the last vacuum (or the open): a close then vacuums,
+    /// whether or not it checkpoints itself.
+    var vacuumDue = false
 }
 
 extension StorageEngine {

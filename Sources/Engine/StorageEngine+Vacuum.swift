@@ -18,10 +18,11 @@ extension StorageEngine {
 
     /// Moves pages and truncates the data file when enough of it is free, or cuts off the
     /// free pages at its end (see above).
-    /// Called by `close()` after its checkpoint. Does nothing while a snapshot still pins
-    /// an older tree: its pages are free in the meta page but that snapshot may read them,
-    /// so none may be rewritten or cut off (a snapshot of the current tree reads only pages
-    /// the copy leaves intact until the cut, which marks the file closed first).
+    /// Called by `close()` after its checkpoint, or after a background one. Does nothing
+    /// while a snapshot still pins an older tree: its pages are free in the meta page but
+    /// that snapshot may read them, so none may be rewritten or cut off (a snapshot of the
+    /// current tree reads only pages the copy leaves intact until the cut, which marks the
+    /// file closed first).
     /// Returns the pages given back (0 when it did nothing).
     @discardableResult
     func vacuum() throws -> UInt64 {
@@ -32,6 +33,7 @@ extension StorageEngine {
 
     private func vacuumAlone() throws -> UInt64 {
         try checkpointLock.withLock { durable in
+            durable.vacuumDue = false
             let meta = durable.meta
             let olderTreePinned = snapshots.oldestPins().generation.map { $0 < meta.generation } ?? false
             // A reader in another process (or a read-only store of this one) may read any

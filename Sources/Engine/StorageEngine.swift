@@ -257,9 +257,10 @@ public final class StorageEngine: Sendable {
 
     /// Checkpoints what the memtable holds (unless `checkpoint` is false: the next open
     /// then replays the log) and shrinks the log back to one small segment, closes the log
-    /// and the data file, and releases the lock. A store with nothing committed since its
-    /// last checkpoint writes nothing, nor does a read-only one. Later calls throw
-    /// `EngineError.closed`.
+    /// and the data file, and releases the lock. After any checkpoint since the open (its
+    /// own or a background one), it gives free pages back (`vacuum()`). A store with
+    /// nothing committed and nothing checkpointed since the open writes nothing, nor does a
+    /// read-only one. Later calls throw `EngineError.closed`.
     public func close(checkpoint: Bool = true) throws {
         let alreadyClosed = commitLock.withLock { commits in
             defer { commits.closed = true }
@@ -286,10 +287,10 @@ public final class StorageEngine: Sendable {
         defer { applier.stop() }
         if checkpoint && commitLock.withLock({ $0.failure == nil }) {
             let checkpointed = { self.checkpointLock.withLock { $0.meta.checkpointVersion } }
-            if version > checkpointed() {
-                try checkpointNow()
-                try vacuum()
-            }
+            if version > checkpointed() { try checkpointNow() }
+            // After a checkpoint of this close or one that ran in the background (of a
+            // quiet memtable, or one a commit started), the pages it freed may be given back.
+            if checkpointLock.withLock({ $0.vacuumDue }) { try vacuum() }
             do {
                 try historyLock.withLock { _ in _ = try log.shrink(through: LSN(releasableLSN(through: checkpointed()))) }
             } catch let error as WALError {

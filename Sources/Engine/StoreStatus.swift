@@ -31,18 +31,23 @@ extension StorageEngine {
     public func status() throws -> StoreStatus {
         let state = snapshots.current
         let meta = checkpointLock.withLock { $0.meta }
-        let segments = logExtent.segmentPaths
-        var logBytes = 0
-        for path in segments {
-            do {
-                let file = try fileSystem.open(path, options: [])
-                logBytes += Int(try file.size())
-                try file.close()
-            } catch FileIOError.notFound where readerSlot != nil {
-                // Released by the writer since this reader read it.
-            } catch let error as FileIOError {
-                throw EngineError.io(error)
+        // Listed and measured under the history lock, which a checkpoint takes to release
+        // segments: a background one could otherwise remove a listed segment first.
+        let (segments, logBytes) = try historyLock.withLock { _ in
+            let segments = logExtent.segmentPaths
+            var logBytes = 0
+            for path in segments {
+                do {
+                    let file = try fileSystem.open(path, options: [])
+                    logBytes += Int(try file.size())
+                    try file.close()
+                } catch FileIOError.notFound where readerSlot != nil {
+                    // Released by the writer (another process) since this reader read it.
+                } catch let error as FileIOError {
+                    throw EngineError.io(error)
+                }
             }
+            return (segments, logBytes)
         }
         let writerProcess: Int32? = if isReadOnly {
             readerTable.flatMap { $0.writerIsLive ? Int32(truncatingIfNeeded: $0.writerProcess) : nil }

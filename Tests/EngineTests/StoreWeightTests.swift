@@ -1,3 +1,4 @@
+import Foundation
 import StrataFileIO
 import Testing
 import StrataWAL
@@ -105,6 +106,32 @@ import StrataWAL
         }
         #expect(engine.verify().isValid)
         try engine.close()
+    }
+
+    /// A close with nothing left to checkpoint, after a background checkpoint (one the
+    /// thresholds, a quiet memtable or an idle store started), still gives free pages back.
+    @Test func aCloseAfterABackgroundCheckpointGivesFreePagesBack() throws {
+        print("seed 21")
+        let fileSystem = SimulatedFileSystem()
+        _ = try overwrittenStore(fileSystem, seed: 21)
+        var options = EngineOptions()
+        options.checkpointMemtableBytes = 1   // every commit starts a background checkpoint
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        let before = try #require(fileSystem.contents(of: "/db/data")).count
+        try engine.commit(WALBatch([.put(key: Array("key7".utf8), value: [9])]))
+        let deadline = ContinuousClock.now + .seconds(30)
+        while engine.checkpointLock.withLock({ $0.meta.checkpointVersion }) < engine.version, ContinuousClock.now < deadline {
+            Thread.sleep(forTimeInterval: 0.001)
+        }
+        #expect(engine.checkpointLock.withLock { $0.meta.checkpointVersion } == engine.version)
+        try engine.close()
+        let after = try #require(fileSystem.contents(of: "/db/data")).count
+        print("data file: \(before) bytes before the close, \(after) after")
+        #expect(after * 10 < before * 9)
+        let (reopened, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        defer { try? reopened.close() }
+        #expect(report.batchesReplayed == 0 && reopened.verify().isValid)
+        #expect(try reopened.snapshot().get(Array("key7".utf8)) == [9])
     }
 
     /// With less than a fifth free, a close still cuts off the free pages at the end of
