@@ -44,8 +44,19 @@ public struct EngineOptions: Sendable {
     /// holds. (A memtable that fills its index while the checkpoint before it runs finds
     /// its keys through the skip list until it is frozen in turn.) A store that stopped
     /// writing checkpoints too, once 1,024 seeks in a row read a memtable of at least 1/16
-    /// of this with no commit between them (`StorageEngine.checkpointIfQuiet`).
+    /// of this with no commit between them (`StorageEngine.checkpointIfQuiet`), or once it
+    /// took no commit for `idleCheckpointDelay`.
     public var checkpointMemtableBytes = 64 << 20
+    /// How long a store waits after its last commit before it checkpoints a memtable
+    /// holding at least 1/16 of `checkpointMemtableBytes`, on a background thread
+    /// (`StorageEngine.checkpointIfIdle`), or nil never to. Default 1 second. A store that
+    /// stopped writing then reads its keys from the tree alone, replays nothing after a
+    /// crash, and frees the memtable; one that writes at least once a second never starts
+    /// one this way. The price: a store writing bursts of several MiB with pauses longer
+    /// than this between them checkpoints after each burst, where it would have waited
+    /// for the budget to fill, so each checkpoint rewrites the leaves of fewer keys (at
+    /// most 16 such checkpoints for one budget's worth of changes).
+    public var idleCheckpointDelay: Duration? = .seconds(1)
     /// The most bytes the memtable taking commits may hold while a checkpoint runs, or nil
     /// (the default) for no bound. A commit that leaves it fuller returns only once that
     /// checkpoint ended, or froze this memtable if it had not yet (a write stall, as an LSM stalls writes while its memtables are
@@ -117,6 +128,9 @@ public struct EngineOptions: Sendable {
         }
         guard cacheBytes >= 0, checkpointMemtableBytes > 0, checkpointLogBytes > 0 else {
             throw .invalidOptions("cacheBytes must not be negative and the checkpoint thresholds must be positive")
+        }
+        if let idleCheckpointDelay, idleCheckpointDelay <= .zero {
+            throw .invalidOptions("idleCheckpointDelay must be positive (got \(idleCheckpointDelay)), or nil for no idle checkpoints")
         }
         if let maxMemtableBytes, maxMemtableBytes < checkpointMemtableBytes {
             throw .invalidOptions("maxMemtableBytes (\(maxMemtableBytes)) must be at least checkpointMemtableBytes (\(checkpointMemtableBytes)), or nil for no bound")

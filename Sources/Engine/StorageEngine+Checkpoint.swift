@@ -3,6 +3,7 @@
 // the log segments the checkpoint covers (StorageEngine.E2). Commits and readers continue meanwhile:
 // commits go to a new active memtable, readers keep the view they hold.
 import CStrataPlatform
+import Dispatch
 import Foundation
 import StrataWAL
 
@@ -120,6 +121,65 @@ extension StorageEngine {
               memtable.claimQuietStreak(), memtable === snapshots.current.active else { return }
         if startCheckpoint(underLoad: false, only: memtable) {
             options.logger.debug("checkpoint of a quiet memtable", metadata: ["path": "\(path)", "bytes": "\(memtable.byteCount)"])
+        }
+    }
+
+    /// Called after each commit: schedules an idle tick `EngineOptions.idleCheckpointDelay`
+    /// from now unless one is scheduled. No clock is read and nothing is locked per
+    /// commit: a relaxed load finds the tick armed.
+    func armIdleCheckpoint() {
+        guard let delay = options.idleCheckpointDelay, !idleTimerArmed.load(ordering: .relaxed),
+              idleTimerArmed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        else { return }
+        scheduleIdleTick(after: delay, seen: snapshots.current.version)
+    }
+
+    private func scheduleIdleTick(after delay: Duration, seen version: UInt64) {
+        // At most a year: a longer wait is no different, and the sum cannot overflow.
+        let (seconds, attoseconds) = min(delay, .seconds(365 * 86_400)).components
+        let nanoseconds = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
+        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanoseconds)) { [weak self] in
+            self?.idleTick(after: delay, seen: version)
+        }
+    }
+
+    /// An idle tick, `delay` after the one that saw the store at `version` (or after the
+    /// commit that armed it): when no commit came since, the store was idle for at least
+    /// `delay` and `checkpointIfIdle` runs; otherwise the next tick is scheduled. While a
+    /// checkpoint runs the ticks go on, so that the memtable taking commits is folded once
+    /// it ends. The ticks stop once the store is idle (the next commit arms them again)
+    /// or closed.
+    func idleTick(after delay: Duration, seen version: UInt64) {
+        guard !commitLock.withLock({ $0.closed }) else {
+            idleTimerArmed.store(false, ordering: .releasing)
+            return
+        }
+        let state = snapshots.current
+        guard state.version == version, !checkpointRunning.load(ordering: .acquiring) else {
+            scheduleIdleTick(after: delay, seen: state.version)
+            return
+        }
+        idleTimerArmed.store(false, ordering: .releasing)
+        checkpointIfIdle(state)
+        // A commit published between the look at the version and the disarm found the tick
+        // still armed: arm it for that commit.
+        if snapshots.current.version != version { armIdleCheckpoint() }
+    }
+
+    /// Starts a checkpoint on a background thread of the memtable taking commits in
+    /// `state`, which took none for `EngineOptions.idleCheckpointDelay`, when it holds at
+    /// least 1/`quietMemtableDivisor` of `checkpointMemtableBytes` and no checkpoint runs.
+    /// As with a quiet memtable (`checkpointIfQuiet`), the checkpoint writes nothing the
+    /// next one would not have; it only comes sooner. A store that stopped writing then
+    /// holds no memtable: its reads go to the tree alone, a crash replays nothing, and the
+    /// memtable's memory is freed once no snapshot reads it.
+    func checkpointIfIdle(_ state: EngineState) {
+        let memtable = state.active
+        guard !memtable.isEmpty, case .writer = logAccess,
+              memtable.byteCount >= options.checkpointMemtableBytes / Self.quietMemtableDivisor,
+              memtable === snapshots.current.active else { return }
+        if startCheckpoint(underLoad: false, only: memtable) {
+            options.logger.debug("checkpoint of an idle memtable", metadata: ["path": "\(path)", "bytes": "\(memtable.byteCount)"])
         }
     }
 

@@ -167,6 +167,7 @@ extension StorageEngine {
         }
         publish(through: submission.lsn.rawValue)
         checkpointIfDue()
+        armIdleCheckpoint()
         return CommitResult(version: submission.lsn.rawValue, rawByteCount: submission.rawByteCount,
                             storedByteCount: submission.storedByteCount, groupSize: groupSize)
     }

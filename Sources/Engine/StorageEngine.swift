@@ -54,6 +54,8 @@ public final class StorageEngine: Sendable {
     /// Broadcast when a checkpoint freezes the memtable and when that checkpoint ends:
     /// commits stalled on a full memtable (`EngineOptions.maxMemtableBytes`) wait on it.
     let checkpointEnded = ConditionLock()
+    /// Whether an idle tick is scheduled (`armIdleCheckpoint`).
+    let idleTimerArmed = Atomic(false)
     /// Log bytes written when the last checkpoint started.
     let logBytesAtCheckpoint = Atomic(0)
     /// Checkpoints that ended by giving freed memory back (`EngineOptions.returnsFreedMemory`).
@@ -288,8 +290,9 @@ public final class StorageEngine: Sendable {
         if checkpoint && commitLock.withLock({ $0.failure == nil }) {
             let checkpointed = { self.checkpointLock.withLock { $0.meta.checkpointVersion } }
             if version > checkpointed() { try checkpointNow() }
-            // After a checkpoint of this close or one that ran in the background (of a
-            // quiet memtable, or one a commit started), the pages it freed may be given back.
+            // After a checkpoint of this close or one that ran in the background (one a
+            // commit started, or of a quiet or idle memtable), the pages it freed may be
+            // given back.
             if checkpointLock.withLock({ $0.vacuumDue }) { try vacuum() }
             do {
                 try historyLock.withLock { _ in _ = try log.shrink(through: LSN(releasableLSN(through: checkpointed()))) }

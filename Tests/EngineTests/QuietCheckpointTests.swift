@@ -11,10 +11,13 @@ import Testing
 /// `checkpointMemtableBytes`; a store that writes now and then, or whose memtable is
 /// small, starts none that way.
 @Suite struct QuietCheckpointTests {
-    /// Checkpoints start at 256 KiB of memtable, so the quiet rule needs 16 KiB.
+    /// Checkpoints start at 256 KiB of memtable, so the quiet rule needs 16 KiB. No idle
+    /// checkpoints (IdleCheckpointTests): a test slowed past the idle delay would fold
+    /// memtables these tests expect to stay.
     private static var options: EngineOptions {
         var options = EngineOptions()
         options.checkpointMemtableBytes = 256 << 10
+        options.idleCheckpointDelay = nil
         return options
     }
 

@@ -92,6 +92,9 @@ private final class GatedStore: Sendable {
         var options = EngineOptions()
         options.checkpointMemtableBytes = 64 << 10
         options.maxMemtableBytes = Self.bound
+        // Only the thresholds start checkpoints: an idle one, started while the committer
+        // waits on a gated checkpoint, would take the gate.
+        options.idleCheckpointDelay = nil
         engine = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options).engine
         fileSystem.observeSyncs { [weak self] path in
             guard let self, path.hasSuffix("/" + StorageEngine.dataFileName), gated.load(ordering: .acquiring) else { return }

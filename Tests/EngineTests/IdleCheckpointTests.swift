@@ -1,0 +1,138 @@
+import Foundation
+import StrataFileIO
+import StrataWAL
+import Testing
+@testable import StrataEngine
+
+/// A store that stops writing folds its memtable into the tree once it took no commit for
+/// `EngineOptions.idleCheckpointDelay` (`StorageEngine.idleTick`, `checkpointIfIdle`),
+/// when the memtable holds at least 1/16 of `checkpointMemtableBytes`; a store that
+/// commits between two ticks, or whose memtable is small, starts none that way.
+@Suite struct IdleCheckpointTests {
+    /// Checkpoints start at 256 KiB of memtable, so the idle rule needs 16 KiB.
+    private static func options(idleDelay: Duration?) -> EngineOptions {
+        var options = EngineOptions()
+        options.checkpointMemtableBytes = 256 << 10
+        options.idleCheckpointDelay = idleDelay
+        return options
+    }
+
+    private static func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
+
+    /// Commits keys `range`, each with a 100-byte value.
+    private static func write(_ range: Range<Int>, to engine: StorageEngine) throws {
+        var batch = WALBatch()
+        for number in range { batch.put(key(number), [UInt8](repeating: UInt8(truncatingIfNeeded: number), count: 100)) }
+        try engine.commit(batch)
+    }
+
+    /// The store's status once no background checkpoint runs (waiting at most 30 s).
+    private static func settled(_ engine: StorageEngine) throws -> StoreStatus {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while engine.checkpointRunning.load(ordering: .acquiring), ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.001) }
+        return try engine.status()
+    }
+
+    /// Ticks driven by the test: a delay no timer reaches while the test runs.
+    private static let never = Duration.seconds(3_600)
+
+    /// Through the timer: the memtable is folded once the store took no commit for the
+    /// delay, the store replays nothing when it crashes after it, and the tree holds every
+    /// pair.
+    @Test func anIdleMemtableIsFoldedAfterTheDelay() throws {
+        let fileSystem = SimulatedFileSystem()
+        let options = Self.options(idleDelay: .milliseconds(50))
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        try Self.write(0..<400, to: engine)
+        let version = engine.version
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try engine.status().checkpointVersion < version, ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        let folded = try Self.settled(engine)
+        #expect(folded.checkpointVersion == version && folded.memtableKeys == 0)
+        // The ticks stop once the store is idle.
+        while engine.idleTimerArmed.load(ordering: .acquiring), ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        let armed = engine.idleTimerArmed.load(ordering: .acquiring)
+        #expect(!armed)
+        // Power lost now (nothing more reaches the disk, and what was not synced is lost):
+        // the store replays no batch.
+        fileSystem.cutPower(atOperation: fileSystem.operationCount)
+        try? engine.close(checkpoint: false)
+        fileSystem.crash(.dropAll)
+        let (reopened, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+        defer { try? reopened.close() }
+        #expect(report.checkpointVersion == version && report.batchesReplayed == 0)
+        let pairs = try reopened.snapshot().scan()
+        #expect(pairs.map(\.key) == (0..<400).map(Self.key))
+        #expect(pairs.allSatisfy { $0.value.count == 100 })
+    }
+
+    /// A tick that finds a commit since the last one starts nothing; the next tick with
+    /// none between them folds the memtable.
+    @Test func aTickAfterACommitWaitsForTheNext() throws {
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: Self.options(idleDelay: nil))
+        defer { try? engine.close() }
+        try Self.write(0..<400, to: engine)
+        let seen = engine.version
+        try Self.write(400..<401, to: engine)
+        engine.idleTick(after: Self.never, seen: seen)
+        #expect(try Self.settled(engine).memtableKeys == 401, "a tick after a commit started a checkpoint")
+        engine.idleTick(after: Self.never, seen: engine.version)
+        let folded = try Self.settled(engine)
+        #expect(folded.memtableKeys == 0 && folded.checkpointVersion == engine.version)
+    }
+
+    @Test func aSmallIdleMemtableIsLeftAlone() throws {
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: Self.options(idleDelay: nil))
+        defer { try? engine.close() }
+        // 100 keys of about 120 bytes each: under 16 KiB.
+        try Self.write(0..<100, to: engine)
+        #expect(try engine.status().memtableBytes < 16 << 10)
+        engine.idleTick(after: Self.never, seen: engine.version)
+        let status = try Self.settled(engine)
+        #expect(status.checkpointVersion == 0 && status.memtableKeys == 100)
+    }
+
+    /// A tick while a checkpoint runs starts none and keeps the ticks going; the memtable
+    /// taking commits is folded by a tick after that checkpoint ends.
+    @Test func aTickWhileACheckpointRunsWaits() throws {
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: Self.options(idleDelay: nil))
+        defer { try? engine.close() }
+        try Self.write(0..<400, to: engine)
+        engine.idleTimerArmed.store(true, ordering: .releasing)   // as a commit arms it
+        engine.checkpointRunning.store(true, ordering: .releasing)
+        engine.idleTick(after: Self.never, seen: engine.version)
+        engine.checkpointRunning.store(false, ordering: .releasing)
+        let stillArmed = engine.idleTimerArmed.load(ordering: .acquiring)
+        #expect(stillArmed, "a tick during a checkpoint stopped the ticks")
+        #expect(try engine.status().memtableKeys == 400)
+        engine.idleTick(after: Self.never, seen: engine.version)
+        #expect(try Self.settled(engine).memtableKeys == 0)
+        let armed = engine.idleTimerArmed.load(ordering: .acquiring)
+        #expect(!armed)
+    }
+
+    /// A tick after `close()` starts nothing and stops the ticks, even one that finds a
+    /// commit since the tick before.
+    @Test func aClosedStoreTicksNoMore() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options(idleDelay: nil))
+        try Self.write(0..<400, to: engine)
+        try engine.close(checkpoint: false)
+        for seen in [engine.version - 1, engine.version] {
+            engine.idleTimerArmed.store(true, ordering: .releasing)
+            engine.idleTick(after: Self.never, seen: seen)
+            let armed = engine.idleTimerArmed.load(ordering: .acquiring)
+            #expect(!armed, "a tick of a closed store went on (it saw version \(seen))")
+        }
+        _ = try Self.settled(engine)
+        let (reopened, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options(idleDelay: nil))
+        defer { try? reopened.close() }
+        #expect(report.checkpointVersion == 0 && report.batchesReplayed == 1)
+    }
+
+    @Test func aDelayThatIsNotPositiveIsRefused() throws {
+        #expect(throws: EngineError.self) {
+            _ = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: Self.options(idleDelay: .zero))
+        }
+    }
+}
