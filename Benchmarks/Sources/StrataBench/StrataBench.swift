@@ -106,11 +106,19 @@ struct StrataBench: ParsableCommand {
     @Flag(help: "Strata: read the data file with pread through the page cache instead of a mapping (EngineOptions.mapsDataFile = false).")
     var unmapped = false
 
+    @Option(name: .customLong("idle-checkpoint-ms"),
+            help: "Strata: milliseconds a store waits after its last commit before it checkpoints its memtable (EngineOptions.idleCheckpointDelay; 0 for never; default 1,000).")
+    var idleCheckpointMilliseconds: Int?
+
     /// The memory settings a child process or a reader process is given.
     var memoryArguments: [String] {
-        (memtableMiB.map { ["--memtable-mib", "\($0)"] } ?? []) + (maxMemtableMiB.map { ["--max-memtable-mib", "\($0)"] } ?? [])
-            + (cacheMiB.map { ["--cache-mib", "\($0)"] } ?? [])
-            + (unmapped ? ["--unmapped"] : [])
+        var arguments: [String] = []
+        if let memtableMiB { arguments += ["--memtable-mib", "\(memtableMiB)"] }
+        if let maxMemtableMiB { arguments += ["--max-memtable-mib", "\(maxMemtableMiB)"] }
+        if let cacheMiB { arguments += ["--cache-mib", "\(cacheMiB)"] }
+        if unmapped { arguments.append("--unmapped") }
+        if let idleCheckpointMilliseconds { arguments += ["--idle-checkpoint-ms", "\(idleCheckpointMilliseconds)"] }
+        return arguments
     }
 
     /// Set for a reader process of `readwhilewriting`: the engine and the store to read.
@@ -174,6 +182,7 @@ struct StrataBench: ParsableCommand {
         if touchValues, !benchmarks.split(separator: ",").contains("readrandom") {
             throw ValidationError("--touch-values changes readrandom only: add readrandom to --benchmarks")
         }
+        if let idleCheckpointMilliseconds, idleCheckpointMilliseconds < 0 { throw ValidationError("--idle-checkpoint-ms must be 0 (never) or more") }
         if let memtableMiB, memtableMiB < 1 || memtableMiB > 1 << 20 { throw ValidationError("--memtable-mib must be 1 to 1,048,576") }
         // (Below the engine's checkpoint threshold, the store refuses it when it opens.)
         if let maxMemtableMiB, maxMemtableMiB < (memtableMiB ?? 1) || maxMemtableMiB > 1 << 20 {
@@ -193,7 +202,8 @@ struct StrataBench: ParsableCommand {
         Workload.memory.withLock {
             $0 = Workload.Memory(memtableBytes: memtableMiB.map { $0 << 20 }, maxMemtableBytes: maxMemtableMiB.map { $0 << 20 },
                                  cacheBytes: cacheMiB.map { $0 << 20 },
-                                 mapsDataFile: !unmapped)
+                                 mapsDataFile: !unmapped,
+                                 idleCheckpointDelay: idleCheckpointMilliseconds.map { $0 == 0 ? nil : .milliseconds($0) })
         }
         if splitCPUs { CPUSplit.pin(readers: readProcess != nil) }
         if let readProcess, let readPath {

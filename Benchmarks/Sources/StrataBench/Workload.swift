@@ -16,6 +16,8 @@ enum Workload {
         var maxMemtableBytes: Int?
         var cacheBytes: Int?
         var mapsDataFile = true
+        /// `--idle-checkpoint-ms`: nil for the default, `.some(nil)` for never.
+        var idleCheckpointDelay: Duration?? = nil
     }
 
     static let memory = Mutex(Memory())
@@ -31,6 +33,7 @@ enum Workload {
         if let maxMemtableBytes = memory.maxMemtableBytes { options.maxMemtableBytes = maxMemtableBytes }
         if let cacheBytes = memory.cacheBytes { options.cacheBytes = cacheBytes }
         if !memory.mapsDataFile { options.mapsDataFile = false }
+        if let idleCheckpointDelay = memory.idleCheckpointDelay { options.idleCheckpointDelay = idleCheckpointDelay }
         return options
     }
 
