@@ -49,10 +49,12 @@ public struct EngineOptions: Sendable {
     public var checkpointMemtableBytes = 64 << 20
     /// How long a store waits after its last commit before it checkpoints a memtable
     /// holding at least 1/16 of `checkpointMemtableBytes`, on a background thread
-    /// (`StorageEngine.checkpointIfIdle`), or nil never to. Default 1 second. A store that
+    /// (`StorageEngine.checkpointIfIdle`), or nil never to: at least 10 ms; default 1
+    /// second. A timer ticks at this interval while the store takes commits, so the
+    /// checkpoint starts between one and two intervals after the last commit. A store that
     /// stopped writing then reads its keys from the tree alone, replays nothing after a
-    /// crash, and frees the memtable; one that writes at least once a second never starts
-    /// one this way. The price: a store writing bursts of several MiB with pauses longer
+    /// crash, and frees the memtable; one whose commits come less than this apart never
+    /// starts one this way. The price: a store writing bursts of several MiB with pauses longer
     /// than this between them checkpoints after each burst, where it would have waited
     /// for the budget to fill, so each checkpoint rewrites the leaves of fewer keys (at
     /// most 16 such checkpoints for one budget's worth of changes).
@@ -129,8 +131,8 @@ public struct EngineOptions: Sendable {
         guard cacheBytes >= 0, checkpointMemtableBytes > 0, checkpointLogBytes > 0 else {
             throw .invalidOptions("cacheBytes must not be negative and the checkpoint thresholds must be positive")
         }
-        if let idleCheckpointDelay, idleCheckpointDelay <= .zero {
-            throw .invalidOptions("idleCheckpointDelay must be positive (got \(idleCheckpointDelay)), or nil for no idle checkpoints")
+        if let idleCheckpointDelay, idleCheckpointDelay < .milliseconds(10) {
+            throw .invalidOptions("idleCheckpointDelay must be at least 10 ms (got \(idleCheckpointDelay)), or nil for no idle checkpoints")
         }
         if let maxMemtableBytes, maxMemtableBytes < checkpointMemtableBytes {
             throw .invalidOptions("maxMemtableBytes (\(maxMemtableBytes)) must be at least checkpointMemtableBytes (\(checkpointMemtableBytes)), or nil for no bound")

@@ -20,8 +20,9 @@ extension StorageEngine {
     /// memtable's index is backed with memory at once (see `Memtable.init`); a checkpoint
     /// asked for or run by a close leaves it sparse, costing no memory until keys come.
     ///
-    /// `only`: the memtable a quiet streak asked to fold (`checkpointIfQuiet`); nothing is
-    /// done when another checkpoint froze it first.
+    /// `only`: the memtable a quiet streak or an idle tick asked to fold
+    /// (`checkpointIfQuiet`, `checkpointIfIdle`); nothing is done when another checkpoint
+    /// froze it first.
     func checkpointNow(underLoad: Bool = false, only memtable: Memtable? = nil) throws {
         let log = try writableLog().log
         try checkpointLock.withLock { durable in

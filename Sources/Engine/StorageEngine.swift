@@ -48,8 +48,8 @@ public final class StorageEngine: Sendable {
     let commitLock: Locked<CommitState>
     /// The durable layout of the data file, owned by the one running checkpoint.
     let checkpointLock: Locked<CheckpointState>
-    /// Whether a background checkpoint is running: one a commit's thresholds or a quiet
-    /// memtable (`checkpointIfQuiet`) started.
+    /// Whether a background checkpoint is running: one a commit's thresholds, a quiet
+    /// memtable (`checkpointIfQuiet`) or an idle one (`checkpointIfIdle`) started.
     let checkpointRunning = Atomic(false)
     /// Broadcast when a checkpoint freezes the memtable and when that checkpoint ends:
     /// commits stalled on a full memtable (`EngineOptions.maxMemtableBytes`) wait on it.

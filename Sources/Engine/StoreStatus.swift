@@ -31,24 +31,7 @@ extension StorageEngine {
     public func status() throws -> StoreStatus {
         let state = snapshots.current
         let meta = checkpointLock.withLock { $0.meta }
-        // Listed and measured under the history lock, which a checkpoint takes to release
-        // segments: a background one could otherwise remove a listed segment first.
-        let (segments, logBytes) = try historyLock.withLock { _ in
-            let segments = logExtent.segmentPaths
-            var logBytes = 0
-            for path in segments {
-                do {
-                    let file = try fileSystem.open(path, options: [])
-                    logBytes += Int(try file.size())
-                    try file.close()
-                } catch FileIOError.notFound where readerSlot != nil {
-                    // Released by the writer (another process) since this reader read it.
-                } catch let error as FileIOError {
-                    throw EngineError.io(error)
-                }
-            }
-            return (segments, logBytes)
-        }
+        let (segments, logBytes) = try measuredLogSegments()
         let writerProcess: Int32? = if isReadOnly {
             readerTable.flatMap { $0.writerIsLive ? Int32(truncatingIfNeeded: $0.writerProcess) : nil }
         } else {
@@ -60,5 +43,31 @@ extension StorageEngine {
                            memtableBytes: state.active.byteCount + (state.frozen?.byteCount ?? 0),
                            logSegments: segments, logBytes: logBytes, writerProcess: writerProcess, readers: readers,
                            pagesHeldForReaders: readerTable?.pinnedPages ?? 0)
+    }
+
+    /// The log's segments and their bytes. A background checkpoint may release a listed
+    /// segment before it is measured: the segments are then listed again (up to three
+    /// times; a writer's segment missing at the third is reported as damage). A read-only
+    /// store passes over a segment its writer released since it read the log.
+    private func measuredLogSegments() throws -> (segments: [String], bytes: Int) {
+        var attempt = 1
+        while true {
+            let segments = logExtent.segmentPaths
+            var bytes = 0
+            var released = false
+            for path in segments {
+                do {
+                    let file = try fileSystem.open(path, options: [])
+                    bytes += Int(try file.size())
+                    try file.close()
+                } catch FileIOError.notFound where readerSlot != nil || attempt < 3 {
+                    released = true
+                } catch let error as FileIOError {
+                    throw EngineError.io(error)
+                }
+            }
+            if !released || readerSlot != nil { return (segments, bytes) }
+            attempt += 1
+        }
     }
 }

@@ -123,6 +123,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         // 16,384 index slots: nearly full at 11,264 keys, full at 12,288. A change here
         // takes ~40 bytes a node, so the byte budget alone would hold ~26,000.
         options.checkpointMemtableBytes = 1 << 20
+        options.idleCheckpointDelay = nil   // only the index starts a checkpoint here
         let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: options)
         defer { try? engine.close() }
         let first = engine.snapshots.current.active
@@ -159,6 +160,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         var options = EngineOptions()
         // 16,384 index slots: nearly full at 11,264 keys, full at 12,288.
         options.checkpointMemtableBytes = 1 << 20
+        options.idleCheckpointDelay = nil   // the batches it counts stay in the log
         func key(_ number: Int) -> [UInt8] { Array("key\(number)".utf8) }
         func newest(_ memtable: Memtable, _ key: [UInt8]) -> MemtableNode? {
             key.withUnsafeBytes { memtable.index.newest($0, hash: hashKey($0)) }

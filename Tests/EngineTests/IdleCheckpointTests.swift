@@ -130,9 +130,16 @@ import Testing
         #expect(report.checkpointVersion == 0 && report.batchesReplayed == 1)
     }
 
-    @Test func aDelayThatIsNotPositiveIsRefused() throws {
-        #expect(throws: EngineError.self) {
-            _ = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: Self.options(idleDelay: .zero))
+    /// A delay under 10 ms (a timer that would tick without pause while commits come) is
+    /// refused.
+    @Test func aDelayUnderTenMillisecondsIsRefused() throws {
+        for delay in [Duration.zero, .milliseconds(9)] {
+            #expect(throws: EngineError.self) {
+                _ = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: Self.options(idleDelay: delay))
+            }
         }
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(),
+                                                 options: Self.options(idleDelay: .milliseconds(10)))
+        try engine.close()
     }
 }
