@@ -55,6 +55,9 @@ public final class Context {
     package var attachment: AnyObject?
     /// For an observed query's context: what it reads (Context.C5).
     let readRecorder: ReadRecorder?
+    /// The store's count of published views when a read last looked for a snapshot of a
+    /// newer tree (`snapshotForReads`).
+    private var publicationsSeen: UInt64 = 0
 
     init(store: Store, snapshot: Snapshot, mergePolicy: MergePolicy, isReadOnly: Bool = false, recorder: ReadRecorder? = nil) {
         self.store = store
@@ -80,6 +83,20 @@ public final class Context {
 
     /// The version of the store this context reads.
     public var version: UInt64 { snapshot.version }
+
+    /// The snapshot a read that bypasses the overlays goes to. A read-only root context
+    /// (`Store.read`) moves to a snapshot of the same version once a checkpoint folded the
+    /// memtable its snapshot reads (`StorageEngine.snapshot(newerTreeThan:publications:)`):
+    /// the same pairs, read from the tree alone. A context that may write keeps the
+    /// snapshot its conflicts are checked against.
+    @inline(__always)
+    private func snapshotForReads() -> Snapshot {
+        if isReadOnly, parent == nil,
+           let newer = store.engine.snapshot(newerTreeThan: snapshot, publications: &publicationsSeen) {
+            snapshot = newer
+        }
+        return snapshot
+    }
 
     /// Whether this context staged any change.
     public var hasChanges: Bool { !overlay.isEmpty }
@@ -126,7 +143,7 @@ public final class Context {
         if let readRecorder { return try recordedWalk(range, reverse: reverse, into: readRecorder, body) }
         if stagesNothing {
             // Nothing to merge: the snapshot's own walk, copying each pair once.
-            return try snapshot.forEach(range, reverse: reverse) { key, value in
+            return try snapshotForReads().forEach(range, reverse: reverse) { key, value in
                 try body(key.withUnsafeBytes { Array($0) }, value.withUnsafeBytes { Array($0) })
             }
         }
@@ -146,7 +163,7 @@ public final class Context {
         if let readRecorder {
             return try recordedWalk(range, reverse: reverse, into: readRecorder) { key, value in try body(key.span.bytes, value.span.bytes) }
         }
-        if stagesNothing { return try snapshot.forEach(range, reverse: reverse, body) }
+        if stagesNothing { return try snapshotForReads().forEach(range, reverse: reverse, body) }
         var cursor = try ContextCursor(self, range: range, reverse: reverse)
         while let pair = try cursor.next() {
             guard try body(pair.key.span.bytes, pair.value.span.bytes) else { return }
@@ -171,7 +188,7 @@ public final class Context {
     package func snapshotWhenUnstaged() throws -> Snapshot? {
         try checkOpen()
         // An observed query's reads are noted, so they go through the context.
-        return stagesNothing && readRecorder == nil ? snapshot : nil
+        return stagesNothing && readRecorder == nil ? snapshotForReads() : nil
     }
 
     /// How many keys `scan` would return, counting no further than `limit`; with nothing
@@ -189,7 +206,7 @@ public final class Context {
             }
             return count
         }
-        if stagesNothing { return try snapshot.count(range, limit: limit) }
+        if stagesNothing { return try snapshotForReads().count(range, limit: limit) }
         var cursor = try ContextCursor(self, range: range, reverse: false)
         while try cursor.next() != nil {
             count += 1

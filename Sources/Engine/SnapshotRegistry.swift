@@ -43,6 +43,10 @@ final class SnapshotRegistry: Sendable {
     /// The view new snapshots take.
     var current: EngineState { published.withLock { $0.state } }
 
+    /// How many views were published so far, read without the lock: a reader that saw the
+    /// same count before has nothing new to look at.
+    var publications: UInt64 { sequence.load(ordering: .acquiring) }
+
     /// Replaces the view new snapshots take with what `change` makes of it (nil leaves it
     /// as it is) and returns the view now current. `change` runs under the lock.
     @discardableResult

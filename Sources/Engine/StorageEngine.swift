@@ -155,6 +155,22 @@ public final class StorageEngine: Sendable {
     /// The latest published version.
     public var version: UInt64 { snapshots.current.version }
 
+    /// A snapshot of `snapshot`'s version whose tree holds more of it, or nil: when no
+    /// commit came since it was taken and a checkpoint since folded the memtable it reads
+    /// into the tree, the new snapshot reads the same pairs from the tree alone, where a
+    /// walk merges no memtable's keys with the tree's. `publications` is the count of
+    /// published views the caller saw at its last call (start with 0): while nothing was
+    /// published since, a call costs one atomic load.
+    package func snapshot(newerTreeThan snapshot: Snapshot, publications: inout UInt64) -> Snapshot? {
+        let published = snapshots.publications
+        guard published != publications else { return nil }
+        publications = published
+        let current = snapshots.current
+        guard current.version == snapshot.version, current.treeVersion > snapshot.state.treeVersion else { return nil }
+        let newer = self.snapshot()
+        return newer.version == snapshot.version ? newer : nil
+    }
+
     /// Calls `observer` with every batch published from now on, in version order, from
     /// the committing thread while it holds the commit lock: the observer must be quick
     /// and must not call back into the engine. Replaces any earlier observer: the `Store`
