@@ -18,11 +18,16 @@ import Testing
         try seed(store, Dictionary(uniqueKeysWithValues: range.map { (String(format: "k%04d", $0), "v\($0)") }))
     }
 
-    @Test func aReadOnlyContextReadsTheCheckpointedTreeAtItsVersion() throws {
-        let store = try Self.store()
+    /// `body` in a read context of a store whose memtable holds 300 pairs.
+    private static func reading(_ body: (Store, Context) throws -> Void) throws {
+        let store = try store()
         defer { try? store.close() }
-        try Self.seeded(store, 0..<300)
-        try store.read { context in
+        try seeded(store, 0..<300)
+        try store.read { context in try body(store, context) }
+    }
+
+    @Test func aReadOnlyContextReadsTheCheckpointedTreeAtItsVersion() throws {
+        try Self.reading { store, context in
             let first = context.snapshot
             #expect(first.state.treeVersion < first.version, "the pairs must be in the memtable")
             let pairs = try context.scan()
@@ -38,10 +43,7 @@ import Testing
     }
 
     @Test func aCommitAfterItsSnapshotKeepsItWhereItIs() throws {
-        let store = try Self.store()
-        defer { try? store.close() }
-        try Self.seeded(store, 0..<300)
-        try store.read { context in
+        try Self.reading { store, context in
             let first = context.snapshot
             try Self.seeded(store, 300..<310)
             try store.checkpoint()

@@ -17,38 +17,24 @@ import Testing
         return options
     }
 
-    private static func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
-
-    /// Commits keys `range`, each with a 100-byte value.
-    private static func write(_ range: Range<Int>, to engine: StorageEngine) throws {
-        var batch = WALBatch()
-        for number in range { batch.put(key(number), [UInt8](repeating: UInt8(truncatingIfNeeded: number), count: 100)) }
-        try engine.commit(batch)
-    }
-
-    /// The store's status once no background checkpoint runs (waiting at most 30 s).
-    private static func settled(_ engine: StorageEngine) throws -> StoreStatus {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while engine.checkpointRunning.load(ordering: .acquiring), ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.001) }
-        return try engine.status()
-    }
-
     /// Ticks driven by the test: a delay no timer reaches while the test runs.
     private static let never = Duration.seconds(3_600)
 
     /// Through the timer: the memtable is folded once the store took no commit for the
-    /// delay, the store replays nothing when it crashes after it, and the tree holds every
-    /// pair.
+    /// delay and is freed (no snapshot reads it), the store replays nothing when it
+    /// crashes after it, and the tree holds every pair.
     @Test func anIdleMemtableIsFoldedAfterTheDelay() throws {
         let fileSystem = SimulatedFileSystem()
         let options = Self.options(idleDelay: .milliseconds(50))
         let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
-        try Self.write(0..<400, to: engine)
+        try BackgroundCheckpoints.write(0..<400, to: engine)
         let version = engine.version
+        weak let written = engine.snapshots.current.active
         let deadline = ContinuousClock.now + .seconds(30)
         while try engine.status().checkpointVersion < version, ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
-        let folded = try Self.settled(engine)
+        let folded = try BackgroundCheckpoints.settled(engine)
         #expect(folded.checkpointVersion == version && folded.memtableKeys == 0)
+        #expect(written == nil, "the folded memtable is still held")
         // The ticks stop once the store is idle.
         while engine.idleTimerArmed.load(ordering: .acquiring), ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
         let armed = engine.idleTimerArmed.load(ordering: .acquiring)
@@ -62,7 +48,7 @@ import Testing
         defer { try? reopened.close() }
         #expect(report.checkpointVersion == version && report.batchesReplayed == 0)
         let pairs = try reopened.snapshot().scan()
-        #expect(pairs.map(\.key) == (0..<400).map(Self.key))
+        #expect(pairs.map(\.key) == (0..<400).map(BackgroundCheckpoints.key))
         #expect(pairs.allSatisfy { $0.value.count == 100 })
     }
 
@@ -71,13 +57,13 @@ import Testing
     @Test func aTickAfterACommitWaitsForTheNext() throws {
         let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: Self.options(idleDelay: nil))
         defer { try? engine.close() }
-        try Self.write(0..<400, to: engine)
+        try BackgroundCheckpoints.write(0..<400, to: engine)
         let seen = engine.version
-        try Self.write(400..<401, to: engine)
+        try BackgroundCheckpoints.write(400..<401, to: engine)
         engine.idleTick(after: Self.never, seen: seen)
-        #expect(try Self.settled(engine).memtableKeys == 401, "a tick after a commit started a checkpoint")
+        #expect(try BackgroundCheckpoints.settled(engine).memtableKeys == 401, "a tick after a commit started a checkpoint")
         engine.idleTick(after: Self.never, seen: engine.version)
-        let folded = try Self.settled(engine)
+        let folded = try BackgroundCheckpoints.settled(engine)
         #expect(folded.memtableKeys == 0 && folded.checkpointVersion == engine.version)
     }
 
@@ -85,10 +71,10 @@ import Testing
         let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: Self.options(idleDelay: nil))
         defer { try? engine.close() }
         // 100 keys of about 120 bytes each: under 16 KiB.
-        try Self.write(0..<100, to: engine)
+        try BackgroundCheckpoints.write(0..<100, to: engine)
         #expect(try engine.status().memtableBytes < 16 << 10)
         engine.idleTick(after: Self.never, seen: engine.version)
-        let status = try Self.settled(engine)
+        let status = try BackgroundCheckpoints.settled(engine)
         #expect(status.checkpointVersion == 0 && status.memtableKeys == 100)
     }
 
@@ -97,7 +83,7 @@ import Testing
     @Test func aTickWhileACheckpointRunsWaits() throws {
         let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: Self.options(idleDelay: nil))
         defer { try? engine.close() }
-        try Self.write(0..<400, to: engine)
+        try BackgroundCheckpoints.write(0..<400, to: engine)
         engine.idleTimerArmed.store(true, ordering: .releasing)   // as a commit arms it
         engine.checkpointRunning.store(true, ordering: .releasing)
         engine.idleTick(after: Self.never, seen: engine.version)
@@ -106,7 +92,7 @@ import Testing
         #expect(stillArmed, "a tick during a checkpoint stopped the ticks")
         #expect(try engine.status().memtableKeys == 400)
         engine.idleTick(after: Self.never, seen: engine.version)
-        #expect(try Self.settled(engine).memtableKeys == 0)
+        #expect(try BackgroundCheckpoints.settled(engine).memtableKeys == 0)
         let armed = engine.idleTimerArmed.load(ordering: .acquiring)
         #expect(!armed)
     }
@@ -116,7 +102,7 @@ import Testing
     @Test func aClosedStoreTicksNoMore() throws {
         let fileSystem = SimulatedFileSystem()
         let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options(idleDelay: nil))
-        try Self.write(0..<400, to: engine)
+        try BackgroundCheckpoints.write(0..<400, to: engine)
         try engine.close(checkpoint: false)
         for seen in [engine.version - 1, engine.version] {
             engine.idleTimerArmed.store(true, ordering: .releasing)
@@ -124,7 +110,7 @@ import Testing
             let armed = engine.idleTimerArmed.load(ordering: .acquiring)
             #expect(!armed, "a tick of a closed store went on (it saw version \(seen))")
         }
-        _ = try Self.settled(engine)
+        _ = try BackgroundCheckpoints.settled(engine)
         let (reopened, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options(idleDelay: nil))
         defer { try? reopened.close() }
         #expect(report.checkpointVersion == 0 && report.batchesReplayed == 1)

@@ -25,15 +25,6 @@ import Testing
         try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: options).0
     }
 
-    private static func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
-
-    /// Commits keys `range`, each with a 100-byte value.
-    private static func write(_ range: Range<Int>, to engine: StorageEngine) throws {
-        var batch = WALBatch()
-        for number in range { batch.put(key(number), [UInt8](repeating: UInt8(truncatingIfNeeded: number), count: 100)) }
-        try engine.commit(batch)
-    }
-
     /// `count` seeks, each a walk of three keys from one of the keys `first ..< first +
     /// keys`, read from `snapshot` or a new snapshot of `engine`; each must find its three.
     private static func seek(_ count: Int, _ engine: StorageEngine, through snapshot: Snapshot? = nil,
@@ -41,7 +32,7 @@ import Testing
         for seek in 0..<count {
             let number = first + seek % (keys - 3)
             var found = 0
-            try (snapshot ?? engine.snapshot()).forEach(KeyRange(from: key(number), to: key(number + 3))) { _, _ in
+            try (snapshot ?? engine.snapshot()).forEach(KeyRange(from: BackgroundCheckpoints.key(number), to: BackgroundCheckpoints.key(number + 3))) { _, _ in
                 found += 1
                 return true
             }
@@ -49,43 +40,36 @@ import Testing
         }
     }
 
-    /// The store's status once no background checkpoint runs (waiting at most 30 s).
-    private static func settled(_ engine: StorageEngine) throws -> StoreStatus {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while engine.checkpointRunning.load(ordering: .acquiring), ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.001) }
-        return try engine.status()
-    }
-
     private static let streak = StorageEngine.quietSeekStreak
 
     @Test func seeksThroughAQuietMemtableFoldItIntoTheTree() throws {
         let engine = try Self.open()
         defer { try? engine.close() }
-        try Self.write(0..<400, to: engine)
+        try BackgroundCheckpoints.write(0..<400, to: engine)
         let written = try engine.status()
         #expect(written.memtableKeys == 400 && written.memtableBytes >= 16 << 10 && written.checkpointVersion == 0)
         try Self.seek(Self.streak - 1, engine)
-        #expect(try Self.settled(engine).memtableKeys == 400, "a checkpoint started before the streak was full")
+        #expect(try BackgroundCheckpoints.settled(engine).memtableKeys == 400, "a checkpoint started before the streak was full")
         try Self.seek(1, engine)
-        let folded = try Self.settled(engine)
+        let folded = try BackgroundCheckpoints.settled(engine)
         #expect(folded.memtableKeys == 0 && folded.checkpointVersion == written.version)
         // The tree answers what the memtable did.
         let pairs = try engine.snapshot().scan()
-        #expect(pairs.map(\.key) == (0..<400).map(Self.key))
+        #expect(pairs.map(\.key) == (0..<400).map(BackgroundCheckpoints.key))
         #expect(pairs.allSatisfy { $0.value.count == 100 })
     }
 
     @Test func aStoreThatWritesBetweenItsSeeksStartsNoCheckpointThisWay() throws {
         let engine = try Self.open()
         defer { try? engine.close() }
-        try Self.write(0..<400, to: engine)
+        try BackgroundCheckpoints.write(0..<400, to: engine)
         // A commit after every 1,000 seeks: never a streak of `quietSeekStreak`.
         for round in 0..<3 {
             try Self.seek(1_000, engine)
-            try Self.write((400 + round)..<(401 + round), to: engine)
+            try BackgroundCheckpoints.write((400 + round)..<(401 + round), to: engine)
         }
         try Self.seek(1_000, engine)
-        let status = try Self.settled(engine)
+        let status = try BackgroundCheckpoints.settled(engine)
         #expect(status.checkpointVersion == 0 && status.memtableKeys == 403)
     }
 
@@ -93,10 +77,10 @@ import Testing
         let engine = try Self.open()
         defer { try? engine.close() }
         // 100 keys of about 120 bytes each: under 16 KiB.
-        try Self.write(0..<100, to: engine)
+        try BackgroundCheckpoints.write(0..<100, to: engine)
         #expect(try engine.status().memtableBytes < 16 << 10)
         try Self.seek(3 * Self.streak, engine, keys: 100)
-        let status = try Self.settled(engine)
+        let status = try BackgroundCheckpoints.settled(engine)
         #expect(status.checkpointVersion == 0 && status.memtableKeys == 100)
     }
 
@@ -105,7 +89,7 @@ import Testing
     @Test func seeksWhileACheckpointRunsCount() throws {
         let engine = try Self.open()
         defer { try? engine.close() }
-        try Self.write(0..<400, to: engine)
+        try BackgroundCheckpoints.write(0..<400, to: engine)
         // As if a checkpoint ran (of a memtable frozen before): no other starts meanwhile.
         engine.checkpointRunning.store(true, ordering: .releasing)
         let seeks = Result { try Self.seek(2 * Self.streak, engine) }
@@ -113,13 +97,13 @@ import Testing
         try seeks.get()
         #expect(try engine.status().memtableKeys == 400)
         try Self.seek(1, engine)
-        #expect(try Self.settled(engine).memtableKeys == 0)
+        #expect(try BackgroundCheckpoints.settled(engine).memtableKeys == 0)
         // The next memtable's own streak: it must be large enough and quiet in turn.
-        try Self.write(400..<800, to: engine)
+        try BackgroundCheckpoints.write(400..<800, to: engine)
         try Self.seek(Self.streak - 1, engine, first: 400)
-        #expect(try Self.settled(engine).memtableKeys == 400)
+        #expect(try BackgroundCheckpoints.settled(engine).memtableKeys == 400)
         try Self.seek(1, engine, first: 400)
-        #expect(try Self.settled(engine).memtableKeys == 0)
+        #expect(try BackgroundCheckpoints.settled(engine).memtableKeys == 0)
     }
 
     /// An older snapshot's seeks count toward the memtable it reads, one a checkpoint froze
@@ -127,12 +111,12 @@ import Testing
     @Test func anOlderSnapshotsSeeksLeaveTheCurrentMemtableAlone() throws {
         let engine = try Self.open()
         defer { try? engine.close() }
-        try Self.write(0..<400, to: engine)
+        try BackgroundCheckpoints.write(0..<400, to: engine)
         let older = engine.snapshot()
         try engine.checkpoint()
-        try Self.write(400..<800, to: engine)
+        try BackgroundCheckpoints.write(400..<800, to: engine)
         try Self.seek(2 * Self.streak, engine, through: older)
-        let status = try Self.settled(engine)
+        let status = try BackgroundCheckpoints.settled(engine)
         #expect(status.memtableKeys == 400 && status.checkpointVersion == older.version)
     }
 
@@ -140,7 +124,7 @@ import Testing
     @Test func aReadOnlyStoreStartsNoCheckpoint() throws {
         let fileSystem = SimulatedFileSystem()
         let (writer, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
-        try Self.write(0..<400, to: writer)
+        try BackgroundCheckpoints.write(0..<400, to: writer)
         try writer.close(checkpoint: false)   // the keys are in the log only
         let (reader, _) = try StorageEngine.open(path: "/db", mode: .readOnly, fileSystem: fileSystem, options: Self.options)
         defer { try? reader.close() }
@@ -155,11 +139,11 @@ import Testing
     @Test func countsAreSeeks() throws {
         let engine = try Self.open()
         defer { try? engine.close() }
-        try Self.write(0..<400, to: engine)
+        try BackgroundCheckpoints.write(0..<400, to: engine)
         for number in 0..<Self.streak {
-            #expect(try engine.snapshot().count(KeyRange(from: Self.key(number % 397), to: Self.key(number % 397 + 3))) == 3)
+            #expect(try engine.snapshot().count(KeyRange(from: BackgroundCheckpoints.key(number % 397), to: BackgroundCheckpoints.key(number % 397 + 3))) == 3)
         }
-        #expect(try Self.settled(engine).memtableKeys == 0)
+        #expect(try BackgroundCheckpoints.settled(engine).memtableKeys == 0)
     }
 
     /// `close()` waits for a background checkpoint to end before it closes the files that
@@ -168,7 +152,7 @@ import Testing
     @Test func closeWaitsForABackgroundCheckpoint() throws {
         let fileSystem = SimulatedFileSystem()
         let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
-        try Self.write(0..<400, to: engine)
+        try BackgroundCheckpoints.write(0..<400, to: engine)
         let version = engine.version
         // The quiet checkpoint held at its first sync of the data file, until released.
         let blocked = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0), closed = DispatchSemaphore(value: 0)
@@ -197,6 +181,6 @@ import Testing
         let (reopened, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options)
         defer { try? reopened.close() }
         #expect(report.checkpointVersion == version && report.batchesReplayed == 0)
-        #expect(try reopened.snapshot().scan().map(\.key) == (0..<400).map(Self.key))
+        #expect(try reopened.snapshot().scan().map(\.key) == (0..<400).map(BackgroundCheckpoints.key))
     }
 }

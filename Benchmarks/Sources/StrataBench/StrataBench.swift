@@ -107,7 +107,7 @@ struct StrataBench: ParsableCommand {
     var unmapped = false
 
     @Option(name: .customLong("idle-checkpoint-ms"),
-            help: "Strata: milliseconds a store waits after its last commit before it checkpoints its memtable (EngineOptions.idleCheckpointDelay; 0 for never; default 1,000).")
+            help: "Strata: milliseconds a store waits after its last commit before it checkpoints its memtable (EngineOptions.idleCheckpointDelay; at least 10, or 0 for never; default 1,000).")
     var idleCheckpointMilliseconds: Int?
 
     /// The memory settings a child process or a reader process is given.
@@ -182,7 +182,9 @@ struct StrataBench: ParsableCommand {
         if touchValues, !benchmarks.split(separator: ",").contains("readrandom") {
             throw ValidationError("--touch-values changes readrandom only: add readrandom to --benchmarks")
         }
-        if let idleCheckpointMilliseconds, idleCheckpointMilliseconds < 0 { throw ValidationError("--idle-checkpoint-ms must be 0 (never) or more") }
+        if let idleCheckpointMilliseconds, idleCheckpointMilliseconds < 0 || (1..<10).contains(idleCheckpointMilliseconds) {
+            throw ValidationError("--idle-checkpoint-ms must be 0 (never) or at least 10")
+        }
         if let memtableMiB, memtableMiB < 1 || memtableMiB > 1 << 20 { throw ValidationError("--memtable-mib must be 1 to 1,048,576") }
         // (Below the engine's checkpoint threshold, the store refuses it when it opens.)
         if let maxMemtableMiB, maxMemtableMiB < (memtableMiB ?? 1) || maxMemtableMiB > 1 << 20 {
