@@ -196,6 +196,157 @@ struct TreeCursor {
         return (end, beforeBound)
     }
 
+    /// Moves a forward cursor past the cells whose keys come before `key` (every cell
+    /// left, for nil), counting those that hold a value (a tombstone is passed, not
+    /// counted), and returns the count and whether the cell it stops on holds `key`: a
+    /// count's walk of the tree from one memtable key to the next (`Snapshot.count`). A
+    /// leaf whose last key comes before `key` is counted from its cells' flags, no key read
+    /// or compared; in the leaf that holds `key`'s place, a gallop from the cursor finds
+    /// it in O(log d) comparisons for a place d cells on. Once the count reaches `limit` it
+    /// returns at once, the cursor anywhere.
+    mutating func countValues(before key: UnsafeRawBufferPointer?, limit: Int) throws -> (count: Int, onKey: Bool) {
+        precondition(!reverse, "a count walks forward")
+        var count = 0
+        while let leaf, position >= 0, position < leaf.count {
+            if let key {
+                let tail = keyAfterPrefix(key)
+                // A leaf just entered is likely to lie before `key` whole: its last key first.
+                let lastOrder = position == 0 ? try compareCell(leaf.count - 1, with: key, tail: tail) : nil
+                if lastOrder.map({ $0 >= 0 }) ?? true, let (place, onKey) = try gallop(to: key, tail: tail, lastOrder: lastOrder) {
+                    count += try valueCells(position..<place, limit: limit - count)
+                    position = place
+                    return (count, onKey)
+                }
+            }
+            // The whole rest of the leaf is counted: the next one's lines are on their way meanwhile.
+            prefetchNextLeaf()
+            count += try valueCells(position..<leaf.count, limit: limit - count)
+            guard count < limit else { return (count, false) }
+            position = leaf.count
+            try settle()
+        }
+        return (count, false)
+    }
+
+    /// The bytes of `key` after the prefix the cursor's leaf elides, when `key` starts
+    /// with it (all of `key` when the leaf elides none), else nil: a key compared with
+    /// many of the leaf's cells is compared with their rests alone.
+    @inline(__always)
+    private func keyAfterPrefix(_ key: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer? {
+        guard elided > 0 else { return key }
+        let prefix = UnsafeRawBufferPointer(start: wholeKey.unsafelyUnwrapped.bytes, count: elided)
+        guard key.count >= elided, equalBytes(UnsafeRawBufferPointer(rebasing: key[..<elided]), prefix) else { return nil }
+        return UnsafeRawBufferPointer(rebasing: key[elided...])
+    }
+
+    /// Cell `index`'s key compared with `key` (negative when the cell's comes first),
+    /// read where it lies: the cell's rest compared with `tail` (`keyAfterPrefix(key)`),
+    /// or without one, the leaf's elided prefix and then the rest.
+    @inline(__always)
+    private func compareCell(_ index: Int, with key: UnsafeRawBufferPointer, tail: UnsafeRawBufferPointer?) throws -> Int {
+        let leaf = leaf.unsafelyUnwrapped
+        let start: Int, length: Int
+        do {
+            (start, length) = try layout.keyLocation(leaf.bytes, index: index)
+        } catch {
+            throw file.corrupt(leafID, error)
+        }
+        let rest = UnsafeRawBufferPointer(rebasing: leaf.bytes[start..<(start + length)])
+        if let tail { return compareBytes(rest, tail) }
+        return compareSplit(UnsafeRawBufferPointer(start: wholeKey.unsafelyUnwrapped.bytes, count: elided), rest, key)
+    }
+
+    /// The first cell from the cursor's on whose key is at or after `key`, and whether it
+    /// is `key`; nil when the leaf's last comes before `key` (`lastOrder`, when known, is
+    /// how the last compared). The cells 0, 1, 3, 7, ... after the cursor's are compared
+    /// until one does not come before `key` (the last one at most), then a binary search
+    /// between the last two: O(log d) comparisons for a place d cells on, one for the
+    /// cursor's own cell.
+    private func gallop(to key: UnsafeRawBufferPointer, tail: UnsafeRawBufferPointer?,
+                        lastOrder: Int?) throws -> (place: Int, onKey: Bool)? {
+        let last = leaf.unsafelyUnwrapped.count - 1
+        // Cell `below` comes before `key` (the cursor's cell - 1: none compared yet); cell
+        // `above` does not, compared as `aboveOrder`.
+        var below = position - 1
+        var step = 1
+        var above: Int
+        var aboveOrder: Int
+        while true {
+            let probe = min(below + step, last)
+            let order = try probe == last ? lastOrder ?? compareCell(probe, with: key, tail: tail) : compareCell(probe, with: key, tail: tail)
+            if order >= 0 {
+                (above, aboveOrder) = (probe, order)
+                break
+            }
+            if probe == last { return nil }
+            if below >= position { step &*= 2 }
+            below = probe
+        }
+        while above - below > 1 {
+            let middle = below + (above - below) / 2
+            let order = try compareCell(middle, with: key, tail: tail)
+            if order < 0 { below = middle } else { (above, aboveOrder) = (middle, order) }
+        }
+        return (above, aboveOrder == 0)
+    }
+
+    /// How many of the leaf's cells in `cells` hold a value (in line or in overflow
+    /// pages), not a tombstone, counting no further than `limit`: each cell's flags byte,
+    /// past its key and version. Read without a check that throws where the bytes are as
+    /// they should be (as `plainCells` reads them); any other cell is read by
+    /// `holdsValue`, which names what is wrong with it.
+    private func valueCells(_ cells: Range<Int>, limit: Int) throws -> Int {
+        guard let bytes = leaf?.bytes, !cells.isEmpty else { return 0 }
+        // Every cell of the range has a slot, and the slots fit the page.
+        guard cells.lowerBound >= 0, cells.upperBound <= layout.count, layout.cellsStart <= bytes.count else {
+            return try cells.prefix(limit).reduce(0) { try $0 + (holdsValue($1) ? 1 : 0) }
+        }
+        let base = bytes.baseAddress.unsafelyUnwrapped
+        let size = bytes.count
+        let (slots, width, cellsStart) = (layout.slots, layout.width, layout.cellsStart)
+        let varint = varintVersions
+        var count = 0
+        for index in cells {
+            guard count < limit else { break }
+            let cell = Int(UInt16(littleEndian: base.loadUnaligned(fromByteOffset: slots &+ width &* index, as: UInt16.self)))
+            if cell >= cellsStart, cell < size, let (length, start) = Self.shortLength(base, size, at: cell),
+               length <= Limits.maxKeyBytes, length <= size &- start {
+                var offset = start &+ length
+                if varint {
+                    let end = min(size, offset &+ 10)
+                    while offset < end && base.load(fromByteOffset: offset, as: UInt8.self) & 0x80 != 0 { offset &+= 1 }
+                    offset &+= offset < end ? 1 : size
+                } else {
+                    offset &+= 8
+                }
+                if offset < size {
+                    switch base.load(fromByteOffset: offset, as: UInt8.self) {
+                    case 0, PageCodec.overflowFlag, PageCodec.runFlag:
+                        count &+= 1
+                        continue
+                    case PageCodec.tombstoneFlag: continue
+                    default: break
+                    }
+                }
+            }
+            if try holdsValue(index) { count &+= 1 }
+        }
+        return count
+    }
+
+    /// Whether the leaf's cell `index` holds a value, not a tombstone, read and checked as
+    /// `currentContents()` reads it: a defect throws, naming the page and the cell.
+    private func holdsValue(_ index: Int) throws -> Bool {
+        let leaf = leaf.unsafelyUnwrapped
+        do throws(PageDefect) {
+            let (start, length) = try layout.keyLocation(leaf.bytes, index: index)
+            if case .tombstone = try leaf.leafContents(index, keyStart: start, keyLength: length) { return false }
+            return true
+        } catch {
+            throw file.corrupt(leafID, error)
+        }
+    }
+
     /// Moves the cursor to the next cell of its leaf, up to cell `end` (from `runEnd`),
     /// and returns that cell's key (as `currentKey()` gives it) and its value when the
     /// cell holds one in line (most cells); nil once the cursor is on `end`. For a cell

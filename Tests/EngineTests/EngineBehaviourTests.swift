@@ -34,6 +34,72 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect(try snapshot.count(limit: 0) == 0)
     }
 
+    /// A count passes over the tree's tombstones (kept by a checkpoint for a snapshot that
+    /// still reads the deleted keys) without counting them, alone, in runs longer than a
+    /// leaf, and under a memtable's changes: a key put again over a tombstone counts once,
+    /// a live tree key deleted in the memtable not at all. Random ranges and limits.
+    @Test func aCountPassesOverTheTreesTombstones() throws {
+        let seed: UInt64 = 0x70_3B5
+        print("aCountPassesOverTheTreesTombstones seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem())
+        defer { try? engine.close() }
+        func key(_ number: Int) -> [UInt8] { Array(String(format: "k%05d", number).utf8) }
+        let keys = 4_000
+        var live = Set(0..<keys)
+        var batch = WALBatch()
+        for number in 0..<keys { batch.put(key(number), [UInt8(truncatingIfNeeded: number)]) }
+        try engine.commit(batch)
+        try engine.checkpoint()
+        let older = engine.snapshot()
+        // Every third key deleted, and a run of 600 (several leaves' worth).
+        batch = WALBatch()
+        for number in 0..<keys where number % 3 == 0 || (1_000..<1_600).contains(number) {
+            batch.delete(key(number))
+            live.remove(number)
+        }
+        try engine.commit(batch)
+        try engine.checkpoint()
+        var cursor = try engine.snapshot().state.tree.cursor(from: nil, reverse: false, file: engine.pageFile)
+        var tombstones = 0
+        while try cursor.currentKey() != nil {
+            if case .tombstone = try cursor.currentContents() { tombstones += 1 }
+            try cursor.advance()
+        }
+        try #require(tombstones == keys - live.count, "the tree keeps the deletes the older snapshot may conflict with")
+        func check(_ label: String) throws {
+            let snapshot = engine.snapshot()
+            for trial in 0..<200 {
+                let lower = trial % 5 == 0 ? nil : Int(random.next() % UInt64(keys + 10))
+                let upper = trial % 7 == 0 ? nil : Int(random.next() % UInt64(keys + 10))
+                let range = KeyRange(from: lower.map(key), to: upper.map(key))
+                let expected = live.count { number in number >= (lower ?? 0) && number < (upper ?? .max) }
+                #expect(try snapshot.count(range) == expected, "\(label), trial \(trial): \(String(describing: lower))..<\(String(describing: upper))")
+                let limit = 1 + Int(random.next() % UInt64(expected + 2))
+                #expect(try snapshot.count(range, limit: limit) == min(limit, expected), "\(label), trial \(trial), limit \(limit)")
+            }
+        }
+        try check("the tree alone")
+        // In the memtable: deleted keys put again, live ones deleted, both in runs.
+        batch = WALBatch()
+        for _ in 0..<150 {
+            let first = Int(random.next() % UInt64(keys))
+            for number in first..<min(keys, first + 1 + Int(random.next() % 4)) {
+                guard !batch.operations.contains(where: { $0.key == key(number) }) else { continue }
+                if live.contains(number) {
+                    batch.delete(key(number))
+                    live.remove(number)
+                } else {
+                    batch.put(key(number), [1])
+                    live.insert(number)
+                }
+            }
+        }
+        try engine.commit(batch)
+        try check("the tree and a memtable")
+        withExtendedLifetime(older) {}
+    }
+
     /// A forward walk of keys written in random order reads ahead, and stops at its upper
     /// bound without comparing every key to it (`MemtableIterator.handedOut(before:)`):
     /// counts and walks of random ranges, with rewritten and deleted keys, at an older
@@ -472,6 +538,14 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
                 }
                 #expect(prefix == Array(expected.prefix(stop + 1)), "\(context): a stopped walk")
             }
+            // A count of the range, whole and up to a limit, is what the walk handed out.
+            let context = "seed \(seed), \(label), trial \(trial)"
+            let expected = sorted.count { key in
+                lower.map { compareKeys(key, $0) >= 0 } ?? true && upper.map { compareKeys(key, $0) < 0 } ?? true
+            }
+            #expect(try snapshot.count(range) == expected, "\(context): count")
+            let limit = 1 + Int(random.next() % UInt64(expected + 2))
+            #expect(try snapshot.count(range, limit: limit) == min(limit, expected), "\(context): count up to \(limit)")
         }
     }
 
