@@ -299,7 +299,12 @@ struct TreeCursor {
         guard let bytes = leaf?.bytes, !cells.isEmpty else { return 0 }
         // Every cell of the range has a slot, and the slots fit the page.
         guard cells.lowerBound >= 0, cells.upperBound <= layout.count, layout.cellsStart <= bytes.count else {
-            return try cells.prefix(limit).reduce(0) { try $0 + (holdsValue($1) ? 1 : 0) }
+            var count = 0
+            for index in cells {
+                guard count < limit else { break }
+                if try holdsValue(index) { count += 1 }
+            }
+            return count
         }
         let base = bytes.baseAddress.unsafelyUnwrapped
         let size = bytes.count
