@@ -191,8 +191,9 @@ public final class Context {
         return stagesNothing && readRecorder == nil ? snapshotForReads() : nil
     }
 
-    /// How many keys `scan` would return, counting no further than `limit`; with nothing
-    /// staged at any level, no key or value is copied.
+    /// How many keys `scan` would return, counting no further than `limit`: the snapshot's
+    /// count (`Snapshot.count`), no key or value copied, corrected by the writes staged in
+    /// the range at any level, one by one (`countOverStaged`).
     @usableFromInline
     package func countKeys(from start: [UInt8]? = nil, to end: [UInt8]? = nil, prefix: [UInt8] = [], limit: Int = .max) throws -> Int {
         try checkOpen()
@@ -207,12 +208,43 @@ public final class Context {
             return count
         }
         if stagesNothing { return try snapshotForReads().count(range, limit: limit) }
-        var cursor = try ContextCursor(self, range: range, reverse: false)
-        while try cursor.next() != nil {
-            count += 1
-            if count == limit { break }
+        return try countOverStaged(range, limit: limit)
+    }
+
+    /// `countKeys` with writes staged: the snapshot's count of the range, corrected by each
+    /// staged write in it (the nearest level's, for a key staged at several) that adds a
+    /// key the snapshot lacks or removes one it holds, each looked up in the snapshot in
+    /// key order. O(s log n) for s staged keys in the range on top of the snapshot's count
+    /// (`Snapshot.count`), where a merged walk cost O(k) for the k keys of the range, with
+    /// two copies each: a count of 100,000 keys with one write staged walked all of them.
+    private func countOverStaged(_ range: KeyRange, limit: Int) throws -> Int {
+        // Key -> whether the write holds a value; farther levels first, so nearer ones win.
+        var staged: [[UInt8]: Bool] = [:]
+        var levels = [overlay]
+        var layer = base
+        while let current = layer {
+            levels.append(current.overlay)
+            layer = current.next
         }
-        return count
+        for level in levels.reversed() where !level.isEmpty {
+            var entries = level.entries(from: range.lower)
+            while let (key, entry) = entries.next() {
+                if let upper = range.upper, compareKeys(key, upper) >= 0 { break }
+                staged[key] = entry.value != nil
+            }
+        }
+        var (adds, removes) = (0, 0)
+        var reader = snapshot.orderedReader()
+        for (key, holdsValue) in staged.sorted(by: { compareKeys($0.key, $1.key) < 0 }) {
+            let held = try reader.withValue(forKey: key.span.bytes) { _ in true } ?? false
+            if holdsValue && !held { adds += 1 }
+            if !holdsValue && held { removes += 1 }
+        }
+        // Counted up to `limit + removes`: a count that reaches it is at least `limit`
+        // whatever the staged writes remove.
+        let (bound, overflow) = limit.addingReportingOverflow(removes)
+        let counted = try snapshot.count(range, limit: overflow ? .max : bound)
+        return min(limit, counted - removes + adds)
     }
 
     /// Whether neither this context nor any ancestor (as of the fork) staged anything, so
