@@ -139,14 +139,40 @@ extension Repository {
         }
     }
 
+    /// Entries of one value `countsFromEntries` walks before it counts the rest of them
+    /// (`Context.countKeys`, which counts a leaf of the tree from its cells' flags) and
+    /// seeks past them: a value held by few records costs its entries' steps, one held by
+    /// many a seek and a count.
+    package static var entriesWalkedPerValue: Int { 16 }
+
     /// `counts(by:)` from the entries of `index` (on the key path alone): entries grouped
     /// by their value bytes, and one record of each group read for the value.
     private func countsFromEntries<V>(_ index: PlannedIndex, _ keyPath: KeyPath<R, V>) throws -> [(value: V, count: Int)] {
         var groups: [(bytes: [UInt8], firstID: [UInt8], count: Int)] = []
-        try context.forEach(from: index.keyPrefix, to: keyAfterPrefix(index.keyPrefix)) { key, id in
-            let value = Array(key[index.keyPrefix.count..<(key.count - (index.isUnique ? 0 : id.count))])
-            if groups.last?.bytes == value { groups[groups.count - 1].count += 1 } else { groups.append((value, id, 1)) }
-            return true
+        let end = keyAfterPrefix(index.keyPrefix)
+        var start: [UInt8]? = index.keyPrefix
+        while let from = start {
+            start = nil
+            // The prefix of a value's entries once they prove many (a non-unique index's value
+            // bytes end on their own, FORMAT.md "Keys", so no other value's entries share it).
+            var manyOf: [UInt8]?
+            try context.forEach(from: from, to: end) { key, id in
+                let valueEnd = key.count - (index.isUnique ? 0 : id.count)
+                let value = Array(key[index.keyPrefix.count..<valueEnd])
+                guard groups.last?.bytes == value else {
+                    groups.append((value, id, 1))
+                    return true
+                }
+                groups[groups.count - 1].count += 1
+                guard groups[groups.count - 1].count == Self.entriesWalkedPerValue else { return true }
+                manyOf = Array(key[..<valueEnd])
+                return false
+            }
+            // The value's entries counted, not walked, and the walk goes on after them.
+            if let manyOf {
+                groups[groups.count - 1].count = try context.countKeys(prefix: manyOf)
+                start = keyAfterPrefix(manyOf)
+            }
         }
         return try groups.map { group in
             guard let record = try get(keyBytes: group.firstID) else {
