@@ -209,7 +209,7 @@ struct TreeCursor {
         var count = 0
         while let leaf, position >= 0, position < leaf.count {
             if let key {
-                let tail = keyAfterPrefix(key)
+                let tail = restAfterElidedPrefix(key)
                 // A leaf just entered is likely to lie before `key` whole: its last key first.
                 let lastOrder = position == 0 ? try compareCell(leaf.count - 1, with: key, tail: tail) : nil
                 if lastOrder.map({ $0 >= 0 }) ?? true, let (place, onKey) = try gallop(to: key, tail: tail, lastOrder: lastOrder) {
@@ -232,7 +232,7 @@ struct TreeCursor {
     /// with it (all of `key` when the leaf elides none), else nil: a key compared with
     /// many of the leaf's cells is compared with their rests alone.
     @inline(__always)
-    private func keyAfterPrefix(_ key: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer? {
+    private func restAfterElidedPrefix(_ key: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer? {
         guard elided > 0 else { return key }
         let prefix = UnsafeRawBufferPointer(start: wholeKey.unsafelyUnwrapped.bytes, count: elided)
         guard key.count >= elided, equalBytes(UnsafeRawBufferPointer(rebasing: key[..<elided]), prefix) else { return nil }
@@ -240,7 +240,7 @@ struct TreeCursor {
     }
 
     /// Cell `index`'s key compared with `key` (negative when the cell's comes first),
-    /// read where it lies: the cell's rest compared with `tail` (`keyAfterPrefix(key)`),
+    /// read where it lies: the cell's rest compared with `tail` (`restAfterElidedPrefix(key)`),
     /// or without one, the leaf's elided prefix and then the rest.
     @inline(__always)
     private func compareCell(_ index: Int, with key: UnsafeRawBufferPointer, tail: UnsafeRawBufferPointer?) throws -> Int {
