@@ -105,9 +105,10 @@ public enum FuzzTargets {
     /// With byte 0's bit 2 set, a page of type leaf has its bytes from 40 on (up to the
     /// last nonzero one) compressed into a compressed leaf's block (FORMAT.md, "Compressed
     /// leaves"), so the fuzzer reaches the cells an expansion walks.
-    /// Open, get, scans both ways (copying and in place), verify, and a commit with its
-    /// checkpoint (which reads the leaves it rewrites as the tree writer does,
-    /// StoredCell.swift) give results or typed errors.
+    /// Open, get, scans both ways (copying and in place), counts (whole, up to a limit, and
+    /// with the committed keys in the memtable, which the count steps to through the
+    /// tree's leaves), verify, and a commit with its checkpoint (which reads the leaves it
+    /// rewrites as the tree writer does, StoredCell.swift) give results or typed errors.
     public static func enginePage(_ input: [UInt8]) {
         guard let fileSystem = enginePageStore(input),
               let (engine, _) = try? StorageEngine.open(path: "/db", fileSystem: fileSystem, options: smallOptions()) else { return }
@@ -121,8 +122,12 @@ public enum FuzzTargets {
             visited += key.byteCount + value.byteCount
             return visited < 1 << 20
         }
+        _ = try? snapshot.count()
+        _ = try? snapshot.count(KeyRange(from: [input[1]], to: [input[2], input[3]]), limit: Int(input[3]) + 1)
         _ = engine.verify()
         _ = try? engine.commit(WALBatch([.put(key: Array("k".utf8), value: [1]), .put(key: [input[1], input[2]], value: [2])]))
+        _ = try? engine.snapshot().count()
+        _ = try? engine.snapshot().count(KeyRange(from: [input[2]]), limit: Int(input[1]) + 1)
         do {
             try engine.checkpoint()
         } catch {
