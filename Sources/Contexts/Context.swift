@@ -200,12 +200,19 @@ public final class Context {
         var count = 0
         guard limit > 0 else { return 0 }
         let range = KeyRange(from: start, to: end, prefix: prefix)
-        if readRecorder != nil {
-            try forEach(from: start, to: end, prefix: prefix) { _, _ in
-                count += 1
-                return count < limit
+        if let readRecorder {
+            // A count that stops at its limit read up to where it stopped, as its walk notes.
+            guard limit == .max else {
+                try forEach(from: start, to: end, prefix: prefix) { _, _ in
+                    count += 1
+                    return count < limit
+                }
+                return count
             }
-            return count
+            // A whole count read all of the range, as a whole walk would note it (Context.C5):
+            // counted as below, without the walk.
+            readRecorder.note(lower: range.lower, upper: range.upper)
+            return stagesNothing ? try snapshot.count(range) : try countOverStaged(range, limit: limit)
         }
         if stagesNothing { return try snapshotForReads().count(range, limit: limit) }
         return try countOverStaged(range, limit: limit)

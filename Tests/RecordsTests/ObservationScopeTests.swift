@@ -79,6 +79,32 @@ final class RunCounts: Sendable {
         #expect(runs[0] == 2)
     }
 
+    /// A whole count of an indexed value reads that value's entries, counted without a walk
+    /// (`Context.countKeys`): a commit of another value does not run it again; one that
+    /// inserts or deletes a record of its value does, and it counts what is there.
+    @Test(arguments: Backend.allCases) func aCountRunsAgainOnlyForItsOwnValue(backend: Backend) async throws {
+        let store = try await backend.makeStore()
+        defer { try? store.close() }
+        try await store.write { unit in
+            for id in 0..<60 { try unit.repository(Gadget.self).insert(Gadget(id: id, serial: "s\(id)", color: id < 30 ? "red" : "blue", weight: id)) }
+        }
+        let runs = RunCounts()
+        var reds = store.observe { context in
+            runs.ran(0)
+            return try context.repository(Gadget.self).count(#Predicate<Gadget> { $0.color == "red" })
+        }.makeAsyncIterator()
+        #expect(try await reds.next() == 30)
+        try await store.write { unit in try unit.repository(Gadget.self).insert(Gadget(id: 100, serial: "b", color: "blue", weight: 1)) }
+        try await store.write { unit in try unit.repository(Gadget.self).delete(40) }
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(runs[0] == 1)
+        try await store.write { unit in try unit.repository(Gadget.self).insert(Gadget(id: 101, serial: "r", color: "red", weight: 1)) }
+        #expect(try await reds.next() == 31)
+        try await store.write { unit in try unit.repository(Gadget.self).delete(0) }
+        #expect(try await reds.next() == 30)
+        #expect(runs[0] == 3)
+    }
+
     /// observeImmediately computes the current value before it returns; the sequence then
     /// yields the values after it.
     @Test(arguments: Backend.allCases) func anImmediateObservationHasItsValueAtOnce(backend: Backend) async throws {
