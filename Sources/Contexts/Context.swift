@@ -227,13 +227,7 @@ public final class Context {
     private func countOverStaged(_ range: KeyRange, limit: Int) throws -> Int {
         // Key -> whether the write holds a value; farther levels first, so nearer ones win.
         var staged: [[UInt8]: Bool] = [:]
-        var levels = [overlay]
-        var layer = base
-        while let current = layer {
-            levels.append(current.overlay)
-            layer = current.next
-        }
-        for level in levels.reversed() where !level.isEmpty {
+        for level in overlayLevels.reversed() where !level.isEmpty {
             var entries = level.entries(from: range.lower)
             while let (key, entry) = entries.next() {
                 if let upper = range.upper, compareKeys(key, upper) >= 0 { break }
@@ -252,6 +246,18 @@ public final class Context {
         let (bound, overflow) = limit.addingReportingOverflow(removes)
         let counted = try snapshot.count(range, limit: overflow ? .max : bound)
         return min(limit, counted - removes + adds)
+    }
+
+    /// This context's overlay and its ancestors' as of the fork, nearest first: what its
+    /// reads see above the snapshot, a nearer level's entry for a key hiding a farther one's.
+    var overlayLevels: [Overlay] {
+        var levels = [overlay]
+        var layer = base
+        while let current = layer {
+            levels.append(current.overlay)
+            layer = current.next
+        }
+        return levels
     }
 
     /// Whether neither this context nor any ancestor (as of the fork) staged anything, so

@@ -21,13 +21,7 @@ package struct ContextCursor {
         self.reverse = reverse
         if notesRange { context.readRecorder?.note(lower: range.lower, upper: range.upper) }
         let start = reverse ? range.upper : range.lower
-        var levels = [context.overlay]
-        var layer = context.base
-        while let current = layer {
-            levels.append(current.overlay)
-            layer = current.next
-        }
-        overlays = levels.filter { !$0.isEmpty }.map { $0.entries(from: start, reverse: reverse) }
+        overlays = context.overlayLevels.filter { !$0.isEmpty }.map { $0.entries(from: start, reverse: reverse) }
         snapshot = try context.snapshot.cursor(range, reverse: reverse)
         heads = Array(repeating: nil, count: self.overlays.count + 1)
         for index in heads.indices { try advance(index) }
