@@ -8,27 +8,27 @@ public final class Snapshot: Sendable {
     /// The last commit this snapshot sees.
     public var version: UInt64 { state.version }
 
-    let state: EngineState
+    /// The view it reads, borrowed: the engine's snapshot registry holds it until this
+    /// snapshot ends (SnapshotRegistry.R3). Held strongly, every snapshot retained and
+    /// released it, atomic writes to a line every reading thread shares.
+    unowned(unsafe) let state: EngineState
     let engine: StorageEngine
     /// The stripe of the engine's registry that counts it (SnapshotRegistry.swift).
     let stripe: Int
-    /// `state`'s memtables, borrowed: `state` holds them for as long as this snapshot
-    /// lives. Read through a strong reference, each lookup retained and released the
-    /// active memtable, an atomic write to a line every reading thread shares.
-    private let active: Unmanaged<Memtable>
-    private let frozen: Unmanaged<Memtable>?
+    /// Its point reads, over its view's memtables and tree.
+    let reader: PointReader
 
-    init(state: EngineState, engine: StorageEngine, stripe: Int) {
-        self.state = state
+    /// A snapshot of `view`, which `pin()` counted in `stripe` of `engine`'s registry.
+    init(view: Unmanaged<EngineState>, engine: StorageEngine, stripe: Int) {
+        state = view.takeUnretainedValue()
         self.engine = engine
         self.stripe = stripe
-        active = .passUnretained(state.active)
-        frozen = state.frozen.map { .passUnretained($0) }
+        reader = view._withUnsafeGuaranteedRef { PointReader(view: $0, file: engine.pageFile) }
     }
 
     deinit {
-        // Borrowed for the call: the fields are released once, when the snapshot goes.
-        Unmanaged.passUnretained(engine)._withUnsafeGuaranteedRef { $0.unpin(state, stripe: stripe) }
+        // Borrowed for the call: the engine is released once, when the snapshot goes.
+        Unmanaged.passUnretained(engine)._withUnsafeGuaranteedRef { $0.unpin(.passUnretained(state), stripe: stripe) }
     }
 
     /// The value of `key`, or nil when it has none. Throws `EngineError` for a corrupt page.
@@ -61,8 +61,7 @@ public final class Snapshot: Sendable {
     /// `withValue` over raw buffers (the engine's and the contexts' own hot paths).
     @inline(__always)
     func withValueBytes<Result>(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Result) throws -> Result? {
-        var descent = TreeDescent(tree: state.tree, file: .passUnretained(engine.pageFile))
-        return try withValueBytes(key, body, cells: &descent)
+        try reader.withValueBytes(key, body)
     }
 
     /// `withValueBytes` with the tree's cells found by `cells` (a descent from the root, or
@@ -70,30 +69,14 @@ public final class Snapshot: Sendable {
     @inline(__always)
     func withValueBytes<Result, Cells: LeafCellFinder>(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Result,
                                                        cells: inout Cells) throws -> Result? {
-        if let node = memtableNode(key) {
-            guard let value = node.value else { return nil }
-            return try body(value)
-        }
-        return try withTreeValue(key, body, cells: &cells)
+        try reader.withValueBytes(key, body, cells: &cells)
     }
 
     /// `withValueBytes` for a key the memtables do not hold: its value in the tree.
     @inline(__always)
     func withTreeValue<Result, Cells: LeafCellFinder>(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Result,
                                                       cells: inout Cells) throws -> Result? {
-        var overflow: LargeValue?
-        let result = try cells.withCell(key) { cell -> Result? in
-            switch cell?.payload {
-            case let .inline(value): return try body(value)
-            case let .overflow(value):
-                overflow = value
-                return nil
-            case .tombstone, nil: return nil
-            }
-        }
-        guard let overflow else { return result }
-        // A value in overflow pages is read out of the page's borrow.
-        return try engine.pageFile.withOverflowValue(overflow, body)
+        try reader.withTreeValue(key, body, cells: &cells)
     }
 
     /// Whether `key` has a value.
@@ -131,18 +114,7 @@ public final class Snapshot: Sendable {
 
     /// The newest change of `key` the memtables hold as of this snapshot's version.
     @inline(__always)
-    func memtableNode(_ key: UnsafeRawBufferPointer) -> MemtableNode? {
-        // Borrowed, not retained (`active`, `frozen`): a retain and a release of each, per
-        // lookup, were ~100 of a range query's 4,469 instructions a record, and atomic.
-        let version = state.version
-        let found = active._withUnsafeGuaranteedRef { active in
-            active.isEmpty ? nil : active.newestNode(key, at: version)
-        }
-        if let found { return found }
-        return frozen?._withUnsafeGuaranteedRef { frozen in
-            frozen.isEmpty ? nil : frozen.newestNode(key, at: version)
-        }
-    }
+    func memtableNode(_ key: UnsafeRawBufferPointer) -> MemtableNode? { reader.memtableNode(key) }
 
     /// Key/value pairs in key order (descending with `reverse`) with keys in `start..<end`
     /// (either bound optional) and starting with `prefix`, at most `limit` of them.
@@ -676,5 +648,82 @@ struct MergedScan {
             case .tombstone: nil
             }
         }
+    }
+}
+
+/// Point reads of one view of the store (an `EngineState`): a key's newest change as of the
+/// view's version in its memtables, else its cell in the view's tree. Everything borrowed:
+/// valid while the view is pinned in the engine's registry (SnapshotRegistry.R3) and the
+/// engine, which holds the file, lives. A snapshot reads through one; so does
+/// `StorageEngine.withValue(forKey:_:)`, which pins the current view for one read.
+struct PointReader {
+    let version: UInt64
+    let tree: BTree
+    /// The view's memtables and the data file. Read through strong references, each lookup
+    /// retained and released the active memtable (and each descent the file), atomic
+    /// writes to lines every reading thread shares: ~100 of a range query's 4,469
+    /// instructions a record.
+    let active: Unmanaged<Memtable>
+    let frozen: Unmanaged<Memtable>?
+    let file: Unmanaged<PageFile>
+
+    init(view: EngineState, file: PageFile) {
+        version = view.version
+        tree = view.tree
+        active = .passUnretained(view.active)
+        frozen = view.frozen.map { .passUnretained($0) }
+        self.file = .passUnretained(file)
+    }
+
+    /// The newest change of `key` the memtables hold as of the view's version.
+    @inline(__always)
+    func memtableNode(_ key: UnsafeRawBufferPointer) -> MemtableNode? {
+        let version = version
+        let found = active._withUnsafeGuaranteedRef { active in
+            active.isEmpty ? nil : active.newestNode(key, at: version)
+        }
+        if let found { return found }
+        return frozen?._withUnsafeGuaranteedRef { frozen in
+            frozen.isEmpty ? nil : frozen.newestNode(key, at: version)
+        }
+    }
+
+    /// Calls `body` with `key`'s value where it lies and returns its result, or nil when
+    /// `key` has no value; the tree descended from its root.
+    @inline(__always)
+    func withValueBytes<Result>(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Result) throws -> Result? {
+        var descent = TreeDescent(tree: tree, file: file)
+        return try withValueBytes(key, body, cells: &descent)
+    }
+
+    /// `withValueBytes` with the tree's cells found by `cells` (a descent from the root, or
+    /// an `OrderedReader`'s finger).
+    @inline(__always)
+    func withValueBytes<Result, Cells: LeafCellFinder>(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Result,
+                                                       cells: inout Cells) throws -> Result? {
+        if let node = memtableNode(key) {
+            guard let value = node.value else { return nil }
+            return try body(value)
+        }
+        return try withTreeValue(key, body, cells: &cells)
+    }
+
+    /// `withValueBytes` for a key the memtables do not hold: its value in the tree.
+    @inline(__always)
+    func withTreeValue<Result, Cells: LeafCellFinder>(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Result,
+                                                      cells: inout Cells) throws -> Result? {
+        var overflow: LargeValue?
+        let result = try cells.withCell(key) { cell -> Result? in
+            switch cell?.payload {
+            case let .inline(value): return try body(value)
+            case let .overflow(value):
+                overflow = value
+                return nil
+            case .tombstone, nil: return nil
+            }
+        }
+        guard let overflow else { return result }
+        // A value in overflow pages is read out of the page's borrow.
+        return try file._withUnsafeGuaranteedRef { file in try file.withOverflowValue(overflow, body) }
     }
 }

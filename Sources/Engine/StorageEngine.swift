@@ -148,8 +148,38 @@ public final class StorageEngine: Sendable {
     /// A snapshot of the latest published version.
     public func snapshot() -> Snapshot {
         refreshIfBehind()
-        let (state, stripe) = snapshots.pin()
-        return Snapshot(state: state, engine: self, stripe: stripe)
+        let (view, stripe) = snapshots.pin()
+        return Snapshot(view: view, engine: self, stripe: stripe)
+    }
+
+    /// Calls `body` with the bytes of `key`'s newest committed value where they lie and
+    /// returns its result, or returns nil without calling it when `key` has none: what
+    /// `snapshot().withValue(forKey:_:)` answers, without making a snapshot. For one-key
+    /// reads, many of them from several threads: a snapshot is an object, allocated and
+    /// freed, that holds the engine, and its retain and release write a line every reading
+    /// thread shares. Taking and ending a snapshot cost 66–77 ns alone and 122–126 ns on
+    /// each of two threads; this read of a key in the memtable, 51–55 ns either way. The
+    /// span is valid only inside `body`. Throws `EngineError` for a corrupt page, or what
+    /// `body` throws.
+    @inlinable
+    public func withValue<Result>(forKey key: [UInt8], _ body: (RawSpan) throws -> Result) throws -> Result? {
+        var result: Result?
+        try key.withUnsafeBytes { key in
+            _ = try visitNewestValue(key) { value in result = try body(value.bytes) }
+        }
+        return result
+    }
+
+    /// Calls `body` with `key`'s newest value where it lies and returns true, or returns
+    /// false without calling it when `key` has no value. (The non-generic core of
+    /// `withValue`, as `Snapshot.visitValue` is of `Snapshot.withValue`.)
+    @usableFromInline
+    func visitNewestValue(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> Bool {
+        refreshIfBehind()
+        let (view, stripe) = snapshots.pin()
+        defer { unpin(view, stripe: stripe) }
+        let reader = view._withUnsafeGuaranteedRef { PointReader(view: $0, file: pageFile) }
+        return try reader.withValueBytes(key, body) != nil
     }
 
     /// The latest published version.
@@ -247,10 +277,13 @@ public final class StorageEngine: Sendable {
         if case let .writer(log, _) = logAccess { log.statistics } else { WALStatistics() }
     }
 
-    func unpin(_ state: EngineState, stripe: Int) {
-        snapshots.unpin(state, stripe: stripe)
+    /// Ends a snapshot of `view` that the registry's `pin()` counted in `stripe`.
+    func unpin(_ view: Unmanaged<EngineState>, stripe: Int) {
+        // Read before the unpin, which may let the view go.
+        let generation = readerSlot == nil ? 0 : view._withUnsafeGuaranteedRef { $0.treeGeneration }
+        snapshots.unpin(view, stripe: stripe)
         // A reader beside a writer gives the pages of trees it no longer reads back.
-        if readerSlot != nil, state.treeGeneration < snapshots.current.treeGeneration { repinReaderSlot() }
+        if readerSlot != nil, generation < snapshots.current.treeGeneration { repinReaderSlot() }
     }
 
     /// Sets a read-only store's pin in the reader table to the oldest tree its snapshots

@@ -8,6 +8,22 @@ import Testing
 /// The per-CPU count of live snapshots (SnapshotRegistry.swift): what a checkpoint asks it
 /// (the oldest tree and version read) and what it lets go of.
 @Suite struct SnapshotRegistryTests {
+    /// A snapshot counted by `registry`: its view (borrowed: SnapshotRegistry.R3) and stripe.
+    private struct Pin {
+        let view: Unmanaged<EngineState>
+        let stripe: Int
+        var state: EngineState { view.takeUnretainedValue() }
+    }
+
+    private func pin(_ registry: SnapshotRegistry) -> Pin {
+        let (view, stripe) = registry.pin()
+        return Pin(view: view, stripe: stripe)
+    }
+
+    private func unpin(_ pin: Pin, _ registry: SnapshotRegistry) {
+        registry.unpin(pin.view, stripe: pin.stripe)
+    }
+
     private func view(generation: UInt64, version: UInt64) -> EngineState {
         EngineState(version: version, tree: BTree(root: .none, height: 0), treeGeneration: generation, treeVersion: 0, frozen: nil,
                     active: Memtable())
@@ -18,26 +34,26 @@ import Testing
     @Test func snapshotsOfOlderViewsCountUntilTheyEnd() {
         let registry = SnapshotRegistry(view(generation: 1, version: 1), stripes: 4)
         #expect(registry.oldestPins() == (nil, nil))
-        let first = registry.pin()
-        let second = registry.pin()
+        let first = pin(registry)
+        let second = pin(registry)
         #expect(first.state.treeGeneration == 1 && second.state === first.state)
         #expect(registry.oldestPins() == (1, 1))
 
         registry.publish { $0.with(version: 5) }
-        let third = registry.pin()
+        let third = pin(registry)
         #expect(third.state.version == 5)
         registry.publish { _ in self.view(generation: 2, version: 9) }
-        let fourth = registry.pin()
+        let fourth = pin(registry)
         #expect(fourth.state.treeGeneration == 2)
         #expect(registry.oldestPins() == (1, 1))
 
-        registry.unpin(first.state, stripe: first.stripe)
+        unpin(first, registry)
         #expect(registry.oldestPins() == (1, 1))
-        registry.unpin(second.state, stripe: second.stripe)
+        unpin(second, registry)
         #expect(registry.oldestPins() == (1, 5))
-        registry.unpin(third.state, stripe: third.stripe)
+        unpin(third, registry)
         #expect(registry.oldestPins() == (2, 9))
-        registry.unpin(fourth.state, stripe: fourth.stripe)
+        unpin(fourth, registry)
         #expect(registry.oldestPins() == (nil, nil))
         #expect(registry.current.treeGeneration == 2)
     }
@@ -50,16 +66,16 @@ import Testing
         weak var endedLast: EngineState?
         weak var endedFirst: EngineState?
         do {
-            let snapshot = registry.pin()
+            let snapshot = pin(registry)
             endedLast = snapshot.state
             registry.publish { _ in self.view(generation: 2, version: 2) }
-            registry.unpin(snapshot.state, stripe: snapshot.stripe)
+            unpin(snapshot, registry)
         }
         #expect(endedLast == nil)
         do {
-            let snapshot = registry.pin()
+            let snapshot = pin(registry)
             endedFirst = snapshot.state
-            registry.unpin(snapshot.state, stripe: snapshot.stripe)
+            unpin(snapshot, registry)
             registry.publish { _ in self.view(generation: 3, version: 3) }
         }
         #expect(endedFirst != nil, "kept by its stripe, to hand out again until a newer one is published")
@@ -71,26 +87,62 @@ import Testing
         let registry1 = SnapshotRegistry(view(generation: 1, version: 1), stripes: 1)
         weak var idle: EngineState?
         do {
-            let old = registry1.pin()
+            let old = pin(registry1)
             registry1.publish { _ in self.view(generation: 2, version: 2) }
-            let newer = registry1.pin()
+            let newer = pin(registry1)
             idle = newer.state
-            registry1.unpin(newer.state, stripe: newer.stripe)
+            unpin(newer, registry1)
             registry1.publish { _ in self.view(generation: 3, version: 3) }
-            registry1.unpin(old.state, stripe: old.stripe)
+            unpin(old, registry1)
         }
         #expect(idle == nil)
+    }
+
+    /// A snapshot borrows its view: the registry alone keeps it (SnapshotRegistry.R3), as the
+    /// stripe's view and then among its older ones once a newer view is handed out, until
+    /// the last snapshot of it ends, and lets it go then. Fails when a view is released
+    /// while a snapshot of it lives (the weak reference goes early), or kept after.
+    @Test func theRegistryKeepsEveryViewASnapshotReads() {
+        let registry = SnapshotRegistry(view(generation: 1, version: 1), stripes: 1)
+        weak var first: EngineState?
+        weak var second: EngineState?
+        var pins: [Pin] = []
+        do {
+            pins.append(pin(registry))
+            pins.append(pin(registry))
+            first = pins[0].state
+            registry.publish { _ in self.view(generation: 2, version: 2) }
+        }
+        #expect(first != nil, "the stripe's view, pinned twice")
+        do {
+            pins.append(pin(registry))
+            second = pins[2].state
+            registry.publish { _ in self.view(generation: 3, version: 3) }
+            pins.append(pin(registry))
+        }
+        #expect(first != nil && second != nil, "older views with live snapshots")
+        #expect(registry.oldestPins() == (1, 1))
+        unpin(pins[0], registry)
+        #expect(first != nil, "one snapshot of it still lives")
+        unpin(pins[1], registry)
+        #expect(first == nil)
+        #expect(registry.oldestPins() == (2, 2))
+        unpin(pins[2], registry)
+        #expect(second == nil)
+        unpin(pins[3], registry)
+        #expect(registry.oldestPins() == (nil, nil))
+        #expect(registry.current.version == 3)
     }
 
     /// Publishing the current view again changes nothing: a stripe holding it keeps
     /// counting its snapshots once.
     @Test func publishingTheSameViewAgainIsNoPublication() {
         let registry = SnapshotRegistry(view(generation: 1, version: 1), stripes: 2)
-        let snapshot = registry.pin()
+        let snapshot = pin(registry)
         registry.publish { $0 }
-        let again = registry.pin()
-        registry.unpin(snapshot.state, stripe: snapshot.stripe)
-        registry.unpin(again.state, stripe: again.stripe)
+        let again = pin(registry)
+        unpin(snapshot, registry)
+        unpin(again, registry)
         #expect(registry.oldestPins() == (nil, nil))
     }
 
@@ -106,10 +158,10 @@ import Testing
         let violations = Atomic(0)
         let snapshotsTaken = Atomic(0)
         let readers = TestThreads(3) { _ in
-            var held: [(state: EngineState, stripe: Int)] = []
+            var held: [Pin] = []
             var step = 0
             while !stop.load(ordering: .relaxed) {
-                let snapshot = registry.pin()
+                let snapshot = pin(registry)
                 held.append(snapshot)
                 // Some snapshots live across several publications, and end in any order;
                 // every fourth step none is left.
@@ -119,13 +171,13 @@ import Testing
                     if ending.state.treeGeneration < reusedBelow.load(ordering: .acquiring) {
                         violations.add(1, ordering: .relaxed)
                     }
-                    registry.unpin(ending.state, stripe: ending.stripe)
+                    unpin(ending, registry)
                 }
                 snapshotsTaken.add(1, ordering: .relaxed)
             }
             for snapshot in held {
                 if snapshot.state.treeGeneration < reusedBelow.load(ordering: .acquiring) { violations.add(1, ordering: .relaxed) }
-                registry.unpin(snapshot.state, stripe: snapshot.stripe)
+                unpin(snapshot, registry)
             }
         }
         var generation: UInt64 = 1
