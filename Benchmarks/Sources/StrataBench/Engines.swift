@@ -134,14 +134,15 @@ final class StrataEngineBench: BenchEngine {
     func makeReader() throws -> any BenchReader { StrataReader(engine: engine) }
 }
 
-/// A Strata reader: a snapshot of the newest version per read, its value borrowed.
+/// A Strata reader: the newest version per read (`StorageEngine.withValue`, no snapshot
+/// object, as LMDB's reader renews one read transaction per read), its value borrowed.
 final class StrataReader: BenchReader {
     let engine: StorageEngine
 
     init(engine: StorageEngine) { self.engine = engine }
 
     func read(_ key: Int) throws -> Bool {
-        try engine.snapshot().withValue(forKey: Workload.key(key)) { $0.byteCount } != nil
+        try engine.withValue(forKey: Workload.key(key)) { $0.byteCount } != nil
     }
 
     func scan(from key: Int, count: Int) throws -> (keys: Int, bytes: Int) {

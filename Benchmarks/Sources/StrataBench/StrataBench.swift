@@ -62,7 +62,7 @@ struct StrataBench: ParsableCommand {
     @Option(help: "readrandom: reads of random keys among the --num loaded (default: one read of each, in random order). records-range and records-count: queries (default --num / 100).")
     var reads: Int?
 
-    @Option(help: "records-range, records-count, records-fetch, records-sort-text, records-relations: run every engine (strata, strata-small, sqlite) in one process, their queries in turns of N, each engine's turns timed and summed, so that they share the machine's drift (no peak RSS).")
+    @Option(help: "records-range, records-count, records-fetch, records-sort-text, records-relations (on strata, strata-small, sqlite), and ycsb-c (on strata, strata-small, strata-lz4, lmdb, sqlite): run every engine in one process, their queries or reads in turns of N, each engine's turns timed and summed, so that they share the machine's drift (no peak RSS).")
     var interleave: Int?
 
     @Option(help: "readseq: scans of every key, one after another, the median one reported (default 1: the first scan alone, which meets every page for the first time, beside Strata's checkpoint of the fill's last keys).")
@@ -171,8 +171,11 @@ struct StrataBench: ParsableCommand {
             guard interleave >= 1 else { throw ValidationError("--interleave must be at least 1") }
             let workloads = benchmarks.split(separator: ",").map(String.init)
             let engines = engines.split(separator: ",").map(String.init)
-            guard workloads.allSatisfy(RecordWorkloads.interleavable.contains), engines.allSatisfy(RecordWorkloads.interleavableEngines.contains) else {
-                throw ValidationError("--interleave runs \(RecordWorkloads.interleavable.sorted().joined(separator: ", ")) on \(RecordWorkloads.interleavableEngines.sorted().joined(separator: ", ")) only")
+            let records = workloads.allSatisfy(RecordWorkloads.interleavable.contains)
+                && engines.allSatisfy(RecordWorkloads.interleavableEngines.contains)
+            let reads = workloads.allSatisfy(InterleavedReads.workloads.contains) && engines.allSatisfy(InterleavedReads.engines.contains)
+            guard records || reads else {
+                throw ValidationError("--interleave runs \(RecordWorkloads.interleavable.sorted().joined(separator: ", ")) on \(RecordWorkloads.interleavableEngines.sorted().joined(separator: ", ")), and \(InterleavedReads.workloads.sorted().joined(separator: ", ")) on \(InterleavedReads.engines.sorted().joined(separator: ", ")), only")
             }
         }
         if passes > 1, !benchmarks.split(separator: ",").contains("readseq") {
@@ -260,9 +263,11 @@ struct StrataBench: ParsableCommand {
         var results: [Result] = []
         if let interleave {
             for workload in planned {
-                let row = inProcess
-                    ? try RecordWorkloads.interleaved(engines: engineNames, workload: workload, slice: interleave, options: self)
-                    : try runAlone(engines: engineNames, workload: workload)
+                let row = !inProcess
+                    ? try runAlone(engines: engineNames, workload: workload)
+                    : InterleavedReads.workloads.contains(workload)
+                    ? try InterleavedReads.run(engines: engineNames, workload: workload, slice: interleave, options: self)
+                    : try RecordWorkloads.interleaved(engines: engineNames, workload: workload, slice: interleave, options: self)
                 for result in row { print(try result.json) }
                 results += row
             }

@@ -148,7 +148,7 @@ extension Runner {
         for start in stride(from: 0, to: records, by: options.batch) {
             try bench.write(ArraySlice(start..<min(records, start + options.batch)), values: value)
         }
-        let zipfian = ZipfianRanks(count: records)
+        let picker = KeyPicker(mix.distribution, records: records)
         let keys = YCSBKeys(loaded: records)
         let readers = try (0..<threads).map { _ in try bench.makeReader() }
         let shared = UncheckedReaders(readers)
@@ -169,14 +169,7 @@ extension Runner {
                 var histogram = Histogram<UInt64>.latencies()
                 defer { latencies.add(histogram) }
                 /// An existing key, picked by the distribution.
-                func pick() -> Int {
-                    let existing = keys.acknowledged
-                    switch mix.distribution {
-                    case .uniform: return Int(random.next() % UInt64(existing))
-                    case .zipfian: return Int(fnv1a64(zipfian.next(&random)) % UInt64(existing))
-                    case .latest: return max(0, existing - 1 - zipfian.next(&random))
-                    }
-                }
+                func pick() -> Int { picker.pick(&random, existing: keys.acknowledged) }
                 func read(_ key: Int) throws {
                     guard try reader.read(key) else { throw BenchError(description: "key \(key) was not found") }
                 }
