@@ -19,16 +19,16 @@
 // thread alone 69–74 ns.
 //
 // Invariants:
-//  SnapshotRegistry.R1. Every live snapshot is counted in its stripe, under its view's tree
-//      generation and version, until it ends.
-//  SnapshotRegistry.R3. A view a live snapshot reads is retained by its stripe (as the
-//      stripe's view or among its older views) until that snapshot ends: `pin()` hands
-//      out a borrowed reference, valid until the matching `unpin`.
+//  SnapshotRegistry.R1. Every live snapshot is counted in its stripe, with the view it reads,
+//      until it ends.
 //  SnapshotRegistry.R2. A stripe hands out its view only while `sequence` still equals the
 //      count at which the view was published; it reads that count under its own lock. So a
 //      scan of the stripes that starts after a publication misses no snapshot of an older
 //      view: one counted before the scan reached its stripe is seen, and one that takes the
 //      stripe's lock after the scan left it sees the new count and takes the new view.
+//  SnapshotRegistry.R3. A view a live snapshot reads is retained by its stripe (as the
+//      stripe's view or among its older views) until that snapshot ends: `pin()` hands
+//      out a borrowed reference, valid until the matching `unpin`.
 // Thread-safety: `Sendable`. Lock order: a stripe's lock, then `published`'s.
 import CStrataPlatform
 import Foundation
