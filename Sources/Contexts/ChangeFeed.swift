@@ -257,9 +257,15 @@ final class ChangeFeedHub: Sendable {
 
     /// Called with each published run of batches, in version order.
     func publish(_ batches: [(version: UInt64, batch: WALBatch)]) {
-        let (current, observers, signals, watches) = subscribers.withLock {
-            (Array($0.byID.values), Array($0.observers.values), Array($0.signals.values), Array($0.watches.values))
-        }
+        // With nothing subscribed (most commits of most stores), no arrays are made: the
+        // four arrays of the dictionaries' values took this call from ~440 instructions of
+        // a one-key commit to ~860 (callgrind, strata-bench fillsync).
+        guard let (current, observers, signals, watches) = subscribers.withLock({ subscribers in
+            subscribers.byID.isEmpty && subscribers.observers.isEmpty && subscribers.signals.isEmpty && subscribers.watches.isEmpty
+                ? nil
+                : (Array(subscribers.byID.values), Array(subscribers.observers.values), Array(subscribers.signals.values),
+                   Array(subscribers.watches.values))
+        }) else { return }
         for watch in watches { watch.publish(batches) }
         if !signals.isEmpty {
             let published = batches.compactMap { PublishedBatch(version: $0.version, batch: $0.batch) }
