@@ -44,11 +44,7 @@ public final class Snapshot: Sendable {
     /// lookup itself, on readrandom); specialized where it is called, ~90.
     @inlinable
     public func withValue<Result>(forKey key: [UInt8], _ body: (RawSpan) throws -> Result) throws -> Result? {
-        var result: Result?
-        try key.withUnsafeBytes { key in
-            _ = try visitValue(key) { value in result = try body(value.bytes) }
-        }
-        return result
+        try value(forKey: key, body)
     }
 
     /// Calls `body` with `key`'s value where it lies and returns true, or returns false
@@ -650,6 +646,30 @@ struct MergedScan {
         }
     }
 }
+
+/// A reader of one key's value at a time through a non-generic core, `visitValue`, which
+/// calls its closure with the value's bytes where they lie and answers whether the key has
+/// a value: `Snapshot` and `StorageEngine` (the newest value).
+@usableFromInline
+protocol ValueVisitor {
+    func visitValue(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> Bool
+}
+
+extension ValueVisitor {
+    /// What `body` makes of `key`'s value, or nil when it has none: the generic shell of
+    /// the public `withValue(forKey:_:)`s, inlined where they are called over the
+    /// non-generic `visitValue` (see `Snapshot.withValue`).
+    @inlinable
+    func value<Result>(forKey key: [UInt8], _ body: (RawSpan) throws -> Result) throws -> Result? {
+        var result: Result?
+        try key.withUnsafeBytes { key in
+            _ = try visitValue(key) { value in result = try body(value.bytes) }
+        }
+        return result
+    }
+}
+
+extension Snapshot: ValueVisitor {}
 
 /// Point reads of one view of the store (an `EngineState`): a key's newest change as of the
 /// view's version in its memtables, else its cell in the view's tree. Everything borrowed:

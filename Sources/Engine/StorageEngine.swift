@@ -28,7 +28,7 @@ import Synchronization
 import StrataWAL
 
 /// An open store.
-public final class StorageEngine: Sendable {
+public final class StorageEngine: Sendable, ValueVisitor {
     /// The store's directory.
     public let path: String
     public let options: EngineOptions
@@ -163,18 +163,14 @@ public final class StorageEngine: Sendable {
     /// `body` throws.
     @inlinable
     public func withValue<Result>(forKey key: [UInt8], _ body: (RawSpan) throws -> Result) throws -> Result? {
-        var result: Result?
-        try key.withUnsafeBytes { key in
-            _ = try visitNewestValue(key) { value in result = try body(value.bytes) }
-        }
-        return result
+        try value(forKey: key, body)
     }
 
     /// Calls `body` with `key`'s newest value where it lies and returns true, or returns
     /// false without calling it when `key` has no value. (The non-generic core of
     /// `withValue`, as `Snapshot.visitValue` is of `Snapshot.withValue`.)
     @usableFromInline
-    func visitNewestValue(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> Bool {
+    func visitValue(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> Bool {
         refreshIfBehind()
         let (view, stripe) = snapshots.pin()
         defer { unpin(view, stripe: stripe) }
