@@ -71,8 +71,8 @@ final class SnapshotRegistry: Sendable {
         }
     }
 
-    /// Counts a new snapshot of the current view: the view, borrowed until `unpin` (SnapshotRegistry.R3), and the
-    /// stripe to end it in.
+    /// Counts a new snapshot of the current view: the view, borrowed until `unpin`
+    /// (SnapshotRegistry.R3), and the stripe to end it in.
     func pin() -> (view: Unmanaged<EngineState>, stripe: Int) {
         let index = Int(cplatform_cpu_hint()) & (stripes.count - 1)
         let (view, stale) = stripes[index].counts.withLock { counts -> (Unmanaged<EngineState>, Unmanaged<EngineState>?) in
