@@ -1088,6 +1088,13 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
             guard case let EngineError.corruptPage(_, offset, _) = error else { return false }
             return offset == 2 * Int64(Self.pageBytes)
         }
+        // The newest read, with no snapshot made, goes through the same checks.
+        #expect {
+            try engine.withValue(forKey: Array("key".utf8)) { $0.byteCount }
+        } throws: { error in
+            guard case let EngineError.corruptPage(_, offset, _) = error else { return false }
+            return offset == 2 * Int64(Self.pageBytes)
+        }
         #expect(throws: EngineError.self) { try engine.snapshot().scan() }
         try engine.close(checkpoint: false)
     }

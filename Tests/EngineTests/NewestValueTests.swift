@@ -1,4 +1,5 @@
 import Foundation
+import StrataFileIO
 import StrataLocks
 import StrataWAL
 import Synchronization
@@ -44,6 +45,34 @@ import Testing
         #expect(try engine.withValue(forKey: key(1)) { $0.withUnsafeBytes { Array($0) } } == Array("after".utf8))
         #expect(try snapshot.get(key(1)) == Array("tree 1".utf8))
         #expect(engine.snapshots.oldestPins().version == snapshot.version, "no pin left behind but the snapshot's")
+    }
+
+    /// A read-only store beside a writer (ReaderTable.swift): each newest read moves it to
+    /// the writer's newest durable version, across checkpoints, and leaves no snapshot of
+    /// its own pinned. Fails when the read reads the view the store last moved to instead.
+    @Test func aReaderBesideAWriterReadsTheWritersNewestValue() throws {
+        let fileSystem = SimulatedFileSystem()
+        let (writer, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem)
+        defer { try? writer.close() }
+        func put(_ value: String) throws { try writer.commit(WALBatch([.put(key: key(1), value: Array(value.utf8))])) }
+        try put("1")
+        let (reader, _) = try StorageEngine.open(path: "/db", mode: .readOnly, fileSystem: fileSystem)
+        defer { try? reader.close() }
+        func newest() throws -> String? {
+            try reader.withValue(forKey: key(1)) { $0.withUnsafeBytes { String(decoding: $0, as: UTF8.self) } }
+        }
+        #expect(try newest() == "1")
+        try put("2")
+        #expect(try newest() == "2")
+        try writer.checkpoint()
+        try put("3")
+        try writer.checkpoint()
+        try writer.commit(WALBatch([.delete(key: key(1))]))
+        #expect(try newest() == nil)
+        try put("4")
+        #expect(try newest() == "4")
+        #expect(reader.version == writer.version)
+        #expect(reader.snapshots.oldestPins() == (nil, nil))
     }
 
     /// Readers on several threads while a writer commits and checkpoints: every read sees
