@@ -40,6 +40,9 @@ struct Runner {
         let start = ContinuousClock.now
         var operations = keys
         var writesPerSecond: Double?
+        var writesAlonePerSecond: Double?
+        var writtenKeys: Int?
+        var readSeconds: Double?
         var intervals: [Int]?
         let latencies = LatencyRecorder()
         var scanSeconds: Double?
@@ -61,13 +64,11 @@ struct Runner {
         case "deleterandom":
             try commitAll(order, per: perTransaction, threads: 1, bench, latencies) { _ in nil }
         case "readwhilewriting":
-            // The readers' reads, timed over the writer's full overwrite of every key.
-            let overwrites = order.map { _ in Int(shuffler.next() % UInt64(keys)) }
-            let (reads, writeSeconds) = try readWhileWriting(bench, directory: directory, keys: keys, latencies: latencies) {
-                try commitAll(overwrites, per: perTransaction, threads: 1, bench, LatencyRecorder(), value)
-            }
-            operations = reads
-            writesPerSecond = Double(keys) / writeSeconds
+            let besides = try readWhileWriting(bench, directory: directory, keys: keys, per: perTransaction,
+                                               random: &shuffler, latencies: latencies, value)
+            (operations, writtenKeys, writesPerSecond, writesAlonePerSecond) =
+                (besides.reads, besides.written, besides.writesPerSecond, besides.writesAlonePerSecond)
+            readSeconds = besides.readSeconds
         case "nested":
             let half = max(perTransaction / 2, 1)
             for first in stride(from: 0, to: keys, by: 2 * half) {
@@ -108,7 +109,7 @@ struct Runner {
             }
         }
         let elapsed = start.duration(to: .now)
-        let seconds = scanSeconds ?? Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let seconds = scanSeconds ?? readSeconds ?? Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         if workload == "deleterandom", engine != "fdatasync" {
             let remaining = try bench.scanCount()
             guard remaining == 0 else { throw BenchError(description: "\(engine) deleterandom left \(remaining) keys") }
@@ -129,7 +130,8 @@ struct Runner {
         let pairBytes = Workload.key(0).count + valueSize
         // The keys and values the workload wrote, and those the store holds at the end.
         let (userBytes, liveBytes): (Int, Int) = switch workload {
-        case "fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite", "readwhilewriting": (operations * pairBytes, keys * pairBytes)
+        case "fillseq", "fillrandom", "fillsync", "fillsync-concurrent", "overwrite": (operations * pairBytes, keys * pairBytes)
+        case "readwhilewriting": ((writtenKeys ?? 0) * pairBytes, keys * pairBytes)
         case "deleterandom": (keys * Workload.key(0).count, 0)
         case "nested": (keys / 2 * pairBytes, keys / 2 * pairBytes)
         default: (0, keys * pairBytes)
@@ -137,6 +139,7 @@ struct Runner {
         return Result(engine: engine, bench: workload, num: operations, batch: perTransaction, valueSize: valueSize,
                       seconds: seconds, bytesOnDisk: bytesOnDisk, fdatasyncs: syncs,
                       latency: histogram.totalCount > 0 ? Latencies(histogram) : nil, writesPerSecond: writesPerSecond,
+                      writesAlonePerSecond: writesAlonePerSecond,
                       writeAmplification: userBytes > 0 ? written.map { Double($0) / Double(userBytes) } : nil,
                       spaceAmplification: liveBytes > 0 && engine != "fdatasync" ? Double(bytesOnDisk) / Double(liveBytes) : nil,
                       intervals: intervals)
@@ -175,110 +178,65 @@ struct Runner {
         return (written, intervals)
     }
 
-    /// `readwhilewriting`: reader threads (and, for Strata and SQLite, reader processes)
-    /// read random keys, each read seeing the newest commit, while `write` runs; returns
-    /// the reads made and the writer's seconds. Every key exists throughout, so a read
-    /// that misses is an error.
-    private func readWhileWriting(_ bench: any BenchEngine, directory: String, keys: Int, latencies: LatencyRecorder,
-                                  write: () throws -> Void) throws -> (reads: Int, writeSeconds: Double) {
-        let stop = Atomic(false)
-        let reads = Atomic(0)
-        let failure = Mutex<String?>(nil)
-        let group = DispatchGroup()
-        let handles = try (0..<options.readers).map { _ in try bench.makeReader() }
-        let shared = UncheckedReaders(handles)
-        for thread in 0..<options.readers {
-            group.enter()
-            let split = options.splitCPUs
-            Thread.detachNewThread {
-                defer { group.leave() }
-                if split { CPUSplit.pin(readers: true) }
-                let reader = shared.readers[thread]
-                var random = SplitMix64(seed: UInt64(thread) &+ 977)
-                var histogram = Histogram<UInt64>.latencies()
-                defer { latencies.add(histogram) }
-                var done = 0
-                while !stop.load(ordering: .relaxed) {
-                    let key = Int(random.next() % UInt64(keys))
-                    let before = monotonicNanoseconds()
-                    do {
-                        guard try reader.read(key) else {
-                            failure.withLock { $0 = "key \(key) was not found" }
-                            return
-                        }
-                    } catch {
-                        failure.withLock { $0 = "\(error)" }
-                        return
-                    }
-                    _ = histogram.record(monotonicNanoseconds() - before)
-                    done += 1
+    /// `readwhilewriting`: one writer overwrites random keys, `per` a transaction, while
+    /// the readers (`ReadersBesideWriter`) read. It writes `keys` keys with the readers
+    /// reading throughout; with `--interleave K`, phases of K keys (a whole number of
+    /// transactions), the readers reading in every other one, the phase without them first
+    /// in even pairs and second in odd ones, for `keys` keys or (`--seconds S`) whole pairs
+    /// until S seconds have passed. Returns the reads, the keys written, the writer's keys a
+    /// second with the readers reading and (with `--interleave`) without them, and the
+    /// seconds the readers read.
+    private func readWhileWriting(_ bench: any BenchEngine, directory: String, keys: Int, per: Int, random: inout SplitMix64,
+                                  latencies: LatencyRecorder, _ value: @escaping @Sendable (Int) -> [UInt8]?) throws
+        -> (reads: Int, written: Int, writesPerSecond: Double, writesAlonePerSecond: Double?, readSeconds: Double) {
+        let readers = try ReadersBesideWriter(bench, engine: engine, directory: directory, keys: keys, options: options,
+                                              latencies: latencies)
+        let phase = options.interleave.map { max(per, $0 / per * per) } ?? keys
+        let end = options.seconds.map { monotonicNanoseconds() + UInt64($0) * 1_000_000_000 }
+        // Nanoseconds and keys of the writer's phases, without readers [0] and with them [1].
+        var spent: [UInt64] = [0, 0]
+        var written = [0, 0]
+        var pairs: [Double] = []
+        // Whole pairs of phases, as many as `keys` holds (at least one), or as S seconds take.
+        let pairCount = options.interleave == nil ? 1 : max(1, keys / (2 * phase))
+        var pair = 0
+        do {
+            repeat {
+                let order = options.interleave == nil ? [true] : pair % 2 == 0 ? [false, true] : [true, false]
+                var rates: [Double] = [0, 0]
+                for withReaders in order {
+                    let slice = (0..<phase).map { _ in Int(random.next() % UInt64(keys)) }
+                    if withReaders { try readers.resume() }
+                    let start = monotonicNanoseconds()
+                    try commitAll(slice, per: per, threads: 1, bench, LatencyRecorder(), value)
+                    let took = monotonicNanoseconds() - start
+                    if withReaders { try readers.pause() }
+                    let index = withReaders ? 1 : 0
+                    (spent[index], written[index]) = (spent[index] + took, written[index] + phase)
+                    rates[index] = Double(phase) / (Double(took) / 1e9)
                 }
-                reads.add(done, ordering: .relaxed)
-            }
+                if rates[0] > 0 { pairs.append(rates[1] / rates[0]) }
+                pair += 1
+            } while end.map { monotonicNanoseconds() < $0 } ?? (pair < pairCount)
+        } catch {
+            _ = try? readers.finish()
+            throw error
         }
-        let processes = try startReadProcesses(directory: directory, keys: keys)
-        let start = ContinuousClock.now
-        try write()
-        let elapsed = start.duration(to: .now)
-        stop.store(true, ordering: .relaxed)
-        group.wait()
-        for handle in handles { handle.close() }
-        let processReads = try finishReadProcesses(processes)
-        if let message = failure.withLock({ $0 }) { throw BenchError(description: "\(engine) readwhilewriting: \(message)") }
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        FileHandle.standardError.write(Data(("readwhilewriting \(engine): writer \(Int(Double(keys) / seconds)) keys/s; "
-            + "\(options.readers) thread(s) \(Int(Double(reads.load(ordering: .relaxed)) / seconds)) reads/s"
-            + (processes.isEmpty ? "" : ", \(processes.count) process(es) \(Int(processReads.perSecond)) reads/s") + "\n").utf8))
-        // Process reads count at the rate each process measured over the writer's time.
-        return (reads.load(ordering: .relaxed) + Int(processReads.perSecond * seconds), seconds)
-    }
-
-    /// Reader processes of this executable (`--read-process`), for the engines whose
-    /// stores other processes can read beside a writer.
-    private func startReadProcesses(directory: String, keys: Int) throws -> [(Process, Pipe)] {
-        let path: String
-        switch engine {
-        case "strata", "strata-relaxed", "strata-lz4", "strata-small": path = directory
-        case "sqlite": path = directory + "/sqlite.db"
-        default: return []
-        }
-        return try (0..<options.readerProcesses).map { index in
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-            process.arguments = ["--read-process", engine, "--read-path", path, "--num", "\(keys)", "--seed", "\(index + 1)"]
-                + (options.splitCPUs ? ["--split-cpus"] : [])
-                + options.memoryArguments
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardInput = Pipe()
-            try process.run()
-            // The process says `ready` once its store is open.
-            let handle = output.fileHandleForReading
-            var line = Data()
-            while !line.contains(UInt8(ascii: "\n")) {
-                let chunk = handle.availableData
-                guard !chunk.isEmpty else { throw BenchError(description: "a reader process ended before it was ready") }
-                line += chunk
-            }
-            return (process, output)
-        }
-    }
-
-    /// Stops the reader processes (by closing their standard input) and sums their rates.
-    private func finishReadProcesses(_ processes: [(Process, Pipe)]) throws -> (reads: Int, perSecond: Double) {
-        var total = (reads: 0, perSecond: 0.0)
-        for (process, output) in processes {
-            try (process.standardInput as? Pipe)?.fileHandleForWriting.close()
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            let fields = text.split(whereSeparator: { $0 == " " || $0 == "\n" })
-            guard process.terminationStatus == 0, fields.count >= 2, let reads = Int(fields[0]), let seconds = Double(fields[1]) else {
-                throw BenchError(description: "a reader process failed: \(text)")
-            }
-            total.reads += reads
-            total.perSecond += Double(reads) / seconds
-        }
-        return total
+        let (threadReads, processRate) = try readers.finish()
+        let readSeconds = Double(spent[1]) / 1e9
+        let writesPerSecond = Double(written[1]) / readSeconds
+        let alone = options.interleave == nil ? nil : Double(written[0]) / (Double(spent[0]) / 1e9)
+        let reads = threadReads + Int(processRate * readSeconds)
+        let readText = "\(options.readers) thread(s) \(Int(Double(threadReads) / readSeconds)) reads/s"
+            + (readers.hasProcesses ? ", \(options.readerProcesses) process(es) \(Int(processRate)) reads/s" : "")
+        let beside = alone.map { alone in
+            let ratios = pairs.map { String(format: "%.2f", $0) }.joined(separator: ", ")
+            return "; without readers \(Int(alone)) keys/s (\(String(format: "%.2f", writesPerSecond / alone)) ×; each pair: \(ratios))"
+        } ?? ""
+        FileHandle.standardError.write(Data(("readwhilewriting \(engine): writer \(Int(writesPerSecond)) keys/s with \(readText)"
+            + beside + "\n").utf8))
+        // Process reads count at the rate each process measured over its reading time.
+        return (reads, written[0] + written[1], writesPerSecond, alone, readSeconds)
     }
 
     /// `recover`: an untimed fill with checkpoints off (everything stays in the log), a
@@ -414,54 +372,4 @@ final class LatencyRecorder: Sendable {
     let histogram = Mutex(Histogram<UInt64>.latencies())
 
     func add(_ other: Histogram<UInt64>) { histogram.withLock { $0.add(other) } }
-}
-
-/// The reader handles of `readwhilewriting`, each used by one thread only.
-final class UncheckedReaders: @unchecked Sendable {
-    let readers: [any BenchReader]
-    init(_ readers: [any BenchReader]) { self.readers = readers }
-}
-
-/// A reader process of `readwhilewriting`: opens the store read-only beside the writer in
-/// its parent, prints `ready`, reads random keys until its standard input closes, then
-/// prints the reads made and the seconds they took.
-struct ReadProcess {
-    let engine: String
-    let path: String
-    let keys: Int
-    let seed: UInt64
-
-    func run() throws {
-        let reader: any BenchReader
-        var store: Store?
-        switch engine {
-        case "strata", "strata-relaxed", "strata-lz4", "strata-small":
-            let opened = try Store.open(path: path, mode: .readOnly, options: Workload.strataOptions(engine: engine))
-            store = opened
-            reader = StrataReader(engine: opened.storageEngine)
-        case "sqlite":
-            reader = try SQLiteReader(path: path)
-        default:
-            throw BenchError(description: "no reader process for \(engine)")
-        }
-        let stop = Atomic(false)
-        Thread.detachNewThread {
-            _ = FileHandle.standardInput.readDataToEndOfFile()
-            stop.store(true, ordering: .relaxed)
-        }
-        FileHandle.standardOutput.write(Data("ready\n".utf8))
-        var random = SplitMix64(seed: seed &* 7919)
-        var reads = 0
-        let start = ContinuousClock.now
-        while !stop.load(ordering: .relaxed) {
-            let key = Int(random.next() % UInt64(keys))
-            guard try reader.read(key) else { throw BenchError(description: "key \(key) was not found") }
-            reads += 1
-        }
-        let elapsed = start.duration(to: .now)
-        reader.close()
-        try store?.close()
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        FileHandle.standardOutput.write(Data("\(reads) \(seconds)\n".utf8))
-    }
 }

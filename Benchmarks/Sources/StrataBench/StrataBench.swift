@@ -53,7 +53,7 @@ struct StrataBench: ParsableCommand {
     @Option(help: "Threads for fillsync-concurrent (default 8) and the ycsb workloads (default 1).")
     var threads: Int?
 
-    @Option(help: "overwrite: overwrite random keys for this many seconds instead of N keys, reporting keys/s per 10-second interval.")
+    @Option(help: "overwrite: overwrite random keys for this many seconds instead of N keys, reporting keys/s per 10-second interval. readwhilewriting with --interleave: pairs of phases for this many seconds.")
     var seconds: Int?
 
     @Option(help: "ycsb: operations after the load of --num records (default 100,000).")
@@ -62,7 +62,7 @@ struct StrataBench: ParsableCommand {
     @Option(help: "readrandom: reads of random keys among the --num loaded (default: one read of each, in random order). records-range and records-count: queries (default --num / 100).")
     var reads: Int?
 
-    @Option(help: "records-range, records-count, records-fetch, records-sort-text, records-relations (on strata, strata-small, sqlite), and ycsb-c (on strata, strata-small, strata-lz4, lmdb, sqlite): run every engine in one process, their queries or reads in turns of N, each engine's turns timed and summed, so that they share the machine's drift (no peak RSS).")
+    @Option(help: "records-range, records-count, records-fetch, records-sort-text, records-relations (on strata, strata-small, sqlite), and ycsb-c (on strata, strata-small, strata-lz4, lmdb, sqlite): run every engine in one process, their queries or reads in turns of N, each engine's turns timed and summed, so that they share the machine's drift (no peak RSS). readwhilewriting: the writer commits in phases of N keys, the readers reading in every other one, and reports its rate without them from the same run.")
     var interleave: Int?
 
     @Option(help: "readseq: scans of every key, one after another, the median one reported (default 1: the first scan alone, which meets every page for the first time, beside Strata's checkpoint of the fill's last keys).")
@@ -174,8 +174,8 @@ struct StrataBench: ParsableCommand {
             let records = workloads.allSatisfy(RecordWorkloads.interleavable.contains)
                 && engines.allSatisfy(RecordWorkloads.interleavableEngines.contains)
             let reads = workloads.allSatisfy(InterleavedReads.workloads.contains) && engines.allSatisfy(InterleavedReads.engines.contains)
-            guard records || reads else {
-                throw ValidationError("--interleave runs \(RecordWorkloads.interleavable.sorted().joined(separator: ", ")) on \(RecordWorkloads.interleavableEngines.sorted().joined(separator: ", ")), and \(InterleavedReads.workloads.sorted().joined(separator: ", ")) on \(InterleavedReads.engines.sorted().joined(separator: ", ")), only")
+            guard records || reads || workloads == ["readwhilewriting"] else {
+                throw ValidationError("--interleave runs \(RecordWorkloads.interleavable.sorted().joined(separator: ", ")) on \(RecordWorkloads.interleavableEngines.sorted().joined(separator: ", ")), \(InterleavedReads.workloads.sorted().joined(separator: ", ")) on \(InterleavedReads.engines.sorted().joined(separator: ", ")), and readwhilewriting alone, only")
             }
         }
         if passes > 1, !benchmarks.split(separator: ",").contains("readseq") {
@@ -194,8 +194,8 @@ struct StrataBench: ParsableCommand {
             throw ValidationError("--max-memtable-mib must be at least --memtable-mib and at most 1,048,576")
         }
         if let cacheMiB, cacheMiB < 0 || cacheMiB > 1 << 20 { throw ValidationError("--cache-mib must be 0 to 1,048,576") }
-        if seconds != nil, !benchmarks.split(separator: ",").contains("overwrite") {
-            throw ValidationError("--seconds times overwrite only: add overwrite to --benchmarks")
+        if seconds != nil, !benchmarks.split(separator: ",").contains("overwrite"), !(interleave != nil && benchmarks == "readwhilewriting") {
+            throw ValidationError("--seconds times overwrite, and readwhilewriting with --interleave, only: add one of them to --benchmarks")
         }
     }
 
@@ -261,7 +261,8 @@ struct StrataBench: ParsableCommand {
             }
         }
         var results: [Result] = []
-        if let interleave {
+        // (readwhilewriting's phases run in the process of each engine, as without them.)
+        if let interleave, planned != ["readwhilewriting"] {
             for workload in planned {
                 let row = !inProcess
                     ? try runAlone(engines: engineNames, workload: workload)
@@ -316,7 +317,9 @@ struct StrataBench: ParsableCommand {
         if let valueSizeOption { arguments += ["--value-size", "\(valueSizeOption)"] }
         if let threads { arguments += ["--threads", "\(threads)"] }
         if let distribution { arguments += ["--distribution", distribution.rawValue] }
-        if let seconds, workload == "overwrite" { arguments += ["--seconds", "\(seconds)"] }
+        if let seconds, workload == "overwrite" || (workload == "readwhilewriting" && interleave != nil) {
+            arguments += ["--seconds", "\(seconds)"]
+        }
         if let reads, Self.countsReads.contains(workload) { arguments += ["--reads", "\(reads)"] }
         if workload == "readseq" { arguments += ["--passes", "\(passes)"] }
         if let interleave { arguments += ["--interleave", "\(interleave)"] }
@@ -351,6 +354,19 @@ struct StrataBench: ParsableCommand {
                 return "\(Int(result.opsPerSecond)) ops/s" + ratio
             }
             print("| \(workload) | " + cells.joined(separator: " | ") + " |")
+        }
+        // readwhilewriting: the writer's keys/s beside the readers, and (`--interleave`)
+        // without them in the same run, with the ratio of the two.
+        let writers = results.filter { $0.bench == "readwhilewriting" && $0.writesPerSecond != nil }
+        if !writers.isEmpty {
+            print("\n| writer keys/s with readers (without; ratio) | " + engines.joined(separator: " | ") + " |")
+            print("|---|" + engines.map { _ in "---:|" }.joined())
+            let cells = engines.map { engine -> String in
+                guard let result = writers.first(where: { $0.engine == engine }), let with = result.writesPerSecond else { return "" }
+                guard let alone = result.writesAlonePerSecond else { return "\(Int(with))" }
+                return "\(Int(with)) (\(Int(alone)); \(String(format: "%.2f", with / alone))×)"
+            }
+            print("| readwhilewriting | " + cells.joined(separator: " | ") + " |")
         }
         // Latency per transaction (writes) or read: p50 / p99 / p99.9 / max, in µs.
         let timed = workloads.filter { workload in results.contains { $0.bench == workload && $0.latency != nil } }

@@ -105,6 +105,9 @@ struct Result {
     var peakRSSKilobytes: Int? = nil
     /// `readwhilewriting`: keys the writer committed per second while the readers read.
     var writesPerSecond: Double? = nil
+    /// `readwhilewriting --interleave`: keys the writer committed per second in the phases
+    /// in which no reader read, in the same run.
+    var writesAlonePerSecond: Double? = nil
     /// Bytes the store's block device wrote from the workload's start through the engine's
     /// close (`deviceWrittenBytes(of:)`), ÷ the keys and values it wrote;
     /// nil for workloads that write nothing, or where the system does not count.
@@ -131,7 +134,7 @@ extension Result: Codable {
     enum CodingKeys: String, CodingKey {
         case engine, bench, num, batch, valueSize = "value_size", seconds, opsPerSecond = "ops_per_sec"
         case bytesOnDisk = "bytes_on_disk", fdatasyncs, latency = "latency_us", peakRSSKilobytes = "peak_rss_kb"
-        case writesPerSecond = "writes_per_sec"
+        case writesPerSecond = "writes_per_sec", writesAlonePerSecond = "writes_alone_per_sec"
         case writeAmplification = "write_amp", spaceAmplification = "space_amp"
         case intervals = "interval_ops_per_sec"
     }
@@ -150,6 +153,7 @@ extension Result: Codable {
         try container.encodeIfPresent(latency, forKey: .latency)
         try container.encodeIfPresent(peakRSSKilobytes, forKey: .peakRSSKilobytes)
         try container.encodeIfPresent(writesPerSecond.map { Int($0) }, forKey: .writesPerSecond)
+        try container.encodeIfPresent(writesAlonePerSecond.map { Int($0) }, forKey: .writesAlonePerSecond)
         try container.encodeIfPresent(writeAmplification.map { rounded($0, 2) }, forKey: .writeAmplification)
         try container.encodeIfPresent(spaceAmplification.map { rounded($0, 2) }, forKey: .spaceAmplification)
         try container.encodeIfPresent(intervals, forKey: .intervals)
@@ -169,6 +173,7 @@ extension Result: Codable {
                   latency: try container.decodeIfPresent(Latencies.self, forKey: .latency),
                   peakRSSKilobytes: try container.decodeIfPresent(Int.self, forKey: .peakRSSKilobytes),
                   writesPerSecond: try container.decodeIfPresent(Int.self, forKey: .writesPerSecond).map(Double.init),
+                  writesAlonePerSecond: try container.decodeIfPresent(Int.self, forKey: .writesAlonePerSecond).map(Double.init),
                   writeAmplification: try container.decodeIfPresent(Double.self, forKey: .writeAmplification),
                   spaceAmplification: try container.decodeIfPresent(Double.self, forKey: .spaceAmplification),
                   intervals: try container.decodeIfPresent([Int].self, forKey: .intervals))
