@@ -35,8 +35,9 @@ final class MemtableApplier: @unchecked Sendable {
 
     private let monitor = ConditionLock()
     private let applied: ManagedAtomic<UInt64>
-    // Guarded by `monitor`.
-    private var queue: [Pending] = []
+    // Guarded by `monitor`, which makes each access exclusive (so the queue is unchecked at
+    // run time, as `Locked`'s value).
+    @exclusivity(unchecked) private var queue: [Pending] = []
     private var running = false
     private var stopped = false
     /// The thread is linking batches it took off the queue.

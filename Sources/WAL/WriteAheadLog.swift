@@ -29,7 +29,9 @@ package final class WriteAheadLog: @unchecked Sendable {
     let files: SegmentFiles
     private let lock: any FileLock
     let monitor = ConditionLock()
-    var state: WriterState
+    /// Touched only with `monitor` held, which makes each access exclusive: unchecked at
+    /// run time (as `Locked`'s value).
+    @exclusivity(unchecked) var state: WriterState
 
     /// Opens (creating if needed) the log in `directory`, recovers it, and passes every
     /// batch it holds to `replay` in LSN order before returning. Recovery cuts off a torn
