@@ -44,17 +44,28 @@ final class ReadersBesideWriter {
     init(_ bench: any BenchEngine, engine: String, directory: String, keys: Int, options: StrataBench,
          latencies: LatencyRecorder) throws {
         self.engine = engine
-        threads = Threads(UncheckedReaders(try (0..<options.readers).map { _ in try bench.makeReader() }))
-        let path: String? = switch engine {
-        case "strata", "strata-relaxed", "strata-lz4", "strata-small": directory
-        case "sqlite": directory + "/sqlite.db"
-        default: nil
-        }
-        processes = try path.map { path in
-            try (0..<options.readerProcesses).map { index in
-                try ReaderProcessHandle(engine: engine, path: path, keys: keys, seed: UInt64(index + 1), options: options)
+        var handles: [any BenchReader] = []
+        var started: [ReaderProcessHandle] = []
+        do {
+            for _ in 0..<options.readers { handles.append(try bench.makeReader()) }
+            let path: String? = switch engine {
+            case "strata", "strata-relaxed", "strata-lz4", "strata-small": directory
+            case "sqlite": directory + "/sqlite.db"
+            default: nil
             }
-        } ?? []
+            if let path {
+                for index in 0..<options.readerProcesses {
+                    started.append(try ReaderProcessHandle(engine: engine, path: path, keys: keys, seed: UInt64(index + 1),
+                                                           options: options))
+                }
+            }
+        } catch {
+            for handle in handles { handle.close() }
+            for process in started { _ = try? process.finish() }
+            throw error
+        }
+        threads = Threads(UncheckedReaders(handles))
+        processes = started
         for thread in 0..<options.readers {
             group.enter()
             let (split, shared, group) = (options.splitCPUs, threads, group)
@@ -117,7 +128,13 @@ final class ReadersBesideWriter {
         threads.stopping.store(true, ordering: .releasing)
         group.wait()
         for handle in threads.handles.readers { handle.close() }
-        let perSecond = try processes.reduce(0.0) { $0 + (try $1.finish()) }
+        // Every process is ended and waited for, the first failure reported after.
+        var perSecond = 0.0
+        var firstFailure: (any Error)?
+        for process in processes {
+            do { perSecond += try process.finish() } catch { firstFailure = firstFailure ?? error }
+        }
+        if let firstFailure { throw firstFailure }
         try checkFailure()
         return (threads.reads.load(ordering: .relaxed), perSecond)
     }
@@ -166,10 +183,11 @@ private final class ReaderProcessHandle {
         try expect(answer)
     }
 
-    /// Closes the process's input, which ends it; returns its reads a second of reading.
+    /// Closes the process's input, which ends it, and waits for it; returns its reads a
+    /// second of reading.
     func finish() throws -> Double {
-        try input.fileHandleForWriting.close()
-        let text = try line()
+        try? input.fileHandleForWriting.close()
+        let text = (try? line()) ?? ""
         process.waitUntilExit()
         let fields = text.split(separator: " ")
         guard process.terminationStatus == 0, fields.count == 2, let reads = Int(fields[0]), let seconds = Double(fields[1]) else {

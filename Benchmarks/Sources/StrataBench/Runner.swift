@@ -182,8 +182,8 @@ struct Runner {
     /// the readers (`ReadersBesideWriter`) read. It writes `keys` keys with the readers
     /// reading throughout; with `--interleave K`, phases of K keys (a whole number of
     /// transactions), the readers reading in every other one, the phase without them first
-    /// in even pairs and second in odd ones, for `keys` keys or (`--seconds S`) whole pairs
-    /// until S seconds have passed. Returns the reads, the keys written, the writer's keys a
+    /// in even pairs and second in odd ones: as many whole pairs as `keys` holds (at least
+    /// one), or (`--seconds S`) pairs until S seconds have passed. Returns the reads, the keys written, the writer's keys a
     /// second with the readers reading and (with `--interleave`) without them, and the
     /// seconds the readers read.
     private func readWhileWriting(_ bench: any BenchEngine, directory: String, keys: Int, per: Int, random: inout SplitMix64,
@@ -192,7 +192,9 @@ struct Runner {
         let readers = try ReadersBesideWriter(bench, engine: engine, directory: directory, keys: keys, options: options,
                                               latencies: latencies)
         let phase = options.interleave.map { max(per, $0 / per * per) } ?? keys
-        let end = options.seconds.map { monotonicNanoseconds() + UInt64($0) * 1_000_000_000 }
+        // (`--seconds` times readwhilewriting only with `--interleave`: without, it is
+        // overwrite's, when the two run in one process.)
+        let end = options.interleave == nil ? nil : options.seconds.map { monotonicNanoseconds() + UInt64($0) * 1_000_000_000 }
         // Nanoseconds and keys of the writer's phases, without readers [0] and with them [1].
         var spent: [UInt64] = [0, 0]
         var written = [0, 0]

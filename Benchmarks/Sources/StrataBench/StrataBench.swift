@@ -210,6 +210,9 @@ struct StrataBench: ParsableCommand {
                                  mapsDataFile: !unmapped,
                                  idleCheckpointDelay: idleCheckpointMilliseconds.map { $0 == 0 ? nil : .milliseconds($0) })
         }
+        // A reader process that ended early closes the pipe readwhilewriting writes its
+        // commands to: an error to report, not a signal that ends this process.
+        signal(SIGPIPE, SIG_IGN)
         if splitCPUs { CPUSplit.pin(readers: readProcess != nil) }
         if let readProcess, let readPath {
             try ReadProcess(engine: readProcess, path: readPath, keys: num ?? 1_000_000, seed: seed).run()
