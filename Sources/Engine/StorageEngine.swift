@@ -159,8 +159,8 @@ public final class StorageEngine: Sendable, ValueVisitor {
     /// freed, that holds the engine, and its retain and release write a line every reading
     /// thread shares. Taking and ending a snapshot cost 66–77 ns alone and 122–126 ns on
     /// each of two threads; this read of a key in the memtable, 51–55 ns either way. The
-    /// span is valid only inside `body`. Throws `EngineError` for a corrupt page, or what
-    /// `body` throws.
+    /// span is valid only inside `body`. Throws `EngineError` for a corrupt page,
+    /// `EngineError.closed` once the store is closed, or what `body` throws.
     @inlinable
     public func withValue<Result>(forKey key: [UInt8], _ body: (RawSpan) throws -> Result) throws -> Result? {
         try value(forKey: key, body)
@@ -171,6 +171,9 @@ public final class StorageEngine: Sendable, ValueVisitor {
     /// `withValue`, as `Snapshot.visitValue` is of `Snapshot.withValue`.)
     @usableFromInline
     func visitValue(_ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> Bool {
+        // Closed, every read throws, not only those that reach the tree: a key still in the
+        // memtable of a store closed without a checkpoint answered as if it were open.
+        guard !pageFile.isClosed else { throw EngineError.closed }
         refreshIfBehind()
         let (view, stripe) = snapshots.pin()
         defer { unpin(view, stripe: stripe) }

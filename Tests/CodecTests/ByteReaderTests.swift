@@ -23,6 +23,17 @@ import Testing
         #expect(try reader.readUInt64() == 0x0708_090A_0B0C_0D0E)
     }
 
+    /// Short padding (appended byte by byte) and long runs of zeros (appended as a
+    /// collection) both append exactly `count` zeros after what was written.
+    @Test(arguments: [0, 1, 7, 16, 17, 4_096])
+    func zerosAreAppendedAfterTheBytesWritten(count: Int) {
+        var writer = ByteWriter()
+        writer.write(UInt8(9))
+        writer.writeZeros(count)
+        writer.write(UInt8(9))
+        #expect(writer.bytes == [9] + [UInt8](repeating: 0, count: count) + [9])
+    }
+
     @Test func readingPastTheEndThrowsWithTheOffset() {
         var reader = ByteReader([1, 2, 3])
         #expect(throws: CodecError.truncated(offset: 0, needed: 4, available: 3)) { try reader.readUInt32() }

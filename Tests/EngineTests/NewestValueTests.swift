@@ -132,4 +132,20 @@ import Testing
         #expect(engine.snapshots.oldestPins() == (nil, nil))
         #expect(try engine.withValue(forKey: left) { $0.byteCount } == 8)
     }
+
+    /// Once the store is closed, the read throws `EngineError.closed` whether the key's
+    /// newest change is still in the memtable (closed without a checkpoint) or in the tree.
+    @Test func aClosedStoreRefusesTheReadWhereverTheKeyLies() throws {
+        for checkpoint in [false, true] {
+            let engine = try StorageEngine.inMemory()
+            try engine.commit(WALBatch([.put(key: key(1), value: [1])]))
+            #expect(try engine.withValue(forKey: key(1)) { $0.byteCount } == 1)
+            try engine.close(checkpoint: checkpoint)
+            #expect("closed with checkpoint \(checkpoint)", performing: { try engine.withValue(forKey: key(1)) { $0.byteCount } },
+                    throws: { error in
+                        if case EngineError.closed = error { return true }
+                        return false
+                    })
+        }
+    }
 }
