@@ -6,8 +6,15 @@
 //     by a limit before calling; malformed input is a `CodecError`, never a trap.
 //  2. `compress` reports `nil` when the block would not be smaller than its input, so the
 //     caller stores those bytes raw (incompressible data never grows by more than 0 bytes).
-// Thread-safe: liblz4's block functions keep no shared state.
+//  3. Every block is independent: it refers to no bytes before its own input, so any
+//     block decodes alone with `LZ4_decompress_safe` (FORMAT.md, "Payload compression").
+// Thread-safe: each thread compresses with a table of its own (`threadStream`).
 import CStrataLZ4
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// LZ4 block compression.
 package enum LZ4Block {
@@ -40,10 +47,7 @@ package enum LZ4Block {
         output.append(contentsOf: repeatElement(0, count: bound))
         output.withUnsafeMutableBytes { destination in
             let target = UnsafeMutableRawBufferPointer(rebasing: destination[start...])
-            written = Int(LZ4_compress_fast(
-                input.baseAddress!.assumingMemoryBound(to: CChar.self),
-                target.baseAddress!.assumingMemoryBound(to: CChar.self),
-                Int32(input.count), Int32(target.count), Self.acceleration))
+            written = compressBlock(input, into: target, acceleration: Self.acceleration)
         }
         guard written > 0, written < input.count else {
             output.removeSubrange(start...)
@@ -60,9 +64,7 @@ package enum LZ4Block {
         // element at a time).
         let output = [UInt8](unsafeUninitializedCapacity: compressBound(input.count)) { buffer, count in
             let written = input.withUnsafeBytes { input in
-                Int(LZ4_compress_fast(input.baseAddress!.assumingMemoryBound(to: CChar.self),
-                                      UnsafeMutableRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self),
-                                      Int32(input.count), Int32(buffer.count), Self.acceleration))
+                compressBlock(input, into: UnsafeMutableRawBufferPointer(buffer), acceleration: Self.acceleration)
             }
             count = written > 0 && written < input.count ? written : 0
         }
@@ -75,9 +77,8 @@ package enum LZ4Block {
     package static func compress(_ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
                                  acceleration: Int32) -> Int? {
         guard input.count > 0, input.count <= maxInputCount, output.count > 0 else { return nil }
-        let written = Int(LZ4_compress_fast(input.baseAddress!.assumingMemoryBound(to: CChar.self),
-                                            output.baseAddress!.assumingMemoryBound(to: CChar.self),
-                                            Int32(input.count), Int32(min(output.count, maxInputCount)), acceleration))
+        let written = compressBlock(input, into: UnsafeMutableRawBufferPointer(rebasing: output[..<min(output.count, maxInputCount)]),
+                                    acceleration: acceleration)
         return written > 0 && written < input.count ? written : nil
     }
 
@@ -124,5 +125,66 @@ package enum LZ4Block {
             Result { () throws(CodecError) in try decompress(buffer, decompressedCount: decompressedCount) }
         }
         return try result.get()
+    }
+
+    /// Inputs shorter than this are compressed with the calling thread's table
+    /// (`compressBlock`); longer ones with a table zeroed for them, as liblz4's own
+    /// `LZ4_prepareTable` zeroes one from 4 KiB up.
+    static let reusedTableLimit = 4 << 10
+
+    /// One independent block of `input` into `output` (at most its size); the block's size,
+    /// or 0 when it does not fit. `LZ4_compress_fast` zeroes a 16 KiB hash table on the
+    /// stack for every call, which for a one-key commit of about a hundred bytes was half
+    /// the instructions of its commit (16,400 of 32,400 under callgrind). Below
+    /// `reusedTableLimit` the calling thread's table is used instead, made ready for a new
+    /// independent block by `LZ4_resetStream_fast`: its old entries are placed more than
+    /// 64 KiB back, out of any match's reach, and the block refers to nothing before
+    /// `input` (invariant 3). Longer inputs keep the zeroed table: its match loop skips the
+    /// checks a reused one needs. Timed in a C loop over liblz4 1.9.4 (acceleration 4,
+    /// the log's keys and values), a reused table took 0.21–0.29 × the time at 116 bytes,
+    /// 0.55–0.63 × at 1,000, 0.88–0.99 × at 4 and 8 KiB, and 1.07–1.10 × at 32 KiB and
+    /// 1 MiB.
+    private static func compressBlock(_ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
+                                      acceleration: Int32) -> Int {
+        let source = input.baseAddress!.assumingMemoryBound(to: CChar.self)
+        let destination = output.baseAddress!.assumingMemoryBound(to: CChar.self)
+        guard input.count < reusedTableLimit, let stream = threadStream() else {
+            return Int(LZ4_compress_fast(source, destination, Int32(input.count), Int32(output.count), acceleration))
+        }
+        LZ4_resetStream_fast(stream)
+        return Int(LZ4_compress_fast_continue(stream, source, destination, Int32(input.count), Int32(output.count),
+                                              acceleration))
+    }
+
+    /// The calling thread's compression table (16 KiB), made on its first compression and
+    /// freed when the thread ends; nil when it cannot be made (no memory, or no
+    /// thread-specific key), and a table on the stack serves.
+    private static func threadStream() -> UnsafeMutablePointer<LZ4_stream_t>? {
+        guard let key = streamKey.value else { return nil }
+        if let stream = pthread_getspecific(key) { return stream.assumingMemoryBound(to: LZ4_stream_t.self) }
+        guard let stream = LZ4_createStream() else { return nil }
+        guard pthread_setspecific(key, stream) == 0 else {
+            LZ4_freeStream(stream)
+            return nil
+        }
+        return stream
+    }
+
+    /// The thread-specific key of `threadStream`, made once per process.
+    private static let streamKey = ThreadStreamKey()
+}
+
+/// A `pthread_key_t` whose destructor frees a thread's LZ4 table (nil when none could be
+/// made).
+private final class ThreadStreamKey: Sendable {
+    let value: pthread_key_t?
+
+    init() {
+        var key = pthread_key_t()
+        let made = pthread_key_create(&key) { stream in
+            guard let stream else { return }
+            LZ4_freeStream(stream.assumingMemoryBound(to: LZ4_stream_t.self))
+        }
+        value = made == 0 ? key : nil
     }
 }
