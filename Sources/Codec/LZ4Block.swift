@@ -1,5 +1,5 @@
 // LZ4 block compression (liblz4's block format, not its frame format) for WAL payloads
-// (FORMAT.md, "Payload compression") and compressed leaf pages ("Compressed leaves").
+// (FORMAT.md, "Frame", its payload) and compressed leaf pages ("Compressed leaves").
 //
 // Invariants:
 //  1. `decompress` never writes or allocates past `decompressedCount`, which callers bound
@@ -7,11 +7,15 @@
 //  2. `compress` reports `nil` when the block would not be smaller than its input, so the
 //     caller stores those bytes raw (incompressible data never grows by more than 0 bytes).
 //  3. Every block is independent: it refers to no bytes before its own input, so any
-//     block decodes alone with `LZ4_decompress_safe` (FORMAT.md, "Payload compression").
+//     block decodes alone with `LZ4_decompress_safe`. Which bytes a block holds may
+//     depend on the blocks its thread compressed before (a fresh table or a reused one);
+//     what it decodes to never does.
 // Thread-safe: each thread compresses with a table of its own (`threadStream`).
 import CStrataLZ4
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
@@ -139,11 +143,13 @@ package enum LZ4Block {
     /// `reusedTableLimit` the calling thread's table is used instead, made ready for a new
     /// independent block by `LZ4_resetStream_fast`: its old entries are placed more than
     /// 64 KiB back, out of any match's reach, and the block refers to nothing before
-    /// `input` (invariant 3). Longer inputs keep the zeroed table: its match loop skips the
-    /// checks a reused one needs. Timed in a C loop over liblz4 1.9.4 (acceleration 4,
-    /// the log's keys and values), a reused table took 0.21–0.29 × the time at 116 bytes,
-    /// 0.55–0.63 × at 1,000, 0.88–0.99 × at 4 and 8 KiB, and 1.07–1.10 × at 32 KiB and
-    /// 1 MiB.
+    /// `input` (invariant 3). From 4 KiB up the zeroed table is kept, as liblz4's own
+    /// `LZ4_prepareTable` does: there the zeroing is a small part of the work, and from
+    /// 32 KiB up a reused table's match loop, which checks each candidate against the
+    /// block's start, costs more than it saves. Timed in a C loop over liblz4 1.9.4
+    /// (acceleration 4, the log's keys and values), a reused table took 0.21–0.29 × the
+    /// time at 116 bytes, 0.55–0.63 × at 1,000, 0.88–0.99 × at 4 and 8 KiB, and
+    /// 1.07–1.10 × at 32 KiB and 1 MiB.
     private static func compressBlock(_ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
                                       acceleration: Int32) -> Int {
         let source = input.baseAddress!.assumingMemoryBound(to: CChar.self)
@@ -181,10 +187,16 @@ private final class ThreadStreamKey: Sendable {
 
     init() {
         var key = pthread_key_t()
+        #if canImport(Darwin)
+        let made = pthread_key_create(&key) { stream in
+            LZ4_freeStream(stream.assumingMemoryBound(to: LZ4_stream_t.self))
+        }
+        #else
         let made = pthread_key_create(&key) { stream in
             guard let stream else { return }
             LZ4_freeStream(stream.assumingMemoryBound(to: LZ4_stream_t.self))
         }
+        #endif
         value = made == 0 ? key : nil
     }
 }
