@@ -633,13 +633,14 @@ struct PageDefect: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+@inline(__always)
 func varintBytes(_ value: Int) -> Int { varintBytes(UInt64(value)) }
 
+/// Bytes of `value` as an unsigned LEB128 varint (1 to 10): seven bits a byte, from its
+/// highest set bit, without a loop.
+@inline(__always)
 func varintBytes(_ value: UInt64) -> Int {
-    var count = 1
-    var rest = value >> 7
-    while rest > 0 { count += 1; rest >>= 7 }
-    return count
+    (64 - (value | 1).leadingZeroBitCount + 6) / 7
 }
 
 /// Writes one cell's bytes in place, from `at` on, into a page whose caller checked that
@@ -660,7 +661,7 @@ private struct CellWriter {
 
     /// An unsigned LEB128 varint.
     mutating func writeVarint(_ value: UInt64) {
-        ByteWriter.varintBytes(of: value) { write($0) }
+        ByteWriter.storeVarint(value, in: page, at: &at)
     }
 
     mutating func writeLittleEndian<T: FixedWidthInteger>(_ value: T) {

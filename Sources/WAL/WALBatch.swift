@@ -211,10 +211,7 @@ public struct WALBatch: Sendable, Equatable {
     @inline(__always)
     private static func store(_ bytes: UnsafeRawBufferPointer, in output: UnsafeMutableRawBufferPointer,
                               at offset: inout Int) -> Range<Int> {
-        ByteWriter.varintBytes(of: UInt64(bytes.count)) { byte in
-            output[offset] = byte
-            offset += 1
-        }
+        ByteWriter.storeVarint(UInt64(bytes.count), in: output, at: &offset)
         let start = offset
         if let source = bytes.baseAddress, bytes.count > 0 {
             (output.baseAddress! + start).copyMemory(from: source, byteCount: bytes.count)
