@@ -59,18 +59,23 @@ enum Workload {
         return value.count
     }
 
-    /// The 16 ASCII digits of `number` (0 ≤ `number` < 10¹⁶), written straight into one
-    /// array: building keys is inside every timed loop, for every engine alike, so it is kept
-    /// to one allocation (through `String` it took four, ~1,000 instructions a read).
+    /// The 16 ASCII digits of `number` (0 ≤ `number` < 10¹⁶) in one array: building keys is
+    /// inside every timed loop, for every engine alike, so it is kept to one allocation
+    /// (through `String` it took four, ~1,000 instructions a read). The digits are written
+    /// on the stack and copied into the array: an array made with
+    /// `init(unsafeUninitializedCapacity:initializingWith:)` looks up its storage class in
+    /// the runtime's metadata cache each time (about 690 instructions a key under callgrind,
+    /// a tenth of a fill's; 51–65 ns against 31 ns for the copy, timed alone).
     static func key(_ number: Int) -> [UInt8] {
         precondition(number >= 0 && number < 10_000_000_000_000_000, "a key number has at most 16 digits")
-        return [UInt8](unsafeUninitializedCapacity: 16) { digits, count in
+        var digits: (UInt64, UInt64) = (0, 0)
+        return withUnsafeMutableBytes(of: &digits) { digits in
             var rest = number
             for index in (0..<16).reversed() {
                 digits[index] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: rest % 10)
                 rest /= 10
             }
-            count = 16
+            return [UInt8](UnsafeRawBufferPointer(digits))
         }
     }
 
