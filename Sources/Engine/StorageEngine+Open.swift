@@ -403,7 +403,6 @@ extension StorageEngine {
     /// The newest valid meta page, and why the other was rejected.
     static func readMeta(_ file: any OpenFile, path: String) throws -> (MetaPage, String?) {
         let head = try file.read(count: Limits.pageBytesRange.lowerBound, at: 0)
-        let fileBytes = UInt64(max(0, try file.size()))
         var candidates: [(slot: Int, result: Result<MetaPage, MetaDefect>)] = []
         let declared = MetaPage.declaredPageBytes(head)
         for slot in 0..<2 {
@@ -432,6 +431,11 @@ extension StorageEngine {
         }
         let valid = candidates.compactMap { try? $0.result.get() }
         if let newest = valid.max(by: { $0.generation < $1.generation }) {
+            // Measured after the meta pages are read: a writer in another process grows the
+            // file (its checkpoint's pages) before it writes the meta page that counts them,
+            // so a size read first could miss pages a meta page read after it counts (a
+            // reader opening beside a writer's first checkpoint took that for damage).
+            let fileBytes = UInt64(max(0, try file.size()))
             // A checkpoint writes (and syncs) every page it counts before its meta page: a
             // file that ends inside them was cut short, or the meta page is forged (its new
             // pages would be written past the end: terabytes of a sparse file).
