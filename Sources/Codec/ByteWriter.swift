@@ -23,21 +23,22 @@ package struct ByteWriter: Sendable {
 
     package mutating func write(_ value: UInt64) { writeLittleEndian(value) }
 
-    /// Appends `value` as an unsigned LEB128 varint (1 to 10 bytes): seven bits a byte,
-    /// lowest first, the high bit set on every byte but the last.
+    /// Appends `value` as an unsigned LEB128 varint (1 to 10 bytes; `storeVarint`).
     package mutating func writeVarint(_ value: UInt64) {
-        var rest = value
-        while rest >= 0x80 {
-            bytes.append(UInt8(truncatingIfNeeded: rest) | 0x80)
-            rest >>= 7
+        var scratch: (UInt64, UInt64) = (0, 0)
+        withUnsafeMutableBytes(of: &scratch) { scratch in
+            var end = 0
+            Self.storeVarint(value, in: scratch, at: &end)
+            for index in 0..<end { bytes.append(scratch[index]) }
         }
-        bytes.append(UInt8(rest))
     }
 
-    /// Stores `value` as `writeVarint` appends it, into `buffer` at `offset`, and advances
-    /// `offset` past it: for writers into a buffer sized beforehand (a log batch's
-    /// encoding, a leaf's cells). A loop of its own: handed out byte by byte through a
-    /// closure, a one-byte varint took about 37 instructions, the closure not inlined.
+    /// Stores `value` as an unsigned LEB128 varint into `buffer` at `offset` and advances
+    /// `offset` past it (1 to 10 bytes, which the caller made room for):
+    /// seven bits a byte, lowest first, the high bit set on every byte but the last. The
+    /// one encoder of varints; `Varint.read` is the one decoder. (Handed out byte by byte
+    /// through a closure, a one-byte varint took about 37 instructions, the closure not
+    /// inlined.)
     @inlinable
     package static func storeVarint(_ value: UInt64, in buffer: UnsafeMutableRawBufferPointer, at offset: inout Int) {
         var rest = value

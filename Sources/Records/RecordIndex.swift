@@ -190,13 +190,9 @@ extension RecordKeys {
     static let manifestTag = UInt8(ascii: "m")
 
     static func varint(_ value: Int) -> [UInt8] {
-        var bytes: [UInt8] = []
-        var rest = UInt64(value)
-        repeat {
-            bytes.append(UInt8(rest & 0x7F) | (rest > 0x7F ? 0x80 : 0))
-            rest >>= 7
-        } while rest > 0
-        return bytes
+        var writer = ByteWriter(capacity: 10)
+        writer.writeVarint(UInt64(value))
+        return writer.bytes
     }
 
     static func named(_ tag: UInt8, _ parts: [String]) -> [UInt8] {

@@ -11,6 +11,29 @@ import Testing
         #expect(reader.isAtEnd)
     }
 
+    /// One encoding of varints: `ByteWriter.storeVarint` stores the shortest form (seven
+    /// bits a byte) and nothing past it, `writeVarint` appends the same bytes, and
+    /// `Varint.read` reads the value back from them: at 0, at every power of two and one
+    /// below it, and at the largest value.
+    @Test func varintsAreCountedStoredAndAppendedAlike() throws {
+        var values: [UInt64] = [0, .max]
+        for shift in 1..<64 { values += [(1 << UInt64(shift)) - 1, 1 << UInt64(shift)] }
+        for value in values {
+            var stored = [UInt8](repeating: 0xEE, count: 12)
+            var end = 1
+            stored.withUnsafeMutableBytes { ByteWriter.storeVarint(value, in: $0, at: &end) }
+            #expect(end - 1 == max(1, (64 - value.leadingZeroBitCount + 6) / 7), "varint of \(value)")
+            #expect(stored[end] == 0xEE, "varint of \(value) stored past its end")
+            var appended = ByteWriter()
+            appended.write(UInt8(0x5A))
+            appended.writeVarint(value)
+            #expect(appended.bytes == [0x5A] + stored[1..<end], "varint of \(value)")
+            var offset = 1
+            #expect(try appended.bytes.withUnsafeBytes { bytes throws(CodecError) in try Varint.read(bytes, at: &offset) } == value)
+            #expect(offset == appended.bytes.count)
+        }
+    }
+
     @Test func fixedWidthIntegersAreLittleEndian() throws {
         var writer = ByteWriter()
         writer.write(UInt16(0x0102))

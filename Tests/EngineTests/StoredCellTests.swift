@@ -10,24 +10,16 @@ import Testing
     private static let pageBytes = 4096
 
     /// A cell's size counts each varint's bytes (`varintBytes`) as a cell's writer stores
-    /// them (`ByteWriter.storeVarint`), and those are the bytes `ByteWriter.writeVarint`
-    /// appends and `Varint.read` reads back: at 0, at every power of two and one below
-    /// it, and at the largest value.
-    @Test func varintSizesAreTheBytesWritten() throws {
+    /// them (`ByteWriter.storeVarint`): at 0, at every power of two and one below it, and
+    /// at the largest value.
+    @Test func varintSizesAreTheBytesStored() {
         var values: [UInt64] = [0, .max]
         for shift in 1..<64 { values += [(1 << UInt64(shift)) - 1, 1 << UInt64(shift)] }
         for value in values {
-            var stored = [UInt8](repeating: 0xEE, count: 12)
-            var end = 1
+            var stored = [UInt8](repeating: 0, count: 10)
+            var end = 0
             stored.withUnsafeMutableBytes { ByteWriter.storeVarint(value, in: $0, at: &end) }
-            #expect(varintBytes(value) == end - 1, "varint of \(value)")
-            #expect(stored[end] == 0xEE, "varint of \(value) wrote past its end")
-            var appended = ByteWriter()
-            appended.writeVarint(value)
-            #expect(Array(stored[1..<end]) == appended.bytes, "varint of \(value)")
-            var offset = 0
-            #expect(try appended.bytes.withUnsafeBytes { bytes throws(CodecError) in try Varint.read(bytes, at: &offset) } == value)
-            #expect(offset == appended.bytes.count)
+            #expect(varintBytes(value) == end, "varint of \(value)")
         }
     }
 
