@@ -128,7 +128,7 @@ extension StorageEngine {
             let (firstMeta, _) = try readMeta(file, path: dataPath)
             let pageFile = try PageFile(path: dataPath, file: file, pageBytes: firstMeta.pageBytes,
                                         cachePages: options.cacheBytes / firstMeta.pageBytes, maps: options.mapsDataFile)
-            let loaded: LoadedVersion
+            var loaded: LoadedVersion
             let logAccess: LogAccess
             var readerTable = table
             if let table, let slot {
@@ -154,6 +154,10 @@ extension StorageEngine {
                     do {
                         loaded = try LoadedVersion(meta: meta, rejectedMeta: rejected, pageFile: pageFile, changes: changes,
                                                    replayed: replayed, logReport: logReport, extent: log.extent())
+                        // A skip-corrupted open may have stepped over damaged batches at the
+                        // log's end: the log goes on after their LSNs, and so do versions
+                        // (each commit's version is the LSN the log gives it).
+                        loaded.version = max(loaded.version, log.nextLSN.rawValue - 1)
                     } catch {
                         try? log.close()
                         throw error

@@ -159,6 +159,24 @@ import Testing
         #expect(report.log.damage.isEmpty)
     }
 
+    /// A skip-corrupted open whose last batch is the damaged one: the log goes on after
+    /// its LSN, and so does the store's version, so a new commit is published and read.
+    @Test func aSkipCorruptedOpenWhoseLastBatchIsDamagedPublishesNewCommits() throws {
+        let fileSystem = try damagedStore(hostile: [Self.hostile("long key")], after: 0)
+        do {
+            let (engine, report) = try open(fileSystem, .skipCorrupted, access: .readWrite)
+            #expect(report.log.batchesAfterDamage.map(\.lsn) == [damagedLSN])
+            let result = try engine.commit(WALBatch([.put(key: Array("new".utf8), value: [9])]))
+            #expect(result.version == damagedLSN.rawValue + 1)
+            #expect(try engine.snapshot().get(Array("new".utf8)) == [9])
+            try engine.close()
+        }
+        let (engine, _) = try open(fileSystem, .strict)
+        defer { try? engine.close(checkpoint: false) }
+        #expect(try engine.snapshot().get(Array("new".utf8)) == [9])
+        #expect(try keys(engine, "before", 6) == Array(repeating: true, count: 6))
+    }
+
     /// Checksum damage at LSN 7 (ordinary corruption: later frames vouch for it), then a
     /// frame at LSN 9 forged with a valid checksum (its value changed). A strict open names
     /// the damaged frame; skip-corrupted reports the damage where its frame starts and
