@@ -114,7 +114,7 @@ extension StorageEngine {
                 if !unchecked.isEmpty { keys.subtract(unchecked) }
                 var conflicts = Set<[UInt8]>()
                 // Every in-flight batch is newer than any published snapshot.
-                for other in commits.inFlight.values {
+                for other in commits.inFlight {
                     for operation in other.operations where keys.contains(operation.key) { conflicts.insert(operation.key) }
                 }
                 let latest = snapshots.current
@@ -122,7 +122,7 @@ extension StorageEngine {
                     if try wasWritten(key, after: readVersion, state: latest) { conflicts.insert(key) }
                 }
                 for range in readRanges {
-                    for other in commits.inFlight.values {
+                    for other in commits.inFlight {
                         for operation in other.operations where range.contains(operation.key) { conflicts.insert(operation.key) }
                     }
                     conflicts.formUnion(try latest.keysWritten(in: range, after: readVersion, file: pageFile))
@@ -148,7 +148,9 @@ extension StorageEngine {
             }
             let version = submission.lsn.rawValue
             precondition(stampedVersion == nil || stampedVersion == version, "a batch was stamped with another version than its own")
-            commits.inFlight[version] = batch
+            precondition(version == commits.publishedVersion + UInt64(commits.inFlight.count) + 1,
+                         "a commit's version does not follow the batches in flight")
+            commits.inFlight.append(batch)
             commits.lastEnqueuedVersion = version
             // Linked while the frame is written and synced; unseen until published (StorageEngine.E1).
             applier.enqueue(encoding, version: version, into: snapshots.current.active)
@@ -209,19 +211,21 @@ extension StorageEngine {
         applier.waitUntilApplied(version)
         commitLock.withLock { commits in
             guard commits.publishedVersion < version else { return }
-            var batches: [(version: UInt64, batch: WALBatch)] = []
-            var next = commits.publishedVersion + 1
-            while next <= version, let batch = commits.inFlight.removeValue(forKey: next) {
-                batches.append((next, batch))
-                next += 1
+            // The in-flight batches are those of the versions after the published one, in order.
+            let first = commits.publishedVersion + 1
+            let count = min(Int(version - commits.publishedVersion), commits.inFlight.count)
+            let observer = publishObserver.withLock { $0 }
+            let batches = observer == nil || count == 0 ? [] : commits.inFlight[..<count].enumerated().map { offset, batch in
+                (version: first + UInt64(offset), batch: batch)
             }
-            commits.publishedVersion = next - 1
+            commits.inFlight.removeFirst(count)
+            commits.publishedVersion = first + UInt64(count) - 1
             let published = commits.publishedVersion
             snapshots.publish { $0.with(version: published) }
             // Readers in other processes read the log up to here (ReaderTable.swift).
             readerTable?.publish(version: published)
             // Still under the commit lock, so observers see versions in order.
-            if !batches.isEmpty { publishObserver.withLock { $0 }?.observe(batches) }
+            if let observer, !batches.isEmpty { observer.observe(batches) }
         }
     }
 }

@@ -179,31 +179,55 @@ public struct WALBatch: Sendable, Equatable {
     /// a retain and a release per array).
     package func encoding(measure: Measure) -> Encoding {
         let byteCount = measure.encodedByteCount
-        var bytes: [UInt8] = []
-        let locations = [OperationLocation](unsafeUninitializedCapacity: operations.count) { locations, located in
-            bytes = [UInt8](unsafeUninitializedCapacity: byteCount) { buffer, written in
-                let output = UnsafeMutableRawBufferPointer(buffer)
-                output.storeBytes(of: UInt32(operations.count).littleEndian, as: UInt32.self)
-                var offset = 4
-                operations.withUnsafeBufferPointer { operations in
-                    for index in operations.indices {
-                        let kind = Operation.kindByte(of: operations[index])
-                        Operation.withBytes(of: operations[index]) { key, value in
-                            output[offset] = kind
-                            offset += 1
-                            let keyRange = Self.store(key, in: output, at: &offset)
-                            let valueRange = value.map { Self.store($0, in: output, at: &offset) }
-                            (locations.baseAddress! + index).initialize(to: OperationLocation(kind: kind, key: keyRange,
-                                                                                             value: valueRange))
-                        }
-                    }
+        let count = operations.count
+        if byteCount <= Self.smallEncodingBytes && count <= Self.smallEncodingOperations {
+            // A small batch (a one-key commit's) is encoded on the stack and copied into
+            // its arrays: an array made with `unsafeUninitializedCapacity` looks its
+            // storage class up in the runtime's generic metadata cache (about 520
+            // instructions each, two a commit, callgrind), one copied from a buffer does not.
+            return withUnsafeTemporaryAllocation(byteCount: byteCount, alignment: 8) { output in
+                withUnsafeTemporaryAllocation(of: OperationLocation.self, capacity: count) { locations in
+                    encode(into: output, locations: locations.baseAddress)
+                    defer { locations.baseAddress?.deinitialize(count: count) }
+                    return Encoding(bytes: Array(UnsafeRawBufferPointer(output)),
+                                    operationLocations: Array(UnsafeBufferPointer(locations)))
                 }
-                precondition(offset == byteCount, "a batch changed while it was encoded")
-                written = offset
             }
-            located = operations.count
+        }
+        var bytes: [UInt8] = []
+        let locations = [OperationLocation](unsafeUninitializedCapacity: count) { locations, located in
+            bytes = [UInt8](unsafeUninitializedCapacity: byteCount) { buffer, written in
+                encode(into: UnsafeMutableRawBufferPointer(buffer), locations: locations.baseAddress)
+                written = byteCount
+            }
+            located = count
         }
         return Encoding(bytes: bytes, operationLocations: locations)
+    }
+
+    /// Batches up to these sizes are encoded on the stack (`encoding(measure:)`): the
+    /// standard library's temporary allocations are on the stack up to 1 KiB.
+    static let smallEncodingBytes = 1_024
+    static let smallEncodingOperations = smallEncodingBytes / MemoryLayout<OperationLocation>.stride
+
+    /// Writes the encoding into `output`, which has exactly the measured byte count, and
+    /// initializes one location per operation at `locations`.
+    private func encode(into output: UnsafeMutableRawBufferPointer, locations: UnsafeMutablePointer<OperationLocation>?) {
+        output.storeBytes(of: UInt32(operations.count).littleEndian, as: UInt32.self)
+        var offset = 4
+        operations.withUnsafeBufferPointer { operations in
+            for index in operations.indices {
+                let kind = Operation.kindByte(of: operations[index])
+                Operation.withBytes(of: operations[index]) { key, value in
+                    output[offset] = kind
+                    offset += 1
+                    let keyRange = Self.store(key, in: output, at: &offset)
+                    let valueRange = value.map { Self.store($0, in: output, at: &offset) }
+                    (locations! + index).initialize(to: OperationLocation(kind: kind, key: keyRange, value: valueRange))
+                }
+            }
+        }
+        precondition(offset == output.count, "a batch changed while it was encoded")
     }
 
     /// Writes `bytes`' varint length and then `bytes` into `output` at `offset`, advancing

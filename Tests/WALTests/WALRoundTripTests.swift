@@ -106,17 +106,44 @@ import Testing
         for round in 0..<300 {
             var batch = generator.batch(maxValueBytes: 300)
             if round % 3 == 0, case let .put(key, value) = batch.operations[0] { batch.operations[0] = .insert(key: key, value: value) }
-            let encoding = batch.encoding()
-            #expect(encoding.bytes.count == batch.measure.encodedByteCount)
-            #expect(try WALBatch.decode(encoding.bytes) == batch)
-            let located = encoding.operationLocations.map { location in
-                WALBatch.Operation(kind: location.kind, key: encoding.bytes.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[location.key]) },
-                                   value: location.value.map { range in encoding.bytes.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[range]) } })
-            }
-            #expect(located == batch.operations)
+            try expectEncodingLocatesItsOperations(batch)
         }
         let empty = WALBatch().encoding()
         #expect(empty.bytes == [0, 0, 0, 0] && empty.operationLocations.isEmpty)
+    }
+
+    /// Small batches are encoded on the stack and copied, larger ones in place: byte
+    /// counts and operation counts on either side of that limit encode alike.
+    @Test func batchesEncodeAlikeOnEitherSideOfTheStackLimit() throws {
+        let seed: UInt64 = 79
+        print("seed \(seed)")
+        var generator = BatchGenerator(seed: seed)
+        var byteCounts = Set<Int>()
+        let limit = WALBatch.smallEncodingBytes
+        // One put of an 8-byte key and a value of v bytes (128 ≤ v < 16,384) encodes to 16 + v bytes.
+        for valueBytes in (limit - 20)...(limit - 12) {
+            var batch = WALBatch()
+            batch.put(generator.bytes(8), generator.value(valueBytes))
+            byteCounts.insert(batch.measure.encodedByteCount)
+            try expectEncodingLocatesItsOperations(batch)
+        }
+        #expect(byteCounts.contains(limit) && byteCounts.contains(limit + 1))
+        for operations in 1...(WALBatch.smallEncodingOperations + 8) {
+            try expectEncodingLocatesItsOperations(generator.batch(operations: operations, maxValueBytes: 20))
+        }
+    }
+
+    /// The encoding holds `batch.measure.encodedByteCount` bytes, decodes to `batch`, and
+    /// its locations point at each operation's key and value.
+    private func expectEncodingLocatesItsOperations(_ batch: WALBatch) throws {
+        let encoding = batch.encoding()
+        #expect(encoding.bytes.count == batch.measure.encodedByteCount)
+        #expect(try WALBatch.decode(encoding.bytes) == batch)
+        let located = encoding.operationLocations.map { location in
+            WALBatch.Operation(kind: location.kind, key: encoding.bytes.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[location.key]) },
+                               value: location.value.map { range in encoding.bytes.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[range]) } })
+        }
+        #expect(located == batch.operations)
     }
 
     @Test func appendsInsideTheSegmentChangeNoFileSize() throws {
