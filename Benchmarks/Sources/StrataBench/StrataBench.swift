@@ -62,7 +62,7 @@ struct StrataBench: ParsableCommand {
     @Option(help: "readrandom: reads of random keys among the --num loaded (default: one read of each, in random order). records-range and records-count: queries (default --num / 100).")
     var reads: Int?
 
-    @Option(help: "records-range, records-count, records-fetch, records-sort-text, records-relations (on strata, strata-small, sqlite), and ycsb-c (on strata, strata-small, strata-lz4, lmdb, sqlite): run every engine in one process, their queries or reads in turns of N, each engine's turns timed and summed, so that they share the machine's drift (no peak RSS). readwhilewriting: the writer commits in phases of N keys, the readers reading in every other one, and reports its rate without them from the same run.")
+    @Option(help: "records-range, records-count, records-fetch, records-sort-text, records-relations (on strata, strata-small, sqlite), ycsb-c (on strata, strata-small, strata-lz4, lmdb, sqlite) and fillsync (on strata, strata-small, strata-lz4, fdatasync, sqlite, lmdb, leveldb, rocksdb): run every engine in one process, their queries, reads or one-key commits in turns of N, each engine's turns timed and summed, so that they share the machine's drift (no peak RSS). readwhilewriting: the writer commits in phases of N keys, the readers reading in every other one, and reports its rate without them from the same run.")
     var interleave: Int?
 
     @Option(help: "readseq: scans of every key, one after another, the median one reported (default 1: the first scan alone, which meets every page for the first time, beside Strata's checkpoint of the fill's last keys).")
@@ -174,8 +174,10 @@ struct StrataBench: ParsableCommand {
             let records = workloads.allSatisfy(RecordWorkloads.interleavable.contains)
                 && engines.allSatisfy(RecordWorkloads.interleavableEngines.contains)
             let reads = workloads.allSatisfy(InterleavedReads.workloads.contains) && engines.allSatisfy(InterleavedReads.engines.contains)
-            guard records || reads || workloads == ["readwhilewriting"] else {
-                throw ValidationError("--interleave runs \(RecordWorkloads.interleavable.sorted().joined(separator: ", ")) on \(RecordWorkloads.interleavableEngines.sorted().joined(separator: ", ")), \(InterleavedReads.workloads.sorted().joined(separator: ", ")) on \(InterleavedReads.engines.sorted().joined(separator: ", ")), and readwhilewriting alone, only")
+            let commits = workloads.allSatisfy(InterleavedCommits.workloads.contains)
+                && engines.allSatisfy(InterleavedCommits.engines.contains)
+            guard records || reads || commits || workloads == ["readwhilewriting"] else {
+                throw ValidationError("--interleave runs \(RecordWorkloads.interleavable.sorted().joined(separator: ", ")) on \(RecordWorkloads.interleavableEngines.sorted().joined(separator: ", ")), \(InterleavedReads.workloads.sorted().joined(separator: ", ")) on \(InterleavedReads.engines.sorted().joined(separator: ", ")), \(InterleavedCommits.workloads.sorted().joined(separator: ", ")) on \(InterleavedCommits.engines.sorted().joined(separator: ", ")), and readwhilewriting alone, only")
             }
         }
         if passes > 1, !benchmarks.split(separator: ",").contains("readseq") {
@@ -271,6 +273,8 @@ struct StrataBench: ParsableCommand {
                     ? try runAlone(engines: engineNames, workload: workload)
                     : InterleavedReads.workloads.contains(workload)
                     ? try InterleavedReads.run(engines: engineNames, workload: workload, slice: interleave, options: self)
+                    : InterleavedCommits.workloads.contains(workload)
+                    ? try InterleavedCommits.run(engines: engineNames, workload: workload, slice: interleave, options: self)
                     : try RecordWorkloads.interleaved(engines: engineNames, workload: workload, slice: interleave, options: self)
                 for result in row { print(try result.json) }
                 results += row
