@@ -46,27 +46,19 @@ enum InterleavedCommits {
 
         var nanoseconds = [UInt64](repeating: 0, count: opened.count)
         var histograms = opened.map { _ in Histogram<UInt64>.latencies() }
-        var done = 0
-        var turn = 0
-        while done < keys {
-            let count = min(slice, keys - done)
-            for step in opened.indices {
-                let index = (turn + step) % opened.count
-                let bench = opened[index].bench
-                let start = monotonicNanoseconds()
-                var before = start
-                for key in done..<done + count {
-                    do { try bench.write([key][...], values: value) } catch {
-                        throw BenchError(description: "\(opened[index].engine) \(workload): \(error)")
-                    }
-                    let after = monotonicNanoseconds()
-                    _ = histograms[index].record(after - before)
-                    before = after
+        try Turns.run(total: keys, slice: slice, engines: opened.count) { index, items in
+            let bench = opened[index].bench
+            let start = monotonicNanoseconds()
+            var before = start
+            for key in items {
+                do { try bench.write([key][...], values: value) } catch {
+                    throw BenchError(description: "\(opened[index].engine) \(workload): \(error)")
                 }
-                nanoseconds[index] += before - start
+                let after = monotonicNanoseconds()
+                _ = histograms[index].record(after - before)
+                before = after
             }
-            done += count
-            turn += 1
+            nanoseconds[index] += before - start
         }
 
         for entry in opened where entry.engine != "fdatasync" {

@@ -77,40 +77,33 @@ enum InterleavedReads {
         var seconds = [Double](repeating: 0, count: loaded.count)
         let recorders = loaded.map { _ in LatencyRecorder() }
         let failure = Mutex<String?>(nil)
-        var done = 0
-        var turn = 0
-        while done < operations {
-            let count = min(slice, operations - done)
-            for step in loaded.indices {
-                let index = (turn + step) % loaded.count
-                let readers = loaded[index].readers
-                let recorder = recorders[index]
-                let start = ContinuousClock.now
-                DispatchQueue.concurrentPerform(iterations: threads) { thread in
-                    var generator = generators.withLock { $0[index][thread] }
-                    var histogram = Histogram<UInt64>.latencies()
-                    let reader = readers.readers[thread]
-                    do {
-                        for _ in stride(from: thread, to: count, by: threads) {
-                            let key = keys.pick(&generator, existing: records)
-                            let before = monotonicNanoseconds()
-                            guard try reader.read(key) else { throw BenchError(description: "key \(key) was not found") }
-                            _ = histogram.record(monotonicNanoseconds() - before)
-                        }
-                    } catch {
-                        failure.withLock { $0 = $0 ?? "\(error)" }
+        try Turns.run(total: operations, slice: slice, engines: loaded.count) { index, items in
+            let count = items.count
+            let readers = loaded[index].readers
+            let recorder = recorders[index]
+            let start = ContinuousClock.now
+            DispatchQueue.concurrentPerform(iterations: threads) { thread in
+                var generator = generators.withLock { $0[index][thread] }
+                var histogram = Histogram<UInt64>.latencies()
+                let reader = readers.readers[thread]
+                do {
+                    for _ in stride(from: thread, to: count, by: threads) {
+                        let key = keys.pick(&generator, existing: records)
+                        let before = monotonicNanoseconds()
+                        guard try reader.read(key) else { throw BenchError(description: "key \(key) was not found") }
+                        _ = histogram.record(monotonicNanoseconds() - before)
                     }
-                    generators.withLock { $0[index][thread] = generator }
-                    recorder.add(histogram)
+                } catch {
+                    failure.withLock { $0 = $0 ?? "\(error)" }
                 }
-                let elapsed = start.duration(to: .now)
-                seconds[index] += Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-                if let message = failure.withLock({ $0 }) {
-                    throw BenchError(description: "\(loaded[index].engine) \(workload): \(message)")
-                }
+                generators.withLock { $0[index][thread] = generator }
+                recorder.add(histogram)
             }
-            done += count
-            turn += 1
+            let elapsed = start.duration(to: .now)
+            seconds[index] += Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            if let message = failure.withLock({ $0 }) {
+                throw BenchError(description: "\(loaded[index].engine) \(workload): \(message)")
+            }
         }
 
         let pairBytes = Workload.key(0).count + valueSize
@@ -148,6 +141,19 @@ struct KeyPicker: Sendable {
         case .uniform: Int(random.next() % UInt64(existing))
         case .zipfian: Int(fnv1a64(zipfian.next(&random)) % UInt64(existing))
         case .latest: max(0, existing - 1 - zipfian.next(&random))
+        }
+    }
+}
+
+/// Engines' turns at a shared workload: `total` items in turns of `slice`, every engine
+/// taking each turn's items, the engine that goes first rotating from turn to turn.
+enum Turns {
+    static func run(total: Int, slice: Int, engines: Int, _ body: (_ engine: Int, _ items: Range<Int>) throws -> Void) rethrows {
+        var (done, turn) = (0, 0)
+        while done < total {
+            let items = done..<min(total, done + slice)
+            for step in 0..<engines { try body((turn + step) % engines, items) }
+            (done, turn) = (items.upperBound, turn + 1)
         }
     }
 }

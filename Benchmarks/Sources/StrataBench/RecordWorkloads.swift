@@ -403,12 +403,8 @@ extension RecordWorkloads {
         }
         var seconds = [Double](repeating: 0, count: loaded.count)
         let total = loaded.first?.queries.count ?? 0
-        for (turn, start) in stride(from: 0, to: total, by: slice).enumerated() {
-            let range = start..<min(total, start + slice)
-            for step in loaded.indices {
-                let index = (turn + step) % loaded.count
-                seconds[index] += try loaded[index].runner.timed { try loaded[index].queries.run(range) }
-            }
+        try Turns.run(total: total, slice: slice, engines: loaded.count) { index, range in
+            seconds[index] += try loaded[index].runner.timed { try loaded[index].queries.run(range) }
         }
         var results: [Result] = []
         for (index, entry) in loaded.enumerated() {
