@@ -389,9 +389,10 @@ final class CommitObserverBox: Sendable {
 struct CommitState {
     var publishedVersion: UInt64
     /// Batches whose frame is in the log but not yet published, in the order of their
-    /// versions, the first `publishedVersion + 1` (versions are the log's LSNs, which have
-    /// no holes). An array, not a dictionary by version: hashing a commit's version in and
-    /// out cost about 700 instructions (callgrind, one-key commits).
+    /// versions, the first `publishedVersion + 1` (a commit's version is the LSN the log
+    /// gives it, and the LSNs of new commits follow one another). An array, not a
+    /// dictionary by version: hashing a commit's version in and out cost about 700
+    /// instructions (callgrind, one-key commits).
     var inFlight: [WALBatch] = []
     /// The newest version given to a commit (at least `publishedVersion`).
     var lastEnqueuedVersion: UInt64

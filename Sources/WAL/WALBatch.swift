@@ -183,7 +183,7 @@ public struct WALBatch: Sendable, Equatable {
         if byteCount <= Self.smallEncodingBytes && count <= Self.smallEncodingOperations {
             // A small batch (a one-key commit's) is encoded on the stack and copied into
             // its arrays: an array made with `unsafeUninitializedCapacity` looks its
-            // storage class up in the runtime's generic metadata cache (about 520
+            // storage class up in the runtime's generic metadata cache (about 660
             // instructions each, two a commit, callgrind), one copied from a buffer does not.
             return withUnsafeTemporaryAllocation(byteCount: byteCount, alignment: 8) { output in
                 withUnsafeTemporaryAllocation(of: OperationLocation.self, capacity: count) { locations in
