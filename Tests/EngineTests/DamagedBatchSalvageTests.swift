@@ -177,6 +177,50 @@ import Testing
         #expect(try keys(engine, "before", 6) == Array(repeating: true, count: 6))
     }
 
+    /// A log directory older than the data file (put back from a copy made before the last
+    /// checkpoint): its batches all precede the checkpoint, and new commits take the
+    /// versions after the checkpoint's, are read, and survive a reopen. (The commits in
+    /// flight are kept by version from the store's version on, which a commit whose LSN
+    /// fell behind it would break.)
+    @Test func aLogOlderThanTheCheckpointGivesNewCommitsTheVersionsAfterIt() throws {
+        let fileSystem = SimulatedFileSystem()
+        var options = EngineOptions()
+        options.idleCheckpointDelay = nil
+        var older: [(name: String, bytes: [UInt8])] = []
+        do {
+            let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+            for index in 0..<5 { try engine.commit(WALBatch([.put(key: Array("k\(index)".utf8), value: [1])])) }
+            try engine.close(checkpoint: false)
+            for name in try fileSystem.contentsOfDirectory("/db/wal") {
+                older.append((name, try #require(fileSystem.contents(of: "/db/wal/" + name))))
+            }
+        }
+        do {
+            let (engine, _) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+            for index in 5..<15 { try engine.commit(WALBatch([.put(key: Array("k\(index)".utf8), value: [1])])) }
+            try engine.close()
+        }
+        for name in try fileSystem.contentsOfDirectory("/db/wal") { try fileSystem.removeFile("/db/wal/" + name) }
+        for (name, bytes) in older {
+            let file = try fileSystem.open("/db/wal/" + name, options: [.create, .write])
+            try file.write(bytes, at: 0)
+            try file.sync()
+            try file.close()
+        }
+        do {
+            let (engine, report) = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options)
+            #expect(report.checkpointVersion == 15 && report.lastDurableVersion == 15)
+            let result = try engine.commit(WALBatch([.put(key: Array("new".utf8), value: [9])]))
+            #expect(result.version == 16)
+            #expect(try engine.snapshot().get(Array("new".utf8)) == [9])
+            try engine.close(checkpoint: false)
+        }
+        let (engine, _) = try open(fileSystem, .strict)
+        defer { try? engine.close(checkpoint: false) }
+        #expect(try engine.snapshot().get(Array("new".utf8)) == [9])
+        #expect(try keys(engine, "k", 15) == Array(repeating: true, count: 15))
+    }
+
     /// Checksum damage at LSN 7 (ordinary corruption: later frames vouch for it), then a
     /// frame at LSN 9 forged with a valid checksum (its value changed). A strict open names
     /// the damaged frame; skip-corrupted reports the damage where its frame starts and
