@@ -36,7 +36,7 @@ package enum LZ4Block {
     /// At 4, a fillrandom commit (batches of 1,000 keys with 100-byte values) costs 10 %
     /// fewer instructions and its log frames 5 % more bytes (61.0 MiB instead of 58.2 MiB
     /// for 1M keys; callgrind and strata-bench, 2026-11-24).
-    static let acceleration: Int32 = 4
+    package static let acceleration: Int32 = 4
 
     /// Compresses `input` and appends the block to `output` when it is smaller than the
     /// input; returns the number of bytes appended, or `nil` (with `output` unchanged) when

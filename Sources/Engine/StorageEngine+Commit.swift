@@ -214,18 +214,16 @@ extension StorageEngine {
             // The in-flight batches are those of the versions after the published one, in order.
             let first = commits.publishedVersion + 1
             let count = min(Int(version - commits.publishedVersion), commits.inFlight.count)
-            let observer = publishObserver.withLock { $0 }
-            let batches = observer == nil || count == 0 ? [] : commits.inFlight[..<count].enumerated().map { offset, batch in
-                (version: first + UInt64(offset), batch: batch)
-            }
-            commits.inFlight.removeFirst(count)
             commits.publishedVersion = first + UInt64(count) - 1
             let published = commits.publishedVersion
             snapshots.publish { $0.with(version: published) }
             // Readers in other processes read the log up to here (ReaderTable.swift).
             readerTable?.publish(version: published)
             // Still under the commit lock, so observers see versions in order.
-            if let observer, !batches.isEmpty { observer.observe(batches) }
+            if count > 0, let observer = publishObserver.withLock({ $0 }) {
+                observer.observe(PublishedBatches(firstVersion: first, batches: commits.inFlight[..<count]))
+            }
+            commits.inFlight.removeFirst(count)
         }
     }
 }

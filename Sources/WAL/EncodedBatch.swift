@@ -7,24 +7,45 @@ import StrataCodec
 
 struct EncodedBatch {
     struct Fragment {
-        /// The stored payload: an LZ4 block, or the raw bytes.
-        var payload: [UInt8]
+        /// Where its stored payload (an LZ4 block, or the raw bytes) lies in `payloads`.
+        var stored: Range<Int>
         var rawBytes: Int
         var compressed: Bool
         var kind: FragmentKind
     }
 
-    var fragments: [Fragment]
+    /// Every fragment's stored payload, one after another.
+    var payloads: [UInt8]
+    /// The first fragment, the only one of a batch up to `WALFormat.maxFragmentBytes`.
+    var first: Fragment
+    /// The fragments after the first: none for most batches, which so allocate one array
+    /// (their payload) rather than three.
+    var later: [Fragment]
     /// The batch's encoded (uncompressed) size.
     var batchBytes: Int
 
     /// Bytes the frames take in a segment, padding included.
     var frameBytes: Int {
-        fragments.reduce(0) { $0 + WALFormat.frameBytes(payloadBytes: $1.payload.count) }
+        later.reduce(WALFormat.frameBytes(payloadBytes: first.stored.count)) { $0 + WALFormat.frameBytes(payloadBytes: $1.stored.count) }
     }
 
     /// Stored payload bytes (after compression).
-    var storedBytes: Int { fragments.reduce(0) { $0 + $1.payload.count } }
+    var storedBytes: Int { payloads.count }
+
+    /// Calls `body` with each fragment and its stored payload, in order.
+    func forEachFragment(_ body: (Fragment, UnsafeRawBufferPointer) -> Void) {
+        payloads.withUnsafeBytes { payloads in
+            body(first, UnsafeRawBufferPointer(rebasing: payloads[first.stored]))
+            for fragment in later { body(fragment, UnsafeRawBufferPointer(rebasing: payloads[fragment.stored])) }
+        }
+    }
+
+    /// The largest block compressed on the stack: a one-key commit's batch (about 120
+    /// bytes) is compressed there and copied out at its compressed size, where compressing
+    /// into the array itself made room for the worst case first and cut it back after
+    /// (about 500 instructions, callgrind). 1 KiB is the standard library's limit for a
+    /// temporary allocation on the stack here.
+    static let stackBlockBytes = 1_024
 
     init(_ encoding: WALBatch.Encoding, compression: Bool) throws(WALError) {
         let raw = encoding.bytes
@@ -32,21 +53,41 @@ struct EncodedBatch {
             throw .batchTooLarge(byteCount: raw.count, limit: WALFormat.maxBatchBytes)
         }
         batchBytes = raw.count
-        let pieces = stride(from: 0, to: raw.count, by: WALFormat.maxFragmentBytes).map {
-            $0..<min(raw.count, $0 + WALFormat.maxFragmentBytes)
-        }
-        fragments = []
-        fragments.reserveCapacity(pieces.count)
+        let count = max(1, (raw.count + WALFormat.maxFragmentBytes - 1) / WALFormat.maxFragmentBytes)
+        var payloads: [UInt8] = []
+        var single: Fragment?
+        var fragments: [Fragment] = []
         raw.withUnsafeBytes { buffer in
-            for (index, range) in pieces.enumerated() {
-                let kind: FragmentKind = pieces.count == 1 ? .full
-                    : index == 0 ? .first : index == pieces.count - 1 ? .last : .middle
-                let piece = UnsafeRawBufferPointer(rebasing: buffer[range])
-                var payload: [UInt8] = []
-                let compressed = compression && LZ4Block.compress(piece, appendingTo: &payload) != nil
-                if !compressed { payload = Array(piece) }
-                fragments.append(Fragment(payload: payload, rawBytes: range.count, compressed: compressed, kind: kind))
+            if count == 1 && compression && LZ4Block.compressBound(buffer.count) <= Self.stackBlockBytes {
+                let compressed = withUnsafeTemporaryAllocation(byteCount: Self.stackBlockBytes, alignment: 1) { scratch in
+                    guard let written = LZ4Block.compress(buffer, into: scratch, acceleration: LZ4Block.acceleration) else { return false }
+                    payloads = Array(UnsafeRawBufferPointer(rebasing: scratch[..<written]))
+                    return true
+                }
+                if !compressed { payloads = Array(buffer) }
+                single = Fragment(stored: 0..<payloads.count, rawBytes: buffer.count, compressed: compressed, kind: .full)
+                return
             }
+            // Room for every fragment's worst case, so that no append moves the payloads.
+            payloads.reserveCapacity(compression ? LZ4Block.compressBound(buffer.count) + 16 * count : buffer.count)
+            fragments.reserveCapacity(count)
+            for index in 0..<count {
+                let range = (index * WALFormat.maxFragmentBytes)..<min(buffer.count, (index + 1) * WALFormat.maxFragmentBytes)
+                let kind: FragmentKind = count == 1 ? .full : index == 0 ? .first : index == count - 1 ? .last : .middle
+                let piece = UnsafeRawBufferPointer(rebasing: buffer[range])
+                let start = payloads.count
+                let compressed = compression && LZ4Block.compress(piece, appendingTo: &payloads) != nil
+                if !compressed { payloads.append(contentsOf: piece) }
+                fragments.append(Fragment(stored: start..<payloads.count, rawBytes: range.count, compressed: compressed, kind: kind))
+            }
+        }
+        self.payloads = payloads
+        if let single {
+            first = single
+            later = []
+        } else {
+            first = fragments[0]
+            later = Array(fragments.dropFirst())
         }
     }
 }

@@ -22,25 +22,40 @@ struct FrameHeader: Equatable {
     /// Whether the frame starts a batch (a whole batch or its first fragment).
     var startsBatch: Bool { kind == FragmentKind.full.rawValue || kind == FragmentKind.first.rawValue }
 
-    /// The header's bytes, with the checksum computed over them and `payload`.
+    /// The header's bytes, with the checksum computed over them and `payload`, appended to
+    /// `writer` (`encode(..., into:at:)` lays them out).
     static func encode(salt: UInt32, lsn: LSN, durableLSN: LSN, rawBytes: Int, batchBytes: Int,
                        compressed: Bool, kind: FragmentKind, payload: UnsafeRawBufferPointer,
                        into writer: inout ByteWriter) {
         let start = writer.count
-        writer.write(UInt32(0))
-        writer.write(salt)
-        writer.write(lsn.rawValue)
-        writer.write(durableLSN.rawValue)
-        writer.write(UInt32(payload.count))
-        writer.write(UInt32(rawBytes))
-        writer.write(UInt32(batchBytes))
-        writer.write(compressed ? WALFormat.compressedFlag : 0)
-        writer.write(kind.rawValue)
-        writer.write(UInt16(0))
-        let headerCRC = writer.bytes.withUnsafeBytes {
-            CRC32C.extend(0, UnsafeRawBufferPointer(rebasing: $0[(start + 4)..<(start + WALFormat.frameHeaderBytes)]))
+        writer.writeZeros(WALFormat.frameHeaderBytes)
+        writer.bytes.withUnsafeMutableBytes { bytes in
+            encode(salt: salt, lsn: lsn, durableLSN: durableLSN, rawBytes: rawBytes, batchBytes: batchBytes,
+                   compressed: compressed, kind: kind, payload: payload, into: bytes, at: start)
         }
-        writer.overwrite(CRC32C.extend(headerCRC, payload), at: start)
+    }
+
+    /// Stores the header's 40 bytes at `offset` of `buffer`, the checksum computed over
+    /// them and `payload` (which may already lie right after them in `buffer`). The group
+    /// commit's leader lays its frames out this way, with stores instead of appends.
+    static func encode(salt: UInt32, lsn: LSN, durableLSN: LSN, rawBytes: Int, batchBytes: Int,
+                       compressed: Bool, kind: FragmentKind, payload: UnsafeRawBufferPointer,
+                       into buffer: UnsafeMutableRawBufferPointer, at offset: Int) {
+        precondition(offset >= 0 && offset + WALFormat.frameHeaderBytes <= buffer.count, "a frame header outside its buffer")
+        func store<T: FixedWidthInteger>(_ value: T, _ at: Int) {
+            buffer.storeBytes(of: value.littleEndian, toByteOffset: offset + at, as: T.self)
+        }
+        store(salt, 4)
+        store(lsn.rawValue, 8)
+        store(durableLSN.rawValue, 16)
+        store(UInt32(payload.count), 24)
+        store(UInt32(rawBytes), 28)
+        store(UInt32(batchBytes), 32)
+        store(compressed ? WALFormat.compressedFlag : 0, 36)
+        store(kind.rawValue, 37)
+        store(UInt16(0), 38)
+        let header = UnsafeRawBufferPointer(rebasing: buffer[(offset + 4)..<(offset + WALFormat.frameHeaderBytes)])
+        store(CRC32C.extend(CRC32C.extend(0, header), payload), 0)
     }
 
     /// Reads the header fields at `offset` of `bytes` (the caller checked 40 bytes remain).

@@ -271,18 +271,32 @@ extension WriteAheadLog {
         state.flushing = true
         var groupBytes = 0
         var count = 0
+        var rawBytes = 0
         for pending in state.queue {
             let bytes = pending.encoded.frameBytes
             if count > 0 && groupBytes + bytes > options.maxGroupBytes { break }
             groupBytes += bytes
+            rawBytes += pending.encoded.batchBytes
             count += 1
         }
-        let group = Array(state.queue.prefix(count))
+        // The group leaves the queue now. When it is the whole queue (nearly always), the
+        // queue's array becomes the group's and the last group's array, emptied, the
+        // queue's: no array is made or copied.
+        var group: [PendingBatch]
+        if count == state.queue.count {
+            group = []
+            swap(&group, &state.spareQueue)
+            swap(&group, &state.queue)
+        } else {
+            group = Array(state.queue.prefix(count))
+            state.queue.removeFirst(count)
+        }
+        let first = group[0].lsn, last = group[count - 1].lsn
         let full = state.active.offset + groupBytes > state.active.capacity
         // A checkpoint holds every frame of the active segment: start the next one now, so
         // the checkpoint can release this one.
         var checkpointed = false
-        if let after = state.rotateAfter, group[0].lsn > after {
+        if let after = state.rotateAfter, first > after {
             checkpointed = state.active.offset > WALFormat.segmentHeaderBytes && state.writtenLSN <= after
             state.rotateAfter = nil
         }
@@ -305,7 +319,7 @@ extension WriteAheadLog {
                     syncs += 1
                     durable = writtenBefore
                 }
-                let next = try ActiveSegment.start(sequence: active.sequence + 1, firstLSN: group[0].lsn,
+                let next = try ActiveSegment.start(sequence: active.sequence + 1, firstLSN: first,
                                                    previousBytes: previousBytes, minimumBytes: groupBytes,
                                                    files: files, options: options, reusing: spare)
                 try? active.handle.close()
@@ -314,25 +328,28 @@ extension WriteAheadLog {
             }
             let end = active.offset + groupBytes
             let writeEnd = Self.zeroAheadEnd(groupEnd: end, groupBytes: groupBytes, segment: active)
-            var buffer = Self.frames(of: group, salt: active.salt, durableLSN: durable, capacity: writeEnd - active.offset)
-            if writeEnd > end { buffer.append(contentsOf: repeatElement(0, count: writeEnd - end)) }
-            attemptedWrite = true
-            try buffer.withUnsafeBytes { try active.handle.write($0, at: Int64(active.offset)) }
+            try groupFrames.withBuffer(byteCount: writeEnd - active.offset) { buffer in
+                Self.layOut(group, salt: active.salt, durableLSN: durable, into: buffer)
+                attemptedWrite = true
+                try active.handle.write(UnsafeRawBufferPointer(buffer), at: Int64(active.offset))
+            }
             active.written = max(active.written, writeEnd)
             if options.durability == .full {
                 try active.handle.syncData()
                 syncs += 1
             }
         }
+        // The batches' bytes are let go of before the monitor is taken again.
+        let storedBytes = group.reduce(0) { $0 + $1.encoded.storedBytes }
+        group.removeAll(keepingCapacity: true)
 
         monitor.lock()
-        let last = group[group.count - 1].lsn
-        state.queue.removeFirst(count)
+        if state.spareQueue.capacity < group.capacity { swap(&group, &state.spareQueue) }
         state.flushing = false
         state.statistics.syncCount += syncs
         state.statistics.segmentsStarted += started
         if started > 0 {
-            state.segments.append(Segment(sequence: active.sequence, path: active.path, firstLSN: group[0].lsn))
+            state.segments.append(Segment(sequence: active.sequence, path: active.path, firstLSN: first))
         }
         state.active = active
         state.durableLSN = durable
@@ -344,19 +361,17 @@ extension WriteAheadLog {
             state.statistics.groupCount += 1
             state.statistics.bytesWritten += groupBytes
             state.statistics.largestGroup = max(state.statistics.largestGroup, count)
-            state.rememberGroup(group[0].lsn.rawValue...last.rawValue)
-            for pending in group {
-                state.statistics.rawBytes += pending.encoded.batchBytes
-                state.statistics.storedBytes += pending.encoded.storedBytes
-            }
+            state.rememberGroup(first.rawValue...last.rawValue)
+            state.statistics.rawBytes += rawBytes
+            state.statistics.storedBytes += storedBytes
         case .failure(let error):
             // WriteAheadLog.W6: memory and disk may disagree now; stop.
             state.failure = error as? FileIOError ?? .ioError(operation: .write, path: active.path)
             options.logger.error("a group commit's write or fdatasync failed; the log stops",
-                               metadata: ["path": "\(active.path)", "first_lsn": "\(group[0].lsn.rawValue)",
+                               metadata: ["path": "\(active.path)", "first_lsn": "\(first.rawValue)",
                                           "last_lsn": "\(last.rawValue)", "outcome_unknown": "\(attemptedWrite)",
                                           "error": "\(error)"])
-            if attemptedWrite { state.unknownOutcome = group[0].lsn.rawValue...last.rawValue }
+            if attemptedWrite { state.unknownOutcome = first.rawValue...last.rawValue }
         }
         monitor.broadcast()
     }
@@ -382,23 +397,51 @@ extension WriteAheadLog {
         return max(groupEnd, min(segment.capacity, lastPageEnd + zeroAheadBytes))
     }
 
-    /// The bytes of a group: each fragment's header and payload, padded to 8 bytes.
-    private static func frames(of group: [PendingBatch], salt: UInt32, durableLSN: LSN, capacity: Int) -> [UInt8] {
-        var writer = ByteWriter(capacity: capacity)
+    /// Lays out a group's frames from the start of `buffer`: each fragment's header and
+    /// payload, padded with zeros to 8 bytes, then zeros to the buffer's end (the zeros
+    /// written ahead).
+    private static func layOut(_ group: [PendingBatch], salt: UInt32, durableLSN: LSN, into buffer: UnsafeMutableRawBufferPointer) {
+        var offset = 0
         for pending in group {
-            for fragment in pending.encoded.fragments {
-                fragment.payload.withUnsafeBytes { payload in
-                    FrameHeader.encode(salt: salt, lsn: pending.lsn, durableLSN: durableLSN,
-                                       rawBytes: fragment.rawBytes, batchBytes: pending.encoded.batchBytes,
-                                       compressed: fragment.compressed, kind: fragment.kind, payload: payload,
-                                       into: &writer)
-                    writer.write(contentsOf: payload)
-                }
-                let padding = WALFormat.frameBytes(payloadBytes: fragment.payload.count)
-                    - WALFormat.frameHeaderBytes - fragment.payload.count
-                writer.writeZeros(padding)
+            pending.encoded.forEachFragment { fragment, payload in
+                let payloadStart = offset + WALFormat.frameHeaderBytes
+                let target = UnsafeMutableRawBufferPointer(rebasing: buffer[payloadStart..<(payloadStart + payload.count)])
+                target.copyMemory(from: payload)
+                FrameHeader.encode(salt: salt, lsn: pending.lsn, durableLSN: durableLSN, rawBytes: fragment.rawBytes,
+                                   batchBytes: pending.encoded.batchBytes, compressed: fragment.compressed, kind: fragment.kind,
+                                   payload: UnsafeRawBufferPointer(target), into: buffer, at: offset)
+                let end = offset + WALFormat.frameBytes(payloadBytes: payload.count)
+                UnsafeMutableRawBufferPointer(rebasing: buffer[(payloadStart + payload.count)..<end]).initializeMemory(as: UInt8.self, repeating: 0)
+                offset = end
             }
         }
-        return writer.bytes
+        UnsafeMutableRawBufferPointer(rebasing: buffer[offset...]).initializeMemory(as: UInt8.self, repeating: 0)
+    }
+}
+
+/// The memory a group commit's leader lays its frames out in for their one write. Kept
+/// from group to group up to `keptBytes`, so that a commit allocates nothing for its
+/// frames; a larger group's memory is its own, freed after its write. Only the leader
+/// (`WriterState.flushing`) touches it, one group at a time.
+final class GroupFrames: @unchecked Sendable {
+    /// The most memory kept between groups: a small group with its zeros written ahead
+    /// (`WriteAheadLog.zeroAheadBytes`) fits.
+    static let keptBytes = 256 << 10
+    private var kept = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+
+    deinit { kept.deallocate() }
+
+    /// Calls `body` with `byteCount` bytes of memory, their contents undefined.
+    func withBuffer<R>(byteCount: Int, _ body: (UnsafeMutableRawBufferPointer) throws -> R) rethrows -> R {
+        guard byteCount <= Self.keptBytes else {
+            let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: byteCount, alignment: 16)
+            defer { memory.deallocate() }
+            return try body(memory)
+        }
+        if kept.count < byteCount {
+            kept.deallocate()
+            kept = .allocate(byteCount: max(byteCount, 4_096), alignment: 16)
+        }
+        return try body(UnsafeMutableRawBufferPointer(rebasing: kept[..<byteCount]))
     }
 }

@@ -32,6 +32,8 @@ package final class WriteAheadLog: @unchecked Sendable {
     /// Touched only with `monitor` held, which makes each access exclusive: unchecked at
     /// run time (as `Locked`'s value).
     @exclusivity(unchecked) var state: WriterState
+    /// Where the group commit's leader lays out its frames (only the leader touches it).
+    let groupFrames = GroupFrames()
 
     /// Opens (creating if needed) the log in `directory`, recovers it, and passes every
     /// batch it holds to `replay` in LSN order before returning. Recovery cuts off a torn

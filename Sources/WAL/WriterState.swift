@@ -55,6 +55,9 @@ struct WriterState {
     var nextLSN: LSN
     /// Batches waiting for a leader, in LSN order.
     var queue: [PendingBatch] = []
+    /// An empty array the next group takes the queue's place with (`commitGroup`), so
+    /// that the queue keeps its capacity from group to group.
+    var spareQueue: [PendingBatch] = []
     /// A leader is doing I/O (a group commit, a sync, a rotation or a shrink).
     var flushing = false
     /// A checkpoint is releasing segments (renames, removals, directory syncs). Group

@@ -1,3 +1,4 @@
+import StrataCodec
 import StrataFileIO
 import Testing
 @testable import StrataWAL
@@ -131,6 +132,62 @@ import Testing
         for operations in 1...(WALBatch.smallEncodingOperations + 8) {
             try expectEncodingLocatesItsOperations(generator.batch(operations: operations, maxValueBytes: 20))
         }
+    }
+
+    /// A one-fragment batch whose compressed worst case fits `EncodedBatch.stackBlockBytes`
+    /// is compressed on the stack and copied out; a larger one, and each fragment of a
+    /// batch past `WALFormat.maxFragmentBytes`, is compressed into its payloads in place.
+    /// Batches on either side of that limit, compressible or not, and batches of several
+    /// fragments, are stored compressed exactly when that is smaller and read back whole.
+    @Test func batchesCompressAlikeOnEitherSideOfTheStackLimit() throws {
+        let seed: UInt64 = 83
+        print("seed \(seed)")
+        var generator = BatchGenerator(seed: seed)
+        var batches: [(batch: WALBatch, incompressible: Bool)] = []
+        var bounds = Set<Int>()
+        // One put of an 8-byte key and a value of v bytes (128 ≤ v < 16,384) encodes to 16 + v bytes.
+        for valueBytes in 978...994 {
+            for incompressible in [false, true] {
+                var batch = WALBatch()
+                batch.put(generator.bytes(8), generator.value(valueBytes, incompressible: incompressible))
+                bounds.insert(LZ4Block.compressBound(batch.measure.encodedByteCount))
+                batches.append((batch, incompressible))
+            }
+        }
+        #expect(bounds.contains(EncodedBatch.stackBlockBytes) && bounds.contains(EncodedBatch.stackBlockBytes + 1))
+        for incompressible in [false, true] {
+            var batch = WALBatch()
+            let count = WALFormat.maxFragmentBytes * 2 + 100
+            batch.put(generator.bytes(8), incompressible ? generator.bytes(count) : [UInt8](repeating: 0x5A, count: count))
+            batches.append((batch, incompressible))
+        }
+        for (batch, incompressible) in batches {
+            let encoding = batch.encoding()
+            let encoded = try EncodedBatch(encoding, compression: true)
+            var fragments: [(rawBytes: Int, storedBytes: Int)] = []
+            encoded.forEachFragment { fragment, payload in
+                #expect(fragment.stored.count == payload.count && fragment.compressed == (payload.count < fragment.rawBytes))
+                // The payload decodes to the fragment's bytes of the encoding.
+                let start = fragments.reduce(0) { $0 + $1.rawBytes }
+                let raw = Array(encoding.bytes[start..<(start + fragment.rawBytes)])
+                #expect((fragment.compressed ? try? LZ4Block.decompress(Array(payload), decompressedCount: fragment.rawBytes) : Array(payload)) == raw)
+                fragments.append((fragment.rawBytes, payload.count))
+            }
+            let expectedCount = (encoding.bytes.count + WALFormat.maxFragmentBytes - 1) / WALFormat.maxFragmentBytes
+            #expect(fragments.count == expectedCount && fragments.reduce(0) { $0 + $1.rawBytes } == encoding.bytes.count)
+            #expect(fragments.allSatisfy { incompressible ? $0.storedBytes == $0.rawBytes : $0.storedBytes < $0.rawBytes },
+                    "a batch of \(encoding.bytes.count) bytes stored as \(fragments)")
+            #expect(encoded.storedBytes == fragments.reduce(0) { $0 + $1.storedBytes } && encoded.batchBytes == encoding.bytes.count)
+        }
+        let fileSystem = SimulatedFileSystem()
+        let options = WALOptions(segmentBytes: 8 << 20)
+        var (log, _, _) = try openLog(fileSystem, options: options)
+        for (batch, _) in batches { try log.append(batch) }
+        try log.close()
+        let records: [WALRecord]
+        (log, records, _) = try openLog(fileSystem, options: options)
+        #expect(records.map(\.batch) == batches.map(\.batch))
+        try log.close()
     }
 
     /// The encoding holds `batch.measure.encodedByteCount` bytes, decodes to `batch`, and

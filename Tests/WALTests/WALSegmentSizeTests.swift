@@ -78,6 +78,8 @@ import Testing
         let secondEnd = log.extent().activeBytes
         let secondZeroed = (secondEnd + 4095) / 4096 * 4096 + WriteAheadLog.zeroAheadBytes
         #expect(unwrittenFrom() == secondZeroed)
+        // Laid out in the memory the groups before it used: zeros all the same.
+        #expect(fileSystem.contents(of: path)![secondEnd..<secondZeroed].allSatisfy { $0 == 0 })
         // A large group runs past the zeros and writes none of its own.
         let large = WALBatch([.put(key: [1], value: [UInt8](repeating: 7, count: 80 << 10))])
         try log.append(large)
@@ -95,6 +97,32 @@ import Testing
         #expect(records.map(\.lsn.rawValue) == Array(1...appended.rawValue))
         #expect(report.damage.isEmpty, "\(report.damage)")
         try reopened.close()
+    }
+
+    /// Frames are padded with zeros to 8 bytes (FORMAT.md, "Frame"), though each group is
+    /// laid out in memory an earlier group filled: random bytes first, then frames of
+    /// every length modulo 8.
+    @Test func framePaddingIsZeroInMemoryEarlierGroupsFilled() throws {
+        let fileSystem = SimulatedFileSystem()
+        var options = smallSegments(upTo: 1 << 20)
+        options.firstSegmentBytes = 512 << 10
+        let (log, _, _) = try openLog(fileSystem, options: options)
+        var generator = BatchGenerator(seed: 41)
+        try log.append(generator.batchOf(bytes: 100 << 10))
+        for valueBytes in 130..<146 { try log.append(generator.batchOf(bytes: valueBytes)) }
+        let path = log.segmentPaths[0]
+        try log.close()
+        let (records, _) = try readLog(fileSystem)
+        let bytes = try #require(fileSystem.contents(of: path))
+        #expect(records.count == 17)
+        var paddings = Set<Int>()
+        for record in records.dropFirst() {
+            let payloadEnd = Int(record.offset) + WALFormat.frameHeaderBytes + record.storedBytes
+            let frameEnd = Int(record.offset) + WALFormat.frameBytes(payloadBytes: record.storedBytes)
+            paddings.insert(frameEnd - payloadEnd)
+            #expect(bytes[payloadEnd..<frameEnd].allSatisfy { $0 == 0 }, "the padding of LSN \(record.lsn.rawValue)")
+        }
+        #expect(paddings == Set(0..<8))
     }
 
     /// `rotate(after:)`: the first group after the LSN starts a new segment when the
