@@ -52,6 +52,8 @@ struct EncodedBatch {
         guard raw.count <= WALFormat.maxBatchBytes else {
             throw .batchTooLarge(byteCount: raw.count, limit: WALFormat.maxBatchBytes)
         }
+        // Every encoding holds at least its operation count; a frame holds at least a byte.
+        precondition(!raw.isEmpty, "an empty encoding")
         batchBytes = raw.count
         let count = max(1, (raw.count + WALFormat.maxFragmentBytes - 1) / WALFormat.maxFragmentBytes)
         var payloads: [UInt8] = []

@@ -295,7 +295,7 @@ package final class WriteAheadLog: @unchecked Sendable {
         defer {
             try? state.active.handle.close()
             lock.unlock()
-            monitor.broadcast()
+            wakeWaiters()
         }
         if state.failure == nil && state.writtenLSN > state.durableLSN {
             do { try state.active.handle.syncData() } catch let error as FileIOError { throw WALError.io(error) }

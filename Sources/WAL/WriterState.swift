@@ -2,6 +2,7 @@
 // being appended to.
 import StrataCodec
 import StrataFileIO
+import StrataLocks
 
 /// A segment of the log that recovery still needs.
 struct Segment {
@@ -55,6 +56,9 @@ struct WriterState {
     var nextLSN: LSN
     /// Batches waiting for a leader, in LSN order.
     var queue: [PendingBatch] = []
+    /// The threads in `waitUntilDone` asleep, each with the LSN it waits for: woken one by
+    /// one (`WriteAheadLog.wakeWaiters()`), when their batch is done or when one must lead.
+    var sleepers: [(lsn: LSN, sleeper: ConditionLock.Sleeper)] = []
     /// An empty array the next group takes the queue's place with (`commitGroup`), so
     /// that the queue keeps its capacity from group to group.
     var spareQueue: [PendingBatch] = []
