@@ -40,28 +40,26 @@ package final class ConditionLock: @unchecked Sendable {
     /// Wakes every waiting thread.
     package func broadcast() { pthread_cond_broadcast(condition) }
 
-    /// A condition variable of one waiting thread's own, so that whoever knows that thread
-    /// may go on wakes it alone (LevelDB's writers wait the same way). Valid only inside
-    /// the `withSleeper` call that made it.
-    package struct Sleeper: Equatable, @unchecked Sendable {
-        fileprivate let condition: UnsafeMutablePointer<pthread_cond_t>
-    }
-
-    /// Calls `body` with a sleeper on the calling thread's stack, destroyed after it. The
-    /// caller must make sure no one wakes it after `body` returns (wakes come with the
-    /// lock held, and the sleeper is forgotten under the lock before `body` ends).
-    package func withSleeper<R>(_ body: (Sleeper) throws -> R) rethrows -> R {
-        try withUnsafeTemporaryAllocation(of: pthread_cond_t.self, capacity: 1) { memory in
-            let condition = memory.baseAddress!
-            pthread_cond_init(condition, nil)
-            defer { pthread_cond_destroy(condition) }
-            return try body(Sleeper(condition: condition))
-        }
-    }
-
     /// Releases the lock until `sleeper` is woken (or wakes spuriously), then takes it back.
     package func wait(_ sleeper: Sleeper) { pthread_cond_wait(sleeper.condition, mutex) }
 
-    /// Wakes the thread waiting on `sleeper`, if it waits; call with the lock held.
-    package func wake(_ sleeper: Sleeper) { pthread_cond_signal(sleeper.condition) }
+}
+
+/// A condition variable of one waiting thread's own, so that whoever knows that thread may
+/// go on wakes it alone (LevelDB's writers wait the same way), with or without the lock
+/// held: a sleeper lives as long as anyone holds it, so a thread that decided under the
+/// lock to wake it may do so after releasing the lock, and the woken thread does not
+/// block at once on the lock its waker still holds.
+package final class Sleeper: @unchecked Sendable {
+    fileprivate let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+
+    package init() { pthread_cond_init(condition, nil) }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        condition.deallocate()
+    }
+
+    /// Wakes the thread waiting on this sleeper, if one waits.
+    package func wake() { pthread_cond_signal(condition) }
 }

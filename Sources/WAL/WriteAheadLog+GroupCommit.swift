@@ -65,7 +65,14 @@ extension WriteAheadLog {
     @discardableResult
     package func waitUntilDone(_ lsn: LSN) throws -> Int {
         monitor.lock()
-        defer { monitor.unlock() }
+        defer {
+            // The sleepers a group commit made ready wake once the monitor is free, so
+            // that none blocks at once on it.
+            let wakes = state.wakes
+            if !wakes.isEmpty { state.wakes.removeAll(keepingCapacity: true) }
+            monitor.unlock()
+            for sleeper in wakes { sleeper.wake() }
+        }
         guard lsn < state.nextLSN else { throw WALError.notSubmitted(lsn) }
         while true {
             let done = options.durability == .full ? state.durableLSN >= lsn : state.writtenLSN >= lsn
@@ -86,11 +93,13 @@ extension WriteAheadLog {
                 commitGroup()
                 continue
             }
-            monitor.withSleeper { sleeper in
-                state.sleepers.append((lsn, sleeper))
-                monitor.wait(sleeper)
-                state.sleepers.removeAll { $0.sleeper == sleeper }
-            }
+            // Those this thread's group made ready wake before it sleeps.
+            for sleeper in state.wakes { sleeper.wake() }
+            state.wakes.removeAll(keepingCapacity: true)
+            let sleeper = Sleeper()
+            state.sleepers.append((lsn, sleeper))
+            monitor.wait(sleeper)
+            state.sleepers.removeAll { $0.sleeper === sleeper }
         }
     }
 
@@ -98,21 +107,30 @@ extension WriteAheadLog {
     /// every thread in `sync`, `shrink`, `extent` or `close` waiting for the log to be idle,
     /// and of the sleepers in `waitUntilDone` those whose batch is done (all of them once
     /// the log failed or closed) and, when batches are queued and no group is in flight,
-    /// the one waiting for the oldest of them, to lead.
-    func wakeWaiters() {
+    /// the one waiting for the oldest of them, to lead. With `afterUnlock`, the sleepers
+    /// are left in `state.wakes` for the caller to wake once it released the monitor.
+    func wakeWaiters(afterUnlock: Bool = false) {
         monitor.broadcast()
         guard !state.sleepers.isEmpty else { return }
         let done = options.durability == .full ? state.durableLSN : state.writtenLSN
         let everyone = state.failure != nil || state.closed
-        var leader: (lsn: LSN, sleeper: ConditionLock.Sleeper)?
-        for entry in state.sleepers {
+        let leads = !everyone && !state.flushing && !state.queue.isEmpty
+        var leader: (lsn: LSN, sleeper: Sleeper)?
+        var index = 0
+        while index < state.sleepers.count {
+            let entry = state.sleepers[index]
             if everyone || entry.lsn <= done {
-                monitor.wake(entry.sleeper)
-            } else if leader.map({ entry.lsn < $0.lsn }) ?? true {
-                leader = entry
+                state.wakes.append(entry.sleeper)
+                state.sleepers.remove(at: index)
+                continue
             }
+            if leads && leader.map({ entry.lsn < $0.lsn }) ?? true { leader = entry }
+            index += 1
         }
-        if let leader, !everyone, !state.flushing, !state.queue.isEmpty { monitor.wake(leader.sleeper) }
+        if let leader { state.wakes.append(leader.sleeper) }
+        guard !afterUnlock else { return }
+        for sleeper in state.wakes { sleeper.wake() }
+        state.wakes.removeAll(keepingCapacity: true)
     }
 
     /// Makes every batch written so far durable (one fdatasync); a no-op when they are.
@@ -409,7 +427,8 @@ extension WriteAheadLog {
                                           "error": "\(error)"])
             if attemptedWrite { state.unknownOutcome = first.rawValue...last.rawValue }
         }
-        wakeWaiters()
+        // Its caller, `waitUntilDone`, wakes them once it released the monitor.
+        wakeWaiters(afterUnlock: true)
     }
 
     /// How far ahead of a small group's frames zeros are written, within the segment

@@ -58,7 +58,10 @@ struct WriterState {
     var queue: [PendingBatch] = []
     /// The threads in `waitUntilDone` asleep, each with the LSN it waits for: woken one by
     /// one (`WriteAheadLog.wakeWaiters()`), when their batch is done or when one must lead.
-    var sleepers: [(lsn: LSN, sleeper: ConditionLock.Sleeper)] = []
+    var sleepers: [(lsn: LSN, sleeper: Sleeper)] = []
+    /// Sleepers taken off `sleepers` to be woken once the monitor is released
+    /// (`wakeWaiters(afterUnlock:)`).
+    var wakes: [Sleeper] = []
     /// An empty array the next group takes the queue's place with (`commitGroup`), so
     /// that the queue keeps its capacity from group to group.
     var spareQueue: [PendingBatch] = []

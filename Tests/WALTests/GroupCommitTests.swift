@@ -6,6 +6,12 @@ import Testing
 
 /// Runs `body(thread)` on `threads` threads at once and waits for all of them.
 func runConcurrently(threads: Int, _ body: @escaping @Sendable (Int) -> Void) {
+    _ = runConcurrently(threads: threads, within: .distantFuture, body)
+}
+
+/// Runs `body(thread)` on `threads` threads at once and waits for all of them until
+/// `deadline`; returns whether they all finished (a thread still running is left to run).
+func runConcurrently(threads: Int, within deadline: DispatchTime, _ body: @escaping @Sendable (Int) -> Void) -> Bool {
     let group = DispatchGroup()
     for thread in 0..<threads {
         group.enter()
@@ -14,7 +20,7 @@ func runConcurrently(threads: Int, _ body: @escaping @Sendable (Int) -> Void) {
             group.leave()
         }
     }
-    group.wait()
+    return group.wait(timeout: deadline) == .success
 }
 
 /// The batch thread `thread` appends as its `index`-th: its key says whose it is.
@@ -54,6 +60,59 @@ func workloadBatch(thread: Int, index: Int, generator: inout BatchGenerator) -> 
         let acked = acknowledged.withLock { $0 }
         #expect(records.count == 200)
         for record in records { #expect(acked[record.lsn] == record.batch) }
+    }
+
+    /// Each waiter sleeps alone and is woken by whoever made it ready. Seven committers
+    /// queue their batches while a first group's fdatasync runs, and its leader commits
+    /// nothing more: the sleeper waiting for the oldest queued batch must be woken to lead
+    /// them. Then groups cut to one batch each (`maxGroupBytes`) leave batches queued after
+    /// every group, and a failed fdatasync must wake every sleeper with an error. A lost
+    /// wake leaves a thread asleep past the deadline.
+    @Test func everySleepingCommitterIsWokenToLeadOrToReturn() throws {
+        let simulated = SimulatedFileSystem()
+        var options = WALOptions(segmentBytes: 1 << 20)
+        options.maxGroupBytes = 1
+        let (log, _) = try WriteAheadLog.open(directory: "/db/wal", fileSystem: simulated, options: options)
+        simulated.setSyncLatency(.milliseconds(100))
+        let syncing = DispatchSemaphore(value: 0)
+        simulated.observeSyncs { _ in for _ in 1..<8 { syncing.signal() } }
+        let queuedBehind = runConcurrently(threads: 8, within: .now() + 30) { thread in
+            var generator = BatchGenerator(seed: UInt64(thread))
+            if thread > 0 { syncing.wait() }
+            do { try log.append(workloadBatch(thread: thread, index: 0, generator: &generator)) } catch {
+                Issue.record("append failed: \(error)")
+            }
+        }
+        simulated.observeSyncs(nil)
+        try #require(queuedBehind, "no committer was woken to lead the batches queued behind a group")
+        #expect(log.statistics.appendCount == 8)
+
+        simulated.setSyncLatency(.microseconds(300))
+        let finished = runConcurrently(threads: 8, within: .now() + 30) { thread in
+            var generator = BatchGenerator(seed: UInt64(thread))
+            for index in 1...40 {
+                do { try log.append(workloadBatch(thread: thread, index: index, generator: &generator)) } catch {
+                    Issue.record("append failed: \(error)")
+                }
+            }
+        }
+        try #require(finished, "a committer slept through its wake (8 threads, groups of one batch)")
+        #expect(log.statistics.appendCount == 328)
+
+        let failed = Locked(0)
+        simulated.failNext(.syncData, persistent: true)
+        let ended = runConcurrently(threads: 8, within: .now() + 30) { thread in
+            var generator = BatchGenerator(seed: UInt64(100 + thread))
+            for index in 0..<5 {
+                do { try log.append(workloadBatch(thread: thread, index: index, generator: &generator)) } catch {
+                    failed.withLock { $0 += 1 }
+                }
+            }
+        }
+        try #require(ended, "a committer slept through the failed fdatasync")
+        #expect(failed.withLock { $0 } == 40, "every append after the failed fdatasync fails")
+        #expect(log.failure != nil)
+        try? log.close()
     }
 
     @Test func eachDurableAppendOnItsOwnCostsExactlyOneFdatasync() throws {
