@@ -59,9 +59,17 @@ extension Store {
     public func observeImmediately<Value: Sendable & Equatable>(
         _ query: @escaping @Sendable (Context) throws -> Value
     ) throws -> StoreObservation<Value> {
+        // Listed with the feed before the first run, so that a commit published while it
+        // runs is due for the next (a signal listed after it never heard of that commit,
+        // and the sequence kept the first value until a later commit).
         let signal = ObservationSignal()
-        let value = try Self.run(query, signal: signal, store: self)
-        return observe(query, isNew: { $0 != $1 }, first: (value, signal))
+        let id = feed.add(signal)
+        let value: Value
+        do { value = try Self.run(query, signal: signal, store: self) } catch {
+            feed.remove(signal: id)
+            throw error
+        }
+        return observe(query, isNew: { $0 != $1 }, first: (value, signal, id))
     }
 
     /// How many observed queries are running (each ends as Observation.V3 says).
@@ -81,10 +89,10 @@ extension Store {
 
     private func observe<Value: Sendable>(_ query: @escaping @Sendable (Context) throws -> Value,
                                           isNew: @escaping @Sendable (Value, Value) -> Bool,
-                                          first: (value: Value, signal: ObservationSignal)?) -> StoreObservation<Value> {
+                                          first: (value: Value, signal: ObservationSignal, id: Int)?) -> StoreObservation<Value> {
         let (stream, continuation) = AsyncThrowingStream<Value, any Error>.makeStream(bufferingPolicy: .bufferingNewest(1))
         let signal = first?.signal ?? ObservationSignal()
-        let id = feed.add(signal)
+        let id = first?.id ?? feed.add(signal)
         let task = Task.detached { [self] in
             var last = first?.value
             defer { feed.remove(signal: id) }

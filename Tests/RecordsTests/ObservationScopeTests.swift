@@ -118,4 +118,35 @@ final class RunCounts: Sendable {
         #expect(try await iterator.next() == 2)
         #expect(throws: RecordError.self) { try store.observeImmediately { _ -> Int in throw RecordError.invalidQuery("now") } }
     }
+
+    /// A commit published while observeImmediately's first run reads is not missed: the
+    /// sequence yields the value after it without another commit (here the query itself
+    /// commits, on its first run only, after reading).
+    @Test func aCommitDuringAnImmediateObservationsFirstRunIsYielded() async throws {
+        let store = try await Backend.embedded.makeStore()
+        defer { try? store.close() }
+        try await store.write { unit in try unit.repository(Gadget.self).insert(Gadget(id: 1, serial: "a", color: "red", weight: 1)) }
+        let firstRun = Mutex(true)
+        let observation = try store.observeImmediately { context in
+            let count = try context.repository(Gadget.self).count()
+            if firstRun.withLock({ first in defer { first = false }; return first }) {
+                try store.write { unit in try unit.repository(Gadget.self).insert(Gadget(id: 2, serial: "b", color: "red", weight: 2)) }
+            }
+            return count
+        }
+        #expect(observation.initialValue == 1)
+        let next = try await withThrowingTaskGroup(of: Int?.self) { group in
+            group.addTask {
+                var iterator = observation.makeAsyncIterator()
+                return try await iterator.next()
+            }
+            group.addTask {
+                try await Task.sleep(for: .seconds(20))
+                return nil
+            }
+            defer { group.cancelAll() }
+            return try await group.next() ?? nil
+        }
+        #expect(next == 2, "the commit made during the first run was never yielded")
+    }
 }
