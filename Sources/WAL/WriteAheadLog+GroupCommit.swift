@@ -360,7 +360,12 @@ extension WriteAheadLog {
         let writtenBefore = state.writtenLSN
         var durable = state.durableLSN
         var active = state.active
+        // Sleepers an earlier group of this leader made ready (its own batch was not in
+        // that group) wake now, not after this group's fdatasync as well.
+        let wakes = state.wakes
+        if !wakes.isEmpty { state.wakes.removeAll(keepingCapacity: true) }
         monitor.unlock()
+        for sleeper in wakes { sleeper.wake() }
 
         var attemptedWrite = false
         var syncs = 0

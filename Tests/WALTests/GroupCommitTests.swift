@@ -73,7 +73,7 @@ func workloadBatch(thread: Int, index: Int, generator: inout BatchGenerator) -> 
         var options = WALOptions(segmentBytes: 1 << 20)
         options.maxGroupBytes = 1
         let (log, _) = try WriteAheadLog.open(directory: "/db/wal", fileSystem: simulated, options: options)
-        simulated.setSyncLatency(.milliseconds(100))
+        simulated.setSyncLatency(.milliseconds(250))
         let syncing = DispatchSemaphore(value: 0)
         simulated.observeSyncs { _ in for _ in 1..<8 { syncing.signal() } }
         let queuedBehind = runConcurrently(threads: 8, within: .now() + 30) { thread in
@@ -113,6 +113,61 @@ func workloadBatch(thread: Int, index: Int, generator: inout BatchGenerator) -> 
         #expect(failed.withLock { $0 } == 40, "every append after the failed fdatasync fails")
         #expect(log.failure != nil)
         try? log.close()
+    }
+
+    /// A leader whose own batch is not in the group it wrote (groups of one batch here)
+    /// leads the next group too; the committer whose batch the first group made durable is
+    /// woken before that next group's fdatasync, not after it.
+    @Test func aCommitterIsWokenOnceItsGroupIsDurableThoughItsLeaderLeadsOn() throws {
+        let simulated = SimulatedFileSystem()
+        var options = WALOptions(segmentBytes: 1 << 20)
+        options.maxGroupBytes = 1
+        let (log, _) = try WriteAheadLog.open(directory: "/db/wal", fileSystem: simulated, options: options)
+        var generator = BatchGenerator(seed: 9)
+        let first = try log.submit(workloadBatch(thread: 0, index: 0, generator: &generator))
+        let second = try log.submit(workloadBatch(thread: 0, index: 1, generator: &generator))
+        let syncs = Locked(0)
+        let asleep = DispatchSemaphore(value: 0), returned = DispatchSemaphore(value: 0)
+        let wokenInTime = Locked<Bool?>(nil)
+        simulated.observeSyncs { _ in
+            let sync = syncs.withLock { count in
+                count += 1
+                return count
+            }
+            // The first group's fdatasync: the other committer goes to sleep for its batch
+            // (and is asleep before this fdatasync ends).
+            if sync == 1 {
+                asleep.signal()
+                let deadline = ContinuousClock.now + .seconds(10)
+                while ContinuousClock.now < deadline {
+                    log.monitor.lock()
+                    let sleeping = log.state.sleepers.count
+                    log.monitor.unlock()
+                    if sleeping == 1 { break }
+                    usleep(1_000)
+                }
+            }
+            // The second's: the committer of the first group's batch must be on its way.
+            if sync == 2 { wokenInTime.withLock { $0 = returned.wait(timeout: .now() + 10) == .success } }
+        }
+        let done = runConcurrently(threads: 2, within: .now() + 60) { thread in
+            do {
+                if thread == 0 {
+                    try log.waitUntilDone(second)
+                } else {
+                    asleep.wait()
+                    try log.waitUntilDone(first)
+                    returned.signal()
+                }
+            } catch {
+                Issue.record("wait failed: \(error)")
+            }
+        }
+        simulated.observeSyncs(nil)
+        try #require(done)
+        #expect(syncs.withLock { $0 } == 2)
+        #expect(wokenInTime.withLock { $0 } == true, "the committer of the first group slept through the second group's fdatasync")
+        try log.close()
     }
 
     @Test func eachDurableAppendOnItsOwnCostsExactlyOneFdatasync() throws {
