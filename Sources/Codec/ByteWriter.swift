@@ -54,10 +54,6 @@ package struct ByteWriter: Sendable {
     /// Appends raw bytes.
     package mutating func write(contentsOf data: some Collection<UInt8>) { bytes.append(contentsOf: data) }
 
-    /// Appends raw bytes from memory. (Callers in other modules reach the generic form
-    /// above unspecialized: about 610 instructions for a log frame's payload, callgrind.)
-    package mutating func write(contentsOf data: UnsafeRawBufferPointer) { bytes.append(contentsOf: data) }
-
     /// Appends `count` zero bytes.
     package mutating func writeZeros(_ count: Int) {
         // A frame's padding is a few bytes: appended one by one, they skip the generic

@@ -261,10 +261,8 @@ final class ChangeFeedHub: Sendable {
     func publish(_ batches: PublishedBatches) {
         // With nothing subscribed (most commits of most stores), nothing is copied out:
         // the four arrays of the dictionaries' values took this call from ~440
-        // instructions of a one-key commit to ~860, and a tuple of them handed out of the
-        // lock, even as nil, another ~190 (callgrind, strata-bench fillsync).
-        guard subscribers.withLock({ !$0.isEmpty }) else { return }
-        let listeners = subscribers.withLock(Listeners.init)
+        // instructions of a one-key commit to ~860 (callgrind, strata-bench fillsync).
+        guard let listeners = subscribers.withLock({ $0.isEmpty ? nil : Listeners($0) }) else { return }
         if !listeners.watches.isEmpty {
             let entries = Array(batches)
             for watch in listeners.watches { watch.publish(entries) }
@@ -288,7 +286,7 @@ final class ChangeFeedHub: Sendable {
         let signals: [ObservationSignal]
         let watches: [CommitWatch]
 
-        init(_ subscribers: inout Subscribers) {
+        init(_ subscribers: Subscribers) {
             current = Array(subscribers.byID.values)
             observers = Array(subscribers.observers.values)
             signals = Array(subscribers.signals.values)

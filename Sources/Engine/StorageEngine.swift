@@ -378,9 +378,10 @@ public enum AccessMode: Sendable, Equatable {
 package typealias CommitObserver = @Sendable (PublishedBatches) -> Void
 
 /// Batches published together, each with its version, as a commit observer receives
-/// them: a view of the engine's batches in flight, valid during the call. An observer
-/// with no one to tell reads none of it; made into an array of tuples for every commit,
-/// they cost a one-key commit about 400 instructions (callgrind, strata-bench fillsync).
+/// them: a view of the engine's batches in flight (one kept past the call holds their
+/// storage, which the engine then copies instead of reusing). An observer with no one to
+/// tell reads none of it; made into an array of tuples for every commit, they cost a
+/// one-key commit about 400 instructions (callgrind, strata-bench fillsync).
 package struct PublishedBatches: RandomAccessCollection, Sendable {
     /// The version of the first batch; each after it is one newer.
     package let firstVersion: UInt64

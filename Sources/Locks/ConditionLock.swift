@@ -42,7 +42,6 @@ package final class ConditionLock: @unchecked Sendable {
 
     /// Releases the lock until `sleeper` is woken (or wakes spuriously), then takes it back.
     package func wait(_ sleeper: Sleeper) { pthread_cond_wait(sleeper.condition, mutex) }
-
 }
 
 /// A condition variable of one waiting thread's own, so that whoever knows that thread may

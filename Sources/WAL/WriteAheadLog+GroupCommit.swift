@@ -68,8 +68,7 @@ extension WriteAheadLog {
         defer {
             // The sleepers a group commit made ready wake once the monitor is free, so
             // that none blocks at once on it.
-            let wakes = state.wakes
-            if !wakes.isEmpty { state.wakes.removeAll(keepingCapacity: true) }
+            let wakes = takeWakes()
             monitor.unlock()
             for sleeper in wakes { sleeper.wake() }
         }
@@ -94,8 +93,7 @@ extension WriteAheadLog {
                 continue
             }
             // Those this thread's group made ready wake before it sleeps.
-            for sleeper in state.wakes { sleeper.wake() }
-            state.wakes.removeAll(keepingCapacity: true)
+            for sleeper in takeWakes() { sleeper.wake() }
             let sleeper = Sleeper()
             state.sleepers.append((lsn, sleeper))
             monitor.wait(sleeper)
@@ -129,8 +127,15 @@ extension WriteAheadLog {
         }
         if let leader { state.wakes.append(leader.sleeper) }
         guard !afterUnlock else { return }
-        for sleeper in state.wakes { sleeper.wake() }
-        state.wakes.removeAll(keepingCapacity: true)
+        for sleeper in takeWakes() { sleeper.wake() }
+    }
+
+    /// The sleepers `wakeWaiters(afterUnlock: true)` left to be woken, taken off the state
+    /// (call with the monitor held).
+    func takeWakes() -> [Sleeper] {
+        guard !state.wakes.isEmpty else { return [] }
+        defer { state.wakes.removeAll(keepingCapacity: true) }
+        return state.wakes
     }
 
     /// Makes every batch written so far durable (one fdatasync); a no-op when they are.
@@ -362,8 +367,7 @@ extension WriteAheadLog {
         var active = state.active
         // Sleepers an earlier group of this leader made ready (its own batch was not in
         // that group) wake now, not after this group's fdatasync as well.
-        let wakes = state.wakes
-        if !wakes.isEmpty { state.wakes.removeAll(keepingCapacity: true) }
+        let wakes = takeWakes()
         monitor.unlock()
         for sleeper in wakes { sleeper.wake() }
 
