@@ -104,7 +104,7 @@ extension StorageEngine {
         ) { record in
             let lsn = record.lsn.rawValue
             guard lsn > applied else { return }
-            memtable.apply(record.batch.encoding(), version: lsn)
+            memtable.apply(record.encoding, version: lsn)
             applied = lsn
         }
     }

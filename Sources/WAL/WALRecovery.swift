@@ -46,6 +46,48 @@ package struct WALRecord: Sendable {
         return WALBatch(operations)
     }
 
+    /// The batch as the memtable takes it: its encoded bytes (those of a batch of one frame
+    /// shared, not copied) and where each operation lies in them, found in one pass. `batch`
+    /// copies every key and value into arrays of their own, and its `encoding()` copies them
+    /// back: a reader process following its writer spent more than a tenth of its time on
+    /// those copies and their allocations (Benchmarks/JOURNAL.md, "What reader processes
+    /// cost a writer, found").
+    package var encoding: WALBatch.Encoding {
+        let bytes: [UInt8]
+        switch body {
+        case let .whole(whole):
+            bytes = whole
+        case let .fragments(fragments):
+            var joined: [UInt8] = []
+            joined.reserveCapacity(rawBytes)
+            for fragment in fragments {
+                do { try fragment.withDecoded { joined.append(contentsOf: $0) } } catch {
+                    preconditionFailure("the batch of \(lsn) decoded when it was read, but not again: \(error)")
+                }
+            }
+            bytes = joined
+        }
+        var locations: [WALBatch.OperationLocation] = []
+        locations.reserveCapacity(operationCount)
+        bytes.withUnsafeBytes { encoded in
+            // Fed whole, the stream hands out every key and value where it lies in `encoded`.
+            var stream = BatchStream(batchBytes: bytes.count)
+            func range(_ part: UnsafeRawBufferPointer) -> Range<Int> {
+                let start = part.baseAddress! - encoded.baseAddress!
+                return start..<(start + part.count)
+            }
+            do {
+                try stream.feed(encoded) { kind, key, value in
+                    locations.append(WALBatch.OperationLocation(kind: kind, key: range(key), value: value.map(range)))
+                }
+                try stream.finish()
+            } catch {
+                preconditionFailure("the batch of \(lsn) decoded when it was read, but not again: \(error)")
+            }
+        }
+        return WALBatch.Encoding(bytes: bytes, operationLocations: locations)
+    }
+
     /// Calls `body` with each operation's kind, key and value (nil for a delete), valid
     /// during the call only, in commit order; throws what `body` throws. The bytes were
     /// checked when the batch was read: they decode again the same way.

@@ -139,6 +139,39 @@ import Testing
     /// batch past `WALFormat.maxFragmentBytes`, is compressed into its payloads in place.
     /// Batches on either side of that limit, compressible or not, and batches of several
     /// fragments, are stored compressed exactly when that is smaller and read back whole.
+    /// A record read back hands the memtable the very encoding its batch was committed
+    /// with (bytes and where each operation lies), whether it took one frame or several:
+    /// random batches of puts, inserts and deletes (empty values among them) and batches
+    /// larger than a fragment, compressible or not.
+    @Test func aRecordReadBackGivesItsBatchsEncoding() throws {
+        let seed: UInt64 = 97
+        print("seed \(seed)")
+        var generator = BatchGenerator(seed: seed)
+        var batches = (0..<300).map { index in generator.batch(operations: index % 40 + 1, maxValueBytes: index % 3 == 0 ? 0 : 300) }
+        for incompressible in [false, true] {
+            var batch = WALBatch()
+            batch.put(generator.bytes(8), generator.value(WALFormat.maxFragmentBytes * 2 + 100, incompressible: incompressible))
+            batch.delete(generator.bytes(12))
+            batch.put(generator.bytes(5), [])
+            batches.append(batch)
+        }
+        let fileSystem = SimulatedFileSystem()
+        let options = WALOptions(segmentBytes: 8 << 20)
+        var (log, _, _) = try openLog(fileSystem, options: options)
+        for batch in batches { try log.append(batch) }
+        try log.close()
+        let records: [WALRecord]
+        (log, records, _) = try openLog(fileSystem, options: options)
+        try log.close()
+        try #require(records.count == batches.count)
+        #expect(records.contains { $0.frameCount > 1 } && records.contains { $0.frameCount == 1 })
+        for (record, batch) in zip(records, batches) {
+            let read = record.encoding, committed = batch.encoding()
+            #expect(read.bytes == committed.bytes, "the bytes of \(record.lsn)")
+            #expect(read.operationLocations == committed.operationLocations, "the operations of \(record.lsn)")
+        }
+    }
+
     @Test func batchesCompressAlikeOnEitherSideOfTheStackLimit() throws {
         let seed: UInt64 = 83
         print("seed \(seed)")
