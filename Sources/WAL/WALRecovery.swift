@@ -51,7 +51,7 @@ package struct WALRecord: Sendable {
     /// copies every key and value into arrays of their own, and its `encoding()` copies them
     /// back: a reader process following its writer spent more than a tenth of its time on
     /// those copies and their allocations (Benchmarks/JOURNAL.md, "What reader processes
-    /// cost a writer, found").
+    /// cost a writer, found, and a replay that does less").
     package var encoding: WALBatch.Encoding {
         let bytes: [UInt8]
         switch body {
