@@ -44,11 +44,13 @@ extension Memtable {
                         stopDeferring(&unlinked)
                         return false
                     }
-                    // Last operation first: a key's last operation in the batch wins (Memtable.K3),
-                    // and once its node is named, the index answers the key's earlier operations
+                    // Last operation first: a key's last operation in the batch is the one that
+                    // counts (`apply`), and once its node is named (the index is complete for the
+                    // whole batch, MemtableIndex.X1), the index answers the key's earlier operations
                     // with a node of this very version, so they are skipped. The lookup is the one
                     // the node's older change needs anyway; sorting the batch's keys to find each
-                    // one's last operation took a tenth of a reader process's time.
+                    // one's last operation took a tenth of a reader process's time. (The nodes lie
+                    // in the arena in reverse operation order now, not in key order.)
                     let last = locations.count - 1
                     for position in stride(from: last, through: max(0, last - Self.prefetchDistance + 1), by: -1) { prefetch(key(position)) }
                     var made = 0

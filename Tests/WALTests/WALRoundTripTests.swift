@@ -134,11 +134,6 @@ import Testing
         }
     }
 
-    /// A one-fragment batch whose compressed worst case fits `EncodedBatch.stackBlockBytes`
-    /// is compressed on the stack and copied out; a larger one, and each fragment of a
-    /// batch past `WALFormat.maxFragmentBytes`, is compressed into its payloads in place.
-    /// Batches on either side of that limit, compressible or not, and batches of several
-    /// fragments, are stored compressed exactly when that is smaller and read back whole.
     /// A record read back hands the memtable the very encoding its batch was committed
     /// with (bytes and where each operation lies), whether it took one frame or several:
     /// random batches of puts, inserts and deletes (empty values among them) and batches
@@ -172,6 +167,11 @@ import Testing
         }
     }
 
+    /// A one-fragment batch whose compressed worst case fits `EncodedBatch.stackBlockBytes`
+    /// is compressed on the stack and copied out; a larger one, and each fragment of a
+    /// batch past `WALFormat.maxFragmentBytes`, is compressed into its payloads in place.
+    /// Batches on either side of that limit, compressible or not, and batches of several
+    /// fragments, are stored compressed exactly when that is smaller and read back whole.
     @Test func batchesCompressAlikeOnEitherSideOfTheStackLimit() throws {
         let seed: UInt64 = 83
         print("seed \(seed)")
