@@ -62,7 +62,7 @@ package struct WALRecord: Sendable {
             joined.reserveCapacity(rawBytes)
             for fragment in fragments {
                 do { try fragment.withDecoded { joined.append(contentsOf: $0) } } catch {
-                    preconditionFailure("the batch of \(lsn) decoded when it was read, but not again: \(error)")
+                    decodedOnlyOnce(error)
                 }
             }
             bytes = joined
@@ -82,10 +82,16 @@ package struct WALRecord: Sendable {
                 }
                 try stream.finish()
             } catch {
-                preconditionFailure("the batch of \(lsn) decoded when it was read, but not again: \(error)")
+                decodedOnlyOnce(error)
             }
         }
         return WALBatch.Encoding(bytes: bytes, operationLocations: locations)
+    }
+
+    /// Traps: the batch's bytes passed every check when it was read (WALReader), so they
+    /// decode again the same way; failing now is a fault of Strata's, not of the file.
+    private func decodedOnlyOnce(_ error: any Error) -> Never {
+        preconditionFailure("the batch of \(lsn) decoded when it was read, but not again: \(error)")
     }
 
     /// Calls `body` with each operation's kind, key and value (nil for a delete), valid
@@ -108,7 +114,7 @@ package struct WALRecord: Sendable {
         } catch let error as E {
             throw error
         } catch {
-            preconditionFailure("the batch of \(lsn) decoded when it was read, but not again: \(error)")
+            decodedOnlyOnce(error)
         }
     }
 }
