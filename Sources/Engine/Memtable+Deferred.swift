@@ -39,8 +39,10 @@ extension Memtable {
                     func value(_ index: Int) -> UnsafeRawBufferPointer? {
                         locations[index].value.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) }
                     }
-                    // Room for every operation, as if no key repeated in the batch.
-                    guard index.hasRoom(for: locations.count) else {
+                    // Room for every operation, as if no key repeated in the batch; failing
+                    // that, for its distinct keys (found with a sort, only near the index's
+                    // limit or for a batch of more operations than the index takes keys).
+                    guard index.hasRoom(for: locations.count) || index.hasRoom(for: lastOperations(count: locations.count, key).count) else {
                         stopDeferring(&unlinked)
                         return false
                     }
