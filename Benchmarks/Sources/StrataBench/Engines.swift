@@ -47,7 +47,14 @@ protocol BenchReader: AnyObject {
     /// An ordered scan of at most `count` keys from `key` on (a short range scan, YCSB's
     /// workload E): the keys seen and the bytes of their values, each value reached.
     func scan(from key: Int, count: Int) throws -> (keys: Int, bytes: Int)
+    /// Brings a reader in another process up to the writer's newest durable version
+    /// (Strata's read-only store replays the log written since it last read).
+    func catchUp() throws
     func close()
+}
+
+extension BenchReader {
+    func catchUp() throws {}
 }
 
 /// Runs `sql` on `db`; throws SQLite's message when it fails.
@@ -144,6 +151,8 @@ final class StrataReader: BenchReader {
     func read(_ key: Int) throws -> Bool {
         try engine.withValue(forKey: Workload.key(key)) { $0.byteCount } != nil
     }
+
+    func catchUp() throws { try engine.refresh() }
 
     func scan(from key: Int, count: Int) throws -> (keys: Int, bytes: Int) {
         var seen = 0

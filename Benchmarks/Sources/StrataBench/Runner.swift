@@ -199,6 +199,10 @@ struct Runner {
         var spent: [UInt64] = [0, 0]
         var written = [0, 0]
         var pairs: [Double] = []
+        // How long the readers took to get ready for the last phase with them (reader
+        // processes replay there what the writer committed while they were idle), and in all.
+        var readying: UInt64 = 0
+        var readyingTotal: UInt64 = 0
         // Whole pairs of phases, as many as `keys` holds (at least one), or as S seconds take.
         let pairCount = options.interleave == nil ? 1 : max(1, keys / (2 * phase))
         var pair = 0
@@ -208,7 +212,18 @@ struct Runner {
                 var rates: [Double] = [0, 0]
                 for withReaders in order {
                     let slice = (0..<phase).map { _ in Int(random.next() % UInt64(keys)) }
-                    if withReaders { try readers.resume() }
+                    if withReaders {
+                        let asked = monotonicNanoseconds()
+                        try readers.resume()
+                        readying = monotonicNanoseconds() - asked
+                        readyingTotal += readying
+                    } else if options.interleave != nil && readying > 0 {
+                        // The writer waits as long before a phase without readers as the
+                        // readers took to get ready before the last phase with them: its
+                        // checkpoint, which runs on while it waits, gets the same start
+                        // before either kind of phase.
+                        usleep(useconds_t(min(readying / 1_000, UInt64(UInt32.max))))
+                    }
                     let start = monotonicNanoseconds()
                     try commitAll(slice, per: per, threads: 1, bench, LatencyRecorder(), value)
                     let took = monotonicNanoseconds() - start
@@ -233,7 +248,10 @@ struct Runner {
             + (readers.hasProcesses ? ", \(options.readerProcesses) process(es) \(Int(processRate)) reads/s" : "")
         let beside = alone.map { alone in
             let ratios = pairs.map { String(format: "%.2f", $0) }.joined(separator: ", ")
-            return "; without readers \(Int(alone)) keys/s (\(String(format: "%.2f", writesPerSecond / alone)) ×; each pair: \(ratios))"
+            // (One phase with readers a pair.)
+            let ready = String(format: "%.1f", Double(readyingTotal) / Double(max(1, pair)) / 1e6)
+            return "; without readers \(Int(alone)) keys/s (\(String(format: "%.2f", writesPerSecond / alone)) ×; "
+                + "readers ready in \(ready) ms a phase; each pair: \(ratios))"
         } ?? ""
         FileHandle.standardError.write(Data(("readwhilewriting \(engine): writer \(Int(writesPerSecond)) keys/s with \(readText)"
             + beside + "\n").utf8))
