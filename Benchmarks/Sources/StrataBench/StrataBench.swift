@@ -62,7 +62,7 @@ struct StrataBench: ParsableCommand {
     @Option(help: "readrandom: reads of random keys among the --num loaded (default: one read of each, in random order). records-range and records-count: queries (default --num / 100).")
     var reads: Int?
 
-    @Option(help: "records-range, records-count, records-fetch, records-sort-text, records-relations (on strata, strata-small, sqlite), ycsb-c (on strata, strata-small, strata-lz4, lmdb, sqlite) and fillsync (on strata, strata-small, strata-lz4, fdatasync, sqlite, lmdb, leveldb, rocksdb): run every engine in one process, their queries, reads or one-key commits in turns of N, each engine's turns timed and summed, so that they share the machine's drift (no peak RSS). readwhilewriting: the writer commits in phases of N keys, the readers reading in every other one, and reports its rate without them from the same run.")
+    @Option(help: "records-range, records-count, records-fetch, records-sort-text, records-relations (on strata, strata-small, sqlite), ycsb-c (on strata, strata-small, strata-lz4, lmdb, sqlite) and fillsync and fillsync-concurrent (on strata, strata-small, strata-lz4, fdatasync, sqlite, lmdb, leveldb, rocksdb): run every engine in one process, their queries, reads or one-key commits in turns of N, each engine's turns timed and summed, so that they share the machine's drift (no peak RSS); fillsync-concurrent also times one committer per engine in turns between its T committers'. readwhilewriting: the writer commits in phases of N keys, the readers reading in every other one, and reports its rate without them from the same run.")
     var interleave: Int?
 
     @Option(help: "readseq: scans of every key, one after another, the median one reported (default 1: the first scan alone, which meets every page for the first time, beside Strata's checkpoint of the fill's last keys).")
@@ -374,6 +374,18 @@ struct StrataBench: ParsableCommand {
                 return "\(Int(with)) (\(Int(alone)); \(String(format: "%.2f", with / alone))×)"
             }
             print("| readwhilewriting | " + cells.joined(separator: " | ") + " |")
+        }
+        // fillsync-concurrent --interleave: T committers' commits a second, one committer's
+        // in turns with them, and the ratio of the two.
+        let shared = results.filter { $0.bench == "fillsync-concurrent" && $0.oneCommitterPerSecond != nil }
+        if !shared.isEmpty {
+            print("\n| commits/s of \(threads ?? 8) committers (one committer; ratio) | " + engines.joined(separator: " | ") + " |")
+            print("|---|" + engines.map { _ in "---:|" }.joined())
+            let cells = engines.map { engine -> String in
+                guard let result = shared.first(where: { $0.engine == engine }), let one = result.oneCommitterPerSecond else { return "" }
+                return "\(Int(result.opsPerSecond)) (\(Int(one)); \(String(format: "%.2f", result.opsPerSecond / one))×)"
+            }
+            print("| fillsync-concurrent | " + cells.joined(separator: " | ") + " |")
         }
         // Latency per transaction (writes) or read: p50 / p99 / p99.9 / max, in µs.
         let timed = workloads.filter { workload in results.contains { $0.bench == workload && $0.latency != nil } }

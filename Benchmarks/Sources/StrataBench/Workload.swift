@@ -113,6 +113,9 @@ struct Result {
     /// `readwhilewriting --interleave`: keys the writer committed per second in the phases
     /// in which no reader read, in the same run.
     var writesAlonePerSecond: Double? = nil
+    /// `fillsync-concurrent --interleave`: one-key commits a second of a single committer,
+    /// in turns with the T committers of the row.
+    var oneCommitterPerSecond: Double? = nil
     /// Bytes the store's block device wrote from the workload's start through the engine's
     /// close (`deviceWrittenBytes(of:)`), ÷ the keys and values it wrote;
     /// nil for workloads that write nothing, or where the system does not count.
@@ -140,6 +143,7 @@ extension Result: Codable {
         case engine, bench, num, batch, valueSize = "value_size", seconds, opsPerSecond = "ops_per_sec"
         case bytesOnDisk = "bytes_on_disk", fdatasyncs, latency = "latency_us", peakRSSKilobytes = "peak_rss_kb"
         case writesPerSecond = "writes_per_sec", writesAlonePerSecond = "writes_alone_per_sec"
+        case oneCommitterPerSecond = "one_committer_per_sec"
         case writeAmplification = "write_amp", spaceAmplification = "space_amp"
         case intervals = "interval_ops_per_sec"
     }
@@ -159,6 +163,7 @@ extension Result: Codable {
         try container.encodeIfPresent(peakRSSKilobytes, forKey: .peakRSSKilobytes)
         try container.encodeIfPresent(writesPerSecond.map { Int($0) }, forKey: .writesPerSecond)
         try container.encodeIfPresent(writesAlonePerSecond.map { Int($0) }, forKey: .writesAlonePerSecond)
+        try container.encodeIfPresent(oneCommitterPerSecond.map { Int($0) }, forKey: .oneCommitterPerSecond)
         try container.encodeIfPresent(writeAmplification.map { rounded($0, 2) }, forKey: .writeAmplification)
         try container.encodeIfPresent(spaceAmplification.map { rounded($0, 2) }, forKey: .spaceAmplification)
         try container.encodeIfPresent(intervals, forKey: .intervals)
@@ -179,6 +184,7 @@ extension Result: Codable {
                   peakRSSKilobytes: try container.decodeIfPresent(Int.self, forKey: .peakRSSKilobytes),
                   writesPerSecond: try container.decodeIfPresent(Int.self, forKey: .writesPerSecond).map(Double.init),
                   writesAlonePerSecond: try container.decodeIfPresent(Int.self, forKey: .writesAlonePerSecond).map(Double.init),
+                  oneCommitterPerSecond: try container.decodeIfPresent(Int.self, forKey: .oneCommitterPerSecond).map(Double.init),
                   writeAmplification: try container.decodeIfPresent(Double.self, forKey: .writeAmplification),
                   spaceAmplification: try container.decodeIfPresent(Double.self, forKey: .spaceAmplification),
                   intervals: try container.decodeIfPresent([Int].self, forKey: .intervals))
