@@ -42,7 +42,8 @@ extension Memtable {
                     // Room for every operation, as if no key repeated in the batch; failing
                     // that, for its distinct keys (found with a sort, only near the index's
                     // limit or for a batch of more operations than the index takes keys).
-                    guard index.hasRoom(for: locations.count) || index.hasRoom(for: lastOperations(count: locations.count, key).count) else {
+                    guard index.hasRoom(for: locations.count)
+                            || index.hasRoom(for: lastOperations(count: locations.count, key).count) else {
                         stopDeferring(&unlinked)
                         return false
                     }

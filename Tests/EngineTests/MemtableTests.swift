@@ -61,8 +61,9 @@ extension Memtable {
 /// `makeNode` and `link`) and checks the invariants (`_checkInvariants`) after every step.
 @Suite struct MemtableTests {
     /// Random batches (appended, scattered, overwriting, deleting, a key put twice, put
-    /// then deleted or deleted then put in one batch) at increasing versions: lookups and walks in both directions, from any start
-    /// and as of any earlier version, match a model of every change.
+    /// then deleted or deleted then put in one batch) at increasing versions: lookups and
+    /// walks in both directions, from any start and as of any earlier version, match a
+    /// model of every change.
     /// Seed 3 runs with a budget so small that the hash index fills up early and lookups
     /// of the keys it lacks go through the skip list.
     /// Seed 4 commits batches of up to 700 keys: a batch is searched and linked in rounds

@@ -224,8 +224,8 @@ private final class ReaderProcessHandle {
 /// A reader process of `readwhilewriting` (`--read-process`): opens the store beside the
 /// writer in its parent and says `ready`, then, after each `read`, catches up with the
 /// writer (`BenchReader.catchUp`), answers `reading` and reads random keys until `pause`
-/// (answered `paused`). When its input closes it closes
-/// the store and prints the reads made and the seconds spent reading.
+/// (answered `paused`). When its input closes it closes the store and prints the reads
+/// made and the seconds spent reading.
 struct ReadProcess {
     let engine: String
     let path: String
