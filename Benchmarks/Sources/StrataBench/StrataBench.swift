@@ -349,6 +349,23 @@ struct StrataBench: ParsableCommand {
         return try lines.map { try Result(jsonLine: String($0)) }
     }
 
+    /// A table of one row: for each engine whose result of `workload` has a rate (`rates`
+    /// gives it, nil for none), the rate and, when there is one, the rate it is set beside
+    /// in the same run and their ratio.
+    private func printBeside(_ results: [Result], engines: [String], workload: String, title: String,
+                             _ rates: (Result) -> (rate: Double, beside: Double?)?) {
+        let rows = results.filter { $0.bench == workload && rates($0) != nil }
+        guard !rows.isEmpty else { return }
+        print("\n| \(title) | " + engines.joined(separator: " | ") + " |")
+        print("|---|" + engines.map { _ in "---:|" }.joined())
+        let cells = engines.map { engine -> String in
+            guard let result = rows.first(where: { $0.engine == engine }), let (rate, beside) = rates(result) else { return "" }
+            guard let beside else { return "\(Int(rate))" }
+            return "\(Int(rate)) (\(Int(beside)); \(String(format: "%.2f", rate / beside))×)"
+        }
+        print("| \(workload) | " + cells.joined(separator: " | ") + " |")
+    }
+
     private func printTable(_ results: [Result], engines: [String], workloads: [String]) {
         print("\n| workload | " + engines.joined(separator: " | ") + " |")
         print("|---|" + engines.map { _ in "---:|" }.joined())
@@ -364,28 +381,15 @@ struct StrataBench: ParsableCommand {
         }
         // readwhilewriting: the writer's keys/s beside the readers, and (`--interleave`)
         // without them in the same run, with the ratio of the two.
-        let writers = results.filter { $0.bench == "readwhilewriting" && $0.writesPerSecond != nil }
-        if !writers.isEmpty {
-            print("\n| writer keys/s with readers (without; ratio) | " + engines.joined(separator: " | ") + " |")
-            print("|---|" + engines.map { _ in "---:|" }.joined())
-            let cells = engines.map { engine -> String in
-                guard let result = writers.first(where: { $0.engine == engine }), let with = result.writesPerSecond else { return "" }
-                guard let alone = result.writesAlonePerSecond else { return "\(Int(with))" }
-                return "\(Int(with)) (\(Int(alone)); \(String(format: "%.2f", with / alone))×)"
-            }
-            print("| readwhilewriting | " + cells.joined(separator: " | ") + " |")
+        printBeside(results, engines: engines, workload: "readwhilewriting",
+                    title: "writer keys/s with readers (without; ratio)") { result in
+            result.writesPerSecond.map { ($0, result.writesAlonePerSecond) }
         }
         // fillsync-concurrent --interleave: T committers' commits a second, one committer's
         // in turns with them, and the ratio of the two.
-        let shared = results.filter { $0.bench == "fillsync-concurrent" && $0.oneCommitterPerSecond != nil }
-        if !shared.isEmpty {
-            print("\n| commits/s of \(threads ?? 8) committers (one committer; ratio) | " + engines.joined(separator: " | ") + " |")
-            print("|---|" + engines.map { _ in "---:|" }.joined())
-            let cells = engines.map { engine -> String in
-                guard let result = shared.first(where: { $0.engine == engine }), let one = result.oneCommitterPerSecond else { return "" }
-                return "\(Int(result.opsPerSecond)) (\(Int(one)); \(String(format: "%.2f", result.opsPerSecond / one))×)"
-            }
-            print("| fillsync-concurrent | " + cells.joined(separator: " | ") + " |")
+        printBeside(results, engines: engines, workload: "fillsync-concurrent",
+                    title: "commits/s of \(threads ?? 8) committers (one committer; ratio)") { result in
+            result.oneCommitterPerSecond.map { (result.opsPerSecond, $0) }
         }
         // Latency per transaction (writes) or read: p50 / p99 / p99.9 / max, in µs.
         let timed = workloads.filter { workload in results.contains { $0.bench == workload && $0.latency != nil } }
