@@ -150,6 +150,37 @@ extension Memtable {
         if defers { #expect(memtable.defersLinking.load(ordering: .relaxed) == (seed == 5), "seed \(seed)") }
     }
 
+    /// A reader's batch of more changes than its index has slots left, to fewer keys than
+    /// that, keeps the memtable deferring its links (Memtable+Deferred.swift): the room it
+    /// needs is counted in distinct keys, and each key reads as its last change.
+    @Test func aReaderBatchOfRepeatedKeysBeyondTheIndexRoomKeepsDeferring() throws {
+        let memtable = Memtable(budgetBytes: 64 << 10, defersLinking: true)
+        // More changes than the index has slots, let alone room for.
+        let room = memtable.index.slotCount
+        var batch = WALBatch()
+        var last: [[UInt8]: [UInt8]?] = [:]
+        for change in 0..<(room + 10) {
+            let key = Array("key\(change % 3)".utf8)
+            if change % 7 == 0 {
+                batch.delete(key)
+                last[key] = .some(nil)
+            } else {
+                let value = [UInt8(truncatingIfNeeded: change), UInt8(truncatingIfNeeded: change >> 8)]
+                batch.put(key, value)
+                last[key] = .some(value)
+            }
+        }
+        #expect(!memtable.index.hasRoom(for: batch.operations.count))
+        memtable.apply(batch, version: 1)
+        try memtable._checkInvariants()
+        let defers = memtable.defersLinking.load(ordering: .relaxed)
+        #expect(defers)
+        #expect(memtable.unlinkedCount.load(ordering: .relaxed) == 3)
+        for (key, value) in last {
+            #expect(memtable.entry(key, at: 1) == MemtableEntry(version: 1, value: value), "\(String(decoding: key, as: UTF8.self))")
+        }
+    }
+
     /// A long forward walk reads ahead, a batch of segments at a time (MemtableLookahead):
     /// from any start it hands out every key once, in order, as following the links would,
     /// including where a segment is longer than a lane takes in one batch (the memtable is
