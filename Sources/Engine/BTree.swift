@@ -33,10 +33,7 @@ struct BTree: Sendable, Equatable {
                 return try page.child(for: key)
             }
         }
-        return try file.withPage(id) { page in
-            guard page.type == .leaf else { throw PageDefect("a branch where a leaf belongs") }
-            return try body(page.leafCell(for: key))
-        }
+        return try file.withLeafCell(id, key, body)
     }
 
     /// A cursor at the first key ≥ `start` (forward) or ≤ `start` (reverse); a nil start

@@ -26,14 +26,16 @@ public struct EngineOptions: Sendable {
     public var mapsDataFile = true
     /// How checkpoints store leaves whose cells outgrow a page. `.none` (the default)
     /// splits them: every leaf is searched where it lies in the mapped file. `.lz4` lets one
-    /// page hold up to four pages of cells when their LZ4 block fits it (FORMAT.md,
-    /// "Compressed leaves"): the file takes fewer pages, and a read of such a leaf expands
-    /// it once into the page cache (`cacheBytes`). Values too large for a leaf are stored
+    /// page hold up to four pages of cells when they fit it LZ4-compressed, in pieces of
+    /// about 1 KiB (FORMAT.md, "Compressed leaves"): the file takes fewer pages; a point
+    /// read of such a leaf in the mapped file expands only the piece that would hold its
+    /// key, and a cursor (or any read where the file is not mapped) expands the whole leaf
+    /// once into the page cache (`cacheBytes`). Values too large for a leaf are stored
     /// as an LZ4 block in their overflow pages when that saves an eighth or more (a read of
     /// such a value expands it; a raw one is read where it lies in the mapped file). It applies to what a
-    /// checkpoint writes; a store may hold both kinds, and every build of format 5 or later
-    /// reads either. Raw leaves store the prefix their keys share once either way (FORMAT.md,
-    /// "Elided prefixes").
+    /// checkpoint writes; a store may hold both kinds, and every build of format 7 reads
+    /// either, and leaves compressed by builds of formats 4 to 6. Raw leaves store the
+    /// prefix their keys share once either way (FORMAT.md, "Elided prefixes").
     public var leafCompression = LeafCompression.none
     /// A checkpoint starts when the memtable holds this many bytes. Default 64 MiB. It
     /// starts sooner for small changes: the memtable's hash index, which finds a key the

@@ -5,7 +5,7 @@ import StrataCodec
 
 struct MetaPage: Equatable, Sendable {
     static let magic: [UInt8] = Array("STRATADB".utf8)
-    static let version: UInt16 = 6
+    static let version: UInt16 = 7
 
     var pageBytes: Int
     /// How many checkpoints made this file; the newest valid meta page wins.

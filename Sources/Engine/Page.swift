@@ -215,7 +215,7 @@ enum PageCodec {
         // compressed), and whether a branch's slots carry hints; it is zero in every other page.
         let format = page[leafFormatOffset]
         guard format == 0 || (type == .leaf && (format == varintVersions || format == hintedLeafFormat || format == currentLeafFormat
-                                                || format == compressedLeafFormat))
+                                                || format == compressedLeafFormat || format == piecedLeafFormat))
                 || (type == .branch && format == hintedSlots) || (type == .overflow && format == compressedChain) else {
             throw PageDefect("its header byte 5 is \(page[leafFormatOffset])")
         }

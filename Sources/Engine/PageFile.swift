@@ -181,6 +181,37 @@ final class PageFile: Sendable {
         do { return try body(cached.page) } catch let defect as PageDefect { throw corrupt(id, defect) }
     }
 
+    /// Calls `body` with the cell for `key` (a tombstone included), or nil, in the verified
+    /// leaf `id`: a point read's last step. A compressed leaf in pieces is searched in the
+    /// one piece that would hold `key`, expanded for this call alone (CompressedLeaf.swift);
+    /// any other leaf as `withPage` reads it. A `PageDefect` thrown by `body` becomes
+    /// `corruptPage` naming the page.
+    @inline(__always)
+    func withLeafCell<Result>(_ id: PageID, _ key: UnsafeRawBufferPointer, _ body: (LeafCell?) throws -> Result) throws -> Result {
+        guard !closed.load(ordering: .relaxed) else { throw EngineError.closed }
+        let address = currentRegion.load(ordering: .acquiring)
+        if address != 0 {
+            let page = try mappedPage(id, UnsafePointer<Region>(bitPattern: address)!.pointee)
+            guard page.type == .leaf else { throw corrupt(id, PageDefect("a branch where a leaf belongs")) }
+            if !PageCodec.isCompressedLeaf(page.bytes) {
+                do { return try body(page.leafCell(for: key)) } catch let defect as PageDefect { throw corrupt(id, defect) }
+            }
+            if PageCodec.isPiecedLeaf(page.bytes) {
+                do {
+                    return try PageCodec.withPiece(of: page.bytes, pageBytes: pageBytes, holding: key) { piece in
+                        try body(piece.leafCell(for: key))
+                    }
+                } catch let defect as PageDefect {
+                    throw corrupt(id, defect)
+                }
+            }
+        }
+        return try withPage(id) { page in
+            guard page.type == .leaf else { throw PageDefect("a branch where a leaf belongs") }
+            return try body(page.leafCell(for: key))
+        }
+    }
+
     /// The verified leaf or branch page `id`, for a cursor to hold across steps.
     func holdPage(_ id: PageID) throws -> HeldPage {
         guard !closed.load(ordering: .relaxed) else { throw EngineError.closed }

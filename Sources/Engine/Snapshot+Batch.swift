@@ -263,9 +263,6 @@ private struct KnownLeaf: LeafCellFinder {
     @inline(__always)
     func withCell<Result>(_ key: UnsafeRawBufferPointer, _ body: (LeafCell?) throws -> Result) throws -> Result {
         guard id != .none else { return try body(nil) }
-        return try file.withPage(id) { page in
-            guard page.type == .leaf else { throw PageDefect("a branch where a leaf belongs") }
-            return try body(page.leafCell(for: key))
-        }
+        return try file.withLeafCell(id, key, body)
     }
 }

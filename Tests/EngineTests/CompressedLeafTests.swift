@@ -3,6 +3,7 @@
 // compression read each other's leaves; data that does not compress keeps leaves as full
 // as without; a hostile compressed page is a corrupt page naming its offset, never a trap
 // or a large allocation; a vacuuming close moves compressed leaves like any other.
+import Foundation
 @testable import StrataEngine
 import StrataCodec
 import StrataFileIO
@@ -105,10 +106,16 @@ import Testing
                 total += entry.cellBytes
                 return total <= PageCodec.maxExpandedCapacity(pageBytes: pageBytes)
             })
-            let cells = entries.map(CellToWrite.entry)[...]
+            // Fewer entries until they fit a page, as a checkpoint splits a leaf whose body does not.
             let id = PageID(2 + UInt64(round))
-            guard case let .page(page, ratio) = PageCodec.encodeLeafPage(cells: cells, id: id, generation: 5, pageBytes: pageBytes,
-                                                                         compress: true, scratch: &scratch) else { continue }
+            var encoded: PageCodec.EncodedLeaf
+            repeat {
+                encoded = PageCodec.encodeLeafPage(cells: entries.map(CellToWrite.entry)[...], id: id, generation: 5,
+                                                   pageBytes: pageBytes, compress: true, scratch: &scratch)
+                if case .tooLarge = encoded { entries.removeLast(max(1, entries.count / 8)) }
+            } while entries.count > 1 && { if case .tooLarge = encoded { true } else { false } }()
+            let cells = entries.map(CellToWrite.entry)[...]
+            guard case let .page(page, ratio) = encoded else { continue }
             #expect(page.count == pageBytes)
             let (type, count, _) = try PageCodec.verify(page, id: id, expected: .tree)
             #expect(type == .leaf && count == entries.count)
@@ -117,14 +124,32 @@ import Testing
                 continue
             }
             compressed += 1
+            #expect(page.withUnsafeBytes { PageCodec.isPiecedLeaf($0) && $0[36] > 1 }, "round \(round): a leaf of pieces")
             let raw = PageCodec.encodeLeaf(cells: cells, id: id, generation: 5,
                                            pageBytes: PageCodec.hintedSlotsStart + cells.reduce(0) { $0 + $1.cellBytes }, elide: false)
             let expanded = try page.withUnsafeBytes { try PageCodec.expandLeaf($0, pageBytes: pageBytes) }
             #expect(expanded[4...] == raw[4...], "round \(round)")
             #expect(try PageCodec.decodeLeaf(expanded, count: count) == entries, "round \(round)")
+            // A point read's piece finds every key, and no key the leaf lacks (CompressedLeaf.C3).
+            try page.withUnsafeBytes { page in
+                for entry in entries {
+                    let absent = entry.key + [0]
+                    for key in [entry.key, absent] {
+                        let found = try key.withUnsafeBytes { key in
+                            try PageCodec.withPiece(of: page, pageBytes: pageBytes, holding: key) { try $0.leafCell(for: key)?.entry(key: key) }
+                        }
+                        let expected = key == entry.key ? entry : entries.first { $0.key == absent }
+                        #expect(found == expected, "round \(round): \(key)")
+                    }
+                }
+                let below = try [UInt8]().withUnsafeBytes { key in
+                    try PageCodec.withPiece(of: page, pageBytes: pageBytes, holding: key) { try $0.leafCell(for: key) != nil }
+                }
+                #expect(!below, "round \(round): the empty key")
+            }
         }
         // A 64 KiB page's cell offsets reach no further than the page: its leaves stay raw.
-        #expect(pageBytes == 65_536 ? compressed == 0 : compressed > 10, "most rounds make a compressed leaf")
+        #expect(pageBytes == 65_536 ? compressed == 0 : compressed > 10, "most rounds make a compressed leaf: \(compressed)")
     }
 
     /// A store written raw reads after a reopen with compression on, and the leaves its
@@ -384,7 +409,18 @@ import Testing
         }
         let index = try #require(found)
         let offset = index * pageBytes
-        var page = Array(image[offset..<(offset + pageBytes)])
+        // The leaf as one block, as format 4 wrote it (the pieces this build writes are
+        // forged in the test after this one).
+        let pieced = Array(image[offset..<(offset + pageBytes)])
+        let entries = try pieced.withUnsafeBytes { try PageCodec.decodeLeaf(PageCodec.expandLeaf($0, pageBytes: pageBytes), count: Int($0[6]) | Int($0[7]) << 8) }
+        var scratch: [UInt8] = []
+        guard case .page(var page, _) = PageCodec.encodeLeafPage(cells: entries.map(CellToWrite.entry)[...], id: PageID(UInt64(index)),
+                                                                  generation: pieced.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 16, as: UInt64.self) },
+                                                                  pageBytes: pageBytes, compress: true, inPieces: false, scratch: &scratch),
+              page[5] == PageCodec.compressedLeafFormat else {
+            Issue.record("the leaf does not compress into one block")
+            return
+        }
         let blockBytes = Int(page[36]) | Int(page[37]) << 8
         switch damage {
         case "cells length": page.replaceSubrange(32..<36, with: [0xFF, 0xFF, 0xFF, 0x7F])
@@ -427,6 +463,107 @@ import Testing
             return path == "/db/data" && at == Int64(offset)
         }
         let snapshot = reopened.snapshot()
+        #expect { try snapshot.forEach { _, _ in true } } throws: { namesThePage($0) }
+        let report = reopened.verify()
+        #expect(!report.isValid && report.problems.contains { $0.contains("offset \(offset)") }, "\(report)")
+        try reopened.close(checkpoint: false)
+    }
+
+    /// A compressed leaf in pieces whose directory, first keys or blocks were forged (its
+    /// checksum made to match) is a corrupt page naming the data file and the page's offset
+    /// for a scan and `verify`; a point read, mapped or through the cache, gives each key's
+    /// value or that error (never another answer for the keys of an intact piece, a trap or
+    /// a large allocation), and the error wherever the damage lies on its path.
+    @Test(arguments: ["pieces", "blocks start", "piece bytes", "piece block", "first key", "first key length", "tail"], [false, true])
+    func aForgedPiecedLeafIsACorruptPageNamingItsOffset(damage: String, mapped: Bool) throws {
+        let seed: UInt64 = 0xC0_4005
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("strata-pieces-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (path, fileSystem): (String, any FileSystem) = mapped ? (directory, POSIXFileSystem()) : ("/db", SimulatedFileSystem())
+        let (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options(.lz4))
+        let model = try fill(engine, count: 3_000, size: 100, random: &random)
+        try engine.close()
+        let file = path + "/data"
+        let handle = try fileSystem.open(file, options: [.write])
+        var image = try handle.read(count: Int(handle.size()), at: 0)
+        let pageBytes = 4_096
+        let found = (2..<(image.count / pageBytes)).first { index in
+            let page = Array(image[(index * pageBytes)..<((index + 1) * pageBytes)])
+            guard let (type, _, _) = try? PageCodec.verify(page, id: PageID(UInt64(index)), expected: .tree) else { return false }
+            return type == .leaf && page.withUnsafeBytes { PageCodec.isPiecedLeaf($0) } && page[36] >= 3
+        }
+        let index = try #require(found, "a leaf of three pieces or more")
+        let offset = index * pageBytes
+        var page = Array(image[offset..<(offset + pageBytes)])
+        let keys = try page.withUnsafeBytes { page in
+            try PageCodec.decodeLeaf(PageCodec.expandLeaf(page, pageBytes: pageBytes), count: Int(page[6]) | Int(page[7]) << 8).map(\.key)
+        }
+        let pieces = Int(page[36])
+        let blocksStart = Int(page[38]) | Int(page[39]) << 8
+        let entriesEnd = 40 + 6 * pieces
+        var blocks = 0
+        for piece in 0..<pieces {
+            let at = 40 + 6 * piece + 4
+            blocks += Int(page[at]) | Int(page[at + 1]) << 8
+        }
+        // Whether every point read of the mapped leaf's keys meets the damage (the rest meet
+        // it only in the piece it lies in, or not at all: the tail is the full check's).
+        let everyRead: Bool
+        switch damage {
+        case "pieces":
+            page[36] = 0
+            everyRead = true
+        case "blocks start":
+            page.replaceSubrange(38..<40, with: [0xFF, 0xFF])
+            everyRead = true
+        case "piece bytes":
+            page[40 + 2] &+= 1
+            everyRead = false
+        case "piece block":
+            // The last piece's block ends one byte later, into the zeros after it.
+            page[40 + 6 * (pieces - 1) + 4] &+= 1
+            everyRead = false
+        case "first key":
+            // The second piece's stored first key (all of it stored: it shares 0 bytes), one
+            // less in its last byte.
+            let length = Int(page[entriesEnd + 1])
+            page[entriesEnd + 1 + length] &-= 1
+            everyRead = false
+        case "first key length":
+            // The second piece's key, the first stored, shares a byte with none before it:
+            // every read walks the stored first keys from it.
+            page[entriesEnd] = 1
+            everyRead = true
+        default:
+            page[blocksStart + blocks] = 1
+            everyRead = false
+        }
+        PageCodec.seal(&page)
+        image.replaceSubrange(offset..<(offset + pageBytes), with: page)
+        try handle.write(image, at: 0)
+        try handle.close()
+
+        let (reopened, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options(.lz4))
+        #expect((reopened.pageFile.mappingBase != nil) == mapped)
+        func namesThePage(_ error: any Error) -> Bool {
+            guard case let EngineError.corruptPage(at, byte, _) = error else { return false }
+            return at == file && byte == Int64(offset)
+        }
+        let snapshot = reopened.snapshot()
+        var failed = 0
+        for key in keys {
+            do {
+                #expect(try snapshot.get(key) == model[key], "\(damage): \(key)")
+            } catch {
+                #expect(namesThePage(error), "\(error)")
+                failed += 1
+            }
+        }
+        // Read through the cache, a leaf is expanded whole: every read meets every damage.
+        let expected = everyRead || !mapped ? keys.count : damage == "tail" ? 0 : nil
+        #expect(expected.map { failed == $0 } ?? (failed > 0 && failed < keys.count), "\(failed) of \(keys.count) reads failed")
         #expect { try snapshot.forEach { _, _ in true } } throws: { namesThePage($0) }
         let report = reopened.verify()
         #expect(!report.isValid && report.problems.contains { $0.contains("offset \(offset)") }, "\(report)")

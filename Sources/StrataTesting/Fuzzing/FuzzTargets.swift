@@ -104,14 +104,31 @@ public enum FuzzTargets {
     /// slot, cell, overflow and free-list decoding.
     /// With byte 0's bit 2 set, a page of type leaf has its bytes from 40 on (up to the
     /// last nonzero one) compressed into a compressed leaf's block (FORMAT.md, "Compressed
-    /// leaves"), so the fuzzer reaches the cells an expansion walks.
+    /// leaves"), so the fuzzer reaches the cells an expansion walks. With its bit 3 set, the
+    /// file is read from the real file system, through a mapping (where a point read of a
+    /// leaf in pieces expands only its piece), instead of the simulated one.
     /// Open, get, scans both ways (copying and in place), counts (whole, up to a limit, and
     /// with the committed keys in the memtable, which the count steps to through the
     /// tree's leaves), verify, and a commit with its checkpoint (which reads the leaves it
     /// rewrites as the tree writer does, StoredCell.swift) give results or typed errors.
     public static func enginePage(_ input: [UInt8]) {
-        guard let fileSystem = enginePageStore(input),
-              let (engine, _) = try? StorageEngine.open(path: "/db", fileSystem: fileSystem, options: smallOptions()) else { return }
+        guard let fileSystem = enginePageStore(input) else { return }
+        guard input[0] & 8 != 0 else { return enginePage(input, path: "/db", fileSystem: fileSystem) }
+        // The same data file on the real file system, read through a mapping: there a point
+        // read of a compressed leaf in pieces expands the one piece it searches.
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("strata-fuzz-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        do {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            try Data(fileSystem.contents(of: "/db/data") ?? []).write(to: directory.appendingPathComponent("data"))
+        } catch {
+            preconditionFailure("the temporary directory failed: \(error)")
+        }
+        enginePage(input, path: directory.path, fileSystem: POSIXFileSystem())
+    }
+
+    private static func enginePage(_ input: [UInt8], path: String, fileSystem: any FileSystem) {
+        guard let (engine, _) = try? StorageEngine.open(path: path, fileSystem: fileSystem, options: smallOptions()) else { return }
         let snapshot = engine.snapshot()
         _ = try? snapshot.get(Array("k".utf8))
         _ = try? snapshot.scan(limit: 100)
