@@ -142,7 +142,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: directory) }
         let version = try runStrata(["--version"], in: directory)
         #expect(version.status == 0 && version.lines.count == 1)
-        #expect(version.stdout.hasPrefix("strata ") && version.stdout.contains("data file format 6, log format 2"), "\(version.stdout)")
+        #expect(version.stdout.hasPrefix("strata ") && version.stdout.contains("data file format 7, log format 2"), "\(version.stdout)")
         let help = try runStrata(["--help"], in: directory)
         #expect(help.stdout.contains("Exit status: 0 success; 1 the answer is no"), "\(help.stdout)")
         // 64: a usage error (a command without its argument); 1: the answer is no; 2: an error.
