@@ -383,11 +383,13 @@ extension PageCodec {
         }
     }
 
-    /// Calls `body` with the piece of the verified pieced leaf `page` whose cells would hold
-    /// `key`, expanded into a leaf of its own (CompressedLeaf.C1 to C3): the last piece whose
-    /// first key is at most `key`. A point read's search, without the whole leaf's expansion.
-    static func withPiece<Result>(of page: UnsafeRawBufferPointer, pageBytes: Int, holding key: UnsafeRawBufferPointer,
-                                  _ body: (TreePage) throws -> Result) throws -> Result {
+    /// Calls `body` with the cell for `key` (a tombstone included), or nil, in the verified
+    /// pieced leaf `page`: a point read's search, without the whole leaf's expansion. The
+    /// piece that would hold `key` (the last whose first key is at most `key`) is
+    /// decompressed and its cells walked once, as an expansion walks them (CompressedLeaf.C1
+    /// to C3); no slots are built. The cell found is handed out from a leaf of that one cell.
+    static func withPieceCell<Result>(of page: UnsafeRawBufferPointer, pageBytes: Int, for key: UnsafeRawBufferPointer,
+                                      _ body: (LeafCell?) throws -> Result) throws -> Result {
         let (count, cellBytes) = try expansionLengths(page, pageBytes: pageBytes)
         let (pieces, blocksStart) = try pieceLayout(page, pageBytes: pageBytes, count: count)
         // The chosen piece's first key, each next one compared with `key` before it is read
@@ -415,17 +417,28 @@ extension PageCodec {
                   block + entry.block <= pageBytes else {
                 throw PageDefect("piece \(piece) claims \(entry.cells) cells in \(entry.bytes) bytes and a block of \(entry.block) at \(block)")
             }
-            let cellsStart = hintedSlotsStart + hintedSlotBytes * entry.cells
-            let expanded = UnsafeMutableRawBufferPointer.allocate(byteCount: cellsStart + entry.bytes, alignment: 16)
-            defer { expanded.deallocate() }
+            // A leaf of one slot: the cells go after it, and the slot names the one found.
+            let cellsStart = hintedSlotsStart + hintedSlotBytes
+            let leaf = UnsafeMutableRawBufferPointer.allocate(byteCount: cellsStart + entry.bytes, alignment: 16)
+            defer { leaf.deallocate() }
             try decompress(UnsafeRawBufferPointer(rebasing: page[block..<(block + entry.block)]),
-                           into: UnsafeMutableRawBufferPointer(rebasing: expanded[cellsStart...]), what: "piece \(piece)'s LZ4 block")
-            try rebuildSlots(expanded, header: page, count: entry.cells, cellsStart: cellsStart)
-            if piece > 0 {
-                try requireFirstKey(UnsafeRawBufferPointer(expanded), slot: 0, is: UnsafeRawBufferPointer(rebasing: first[..<firstLength]),
-                                    piece: piece)
+                           into: UnsafeMutableRawBufferPointer(rebasing: leaf[cellsStart...]), what: "piece \(piece)'s LZ4 block")
+            let bytes = UnsafeRawBufferPointer(leaf)
+            var found: Int?
+            var pieceFirst = 0..<0
+            try walkCells(bytes, from: cellsStart, count: entry.cells) { index, cell, cellKey throws(PageDefect) in
+                if found == nil && compareBytes(UnsafeRawBufferPointer(rebasing: bytes[cellKey]), key) == 0 { found = cell }
+                if index == 0 { pieceFirst = cellKey }
             }
-            return try body(TreePage(bytes: UnsafeRawBufferPointer(expanded), type: .leaf, count: entry.cells, word: 0))
+            if piece > 0 && compareBytes(UnsafeRawBufferPointer(rebasing: bytes[pieceFirst]), UnsafeRawBufferPointer(rebasing: first[..<firstLength])) != 0 {
+                throw PageDefect("piece \(piece)'s stored first key is not its first cell's")
+            }
+            guard let found else { return try body(nil) }
+            writeHeader(leaf, from: page, count: 1)
+            leaf.storeBytes(of: UInt16(0), toByteOffset: PageHeader.bytes, as: UInt16.self)
+            leaf.storeBytes(of: UInt16(found).littleEndian, toByteOffset: hintedSlotsStart, as: UInt16.self)
+            leaf.storeBytes(of: UInt32(0), toByteOffset: hintedSlotsStart + 2, as: UInt32.self)
+            return try body(TreePage(bytes: bytes, type: .leaf, count: 1, word: 0).leafCell(0))
         }
     }
 
@@ -434,27 +447,61 @@ extension PageCodec {
     /// the header is `header`'s with byte 5 set to format 3's and its count to `count`.
     private static func rebuildSlots(_ expanded: UnsafeMutableRawBufferPointer, header page: UnsafeRawBufferPointer, count: Int,
                                      cellsStart: Int) throws(PageDefect) {
+        writeHeader(expanded, from: page, count: count)
+        let bytes = UnsafeRawBufferPointer(expanded)
+        var firstKey = 0..<0
+        var lastKey = 0..<0
+        // Each slot's offset is stored as its cell is reached; hints wait for the prefix.
+        try walkCells(bytes, from: cellsStart, count: count) { index, cell, key throws(PageDefect) in
+            expanded.storeBytes(of: UInt16(cell).littleEndian, toByteOffset: hintedSlotsStart + hintedSlotBytes * index, as: UInt16.self)
+            if index == count - 1 { lastKey = key }
+            if index == 0 { firstKey = key }
+        }
+        // The hint offset is the first and last keys' common prefix (FORMAT.md, "Hints").
+        var prefix = 0
+        while prefix < min(firstKey.count, lastKey.count) && bytes[firstKey.lowerBound + prefix] == bytes[lastKey.lowerBound + prefix] {
+            prefix += 1
+        }
+        expanded.storeBytes(of: UInt16(prefix).littleEndian, toByteOffset: PageHeader.bytes, as: UInt16.self)
+        let end = expanded.count
+        for index in 0..<count {
+            let slot = hintedSlotsStart + hintedSlotBytes * index
+            let offset = Int(UInt16(littleEndian: bytes.loadUnaligned(fromByteOffset: slot, as: UInt16.self)))
+            // The key's length is a varint of at most two bytes (keys are at most 768 bytes).
+            var keyStart = offset
+            let keyLength = Int((try? Varint.read(bytes, at: &keyStart, end: end)) ?? 0)
+            let hint = hint(of: UnsafeRawBufferPointer(rebasing: bytes[keyStart..<(keyStart + keyLength)]), at: prefix)
+            expanded.storeBytes(of: hint.bigEndian, toByteOffset: slot + 2, as: UInt32.self)
+        }
+    }
+
+    /// An expansion's header: `header`'s with byte 5 set to format 3's and its count to `count`.
+    @inline(__always)
+    private static func writeHeader(_ expanded: UnsafeMutableRawBufferPointer, from page: UnsafeRawBufferPointer, count: Int) {
         expanded.copyMemory(from: UnsafeRawBufferPointer(rebasing: page[..<PageHeader.bytes]))
         expanded[leafFormatOffset] = hintedLeafFormat
         expanded.storeBytes(of: UInt16(count).littleEndian, toByteOffset: 6, as: UInt16.self)
-        // Cells lie last key first: the k-th from the start is cell count - 1 - k. Each
-        // slot's offset is stored as its cell is reached; hints wait for the prefix.
-        let bytes = UnsafeRawBufferPointer(expanded)
-        let end = expanded.count
-        var at = cellsStart
-        var firstKey = 0..<0
-        var lastKey = 0..<0
+    }
+
+    /// Walks the `count` cells that lie from `start` to the end of `bytes`, last key first
+    /// (the k-th from the start is cell count - 1 - k), each within them as FORMAT.md's
+    /// "Leaf cell" reads it, calling `visit` with the cell's index, where it starts and
+    /// where its key lies. They must end exactly at the end of `bytes`.
+    @inline(__always)
+    private static func walkCells(_ bytes: UnsafeRawBufferPointer, from start: Int, count: Int,
+                                  _ visit: (_ index: Int, _ cell: Int, _ key: Range<Int>) throws(PageDefect) -> Void) throws(PageDefect) {
+        let end = bytes.count
+        var at = start
         do {
             for index in (0..<count).reversed() {
                 guard at < end else { throw PageDefect("its cells end before cell \(index)") }
-                expanded.storeBytes(of: UInt16(at).littleEndian, toByteOffset: hintedSlotsStart + hintedSlotBytes * index, as: UInt16.self)
+                let cell = at
                 let keyVarint = try Varint.read(bytes, at: &at, end: end)
                 guard keyVarint > 0, keyVarint <= UInt64(Limits.maxKeyBytes), keyVarint <= UInt64(end - at) else {
                     throw PageDefect("cell \(index) has a key of \(keyVarint) bytes")
                 }
                 let keyLength = Int(keyVarint)
-                if index == count - 1 { lastKey = at..<(at + keyLength) }
-                if index == 0 { firstKey = at..<(at + keyLength) }
+                try visit(index, cell, at..<(at + keyLength))
                 at += keyLength
                 _ = try Varint.read(bytes, at: &at, end: end)
                 guard at < end else { throw PageDefect("cell \(index) ends before its flags") }
@@ -479,20 +526,5 @@ extension PageCodec {
             throw PageDefect("its compressed cells do not decode: \(error)")
         }
         guard at == end else { throw PageDefect("its block holds \(end - at) bytes after its \(count) cells") }
-        // The hint offset is the first and last keys' common prefix (FORMAT.md, "Hints").
-        var prefix = 0
-        while prefix < min(firstKey.count, lastKey.count) && bytes[firstKey.lowerBound + prefix] == bytes[lastKey.lowerBound + prefix] {
-            prefix += 1
-        }
-        expanded.storeBytes(of: UInt16(prefix).littleEndian, toByteOffset: PageHeader.bytes, as: UInt16.self)
-        for index in 0..<count {
-            let slot = hintedSlotsStart + hintedSlotBytes * index
-            let offset = Int(UInt16(littleEndian: bytes.loadUnaligned(fromByteOffset: slot, as: UInt16.self)))
-            // The key's length is a varint of at most two bytes (keys are at most 768 bytes).
-            var keyStart = offset
-            let keyLength = Int((try? Varint.read(bytes, at: &keyStart, end: end)) ?? 0)
-            let hint = hint(of: UnsafeRawBufferPointer(rebasing: bytes[keyStart..<(keyStart + keyLength)]), at: prefix)
-            expanded.storeBytes(of: hint.bigEndian, toByteOffset: slot + 2, as: UInt32.self)
-        }
     }
 }

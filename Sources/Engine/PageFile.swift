@@ -198,9 +198,7 @@ final class PageFile: Sendable {
             }
             if PageCodec.isPiecedLeaf(page.bytes) {
                 do {
-                    return try PageCodec.withPiece(of: page.bytes, pageBytes: pageBytes, holding: key) { piece in
-                        try body(piece.leafCell(for: key))
-                    }
+                    return try PageCodec.withPieceCell(of: page.bytes, pageBytes: pageBytes, for: key, body)
                 } catch let defect as PageDefect {
                     throw corrupt(id, defect)
                 }

@@ -136,14 +136,14 @@ import Testing
                     let absent = entry.key + [0]
                     for key in [entry.key, absent] {
                         let found = try key.withUnsafeBytes { key in
-                            try PageCodec.withPiece(of: page, pageBytes: pageBytes, holding: key) { try $0.leafCell(for: key)?.entry(key: key) }
+                            try PageCodec.withPieceCell(of: page, pageBytes: pageBytes, for: key) { $0?.entry(key: key) }
                         }
                         let expected = key == entry.key ? entry : entries.first { $0.key == absent }
                         #expect(found == expected, "round \(round): \(key)")
                     }
                 }
                 let below = try [UInt8]().withUnsafeBytes { key in
-                    try PageCodec.withPiece(of: page, pageBytes: pageBytes, holding: key) { try $0.leafCell(for: key) != nil }
+                    try PageCodec.withPieceCell(of: page, pageBytes: pageBytes, for: key) { $0 != nil }
                 }
                 #expect(!below, "round \(round): the empty key")
             }
