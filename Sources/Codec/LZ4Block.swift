@@ -76,14 +76,15 @@ package enum LZ4Block {
     }
 
     /// Compresses `input` into `output` with LZ4's `acceleration` (1 packs tightest);
-    /// returns the block's size, or `nil` when it does not fit `output` or would not be
-    /// smaller than the input. O(n); allocates nothing.
+    /// returns the block's size, or `nil` when it does not fit `output` or, unless
+    /// `allowingGrowth` (a block that must be one whatever its size), would not be smaller
+    /// than the input. O(n); allocates nothing.
     package static func compress(_ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
-                                 acceleration: Int32) -> Int? {
+                                 acceleration: Int32, allowingGrowth: Bool = false) -> Int? {
         guard input.count > 0, input.count <= maxInputCount, output.count > 0 else { return nil }
         let written = compressBlock(input, into: UnsafeMutableRawBufferPointer(rebasing: output[..<min(output.count, maxInputCount)]),
                                     acceleration: acceleration)
-        return written > 0 && written < input.count ? written : nil
+        return written > 0 && (allowingGrowth || written < input.count) ? written : nil
     }
 
     /// Decompresses one block into `output`, which it must fill exactly. Throws

@@ -133,9 +133,11 @@ extension PageCodec {
         expanded.withUnsafeBytes { expanded in
             scratch.withUnsafeMutableBytes { scratch in
                 for bytes in raw {
+                    // A piece that does not compress is a block all the same (the leaf as a
+                    // whole must save an eighth); one block must be smaller than the cells.
                     let block = LZ4Block.compress(UnsafeRawBufferPointer(rebasing: expanded[(end - bytes)..<end]),
                                                   into: UnsafeMutableRawBufferPointer(rebasing: scratch[written...]),
-                                                  acceleration: leafAcceleration)
+                                                  acceleration: leafAcceleration, allowingGrowth: inPieces)
                     guard let block else { return }
                     blocks.append(block)
                     written += block

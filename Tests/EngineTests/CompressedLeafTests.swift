@@ -152,6 +152,48 @@ import Testing
         #expect(pageBytes == 65_536 ? compressed == 0 : compressed > 10, "most rounds make a compressed leaf: \(compressed)")
     }
 
+    /// A piece whose cells do not compress (values of random bytes among compressible
+    /// ones) is stored as a block all the same: the leaf is compressed when the whole saves
+    /// an eighth, and it expands, and every key is found in its piece, as in any other.
+    @Test func aPieceThatDoesNotCompressKeepsItsLeafCompressed() throws {
+        let seed: UInt64 = 0xC0_4006
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        // The last 8 keys (the last piece's cells, and more) are random bytes after a "z",
+        // with values of random bytes: nothing in them repeats for LZ4 to find.
+        let entries = (0..<40).map { index in
+            let size = 110
+            guard index >= 32 else {
+                return LeafEntry(key: Array(String(format: "key%05d", index).utf8), version: 7, payload: .inline(value(size, &random)))
+            }
+            let key = [UInt8(ascii: "z")] + (0..<15).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+            return LeafEntry(key: key, version: 7, payload: .inline((0..<size).map { _ in UInt8(truncatingIfNeeded: random.next()) }))
+        }.sorted { compareKeys($0.key, $1.key) < 0 }
+        var scratch: [UInt8] = []
+        let cells = entries.map(CellToWrite.entry)[...]
+        guard case let .page(page, ratio) = PageCodec.encodeLeafPage(cells: cells, id: PageID(2), generation: 1, pageBytes: 4_096,
+                                                                     compress: true, scratch: &scratch) else {
+            Issue.record("the leaf did not fit a page")
+            return
+        }
+        #expect(ratio != nil && page.withUnsafeBytes { PageCodec.isPiecedLeaf($0) }, "compressed in pieces")
+        // The last piece's block: the last entry, after every block before it.
+        let pieces = Int(page[36])
+        let last = 40 + 6 * (pieces - 1)
+        let (lastBytes, lastBlock) = (Int(page[last + 2]) | Int(page[last + 3]) << 8, Int(page[last + 4]) | Int(page[last + 5]) << 8)
+        #expect(lastBlock >= lastBytes, "the last piece, random bytes, is a block no smaller than its \(lastBytes) bytes: \(lastBlock)")
+        let expanded = try page.withUnsafeBytes { try PageCodec.expandLeaf($0, pageBytes: 4_096) }
+        #expect(try PageCodec.decodeLeaf(expanded, count: entries.count) == entries)
+        try page.withUnsafeBytes { page in
+            for entry in entries {
+                let found = try entry.key.withUnsafeBytes { key in
+                    try PageCodec.withPieceCell(of: page, pageBytes: 4_096, for: key) { $0?.entry(key: key) }
+                }
+                #expect(found == entry)
+            }
+        }
+    }
+
     /// A store written raw reads after a reopen with compression on, and the leaves its
     /// checkpoints rewrite come out compressed; a reopen with compression off reads them
     /// and writes raw leaves again. Every step verifies and holds the model.
