@@ -10,19 +10,20 @@
 //
 // This build writes a leaf's cells in pieces of about `pieceBytes`, each its own LZ4 block,
 // with the first key of every piece but the first stored before the blocks (format 7). A
-// point read finds its piece by those keys and expands that piece alone into a leaf of its
-// own, which it searches and then drops: a few hundred bytes decompressed a read, where a
-// leaf of one block (format 4, still read) expands whole. A cursor, which walks every cell,
+// point read finds its piece by those keys, decompresses that piece alone and walks its
+// cells once for the key, then drops it: about 1 KiB decompressed a read, where a leaf of
+// one block (format 4, still read) expands whole. A cursor, which walks every cell,
 // expands the whole leaf once into the page cache and walks the expansion like any page.
 //
 // Invariants:
 //  CompressedLeaf.C1. A compressed leaf's expansion is its header, hint offset and slots
 //      plus its stated cell bytes, at most `maxExpandedLeafBytes`, and is allocated only
 //      after the lengths were checked against those limits and the page (a hostile page
-//      costs no large allocation); so is a piece's, which is never larger.
+//      costs no large allocation); so is a point read's piece, which is never larger.
 //  CompressedLeaf.C2. The expansion is the raw leaf the cells were encoded from, byte for
 //      byte (its header with byte 5 set to format 3's 3), so every search and decoder reads
-//      it as a raw leaf of its own length; a piece's expansion is the raw leaf of its cells.
+//      it as a raw leaf of its own length; a point read walks a piece's cells as it walks
+//      the whole leaf's.
 //  CompressedLeaf.C3. A piece's stored first key is the first key of its cells: the full
 //      expansion checks every one (so `verify` reports a forged one), and a point read the
 //      one of the piece it expands. (Between two pieces a point read trusts the order the
