@@ -119,11 +119,10 @@ extension PageCodec {
         let raw = pieces.map { piece in cells[piece].reduce(0) { $0 + $1.cellBytes - hintedSlotBytes } }
         // Each first key is stored as the bytes it shares with the one before, and the rest.
         let firstKeys = pieces.dropFirst().map { cells[$0.lowerBound].key }
-        var separators = 0
-        for (index, key) in firstKeys.enumerated() {
-            let shared = index == 0 ? 0 : sharedPrefix(firstKeys[index - 1], key)
-            separators += varintBytes(shared) + varintBytes(key.count - shared) + key.count - shared
+        let shared = firstKeys.indices.map { index in
+            index == 0 ? 0 : firstKeys[index - 1].withUnsafeBytes { before in firstKeys[index].withUnsafeBytes { commonPrefix(before, $0) } }
         }
+        let separators = zip(firstKeys, shared).reduce(0) { $0 + varintBytes($1.1) + varintBytes($1.0.count - $1.1) + $1.0.count - $1.1 }
         let blocksStart = inPieces ? pieceEntriesStart + pieceEntryBytes * pieces.count + separators : compressedBlockStart
         let bound = raw.reduce(0) { $0 + LZ4Block.compressBound($1) }
         if scratch.count < bound { scratch = [UInt8](repeating: 0, count: bound) }
@@ -173,8 +172,7 @@ extension PageCodec {
                         at += 2
                     }
                 }
-                for (index, key) in firstKeys.enumerated() {
-                    let shared = index == 0 ? 0 : sharedPrefix(firstKeys[index - 1], key)
+                for (key, shared) in zip(firstKeys, shared) {
                     ByteWriter.storeVarint(UInt64(shared), in: page, at: &at)
                     ByteWriter.storeVarint(UInt64(key.count - shared), in: page, at: &at)
                     for byte in key[shared...] {
@@ -281,13 +279,6 @@ extension PageCodec {
             throw PageDefect("its \(pieces) pieces of \(count) cells have blocks at \(blocksStart)")
         }
         return (pieces, blocksStart)
-    }
-
-    /// The bytes two keys share at their start.
-    private static func sharedPrefix(_ lhs: [UInt8], _ rhs: [UInt8]) -> Int {
-        var shared = 0
-        while shared < min(lhs.count, rhs.count) && lhs[shared] == rhs[shared] { shared += 1 }
-        return shared
     }
 
     /// The lengths of the stored first key of piece `piece` at `at` (before `end`), whose
@@ -461,10 +452,7 @@ extension PageCodec {
             if index == 0 { firstKey = key }
         }
         // The hint offset is the first and last keys' common prefix (FORMAT.md, "Hints").
-        var prefix = 0
-        while prefix < min(firstKey.count, lastKey.count) && bytes[firstKey.lowerBound + prefix] == bytes[lastKey.lowerBound + prefix] {
-            prefix += 1
-        }
+        let prefix = commonPrefix(UnsafeRawBufferPointer(rebasing: bytes[firstKey]), UnsafeRawBufferPointer(rebasing: bytes[lastKey]))
         expanded.storeBytes(of: UInt16(prefix).littleEndian, toByteOffset: PageHeader.bytes, as: UInt16.self)
         let end = expanded.count
         for index in 0..<count {

@@ -125,6 +125,20 @@ import Testing
             }
             compressed += 1
             #expect(page.withUnsafeBytes { PageCodec.isPiecedLeaf($0) && $0[36] > 1 }, "round \(round): a leaf of pieces")
+            // Each piece is cut before the cell that would take its cells past `pieceBytes`
+            // (FORMAT.md): its stated cells and bytes are those of the entries it holds.
+            var next = 0
+            for piece in 0..<Int(page[36]) {
+                let at = 40 + 6 * piece
+                let (pieceCells, pieceBytes) = (Int(page[at]) | Int(page[at + 1]) << 8, Int(page[at + 2]) | Int(page[at + 3]) << 8)
+                let held = entries[next..<(next + pieceCells)].reduce(0) { $0 + $1.cellBytes - PageCodec.hintedSlotBytes }
+                #expect(held == pieceBytes && (pieceCells == 1 || pieceBytes <= PageCodec.pieceBytes), "round \(round) piece \(piece)")
+                next += pieceCells
+                if next < entries.count {
+                    #expect(pieceBytes + entries[next].cellBytes - PageCodec.hintedSlotBytes > PageCodec.pieceBytes, "round \(round) piece \(piece) cut early")
+                }
+            }
+            #expect(next == entries.count)
             let raw = PageCodec.encodeLeaf(cells: cells, id: id, generation: 5,
                                            pageBytes: PageCodec.hintedSlotsStart + cells.reduce(0) { $0 + $1.cellBytes }, elide: false)
             let expanded = try page.withUnsafeBytes { try PageCodec.expandLeaf($0, pageBytes: pageBytes) }
@@ -192,6 +206,111 @@ import Testing
                 #expect(found == entry)
             }
         }
+    }
+
+    /// The byte 5 of every leaf the store's tree reaches, read from the data file's bytes.
+    private func leafForms(_ engine: StorageEngine, file: [UInt8]) throws -> [UInt8] {
+        let tree = engine.snapshot().state.tree
+        var forms: [UInt8] = []
+        var stack = tree.root == .none ? [] : [tree.root]
+        while let id = stack.popLast() {
+            switch try engine.pageFile.nodeAndForm(id).node {
+            case .leaf: forms.append(file[Int(id.rawValue) * engine.pageFile.pageBytes + PageCodec.leafFormatOffset])
+            case let .branch(entries): stack += entries.map(\.child)
+            }
+        }
+        return forms
+    }
+
+    /// A store whose compressed leaves are single blocks, as builds of formats 4 to 6 wrote
+    /// them, reads every key (mapped, where a point read falls back to the whole leaf's
+    /// expansion, and through the cache) and verifies; a checkpoint that rewrites its keys
+    /// writes its leaves in pieces (FORMAT.md, "Format versions").
+    @Test(arguments: [false, true])
+    func leavesOfOneBlockReadAndAreRewrittenInPieces(mapped: Bool) throws {
+        let seed: UInt64 = 0xC0_4007
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("strata-blocks-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (path, fileSystem): (String, any FileSystem) = mapped ? (directory, POSIXFileSystem()) : ("/db", SimulatedFileSystem())
+        let (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options(.lz4))
+        var model = try fill(engine, count: 3_000, size: 100, random: &random)
+        try engine.close()
+        // Every leaf in pieces becomes the same leaf as one block.
+        let handle = try fileSystem.open(path + "/data", options: [.write])
+        var image = try handle.read(count: Int(handle.size()), at: 0)
+        let pageBytes = 4_096
+        var scratch: [UInt8] = []
+        var rewritten = 0
+        for index in 2..<(image.count / pageBytes) {
+            let offset = index * pageBytes
+            let page = Array(image[offset..<(offset + pageBytes)])
+            guard let (type, count, _) = try? PageCodec.verify(page, id: PageID(UInt64(index)), expected: .tree), type == .leaf,
+                  page.withUnsafeBytes({ PageCodec.isPiecedLeaf($0) }) else { continue }
+            let entries = try page.withUnsafeBytes { try PageCodec.decodeLeaf(PageCodec.expandLeaf($0, pageBytes: pageBytes), count: count) }
+            let generation = page.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 16, as: UInt64.self) }
+            guard case let .page(single, _) = PageCodec.encodeLeafPage(cells: entries.map(CellToWrite.entry)[...], id: PageID(UInt64(index)),
+                                                                       generation: UInt64(littleEndian: generation), pageBytes: pageBytes,
+                                                                       compress: true, inPieces: false, scratch: &scratch),
+                  single[PageCodec.leafFormatOffset] == PageCodec.compressedLeafFormat else { continue }
+            image.replaceSubrange(offset..<(offset + pageBytes), with: single)
+            rewritten += 1
+        }
+        try handle.write(image, at: 0)
+        try handle.close()
+        #expect(rewritten > 10, "leaves of one block: \(rewritten)")
+
+        var (reopened, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options(.lz4))
+        #expect((reopened.pageFile.mappingBase != nil) == mapped)
+        #expect(try leafForms(reopened, file: image).filter { $0 == PageCodec.compressedLeafFormat }.count == rewritten)
+        try expectHolds(reopened, model, "leaves of one block")
+        var report = reopened.verify()
+        #expect(report.isValid && report.compressedLeafPages >= rewritten, "\(report)")
+        // Every key written again: the checkpoint rewrites every leaf, in pieces.
+        var batch = WALBatch()
+        for key in model.keys {
+            let value = value(100, &random)
+            batch.put(key, value)
+            model[key] = value
+        }
+        try reopened.commit(batch)
+        try reopened.checkpoint()
+        let after = try fileSystem.open(path + "/data", options: [.write])
+        let file = try after.read(count: Int(after.size()), at: 0)
+        try after.close()
+        let forms = try leafForms(reopened, file: file)
+        #expect(!forms.contains(PageCodec.compressedLeafFormat) && forms.filter { $0 == PageCodec.piecedLeafFormat }.count > 10, "\(forms)")
+        try expectHolds(reopened, model, "rewritten in pieces")
+        report = reopened.verify()
+        #expect(report.isValid, "\(report)")
+        try reopened.close()
+        (reopened, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options(.lz4))
+        try expectHolds(reopened, model, "reopened")
+        try reopened.close()
+    }
+
+    /// Point reads of compressed leaves in the mapped file put nothing in the page cache
+    /// (each expands its piece for the read alone); a scan, which expands whole leaves,
+    /// fills it (EngineOptions.leafCompression).
+    @Test func mappedPointReadsLeaveThePageCacheEmpty() throws {
+        let seed: UInt64 = 0xC0_4008
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("strata-cache-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (engine, _) = try StorageEngine.open(path: directory, fileSystem: POSIXFileSystem(), options: options(.lz4))
+        let model = try fill(engine, count: 3_000, size: 100, random: &random)
+        try engine.close()
+        let (reopened, _) = try StorageEngine.open(path: directory, fileSystem: POSIXFileSystem(), options: options(.lz4))
+        #expect(reopened.pageFile.mappingBase != nil && reopened.verify().compressedLeafPages > 10)
+        let snapshot = reopened.snapshot()
+        let before = reopened.pageFile.cache.count
+        for (key, value) in model { #expect(try snapshot.get(key) == value) }
+        #expect(reopened.pageFile.cache.count == before, "point reads cached \(reopened.pageFile.cache.count - before) pages")
+        try snapshot.forEach { _, _ in true }
+        #expect(reopened.pageFile.cache.count > before, "a scan caches the leaves it expands")
+        try reopened.close()
     }
 
     /// A store written raw reads after a reopen with compression on, and the leaves its
