@@ -208,6 +208,23 @@ import Testing
         }
     }
 
+    /// A closed store of 3,000 keys of 100-byte values half one repeated byte, its leaves
+    /// compressed: in a new temporary directory of the real file system (read through a
+    /// mapping), which the caller removes, or at /db of a simulated one; its model, and the
+    /// generator (seeded with `seed`, printed) after the fill.
+    private func filledCompressedStore(seed: UInt64, mapped: Bool) throws
+        -> (path: String, fileSystem: any FileSystem, model: [[UInt8]: [UInt8]], random: SplitMix64) {
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let (path, fileSystem): (String, any FileSystem) = mapped
+            ? (FileManager.default.temporaryDirectory.appendingPathComponent("strata-compressed-\(UUID().uuidString)").path, POSIXFileSystem())
+            : ("/db", SimulatedFileSystem())
+        let (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options(.lz4))
+        let model = try fill(engine, count: 3_000, size: 100, random: &random)
+        try engine.close()
+        return (path, fileSystem, model, random)
+    }
+
     /// The byte 5 of every leaf the store's tree reaches, read from the data file's bytes.
     private func leafForms(_ engine: StorageEngine, file: [UInt8]) throws -> [UInt8] {
         let tree = engine.snapshot().state.tree
@@ -228,15 +245,8 @@ import Testing
     /// writes its leaves in pieces (FORMAT.md, "Format versions").
     @Test(arguments: [false, true])
     func leavesOfOneBlockReadAndAreRewrittenInPieces(mapped: Bool) throws {
-        let seed: UInt64 = 0xC0_4007
-        print("seed \(seed)")
-        var random = SplitMix64(seed: seed)
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("strata-blocks-\(UUID().uuidString)").path
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let (path, fileSystem): (String, any FileSystem) = mapped ? (directory, POSIXFileSystem()) : ("/db", SimulatedFileSystem())
-        let (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options(.lz4))
-        var model = try fill(engine, count: 3_000, size: 100, random: &random)
-        try engine.close()
+        var (path, fileSystem, model, random) = try filledCompressedStore(seed: 0xC0_4007, mapped: mapped)
+        defer { if mapped { try? FileManager.default.removeItem(atPath: path) } }
         // Every leaf in pieces becomes the same leaf as one block.
         let handle = try fileSystem.open(path + "/data", options: [.write])
         var image = try handle.read(count: Int(handle.size()), at: 0)
@@ -294,15 +304,9 @@ import Testing
     /// (each expands its piece for the read alone); a scan, which expands whole leaves,
     /// fills it (EngineOptions.leafCompression).
     @Test func mappedPointReadsLeaveThePageCacheEmpty() throws {
-        let seed: UInt64 = 0xC0_4008
-        print("seed \(seed)")
-        var random = SplitMix64(seed: seed)
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("strata-cache-\(UUID().uuidString)").path
+        let (directory, fileSystem, model, _) = try filledCompressedStore(seed: 0xC0_4008, mapped: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let (engine, _) = try StorageEngine.open(path: directory, fileSystem: POSIXFileSystem(), options: options(.lz4))
-        let model = try fill(engine, count: 3_000, size: 100, random: &random)
-        try engine.close()
-        let (reopened, _) = try StorageEngine.open(path: directory, fileSystem: POSIXFileSystem(), options: options(.lz4))
+        let (reopened, _) = try StorageEngine.open(path: directory, fileSystem: fileSystem, options: options(.lz4))
         #expect(reopened.pageFile.mappingBase != nil && reopened.verify().compressedLeafPages > 10)
         let snapshot = reopened.snapshot()
         let before = reopened.pageFile.cache.count
@@ -637,15 +641,8 @@ import Testing
     /// a large allocation), and the error wherever the damage lies on its path.
     @Test(arguments: ["pieces", "blocks start", "piece bytes", "piece block", "first key", "first key length", "tail"], [false, true])
     func aForgedPiecedLeafIsACorruptPageNamingItsOffset(damage: String, mapped: Bool) throws {
-        let seed: UInt64 = 0xC0_4005
-        print("seed \(seed)")
-        var random = SplitMix64(seed: seed)
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("strata-pieces-\(UUID().uuidString)").path
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let (path, fileSystem): (String, any FileSystem) = mapped ? (directory, POSIXFileSystem()) : ("/db", SimulatedFileSystem())
-        let (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options(.lz4))
-        let model = try fill(engine, count: 3_000, size: 100, random: &random)
-        try engine.close()
+        let (path, fileSystem, model, _) = try filledCompressedStore(seed: 0xC0_4005, mapped: mapped)
+        defer { if mapped { try? FileManager.default.removeItem(atPath: path) } }
         let file = path + "/data"
         let handle = try fileSystem.open(file, options: [.write])
         var image = try handle.read(count: Int(handle.size()), at: 0)
