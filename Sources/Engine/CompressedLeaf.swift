@@ -246,7 +246,10 @@ extension PageCodec {
 
     /// A page's bytes from `start` on must be zero.
     private static func requireZeroTail(_ page: UnsafeRawBufferPointer, from start: Int) throws(PageDefect) {
-        for index in start..<page.count where page[index] != 0 {
+        // Eight bytes at a time, then the byte that is not zero found among them.
+        var word = start
+        while word + 8 <= page.count && page.loadUnaligned(fromByteOffset: word, as: UInt64.self) == 0 { word += 8 }
+        for index in word..<page.count where page[index] != 0 {
             throw PageDefect("byte \(index), past its LZ4 blocks, is not zero")
         }
     }
@@ -445,23 +448,24 @@ extension PageCodec {
         let bytes = UnsafeRawBufferPointer(expanded)
         var firstKey = 0..<0
         var lastKey = 0..<0
-        // Each slot's offset is stored as its cell is reached; hints wait for the prefix.
+        // Each slot's offset is stored as its cell is reached, and where its key lies in
+        // the hint's place (two 16-bit halves: the cells end within 64 KiB), which the hint
+        // replaces once the prefix is known.
         try walkCells(bytes, from: cellsStart, count: count) { index, cell, key throws(PageDefect) in
-            expanded.storeBytes(of: UInt16(cell).littleEndian, toByteOffset: hintedSlotsStart + hintedSlotBytes * index, as: UInt16.self)
+            let slot = hintedSlotsStart + hintedSlotBytes * index
+            expanded.storeBytes(of: UInt16(cell).littleEndian, toByteOffset: slot, as: UInt16.self)
+            expanded.storeBytes(of: UInt32(key.lowerBound) | UInt32(key.count) << 16, toByteOffset: slot + 2, as: UInt32.self)
             if index == count - 1 { lastKey = key }
             if index == 0 { firstKey = key }
         }
         // The hint offset is the first and last keys' common prefix (FORMAT.md, "Hints").
         let prefix = commonPrefix(UnsafeRawBufferPointer(rebasing: bytes[firstKey]), UnsafeRawBufferPointer(rebasing: bytes[lastKey]))
         expanded.storeBytes(of: UInt16(prefix).littleEndian, toByteOffset: PageHeader.bytes, as: UInt16.self)
-        let end = expanded.count
         for index in 0..<count {
             let slot = hintedSlotsStart + hintedSlotBytes * index
-            let offset = Int(UInt16(littleEndian: bytes.loadUnaligned(fromByteOffset: slot, as: UInt16.self)))
-            // The key's length is a varint of at most two bytes (keys are at most 768 bytes).
-            var keyStart = offset
-            let keyLength = Int((try? Varint.read(bytes, at: &keyStart, end: end)) ?? 0)
-            let hint = hint(of: UnsafeRawBufferPointer(rebasing: bytes[keyStart..<(keyStart + keyLength)]), at: prefix)
+            let key = bytes.loadUnaligned(fromByteOffset: slot + 2, as: UInt32.self)
+            let keyStart = Int(key & 0xFFFF)
+            let hint = hint(of: UnsafeRawBufferPointer(rebasing: bytes[keyStart..<(keyStart + Int(key >> 16))]), at: prefix)
             expanded.storeBytes(of: hint.bigEndian, toByteOffset: slot + 2, as: UInt32.self)
         }
     }
@@ -472,6 +476,17 @@ extension PageCodec {
         expanded.copyMemory(from: UnsafeRawBufferPointer(rebasing: page[..<PageHeader.bytes]))
         expanded[leafFormatOffset] = hintedLeafFormat
         expanded.storeBytes(of: UInt16(count).littleEndian, toByteOffset: 6, as: UInt16.self)
+    }
+
+    /// `Varint.read`, its short forms (a cell's lengths, most versions) read in line.
+    @inline(__always)
+    private static func readVarint(_ bytes: UnsafeRawBufferPointer, at offset: inout Int, end: Int) throws(CodecError) -> UInt64 {
+        if offset < end, bytes[offset] < 0x80 {
+            offset += 1
+            return UInt64(bytes[offset - 1])
+        }
+        if let value = Varint.readShort(bytes, at: &offset, end: end) { return value }
+        return try Varint.read(bytes, at: &offset, end: end)
     }
 
     /// Walks the `count` cells that lie from `start` to the end of `bytes`, last key first
@@ -487,28 +502,28 @@ extension PageCodec {
             for index in (0..<count).reversed() {
                 guard at < end else { throw PageDefect("its cells end before cell \(index)") }
                 let cell = at
-                let keyVarint = try Varint.read(bytes, at: &at, end: end)
+                let keyVarint = try readVarint(bytes, at: &at, end: end)
                 guard keyVarint > 0, keyVarint <= UInt64(Limits.maxKeyBytes), keyVarint <= UInt64(end - at) else {
                     throw PageDefect("cell \(index) has a key of \(keyVarint) bytes")
                 }
                 let keyLength = Int(keyVarint)
                 try visit(index, cell, at..<(at + keyLength))
                 at += keyLength
-                _ = try Varint.read(bytes, at: &at, end: end)
+                _ = try readVarint(bytes, at: &at, end: end)
                 guard at < end else { throw PageDefect("cell \(index) ends before its flags") }
                 let flags = bytes[at]
                 at += 1
-                switch flags {
-                case 0:
-                    let valueLength = try Varint.read(bytes, at: &at, end: end)
+                // A value in line first: most cells hold one (a branch, not a jump table).
+                if flags == 0 {
+                    let valueLength = try readVarint(bytes, at: &at, end: end)
                     guard valueLength <= UInt64(end - at) else { throw PageDefect("cell \(index) has a value past its leaf") }
                     at += Int(valueLength)
-                case overflowFlag, runFlag:
+                } else if flags == overflowFlag || flags == runFlag {
                     let size = flags == runFlag ? 20 : 12
                     guard end - at >= size else { throw PageDefect("cell \(index) has an overflow reference past its leaf") }
                     at += size
-                case tombstoneFlag: break
-                default: throw PageDefect("cell \(index) has flags \(flags)")
+                } else if flags != tombstoneFlag {
+                    throw PageDefect("cell \(index) has flags \(flags)")
                 }
             }
         } catch let defect as PageDefect {
