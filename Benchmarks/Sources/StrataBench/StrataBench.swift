@@ -41,7 +41,7 @@ struct StrataBench: ParsableCommand {
     @Option(help: "Comma-separated workloads: \(allWorkloads.joined(separator: ", ")).")
     var benchmarks = allWorkloads.joined(separator: ",")
 
-    @Option(help: "Keys per workload (default: 2,000 for the sync workloads and publish, 1,000,000 otherwise).")
+    @Option(help: "Keys per workload (default: 2,000 for the sync workloads and publish, 100,000 records for the records workloads, 1,000,000 otherwise).")
     var num: Int?
 
     @Option(help: "Keys per transaction for batched workloads.")
