@@ -166,6 +166,46 @@ import Testing
         #expect(pageBytes == 65_536 ? compressed == 0 : compressed > 10, "most rounds make a compressed leaf: \(compressed)")
     }
 
+    /// An expansion past 32 KiB (a 16 KiB page of cells that compress well) is the raw leaf
+    /// of its cells too, and a point read finds each key in its piece: the cells' offsets
+    /// and the keys' places, which the rebuild of the slots keeps in 16 bits, use all of them.
+    @Test func anExpansionPast32KiBIsTheRawLeafItWasMadeFrom() throws {
+        let pageBytes = 16_384
+        var entries: [LeafEntry] = []
+        var total = 0
+        while true {
+            let index = entries.count
+            let entry = LeafEntry(key: Array("key-\(100_000 + index)".utf8), version: UInt64(index),
+                                  payload: .inline([UInt8](repeating: UInt8(index % 7), count: 200)))
+            guard total + entry.cellBytes <= PageCodec.maxExpandedCapacity(pageBytes: pageBytes) else { break }
+            total += entry.cellBytes
+            entries.append(entry)
+        }
+        let cells = entries.map(CellToWrite.entry)[...]
+        var scratch: [UInt8] = []
+        let id = PageID(7)
+        guard case let .page(page, ratio) = PageCodec.encodeLeafPage(cells: cells, id: id, generation: 5, pageBytes: pageBytes,
+                                                                      compress: true, scratch: &scratch), ratio != nil else {
+            Issue.record("\(entries.count) cells of repeated bytes do not make one compressed leaf")
+            return
+        }
+        let expanded = try page.withUnsafeBytes { try PageCodec.expandLeaf($0, pageBytes: pageBytes) }
+        #expect(expanded.count > 32_768, "an expansion of \(expanded.count) bytes")
+        let raw = PageCodec.encodeLeaf(cells: cells, id: id, generation: 5,
+                                       pageBytes: PageCodec.hintedSlotsStart + cells.reduce(0) { $0 + $1.cellBytes }, elide: false)
+        // Compared first, so that a failure does not print 64 KiB twice.
+        let sameAsRaw = expanded[4...] == raw[4...]
+        #expect(sameAsRaw, "the expansion is not the raw leaf of its cells")
+        try page.withUnsafeBytes { page in
+            for entry in entries {
+                let found = try entry.key.withUnsafeBytes { key in
+                    try PageCodec.withPieceCell(of: page, pageBytes: pageBytes, for: key) { $0?.entry(key: key) }
+                }
+                #expect(found == entry)
+            }
+        }
+    }
+
     /// A piece whose cells do not compress (values of random bytes among compressible
     /// ones) is stored as a block all the same: the leaf is compressed when the whole saves
     /// an eighth, and it expands, and every key is found in its piece, as in any other.
@@ -558,7 +598,8 @@ import Testing
     /// A compressed leaf whose lengths, block or cells were forged (its checksum made to
     /// match) is a corrupt page naming the data file and the page's offset, for a point
     /// read, a scan and `verify`, never a trap or a large allocation.
-    @Test(arguments: ["cells length", "block length", "block bytes", "tail", "count", "flags", "key length 2^63"])
+    @Test(arguments: ["cells length", "block length", "block bytes", "tail", "count", "flags", "key length 2^63",
+                      "key length not shortest"])
     func aForgedCompressedLeafIsACorruptPageNamingItsOffset(damage: String) throws {
         let (fileSystem, engine, seeded) = try freshStore(seed: 0xC0_4004, .lz4)
         var random = seeded
@@ -604,8 +645,13 @@ import Testing
                 while expanded[at] & 0x80 != 0 { at += 1 }
                 expanded[at + 1] = 9
             } else {
-                // The first cell's key length becomes 2^63, in ten bytes (a varint's most).
-                expanded.replaceSubrange(cellsStart..<(cellsStart + 1), with: [UInt8](repeating: 0x80, count: 9) + [0x01])
+                if damage == "key length not shortest" {
+                    // The first cell's key length, in two bytes where one holds it.
+                    expanded.replaceSubrange(cellsStart..<(cellsStart + 1), with: [expanded[cellsStart] | 0x80, 0x00])
+                } else {
+                    // The first cell's key length becomes 2^63, in ten bytes (a varint's most).
+                    expanded.replaceSubrange(cellsStart..<(cellsStart + 1), with: [UInt8](repeating: 0x80, count: 9) + [0x01])
+                }
                 let cellBytes = UInt32(expanded.count - cellsStart)
                 page.replaceSubrange(32..<36, with: withUnsafeBytes(of: cellBytes.littleEndian) { Array($0) })
             }
