@@ -449,8 +449,8 @@ extension PageCodec {
         var firstKey = 0..<0
         var lastKey = 0..<0
         // Each slot's offset is stored as its cell is reached, and where its key lies in
-        // the hint's place (two 16-bit halves: the cells end within 64 KiB), which the hint
-        // replaces once the prefix is known.
+        // the hint's place (its start in the low 16 bits, its length in the high: the
+        // cells end within 64 KiB), which the hint replaces once the prefix is known.
         try walkCells(bytes, from: cellsStart, count: count) { index, cell, key throws(PageDefect) in
             let slot = hintedSlotsStart + hintedSlotBytes * index
             expanded.storeBytes(of: UInt16(cell).littleEndian, toByteOffset: slot, as: UInt16.self)
