@@ -415,27 +415,28 @@ extension PageCodec {
                 throw PageDefect("piece \(piece) claims \(entry.cells) cells in \(entry.bytes) bytes and a block of \(entry.block) at \(block)")
             }
             // A leaf of one slot: the cells go after it, and the slot names the one found.
+            // On the stack where it fits (a piece is about 1 KiB), so a read allocates nothing.
             let cellsStart = hintedSlotsStart + hintedSlotBytes
-            let leaf = UnsafeMutableRawBufferPointer.allocate(byteCount: cellsStart + entry.bytes, alignment: 16)
-            defer { leaf.deallocate() }
-            try decompress(UnsafeRawBufferPointer(rebasing: page[block..<(block + entry.block)]),
-                           into: UnsafeMutableRawBufferPointer(rebasing: leaf[cellsStart...]), what: "piece \(piece)'s LZ4 block")
-            let bytes = UnsafeRawBufferPointer(leaf)
-            var found: Int?
-            var pieceFirst = 0..<0
-            try walkCells(bytes, from: cellsStart, count: entry.cells) { index, cell, cellKey throws(PageDefect) in
-                if found == nil && compareBytes(UnsafeRawBufferPointer(rebasing: bytes[cellKey]), key) == 0 { found = cell }
-                if index == 0 { pieceFirst = cellKey }
+            return try withUnsafeTemporaryAllocation(byteCount: cellsStart + entry.bytes, alignment: 16) { leaf in
+                try decompress(UnsafeRawBufferPointer(rebasing: page[block..<(block + entry.block)]),
+                               into: UnsafeMutableRawBufferPointer(rebasing: leaf[cellsStart...]), what: "piece \(piece)'s LZ4 block")
+                let bytes = UnsafeRawBufferPointer(leaf)
+                var found: Int?
+                var pieceFirst = 0..<0
+                try walkCells(bytes, from: cellsStart, count: entry.cells) { index, cell, cellKey throws(PageDefect) in
+                    if found == nil && compareBytes(UnsafeRawBufferPointer(rebasing: bytes[cellKey]), key) == 0 { found = cell }
+                    if index == 0 { pieceFirst = cellKey }
+                }
+                if piece > 0 && compareBytes(UnsafeRawBufferPointer(rebasing: bytes[pieceFirst]), UnsafeRawBufferPointer(rebasing: first[..<firstLength])) != 0 {
+                    throw PageDefect("piece \(piece)'s stored first key is not its first cell's")
+                }
+                guard let found else { return try body(nil) }
+                writeHeader(leaf, from: page, count: 1)
+                leaf.storeBytes(of: UInt16(0), toByteOffset: PageHeader.bytes, as: UInt16.self)
+                leaf.storeBytes(of: UInt16(found).littleEndian, toByteOffset: hintedSlotsStart, as: UInt16.self)
+                leaf.storeBytes(of: UInt32(0), toByteOffset: hintedSlotsStart + 2, as: UInt32.self)
+                return try body(TreePage(bytes: bytes, type: .leaf, count: 1, word: 0).leafCell(0))
             }
-            if piece > 0 && compareBytes(UnsafeRawBufferPointer(rebasing: bytes[pieceFirst]), UnsafeRawBufferPointer(rebasing: first[..<firstLength])) != 0 {
-                throw PageDefect("piece \(piece)'s stored first key is not its first cell's")
-            }
-            guard let found else { return try body(nil) }
-            writeHeader(leaf, from: page, count: 1)
-            leaf.storeBytes(of: UInt16(0), toByteOffset: PageHeader.bytes, as: UInt16.self)
-            leaf.storeBytes(of: UInt16(found).littleEndian, toByteOffset: hintedSlotsStart, as: UInt16.self)
-            leaf.storeBytes(of: UInt32(0), toByteOffset: hintedSlotsStart + 2, as: UInt32.self)
-            return try body(TreePage(bytes: bytes, type: .leaf, count: 1, word: 0).leafCell(0))
         }
     }
 
