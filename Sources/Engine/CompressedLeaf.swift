@@ -479,7 +479,10 @@ extension PageCodec {
         expanded.storeBytes(of: UInt16(count).littleEndian, toByteOffset: 6, as: UInt16.self)
     }
 
-    /// `Varint.read`, its short forms (a cell's lengths, most versions) read in line.
+    /// `Varint.read`, its short forms (a cell's lengths, most versions) read in line: both
+    /// `Varint` functions stayed calls from the walk (perf showed each as a symbol of its
+    /// own), so the one-byte form is tested here and `readShort` called before `read`, which
+    /// calls it again only for one it cannot read (four bytes or more, or malformed).
     @inline(__always)
     private static func readVarint(_ bytes: UnsafeRawBufferPointer, at offset: inout Int, end: Int) throws(CodecError) -> UInt64 {
         if offset < end, bytes[offset] < 0x80 {
