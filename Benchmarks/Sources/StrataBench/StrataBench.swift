@@ -331,7 +331,8 @@ struct StrataBench: ParsableCommand {
         if workload == "readseq" { arguments += ["--passes", "\(passes)"] }
         if let interleave { arguments += ["--interleave", "\(interleave)"] }
         if splitCPUs { arguments.append("--split-cpus") }
-        if touchValues { arguments.append("--touch-values") }
+        // Only the readrandom child reads values; the others refuse the option.
+        if touchValues, workload == "readrandom" { arguments.append("--touch-values") }
         arguments += memoryArguments
         child.arguments = arguments
         let output = Pipe()
