@@ -38,29 +38,6 @@ package enum LZ4Block {
     /// for 1M keys; callgrind and strata-bench, 2026-11-24).
     package static let acceleration: Int32 = 4
 
-    /// Compresses `input` and appends the block to `output` when it is smaller than the
-    /// input; returns the number of bytes appended, or `nil` (with `output` unchanged) when
-    /// compression does not help. O(n).
-    package static func compress(_ input: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]) -> Int? {
-        guard input.count > 0 else { return nil }
-        let bound = compressBound(input.count)
-        let start = output.count
-        output.reserveCapacity(start + bound)
-        var written = 0
-        // Appends `bound` uninitialized-then-filled bytes and trims back to the real size.
-        output.append(contentsOf: repeatElement(0, count: bound))
-        output.withUnsafeMutableBytes { destination in
-            let target = UnsafeMutableRawBufferPointer(rebasing: destination[start...])
-            written = compressBlock(input, into: target, acceleration: Self.acceleration)
-        }
-        guard written > 0, written < input.count else {
-            output.removeSubrange(start...)
-            return nil
-        }
-        output.removeSubrange((start + written)...)
-        return written
-    }
-
     /// Compresses a byte array; `nil` when compression does not make it smaller.
     package static func compress(_ input: [UInt8]) -> [UInt8]? {
         guard !input.isEmpty else { return nil }

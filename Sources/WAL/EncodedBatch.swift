@@ -70,17 +70,27 @@ struct EncodedBatch {
                 single = Fragment(stored: 0..<payloads.count, rawBytes: buffer.count, compressed: compressed, kind: .full)
                 return
             }
-            // Room for every fragment's worst case, so that no append moves the payloads.
-            payloads.reserveCapacity(compression ? LZ4Block.compressBound(buffer.count) + 16 * count : buffer.count)
+            // Room for every fragment's worst case, each written in place: no zeros first,
+            // and the first write into a batch of 32 MiB or more is asked to use huge pages.
+            let capacity = compression ? LZ4Block.compressBound(buffer.count) + 16 * count : buffer.count
             fragments.reserveCapacity(count)
-            for index in 0..<count {
-                let range = (index * WALFormat.maxFragmentBytes)..<min(buffer.count, (index + 1) * WALFormat.maxFragmentBytes)
-                let kind: FragmentKind = count == 1 ? .full : index == 0 ? .first : index == count - 1 ? .last : .middle
-                let piece = UnsafeRawBufferPointer(rebasing: buffer[range])
-                let start = payloads.count
-                let compressed = compression && LZ4Block.compress(piece, appendingTo: &payloads) != nil
-                if !compressed { payloads.append(contentsOf: piece) }
-                fragments.append(Fragment(stored: start..<payloads.count, rawBytes: range.count, compressed: compressed, kind: kind))
+            payloads = [UInt8](unsafeUninitializedCapacity: capacity) { output, written in
+                let output = UnsafeMutableRawBufferPointer(output)
+                TransientMemory.adviseHugePages(output)
+                written = 0
+                for index in 0..<count {
+                    let range = (index * WALFormat.maxFragmentBytes)..<min(buffer.count, (index + 1) * WALFormat.maxFragmentBytes)
+                    let kind: FragmentKind = count == 1 ? .full : index == 0 ? .first : index == count - 1 ? .last : .middle
+                    let piece = UnsafeRawBufferPointer(rebasing: buffer[range])
+                    let rest = UnsafeMutableRawBufferPointer(rebasing: output[written...])
+                    // A block only when it is smaller than the piece; else the piece raw.
+                    let block = compression ? LZ4Block.compress(piece, into: rest, acceleration: LZ4Block.acceleration) : nil
+                    if block == nil { rest.copyMemory(from: piece) }
+                    let stored = block ?? piece.count
+                    fragments.append(Fragment(stored: written..<(written + stored), rawBytes: range.count,
+                                              compressed: block != nil, kind: kind))
+                    written += stored
+                }
             }
         }
         self.payloads = payloads

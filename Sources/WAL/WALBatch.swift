@@ -197,6 +197,7 @@ public struct WALBatch: Sendable, Equatable {
         var bytes: [UInt8] = []
         let locations = [OperationLocation](unsafeUninitializedCapacity: count) { locations, located in
             bytes = [UInt8](unsafeUninitializedCapacity: byteCount) { buffer, written in
+                TransientMemory.adviseHugePages(UnsafeMutableRawBufferPointer(buffer))
                 encode(into: UnsafeMutableRawBufferPointer(buffer), locations: locations.baseAddress)
                 written = byteCount
             }

@@ -500,6 +500,7 @@ final class GroupFrames: @unchecked Sendable {
         guard byteCount <= Self.keptBytes else {
             let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: byteCount, alignment: 16)
             defer { memory.deallocate() }
+            TransientMemory.adviseHugePages(memory)
             return try body(memory)
         }
         if kept.count < byteCount {

@@ -223,6 +223,52 @@ import Testing
         try log.close()
     }
 
+    /// A batch past `TransientMemory.hugePageThreshold` is encoded, compressed and framed
+    /// in buffers asked for huge pages, its fragments written one after another in place:
+    /// a value whose megabytes alternate between random and repeated bytes gives fragments
+    /// stored raw between fragments stored compressed, and each must decode to its bytes
+    /// of the encoding and the batch read back whole from the log.
+    @Test func aBatchPastTheHugePageThresholdMixesRawAndCompressedFragments() throws {
+        let seed: UInt64 = 61
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let megabytes = TransientMemory.hugePageThreshold / (1 << 20) + 2
+        var value = [UInt8](repeating: 0, count: megabytes << 20)
+        value.withUnsafeMutableBytes { value in
+            for megabyte in stride(from: 0, to: megabytes, by: 2) {
+                for word in 0..<((1 << 20) / 8) {
+                    value.storeBytes(of: random.next(), toByteOffset: (megabyte << 20) + word * 8, as: UInt64.self)
+                }
+            }
+        }
+        var batch = WALBatch()
+        batch.put([1, 2, 3, 4, 5, 6, 7, 8], value)
+        batch.put([9], [UInt8](repeating: 7, count: 100))
+        let encoding = batch.encoding()
+        #expect(encoding.bytes.count >= TransientMemory.hugePageThreshold)
+        let encoded = try EncodedBatch(encoding, compression: true)
+        var start = 0, stored = 0, kinds = Set<Bool>()
+        encoded.forEachFragment { fragment, payload in
+            let raw = Array(encoding.bytes[start..<(start + fragment.rawBytes)])
+            let decoded = fragment.compressed ? try? LZ4Block.decompress(Array(payload), decompressedCount: fragment.rawBytes) : Array(payload)
+            #expect(decoded == raw, "the fragment at \(start)")
+            #expect(fragment.stored == stored..<(stored + payload.count))
+            kinds.insert(fragment.compressed)
+            start += fragment.rawBytes
+            stored += payload.count
+        }
+        #expect(kinds == [false, true] && start == encoding.bytes.count && stored == encoded.storedBytes)
+        let fileSystem = SimulatedFileSystem()
+        let options = WALOptions(segmentBytes: 64 << 20)
+        var (log, _, _) = try openLog(fileSystem, options: options)
+        try log.append(batch)
+        try log.close()
+        let records: [WALRecord]
+        (log, records, _) = try openLog(fileSystem, options: options)
+        try log.close()
+        #expect(records.map(\.batch) == [batch])
+    }
+
     /// The encoding holds `batch.measure.encodedByteCount` bytes, decodes to `batch`, and
     /// its locations point at each operation's key and value.
     private func expectEncodingLocatesItsOperations(_ batch: WALBatch) throws {

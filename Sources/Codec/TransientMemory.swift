@@ -1,0 +1,35 @@
+// Large buffers that live for one commit: a batch's encoding, its compressed payloads and
+// the frames its group writes. The C library maps each allocation of 32 MiB or more on its
+// own and unmaps it when freed, so every such buffer starts as fresh memory, and with 4 KiB
+// pages its first write faults once per page: 16,384 faults for a 64 MiB batch, half the
+// commit thread's time in a fill of 64 KiB values (Benchmarks/JOURNAL.md, "Commits of
+// 64 MiB"). Asked for transparent huge pages before that first write, the same buffer
+// takes one fault per 2 MiB.
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+package enum TransientMemory {
+    /// From this size the C library (glibc, whose largest mmap threshold is 32 MiB on
+    /// 64-bit systems) gives every allocation a mapping of its own, so advice on it
+    /// reaches no other allocation and ends with it.
+    package static let hugePageThreshold = 32 << 20
+
+    /// Asks for huge pages behind the 2 MiB-aligned part of `memory`, an allocation of
+    /// this process not yet written, when it is at least `hugePageThreshold` bytes; a
+    /// hint the kernel may ignore (transparent huge pages off). Linux only.
+    package static func adviseHugePages(_ memory: UnsafeMutableRawBufferPointer) {
+        #if os(Linux)
+        guard memory.count >= hugePageThreshold, let base = memory.baseAddress else { return }
+        let hugePage = 2 << 20
+        let start = (Int(bitPattern: base) + hugePage - 1) & ~(hugePage - 1)
+        let end = (Int(bitPattern: base) + memory.count) & ~(hugePage - 1)
+        guard end > start, let aligned = UnsafeMutableRawPointer(bitPattern: start) else { return }
+        _ = madvise(aligned, end - start, MADV_HUGEPAGE)
+        #endif
+    }
+}
