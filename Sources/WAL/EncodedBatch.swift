@@ -33,10 +33,10 @@ struct EncodedBatch {
     var storedBytes: Int { payloads.count }
 
     /// Calls `body` with each fragment and its stored payload, in order.
-    func forEachFragment(_ body: (Fragment, UnsafeRawBufferPointer) -> Void) {
-        payloads.withUnsafeBytes { payloads in
-            body(first, UnsafeRawBufferPointer(rebasing: payloads[first.stored]))
-            for fragment in later { body(fragment, UnsafeRawBufferPointer(rebasing: payloads[fragment.stored])) }
+    func forEachFragment(_ body: (Fragment, UnsafeRawBufferPointer) throws -> Void) rethrows {
+        try payloads.withUnsafeBytes { payloads in
+            try body(first, UnsafeRawBufferPointer(rebasing: payloads[first.stored]))
+            for fragment in later { try body(fragment, UnsafeRawBufferPointer(rebasing: payloads[fragment.stored])) }
         }
     }
 

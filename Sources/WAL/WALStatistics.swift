@@ -8,7 +8,8 @@ public struct WALStatistics: Sendable, Equatable {
 
     /// Batches appended (acknowledged or not).
     public var appendCount = 0
-    /// Group commits: each is one write, and in `.full` mode one fdatasync.
+    /// Group commits: each is one write (one per 256 KiB of a larger group), and in
+    /// `.full` mode one fdatasync.
     public var groupCount = 0
     /// fdatasync calls on segment files (group commits, `sync()`, sealing at rotation, open).
     public var syncCount = 0

@@ -1,7 +1,8 @@
 // Appending with group commit: the first waiting appender becomes the leader, takes every
-// batch queued so far, writes their frames with one write and syncs them with one
-// fdatasync (WriteAheadLog.W3), then hands the lead to the next waiter. Also `sync()` for `.relaxed`
-// mode and `releaseSegments(through:)` for checkpoints.
+// batch queued so far, writes their frames (with one write unless the group is larger
+// than 256 KiB) and syncs them with one fdatasync (WriteAheadLog.W3), then hands the lead
+// to the next waiter. Also `sync()` for `.relaxed` mode and `releaseSegments(through:)`
+// for checkpoints.
 import StrataCodec
 import StrataFileIO
 import StrataLocks
@@ -391,11 +392,9 @@ extension WriteAheadLog {
             }
             let end = active.offset + groupBytes
             let writeEnd = Self.zeroAheadEnd(groupEnd: end, groupBytes: groupBytes, segment: active)
-            try groupFrames.withBuffer(byteCount: writeEnd - active.offset) { buffer in
-                Self.layOut(group, salt: active.salt, durableLSN: durable, into: buffer)
-                attemptedWrite = true
-                try active.handle.write(UnsafeRawBufferPointer(buffer), at: Int64(active.offset))
-            }
+            attemptedWrite = true
+            try groupFrames.write(group, salt: active.salt, durableLSN: durable, byteCount: writeEnd - active.offset,
+                                  to: active.handle, at: active.offset)
             active.written = max(active.written, writeEnd)
             if options.durability == .full {
                 try active.handle.syncData()
@@ -460,53 +459,95 @@ extension WriteAheadLog {
         let lastPageEnd = (groupEnd + page - 1) / page * page
         return max(groupEnd, min(segment.capacity, lastPageEnd + zeroAheadBytes))
     }
-
-    /// Lays out a group's frames from the start of `buffer`: each fragment's header and
-    /// payload, padded with zeros to 8 bytes, then zeros to the buffer's end (the zeros
-    /// written ahead).
-    private static func layOut(_ group: [PendingBatch], salt: UInt32, durableLSN: LSN, into buffer: UnsafeMutableRawBufferPointer) {
-        var offset = 0
-        for pending in group {
-            pending.encoded.forEachFragment { fragment, payload in
-                let payloadStart = offset + WALFormat.frameHeaderBytes
-                let target = UnsafeMutableRawBufferPointer(rebasing: buffer[payloadStart..<(payloadStart + payload.count)])
-                target.copyMemory(from: payload)
-                FrameHeader.encode(salt: salt, lsn: pending.lsn, durableLSN: durableLSN, rawBytes: fragment.rawBytes,
-                                   batchBytes: pending.encoded.batchBytes, compressed: fragment.compressed, kind: fragment.kind,
-                                   payload: UnsafeRawBufferPointer(target), into: buffer, at: offset)
-                let end = offset + WALFormat.frameBytes(payloadBytes: payload.count)
-                UnsafeMutableRawBufferPointer(rebasing: buffer[(payloadStart + payload.count)..<end]).initializeMemory(as: UInt8.self, repeating: 0)
-                offset = end
-            }
-        }
-        UnsafeMutableRawBufferPointer(rebasing: buffer[offset...]).initializeMemory(as: UInt8.self, repeating: 0)
-    }
 }
 
-/// The memory a group commit's leader lays its frames out in for their one write. Kept
-/// from group to group up to `keptBytes`, so that a commit allocates nothing for its
-/// frames; a larger group's memory is its own, freed after its write. Only the leader
-/// (`WriterState.flushing`) touches it, one group at a time.
+/// The memory a group commit's leader writes its frames through, kept from group to group
+/// (at most `keptBytes`), so that a commit allocates nothing for its frames. A group that
+/// fits is written with one write; a larger one a window of `keptBytes` at a time, so that
+/// no group is laid out whole in memory of its own: a group of 64 MiB of values took
+/// 32 MiB of fresh memory for every commit (Benchmarks/JOURNAL.md, "Commits of 64 MiB").
+/// Only the leader (`WriterState.flushing`) touches it, one group at a time.
 final class GroupFrames: @unchecked Sendable {
     /// The most memory kept between groups: a small group with its zeros written ahead
-    /// (`WriteAheadLog.zeroAheadBytes`) fits.
+    /// (`WriteAheadLog.zeroAheadBytes`) fits, and is written with one write.
     static let keptBytes = 256 << 10
     private var kept = UnsafeMutableRawBufferPointer(start: nil, count: 0)
 
     deinit { kept.deallocate() }
 
-    /// Calls `body` with `byteCount` bytes of memory, their contents undefined.
-    func withBuffer<R>(byteCount: Int, _ body: (UnsafeMutableRawBufferPointer) throws -> R) rethrows -> R {
-        guard byteCount <= Self.keptBytes else {
-            let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: byteCount, alignment: 16)
-            defer { memory.deallocate() }
-            TransientMemory.adviseHugePages(memory)
-            return try body(memory)
-        }
-        if kept.count < byteCount {
+    /// Writes `group`'s frames at `offset` of `file`: each fragment's header and payload,
+    /// padded with zeros to 8 bytes, then zeros to `byteCount` bytes in all (the zeros
+    /// written ahead). One write when `byteCount` is at most `keptBytes`, else one per
+    /// window of that size.
+    func write(_ group: [PendingBatch], salt: UInt32, durableLSN: LSN, byteCount: Int,
+               to file: any OpenFile, at offset: Int) throws {
+        let windowBytes = min(byteCount, Self.keptBytes)
+        if kept.count < windowBytes {
             kept.deallocate()
-            kept = .allocate(byteCount: max(byteCount, 4_096), alignment: 16)
+            kept = .allocate(byteCount: max(windowBytes, 4_096), alignment: 16)
         }
-        return try body(UnsafeMutableRawBufferPointer(rebasing: kept[..<byteCount]))
+        var window = FrameWindow(memory: UnsafeMutableRawBufferPointer(rebasing: kept[..<windowBytes]), file: file, offset: offset)
+        var framed = 0
+        for pending in group {
+            let lsn = pending.lsn, batchBytes = pending.encoded.batchBytes
+            try pending.encoded.forEachFragment { fragment, payload in
+                let header = try window.reserve(WALFormat.frameHeaderBytes)
+                FrameHeader.encode(salt: salt, lsn: lsn, durableLSN: durableLSN, rawBytes: fragment.rawBytes, batchBytes: batchBytes,
+                                   compressed: fragment.compressed, kind: fragment.kind, payload: payload, into: header, at: 0)
+                let frameBytes = WALFormat.frameBytes(payloadBytes: payload.count)
+                try window.append(payload, count: payload.count)
+                try window.append(nil, count: frameBytes - header.count - payload.count)
+                framed += frameBytes
+            }
+        }
+        try window.append(nil, count: byteCount - framed)
+        try window.flush()
+        let written = window.written
+        precondition(written == byteCount, "a group's frames took \(written) bytes of the \(byteCount) measured")
+    }
+}
+
+/// The kept memory `GroupFrames.write` fills, written out at the group's place in the
+/// file each time it is full and once at the end.
+private struct FrameWindow {
+    let memory: UnsafeMutableRawBufferPointer
+    let file: any OpenFile
+    let offset: Int
+    /// Bytes in `memory` not yet written, and bytes of the group written so far.
+    var filled = 0, written = 0
+
+    /// Writes what `memory` holds at its place in the file.
+    mutating func flush() throws {
+        guard filled > 0 else { return }
+        try file.write(UnsafeRawBufferPointer(rebasing: memory[..<filled]), at: Int64(offset + written))
+        written += filled
+        filled = 0
+    }
+
+    /// The next `count` bytes of `memory` (at most all of it) for the caller to fill, after
+    /// writing out what it holds when they do not fit.
+    mutating func reserve(_ count: Int) throws -> UnsafeMutableRawBufferPointer {
+        precondition(count <= memory.count, "\(count) bytes reserved in a window of \(memory.count)")
+        if memory.count - filled < count { try flush() }
+        defer { filled += count }
+        return UnsafeMutableRawBufferPointer(rebasing: memory[filled..<(filled + count)])
+    }
+
+    /// Copies `count` bytes of `bytes` (zeros when nil) into `memory`, writing it out each
+    /// time it is full and more bytes follow.
+    mutating func append(_ bytes: UnsafeRawBufferPointer?, count: Int) throws {
+        var done = 0
+        while done < count {
+            if filled == memory.count { try flush() }
+            let n = min(count - done, memory.count - filled)
+            let target = UnsafeMutableRawBufferPointer(rebasing: memory[filled..<(filled + n)])
+            if let bytes {
+                target.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[done..<(done + n)]))
+            } else {
+                target.initializeMemory(as: UInt8.self, repeating: 0)
+            }
+            filled += n
+            done += n
+        }
     }
 }

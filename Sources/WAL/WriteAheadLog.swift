@@ -4,8 +4,9 @@
 // Invariants (cited in the code):
 //  WriteAheadLog.W1. LSNs are assigned in queue order, and frames reach the file in LSN order.
 //  WriteAheadLog.W2. In `.full` mode `append` returns only after an fdatasync that covers its frames.
-//  WriteAheadLog.W3. One group commit = one write and (in `.full` mode) one fdatasync, shared by every
-//      batch queued when the group formed.
+//  WriteAheadLog.W3. One group commit = one write (one per 256 KiB for a larger group, in order:
+//      `GroupFrames`) and (in `.full` mode) one fdatasync, shared by every batch queued when the
+//      group formed.
 //  WriteAheadLog.W4. A group never spans segments; a segment is synced (sealed) before the next one is
 //      started, so a later segment's existence proves every earlier frame durable.
 //  WriteAheadLog.W5. Each frame records the highest LSN that was durable when it was written.

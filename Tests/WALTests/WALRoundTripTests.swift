@@ -223,11 +223,12 @@ import Testing
         try log.close()
     }
 
-    /// A batch past `TransientMemory.hugePageThreshold` is encoded, compressed and framed
-    /// in buffers asked for huge pages, its fragments written one after another in place:
-    /// a value whose megabytes alternate between random and repeated bytes gives fragments
-    /// stored raw between fragments stored compressed, and each must decode to its bytes
-    /// of the encoding and the batch read back whole from the log.
+    /// A batch past `TransientMemory.hugePageThreshold` is encoded and compressed in
+    /// buffers asked for huge pages, its fragments written one after another in place, and
+    /// its frames written a window of `GroupFrames.keptBytes` at a time: a value whose
+    /// megabytes alternate between random and repeated bytes gives fragments stored raw
+    /// between fragments stored compressed, and each must decode to its bytes of the
+    /// encoding and the batch read back whole from the log.
     @Test func aBatchPastTheHugePageThresholdMixesRawAndCompressedFragments() throws {
         let seed: UInt64 = 61
         print("seed \(seed)")
@@ -251,22 +252,34 @@ import Testing
         encoded.forEachFragment { fragment, payload in
             let raw = Array(encoding.bytes[start..<(start + fragment.rawBytes)])
             let decoded = fragment.compressed ? try? LZ4Block.decompress(Array(payload), decompressedCount: fragment.rawBytes) : Array(payload)
-            #expect(decoded == raw, "the fragment at \(start)")
+            let decodes = decoded == raw  // compared out of #expect, which would print both
+            #expect(decodes, "the fragment at \(start) decodes to its bytes of the encoding")
             #expect(fragment.stored == stored..<(stored + payload.count))
             kinds.insert(fragment.compressed)
             start += fragment.rawBytes
             stored += payload.count
         }
         #expect(kinds == [false, true] && start == encoding.bytes.count && stored == encoded.storedBytes)
+        // Its group is written through the leader's kept memory a window at a time, beside
+        // the one write of the header of each segment the append starts.
         let fileSystem = SimulatedFileSystem()
         let options = WALOptions(segmentBytes: 64 << 20)
         var (log, _, _) = try openLog(fileSystem, options: options)
+        let writesBefore = fileSystem.count(of: .write), segmentsBefore = log.statistics.segmentsStarted
         try log.append(batch)
+        // At least one write per window, and at most one more per frame (a header that
+        // does not fit the rest of a window is written into the next one).
+        let windows = (encoded.frameBytes + GroupFrames.keptBytes - 1) / GroupFrames.keptBytes
+        let writes = fileSystem.count(of: .write) - writesBefore - (log.statistics.segmentsStarted - segmentsBefore)
+        var frames = 0
+        encoded.forEachFragment { _, _ in frames += 1 }
+        #expect(windows > 1 && (windows...(windows + frames)).contains(writes), "\(writes) writes for \(windows) windows")
         try log.close()
         let records: [WALRecord]
         (log, records, _) = try openLog(fileSystem, options: options)
         try log.close()
-        #expect(records.map(\.batch) == [batch])
+        let readBack = records.map(\.batch) == [batch]
+        #expect(readBack, "the batch read back is the batch appended")
     }
 
     /// The encoding holds `batch.measure.encodedByteCount` bytes, decodes to `batch`, and
