@@ -14,9 +14,12 @@ import Darwin
 #endif
 
 package enum TransientMemory {
-    /// From this size the C library (glibc, whose largest mmap threshold is 32 MiB on
-    /// 64-bit systems) gives every allocation a mapping of its own, so advice on it
-    /// reaches no other allocation and ends with it.
+    /// From this size glibc, with its default thresholds (its mmap threshold grows to
+    /// 32 MiB at most on 64-bit systems), gives every allocation a mapping of its own, so
+    /// advice on it reaches no other allocation and ends with it. Where an allocation of
+    /// this size comes from a heap instead (another C library, or a threshold the
+    /// application raised), the advice is still only a hint on memory this process owns:
+    /// huge pages behind the aligned part of a buffer that is written whole.
     package static let hugePageThreshold = 32 << 20
 
     /// Asks for huge pages behind the 2 MiB-aligned part of `memory`, an allocation of
