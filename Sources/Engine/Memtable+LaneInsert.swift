@@ -11,14 +11,15 @@ extension Memtable {
     static let roundKeys = 256
 
     /// Inserts `keys` (sorted, no key twice) at `version`, the value of key `i` handed by
-    /// `withValue(i, body)` to `body` (nil for a delete), borrowed. In a memtable
+    /// `withValue(i, body)` to `body` (nil for a delete), borrowed, with whether its node
+    /// may point at it in place (Memtable.K5). In a memtable
     /// larger than the caches each step of a skip-list search is a cache miss, one after
     /// another; here a round of keys is first searched `searchLanes` at a time, each lane's
     /// next node prefetched while the other lanes step, so the misses overlap. The
     /// predecessors found are then linked in key order, each corrected for the nodes this
     /// round inserted before it (a step forward from the later of the two).
     func insert(sorted keys: [UnsafeRawBufferPointer], version: UInt64,
-                        withValue: (Int, (UnsafeRawBufferPointer?) -> Void) -> Void) {
+                        withValue: (Int, (UnsafeRawBufferPointer?, Bool) -> Void) -> Void) {
         let height = Self.maxHeight
         let predecessors = UnsafeMutablePointer<MemtableNode>.allocate(capacity: Self.roundKeys * height)
         defer { predecessors.deallocate() }
@@ -38,7 +39,7 @@ extension Memtable {
                 let found = predecessors + (index - start) * height
                 let nodeHeight = randomHeight()
                 seekFinger(to: key, found: found, top: top, height: nodeHeight)
-                withValue(index) { linkAfterFinger(makeNode(key, version: version, value: $0, height: nodeHeight)) }
+                withValue(index) { linkAfterFinger(makeNode(key, version: version, value: $0, height: nodeHeight, valueInPlace: $1)) }
             }
             start = end
         }

@@ -20,6 +20,11 @@
 //      changes of one key (a later change is newer and goes before the newest, Memtable.K1 and Memtable.K3),
 //      a node linked after a key's oldest change has another key, and none is unlinked.
 //      So a walk tells a key's changes apart from the next key without reading keys.
+//  Memtable.K5. A node whose value lies in place (outside the arena) points into a value array
+//      of a batch the memtable keeps until it is freed itself: the array is never changed
+//      (a copy of an array it holds is changed only after a copy of its elements), so its
+//      elements stay where they were when the node was made, and every reader of the node
+//      holds the memtable.
 //  A memtable that defers linking (a read-only store's, beside a writer in another process:
 //  Memtable+Deferred.swift) names new nodes in its hash index before they are in the skip
 //  list, and links them there before any walk in key order; Memtable.D1–D3 say how.
@@ -59,9 +64,10 @@ final class Memtable: @unchecked Sendable {
     static let maxHeight = 12
 
     let head: MemtableNode
-    /// The arena and the height generator's state. Behind a pointer: each access to a
-    /// class's stored `var` costs a dynamic exclusivity check, measurable per inserted key.
-    let writerOnly: UnsafeMutablePointer<(arena: MemtableArena, random: UInt64)>
+    /// The arena, the height generator's state and the batches whose values nodes point at
+    /// in place (Memtable.K5). Behind a pointer: each access to a class's stored `var`
+    /// costs a dynamic exclusivity check, measurable per inserted key.
+    let writerOnly: UnsafeMutablePointer<(arena: MemtableArena, random: UInt64, kept: [WALBatch])>
     /// The arena's next block, made ready while it fills; given back when the memtable is
     /// frozen (`releaseSpareBlock()`).
     private let spareBlock = SpareBlock()
@@ -113,7 +119,7 @@ final class Memtable: @unchecked Sendable {
         let size = MemtableNode.byteCount(height: Self.maxHeight, key: 0, value: 0)
         writerOnly = .allocate(capacity: 1)
         writerOnly.initialize(to: (MemtableArena(blockLimit: MemtableArena.blockLimit(forBudget: budgetBytes), spare: spareBlock),
-                                   0x2545_F491_4F6C_DD1D))
+                                   0x2545_F491_4F6C_DD1D, []))
         head = MemtableNode.make(at: writerOnly.pointee.arena.allocate(size), height: Self.maxHeight, version: 0, key: UnsafeRawBufferPointer(start: nil, count: 0),
                                  value: nil)
         finger = .allocate(capacity: Self.maxHeight)
@@ -204,53 +210,6 @@ final class Memtable: @unchecked Sendable {
         return nil
     }
 
-    /// Adds every operation of `batch` at `version`; the last operation of a key wins.
-    /// `version` must be above every version held (Memtable.K3). Writer only.
-    func apply(_ batch: WALBatch, version: UInt64) {
-        apply(batch.encoding(), version: version)
-    }
-
-    /// Adds every operation of an encoded batch at `version`, reading each key and value
-    /// where it lies in the encoding (a copy of a `WALBatch.Operation` retains and
-    /// releases its arrays, atomically, while the committing thread releases them too);
-    /// the last operation of a key wins. `version` must be above every version held (Memtable.K3).
-    /// Writer only.
-    func apply(_ batch: WALBatch.Encoding, version: UInt64) {
-        let locations = batch.operationLocations
-        guard !locations.isEmpty else { return }
-        if defersLinking.load(ordering: .relaxed), applyUnlinked(batch, version: version) { return }
-        batch.bytes.withUnsafeBytes { bytes in
-            locations.withUnsafeBufferPointer { locations in
-                func key(_ index: Int) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[locations[index].key]) }
-                func value(_ index: Int) -> UnsafeRawBufferPointer? {
-                    locations[index].value.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) }
-                }
-                if locations.count == 1 {
-                    link(makeNode(key(0), version: version, value: value(0)), continuingRun: false)
-                    return
-                }
-                // Sorted, a batch goes in as one run: each key continues from the previous
-                // one's place instead of searching from the top (a sequential batch costs
-                // O(1) per key).
-                let winners = lastOperations(count: locations.count, key)
-                let keys = winners.map(key)
-                if let last = lastNode(below: nil), last.compare(with: keys[0]) >= 0 {
-                    insert(sorted: keys, version: version) { position, link in link(value(winners[position])) }
-                } else {
-                    // Every key goes after the last one held (sequential writes): each
-                    // continues from the previous one's place, O(1) per key, no search.
-                    // The filter words and index slots are the random accesses left,
-                    // loaded a few keys ahead.
-                    for key in keys.prefix(Self.prefetchDistance) { prefetch(key) }
-                    for (position, index) in winners.enumerated() {
-                        if position + Self.prefetchDistance < keys.count { prefetch(keys[position + Self.prefetchDistance]) }
-                        link(makeNode(keys[position], version: version, value: value(index)), continuingRun: position > 0)
-                    }
-                }
-            }
-        }
-    }
-
     /// The positions of the last operation of each key among `count` operations, in key
     /// order (earlier operations of a key are skipped: the last one wins).
     func lastOperations(count: Int, _ key: (Int) -> UnsafeRawBufferPointer) -> [Int] {
@@ -264,7 +223,10 @@ final class Memtable: @unchecked Sendable {
     /// it reads the log (the change's bytes copied once, straight into the arena), then
     /// links the last change of each key with `link(sortedUniqueCount:_:)`. A node never
     /// linked is invisible and freed with the memtable. Writer only.
-    func makeNode(_ key: UnsafeRawBufferPointer, version: UInt64, value: UnsafeRawBufferPointer?, height: Int? = nil) -> MemtableNode {
+    /// `valueInPlace`: the node points at the value, which outlives the memtable (Memtable.K5);
+    /// its bytes still count toward `byteCount`.
+    func makeNode(_ key: UnsafeRawBufferPointer, version: UInt64, value: UnsafeRawBufferPointer?, height: Int? = nil,
+                  valueInPlace: Bool = false) -> MemtableNode {
         // The engine checks every key and value against `Limits` before it gets here (commits
         // and replayed batches alike); the node's length fields hold those limits.
         precondition(key.count <= Int(UInt16.max) && (value?.count ?? 0) <= Int(Int32.max), "a change beyond the engine's limits")
@@ -272,7 +234,9 @@ final class Memtable: @unchecked Sendable {
         let size = MemtableNode.byteCount(height: height, key: key.count, value: value?.count ?? 0)
         // Counted when made: a node recovery never links still holds its bytes.
         nodeBytes.wrappingAdd(size, ordering: .relaxed)
-        return MemtableNode.make(at: writerOnly.pointee.arena.allocate(size), height: height, version: version, key: key, value: value)
+        let stored = valueInPlace ? MemtableNode.byteCount(height: height, key: key.count, value: MemtableNode.valueAddressBytes) : size
+        return MemtableNode.make(at: writerOnly.pointee.arena.allocate(stored), height: height, version: version, key: key,
+                                 value: value, valueInPlace: valueInPlace)
     }
 
     /// Links `count` nodes made by `makeNode` and not linked yet, in key order with no key

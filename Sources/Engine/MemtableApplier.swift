@@ -27,9 +27,23 @@ import StrataLocks
 import StrataWAL
 
 final class MemtableApplier: @unchecked Sendable {
+    /// A committed batch as the memtable links it: from its encoding, or from its
+    /// operations when the log encodes it a fragment at a time (`Memtable.apply`).
+    private enum Batch {
+        case encoded(WALBatch.Encoding)
+        case operations(WALBatch)
+
+        func apply(to memtable: Memtable, version: UInt64) {
+            switch self {
+            case let .encoded(encoding): memtable.apply(encoding, version: version)
+            case let .operations(batch): memtable.apply(batch, version: version)
+            }
+        }
+    }
+
     private struct Pending {
         var version: UInt64
-        var batch: WALBatch.Encoding
+        var batch: Batch
         var memtable: Memtable
     }
 
@@ -69,7 +83,26 @@ final class MemtableApplier: @unchecked Sendable {
             monitor.unlock()
             return
         }
-        queue.append(Pending(version: version, batch: batch, memtable: memtable))
+        queueLocked(Pending(version: version, batch: .encoded(batch), memtable: memtable))
+    }
+
+    /// `enqueue(_:version:into:)` of a batch the memtable links from its operations (one
+    /// the log encodes a fragment at a time). After `stop()`, links it on the calling thread.
+    func enqueue(operationsOf batch: WALBatch, version: UInt64, into memtable: Memtable) {
+        monitor.lock()
+        if stopped {
+            memtable.apply(batch, version: version)
+            applied.store(version, ordering: .releasing)
+            monitor.unlock()
+            return
+        }
+        queueLocked(Pending(version: version, batch: .operations(batch), memtable: memtable))
+    }
+
+    /// Queues `pending` for the thread, starting or waking it; called holding the monitor,
+    /// which it releases.
+    private func queueLocked(_ pending: Pending) {
+        queue.append(pending)
         if !running {
             running = true
             Thread.detachNewThread { [self] in run() }
@@ -113,7 +146,7 @@ final class MemtableApplier: @unchecked Sendable {
             linking = true
             monitor.unlock()
             for pending in work {
-                pending.memtable.apply(pending.batch, version: pending.version)
+                pending.batch.apply(to: pending.memtable, version: pending.version)
                 applied.store(pending.version, ordering: .releasing)
                 // Its committer may be waiting already (a frame synced faster than linked).
                 monitor.lock()

@@ -8,9 +8,10 @@
 //  12  keyLength    UInt16
 //  14  height       UInt8   (1...Memtable.maxHeight)
 //  15  flags        UInt8   (bit 0, `olderFollows`: the next node at level 0 is an older
-//                            change of the same key, Memtable.K4)
+//                            change of the same key, Memtable.K4; bit 1, `valueInPlace`:
+//                            the value lies outside the arena, Memtable.K5)
 //  16  links        height × 8 bytes, atomic: the next node at each level (0 = none)
-//      key bytes, then value bytes
+//      key bytes, then value bytes (or, with `valueInPlace`, the value's address, 8 bytes)
 import Atomics
 
 /// A node of the memtable's skip list: a pointer into the arena, valid while the memtable
@@ -28,6 +29,10 @@ struct MemtableNode: Equatable {
 
     /// The `flags` bit saying that the next node at level 0 is an older change of this key.
     private static let olderFollowsFlag: UInt8 = 1
+    /// The `flags` bit saying that the node holds its value's address, not its bytes.
+    private static let valueInPlaceFlag: UInt8 = 2
+    /// Bytes a value's address takes in a node.
+    static let valueAddressBytes = 8
 
     let base: UnsafeMutableRawPointer
 
@@ -39,17 +44,23 @@ struct MemtableNode: Equatable {
     }
 
     /// Writes a node at `base` (`byteCount` bytes there, 8-aligned), its links all empty.
+    /// `valueInPlace`: the node keeps the value's address (`valueAddressBytes` of the
+    /// count), not a copy of its bytes, which must outlive the node (Memtable.K5).
     static func make(at base: UnsafeMutableRawPointer, height: Int, version: UInt64, key: UnsafeRawBufferPointer,
-                     value: UnsafeRawBufferPointer?) -> MemtableNode {
+                     value: UnsafeRawBufferPointer?, valueInPlace: Bool = false) -> MemtableNode {
         base.storeBytes(of: version, toByteOffset: Field.version, as: UInt64.self)
         base.storeBytes(of: Int32(value.map(\.count) ?? -1), toByteOffset: Field.valueLength, as: Int32.self)
         base.storeBytes(of: UInt16(key.count), toByteOffset: Field.keyLength, as: UInt16.self)
         base.storeBytes(of: UInt8(height), toByteOffset: Field.height, as: UInt8.self)
-        base.storeBytes(of: UInt8(0), toByteOffset: Field.flags, as: UInt8.self)
+        base.storeBytes(of: valueInPlace ? Self.valueInPlaceFlag : 0, toByteOffset: Field.flags, as: UInt8.self)
         (base + Field.links).initializeMemory(as: Int.AtomicRepresentation.self, repeating: .init(0), count: height)
         let keyStart = base + Field.links + 8 * height
         if let address = key.baseAddress { keyStart.copyMemory(from: address, byteCount: key.count) }
-        if let value, let address = value.baseAddress { (keyStart + key.count).copyMemory(from: address, byteCount: value.count) }
+        if valueInPlace {
+            (keyStart + key.count).storeBytes(of: UInt(bitPattern: value?.baseAddress), as: UInt.self)
+        } else if let value, let address = value.baseAddress {
+            (keyStart + key.count).copyMemory(from: address, byteCount: value.count)
+        }
         return MemtableNode(base)
     }
 
@@ -86,7 +97,17 @@ struct MemtableNode: Equatable {
     var value: UnsafeRawBufferPointer? {
         let count = valueCount
         guard count >= 0 else { return nil }
-        return UnsafeRawBufferPointer(start: base + Field.links + 8 * height + keyCount, count: Int(count))
+        let start = base + Field.links + 8 * height + keyCount
+        if _slowPath(base.load(fromByteOffset: Field.flags, as: UInt8.self) & Self.valueInPlaceFlag != 0) {
+            return Self.valueInPlace(at: start, count: Int(count))
+        }
+        return UnsafeRawBufferPointer(start: start, count: Int(count))
+    }
+
+    /// The value a node points at (Memtable.K5), its address stored at `address`.
+    @inline(never)
+    private static func valueInPlace(at address: UnsafeMutableRawPointer, count: Int) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: UnsafeRawPointer(bitPattern: address.loadUnaligned(as: UInt.self)), count: count)
     }
 
     var entry: MemtableEntry { MemtableEntry(version: version, value: value.map { Array($0) }) }

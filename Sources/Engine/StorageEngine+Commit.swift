@@ -105,7 +105,10 @@ extension StorageEngine {
         // Encoded once, before the lock: the log stores these bytes and the memtable links
         // from them, reading each key and value where it lies. A batch with version stamps
         // is encoded under the lock, once its version is known (WALBatch.versionStampedOperations).
-        let unstampedEncoding = batch.versionStampedOperations.isEmpty ? batch.encoding(measure: measure) : nil
+        // A batch larger than one log frame is never encoded whole: the log encodes it a
+        // fragment at a time, and the memtable links it from its operations.
+        let unstampedEncoding = batch.versionStampedOperations.isEmpty && !measure.spansFrames
+            ? batch.encoding(measure: measure) : nil
         return try commitLock.withLock { commits in
             guard !commits.closed else { throw EngineError.closed }
             if let failure = commits.failure { throw EngineError.storeFailed(reason: failure) }
@@ -137,11 +140,20 @@ extension StorageEngine {
             }
             // The log is enqueued only here, under this lock, so its next LSN is this batch's
             // version. Stamping changes bytes, not lengths: the measure holds.
-            let stampedVersion = unstampedEncoding == nil ? log.nextLSN.rawValue : nil
+            let stampedVersion = unstampedEncoding == nil && !batch.versionStampedOperations.isEmpty ? log.nextLSN.rawValue : nil
             let batch = stampedVersion.map(batch.stampingVersion) ?? batch
-            let encoding = unstampedEncoding ?? batch.encoding(measure: measure)
+            // Linked while the frame is written and synced; unseen until published (StorageEngine.E1).
             let submission: Submission
-            do { submission = try log.enqueue(encoding) } catch let error as WALError {
+            do {
+                if measure.spansFrames {
+                    submission = try log.enqueue(batch, measure: measure)
+                    applier.enqueue(operationsOf: batch, version: submission.lsn.rawValue, into: snapshots.current.active)
+                } else {
+                    let encoding = unstampedEncoding ?? batch.encoding(measure: measure)
+                    submission = try log.enqueue(encoding)
+                    applier.enqueue(encoding, version: submission.lsn.rawValue, into: snapshots.current.active)
+                }
+            } catch let error as WALError {
                 if case .batchTooLarge = error { throw EngineError.log(error) }
                 commits.failure = "\(error)"
                 throw EngineError.log(error)
@@ -152,8 +164,6 @@ extension StorageEngine {
                          "a commit's version does not follow the batches in flight")
             commits.inFlight.append(batch)
             commits.lastEnqueuedVersion = version
-            // Linked while the frame is written and synced; unseen until published (StorageEngine.E1).
-            applier.enqueue(encoding, version: version, into: snapshots.current.active)
             return submission
         }
     }

@@ -131,6 +131,10 @@ public struct WALBatch: Sendable, Equatable {
         public var shortestKeyBytes: Int
         public var longestKeyBytes: Int
         public var longestValueBytes: Int
+
+        /// Whether the batch takes more than one frame of the log, which then encodes it a
+        /// fragment at a time (`EncodingStream`), never whole.
+        package var spansFrames: Bool { encodedByteCount > WALFormat.maxFragmentBytes }
     }
 
     /// The batch's `Measure`, in one walk.
@@ -234,7 +238,7 @@ public struct WALBatch: Sendable, Equatable {
     /// Writes `bytes`' varint length and then `bytes` into `output` at `offset`, advancing
     /// it; returns where `bytes` went. The caller sized `output` (`measure`).
     @inline(__always)
-    private static func store(_ bytes: UnsafeRawBufferPointer, in output: UnsafeMutableRawBufferPointer,
+    static func store(_ bytes: UnsafeRawBufferPointer, in output: UnsafeMutableRawBufferPointer,
                               at offset: inout Int) -> Range<Int> {
         ByteWriter.storeVarint(UInt64(bytes.count), in: output, at: &offset)
         let start = offset
@@ -273,7 +277,7 @@ public struct WALBatch: Sendable, Equatable {
     }
 }
 
-private func varintByteCount(_ value: Int) -> Int {
+func varintByteCount(_ value: Int) -> Int {
     var count = 1
     var rest = UInt64(value) >> 7
     while rest > 0 { count += 1; rest >>= 7 }

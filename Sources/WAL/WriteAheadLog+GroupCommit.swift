@@ -29,17 +29,23 @@ extension WriteAheadLog {
 
     /// `submit(_:)`, also returning the batch's encoded and stored (compressed) sizes.
     package func enqueue(_ batch: WALBatch) throws -> Submission {
-        let measure = batch.measure
-        guard measure.encodedByteCount <= WALFormat.maxBatchBytes else {
-            throw WALError.batchTooLarge(byteCount: measure.encodedByteCount, limit: WALFormat.maxBatchBytes)
-        }
-        return try enqueue(batch.encoding(measure: measure))
+        try enqueue(batch, measure: batch.measure)
+    }
+
+    /// `enqueue(_:)` for a caller that has the batch's `measure` already. A batch larger
+    /// than one frame is encoded a fragment at a time, never laid out whole
+    /// (`WALBatch.EncodingStream`).
+    package func enqueue(_ batch: WALBatch, measure: WALBatch.Measure) throws -> Submission {
+        try enqueue(EncodedBatch(batch, measure: measure, compression: options.compression))
     }
 
     /// `enqueue(_:)` of a batch encoded already (`WALBatch.encoding()`), for a caller that
     /// also links the batch from its encoding.
     package func enqueue(_ encoding: WALBatch.Encoding) throws -> Submission {
-        let encoded = try EncodedBatch(encoding, compression: options.compression)
+        try enqueue(EncodedBatch(encoding, compression: options.compression))
+    }
+
+    private func enqueue(_ encoded: EncodedBatch) throws -> Submission {
         monitor.lock()
         defer { monitor.unlock() }
         guard !state.closed else { throw WALError.closed }

@@ -72,6 +72,35 @@ extension Memtable {
     /// keys are looked up at every version before anything walks the list, then walks link
     /// what was left out. Seed 6's index fills up halfway: the memtable links everything and
     /// stops deferring, and lookups go on through the skip list.
+    /// A value of `Memtable.inPlaceValueBytes` or more, in a batch linked from its
+    /// operations, is pointed at, not copied (Memtable.K5): it reads back whole once the
+    /// caller's batch is gone and its memory taken again and overwritten, in a sorted
+    /// batch and in one among the keys held, and its bytes count as if copied.
+    @Test func valuesLinkedInPlaceOutliveTheirBatch() {
+        let memtable = Memtable()
+        func key(_ number: Int) -> [UInt8] { Array(String(format: "k%03d", number).utf8) }
+        func size(_ number: Int) -> Int { number.isMultiple(of: 3) ? 100 + number : Memtable.inPlaceValueBytes + number }
+        for round in 0..<2 {
+            var batch = WALBatch()
+            for number in stride(from: round, to: 64, by: 2) {
+                batch.put(key(number), [UInt8](repeating: UInt8(number), count: size(number)))
+            }
+            memtable.apply(batch, version: UInt64(round + 1))
+            batch.operations.removeAll()
+        }
+        // Memory the batches' values took, taken again and overwritten.
+        let filler = (0..<256).map { _ in [UInt8](repeating: 0xEE, count: Memtable.inPlaceValueBytes + 32) }
+        var counted = 0
+        for number in 0..<64 {
+            let value = memtable.entry(key(number))?.value
+            let intact = value == [UInt8](repeating: UInt8(number), count: size(number))
+            #expect(intact, "the value of \(key(number)) reads back whole")
+            counted += size(number)
+        }
+        #expect(memtable.byteCount > counted, "values pointed at count toward the memtable's bytes")
+        withExtendedLifetime(filler) {}
+    }
+
     @Test(arguments: [UInt64(1), 2, 3, 4, 5, 6])
     func everyVersionReadsAsTheModelSays(seed: UInt64) throws {
         print("MemtableTests seed \(seed)")

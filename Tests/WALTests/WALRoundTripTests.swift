@@ -282,6 +282,65 @@ import Testing
         #expect(readBack, "the batch read back is the batch appended")
     }
 
+    /// The stream writes exactly the batch's encoding, whatever the sizes of the buffers
+    /// it is handed (EncodingStream.S1): pieces of one byte, of a few, of thousands, each
+    /// cutting operations at every part (kind and key length, key, value length, value).
+    @Test func anEncodingStreamWritesTheEncodingInPiecesOfAnySize() {
+        let seed: UInt64 = 29
+        print("seed \(seed)")
+        var generator = BatchGenerator(seed: seed)
+        for round in 0..<60 {
+            var batch = generator.batch(operations: Int(generator.random.next() % 40) + 1, maxValueBytes: 3_000)
+            if round % 3 == 0 { batch.put(generator.bytes(WALFormat.maxKeyBytes), generator.value(20_000)) }
+            if round % 5 == 0 { batch.put(generator.bytes(1), []) }
+            let expected = batch.encoding().bytes
+            let largest = [1, 7, 300, 5_000, expected.count + 10][round % 5]
+            var stream = WALBatch.EncodingStream()
+            var streamed: [UInt8] = []
+            batch.operations.withUnsafeBufferPointer { operations in
+                while true {
+                    let size = Int(generator.random.next() % UInt64(largest)) + 1
+                    var piece = [UInt8](repeating: 0, count: size)
+                    let written = piece.withUnsafeMutableBytes { stream.write(into: $0, from: operations) }
+                    streamed += piece[..<written]
+                    // Only the encoding's end leaves a piece short.
+                    guard written == size else { break }
+                }
+            }
+            let same = streamed == expected  // compared out of #expect, which would print both
+            #expect(same, "round \(round): \(streamed.count) bytes streamed for \(expected.count)")
+        }
+    }
+
+    /// A batch larger than a frame is encoded into its fragments a fragment at a time
+    /// (`EncodedBatch.init(_:measure:compression:)`): the same fragments and payloads as
+    /// from its encoding laid out whole, compressed or raw, with compression on or off.
+    @Test func aBatchEncodedAFragmentAtATimeStoresWhatItsWholeEncodingWould() throws {
+        let seed: UInt64 = 47
+        print("seed \(seed)")
+        var generator = BatchGenerator(seed: seed)
+        for (valueBytes, incompressible) in [(65_536, false), (65_536, true), (300_001, false), (3 << 20, true)] {
+            var batch = WALBatch()
+            while batch.measure.encodedByteCount <= 2 * WALFormat.maxFragmentBytes + 100 {
+                let key = generator.bytes(Int(generator.random.next() % 24) + 1)
+                batch.operations.append(generator.random.next() % 4 == 0
+                    ? .delete(key: key) : .insert(key: key, value: generator.value(valueBytes, incompressible: incompressible)))
+            }
+            #expect(batch.measure.spansFrames)
+            for compression in [true, false] {
+                let whole = try EncodedBatch(batch.encoding(), compression: compression)
+                let streamed = try EncodedBatch(batch, measure: batch.measure, compression: compression)
+                var wholeFragments: [String] = [], streamedFragments: [String] = []
+                whole.forEachFragment { wholeFragments.append("\($0.stored) \($0.rawBytes) \($0.compressed) \($0.kind) \(Array($1).hashValue)") }
+                streamed.forEachFragment { streamedFragments.append("\($0.stored) \($0.rawBytes) \($0.compressed) \($0.kind) \(Array($1).hashValue)") }
+                let samePayloads = whole.payloads == streamed.payloads  // compared out of #expect, which would print both
+                #expect(samePayloads && wholeFragments == streamedFragments && whole.batchBytes == streamed.batchBytes,
+                        "values of \(valueBytes) bytes, compression \(compression)")
+                #expect(wholeFragments.count > 2)
+            }
+        }
+    }
+
     /// The encoding holds `batch.measure.encodedByteCount` bytes, decodes to `batch`, and
     /// its locations point at each operation's key and value.
     private func expectEncodingLocatesItsOperations(_ batch: WALBatch) throws {
