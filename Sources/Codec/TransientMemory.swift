@@ -1,10 +1,11 @@
-// Large buffers that live for one commit: a batch's encoding and its compressed payloads.
-// The C library maps each allocation of 32 MiB or more on its own and unmaps it when freed,
-// so every such buffer starts as fresh memory, and with 4 KiB pages its first write faults
-// once per page: 16,384 faults for a 64 MiB batch, half the commit thread's time in a fill
-// of 64 KiB values with the group's frames laid out the same way (Benchmarks/JOURNAL.md,
-// "Commits of 64 MiB"). Asked for transparent huge pages before that first write, the same
-// buffer takes one fault per 2 MiB.
+// Large buffers that live for one commit: a batch's compressed payloads. The C library
+// maps each allocation of 32 MiB or more on its own and unmaps it when freed, so every such
+// buffer starts as fresh memory, and with 4 KiB pages its first write faults once per
+// page: 16,384 faults for a 64 MiB buffer. With a large batch's encoding and its group's
+// frames laid out the same way, that was half the commit thread's time in a fill of 64 KiB
+// values (Benchmarks/JOURNAL.md, "Commits of 64 MiB"); neither is laid out whole any more.
+// Asked for transparent huge pages before that first write, such a buffer takes one fault
+// per 2 MiB.
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

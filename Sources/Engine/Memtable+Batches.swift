@@ -1,6 +1,7 @@
 // A committed batch linked into the memtable, from its encoding (a commit of up to one log
-// frame, and every batch recovery or a reader replays) or from its operations (a larger
-// commit: the log encodes it a fragment at a time, never whole, `WALBatch.EncodingStream`).
+// frame, and every batch a reader in another process replays) or from its operations (a
+// larger commit: the log encodes it a fragment at a time, never whole,
+// `WALBatch.EncodingStream`). Recovery makes and links its nodes itself (ReplayedChanges).
 // Both go through one generic `link`, specialized for each: a first version that took the
 // keys and values through closures cost fillrandom 368 more instructions a key (callgrind,
 // 200,000 keys), most of them allocating and freeing a closure's context per key.
@@ -14,6 +15,8 @@ protocol BatchChanges {
     var count: Int { get }
     func key(_ index: Int) -> UnsafeRawBufferPointer
     func withValue(_ index: Int, _ body: (UnsafeRawBufferPointer?, Bool) -> Void)
+    /// Has `memtable` keep the values its nodes point at, of the changes `linked`.
+    func keepValues(linked: some Sequence<Int>, in memtable: Memtable)
 }
 
 /// The changes of an encoded batch, read where they lie in its bytes.
@@ -30,6 +33,10 @@ private struct EncodedChanges: BatchChanges {
     func withValue(_ index: Int, _ body: (UnsafeRawBufferPointer?, Bool) -> Void) {
         body(locations[index].value.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) }, false)
     }
+
+    /// Nothing to keep: every value was copied.
+    @inline(__always)
+    func keepValues(linked: some Sequence<Int>, in memtable: Memtable) {}
 }
 
 /// The changes of a batch's operations: their keys copied side by side (an operation's
@@ -53,6 +60,15 @@ private struct OperationChanges: BatchChanges {
             body(value, (value?.count ?? 0) >= Memtable.inPlaceValueBytes)
         }
     }
+
+    /// The arrays of the values linked in place, and of no other change (Memtable.K5).
+    func keepValues(linked: some Sequence<Int>, in memtable: Memtable) {
+        for index in linked {
+            if let value = operations[index].value, value.count >= Memtable.inPlaceValueBytes {
+                memtable.writerOnly.pointee.kept.append(value)
+            }
+        }
+    }
 }
 
 extension Memtable {
@@ -67,18 +83,14 @@ extension Memtable {
     /// above every version held (Memtable.K3). Writer only. The engine links a batch larger
     /// than one log frame this way; a memtable that defers linking takes encodings
     /// (Memtable+Deferred.swift). A value of `inPlaceValueBytes` or more is not copied:
-    /// its node points at it, and the memtable keeps the batch (Memtable.K5).
+    /// its node points at it, and the memtable keeps its array (Memtable.K5).
     func apply(_ batch: WALBatch, version: UInt64) {
         guard !batch.operations.isEmpty else { return }
         guard !defersLinking.load(ordering: .relaxed) else { return apply(batch.encoding(), version: version) }
-        var lent = false
         batch.operations.withUnsafeBufferPointer { operations in
             var keyByteCount = 0
             for index in operations.indices {
-                WALBatch.Operation.withBytes(of: operations[index]) { key, value in
-                    keyByteCount += key.count
-                    lent = lent || (value?.count ?? 0) >= Self.inPlaceValueBytes
-                }
+                keyByteCount += WALBatch.Operation.withBytes(of: operations[index]) { key, _ in key.count }
             }
             let keyBytes = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, keyByteCount), alignment: 8)
             defer { keyBytes.deallocate() }
@@ -95,7 +107,6 @@ extension Memtable {
             link(OperationChanges(operations: operations, keyBytes: UnsafeRawBufferPointer(keyBytes),
                                   keyEnds: UnsafeBufferPointer(keyEnds)), version: version)
         }
-        if lent { writerOnly.pointee.kept.append(batch) }
     }
 
     /// Adds every operation of an encoded batch at `version`, reading each key and value
@@ -119,6 +130,7 @@ extension Memtable {
         if changes.count == 1 {
             let key = changes.key(0)
             changes.withValue(0) { link(makeNode(key, version: version, value: $0, valueInPlace: $1), continuingRun: false) }
+            changes.keepValues(linked: CollectionOfOne(0), in: self)
             return
         }
         // Sorted, a batch goes in as one run: each key continues from the previous
@@ -141,5 +153,6 @@ extension Memtable {
                 }
             }
         }
+        changes.keepValues(linked: winners, in: self)
     }
 }

@@ -21,10 +21,11 @@
 //      a node linked after a key's oldest change has another key, and none is unlinked.
 //      So a walk tells a key's changes apart from the next key without reading keys.
 //  Memtable.K5. A node whose value lies in place (outside the arena) points into a value array
-//      of a batch the memtable keeps until it is freed itself: the array is never changed
-//      (a copy of an array it holds is changed only after a copy of its elements), so its
-//      elements stay where they were when the node was made, and every reader of the node
-//      holds the memtable.
+//      the memtable keeps until it is freed itself, as it keeps its arena: the array is
+//      never changed (a copy of an array it holds is changed only after a copy of its
+//      elements), so its elements stay where they were when the node was made, and every
+//      reader of the node holds the memtable. It keeps no other array of the batch, and
+//      the node's bytes count the value's (`byteCount`).
 //  A memtable that defers linking (a read-only store's, beside a writer in another process:
 //  Memtable+Deferred.swift) names new nodes in its hash index before they are in the skip
 //  list, and links them there before any walk in key order; Memtable.D1–D3 say how.
@@ -64,10 +65,10 @@ final class Memtable: @unchecked Sendable {
     static let maxHeight = 12
 
     let head: MemtableNode
-    /// The arena, the height generator's state and the batches whose values nodes point at
-    /// in place (Memtable.K5). Behind a pointer: each access to a class's stored `var`
-    /// costs a dynamic exclusivity check, measurable per inserted key.
-    let writerOnly: UnsafeMutablePointer<(arena: MemtableArena, random: UInt64, kept: [WALBatch])>
+    /// The arena, the height generator's state and the value arrays nodes point at in
+    /// place (Memtable.K5). Behind a pointer: each access to a class's stored `var` costs a
+    /// dynamic exclusivity check, measurable per inserted key.
+    let writerOnly: UnsafeMutablePointer<(arena: MemtableArena, random: UInt64, kept: [[UInt8]])>
     /// The arena's next block, made ready while it fills; given back when the memtable is
     /// frozen (`releaseSpareBlock()`).
     private let spareBlock = SpareBlock()
@@ -223,8 +224,8 @@ final class Memtable: @unchecked Sendable {
     /// it reads the log (the change's bytes copied once, straight into the arena), then
     /// links the last change of each key with `link(sortedUniqueCount:_:)`. A node never
     /// linked is invisible and freed with the memtable. Writer only.
-    /// `valueInPlace`: the node points at the value, which outlives the memtable (Memtable.K5);
-    /// its bytes still count toward `byteCount`.
+    /// `valueInPlace`: the node points at the value, which the caller has the memtable keep
+    /// (Memtable.K5); its bytes still count toward `byteCount`.
     func makeNode(_ key: UnsafeRawBufferPointer, version: UInt64, value: UnsafeRawBufferPointer?, height: Int? = nil,
                   valueInPlace: Bool = false) -> MemtableNode {
         // The engine checks every key and value against `Limits` before it gets here (commits

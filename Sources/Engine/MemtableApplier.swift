@@ -16,8 +16,9 @@
 //      is each memtable's single writer.
 //  MemtableApplier.A2. `appliedVersion` only grows, and every batch enqueued at or below it is linked
 //      (its nodes' writes happen before a reader that saw `appliedVersion` loads them).
-//  MemtableApplier.A3. A small batch enqueued while nothing is queued or being linked is linked on the
-//      enqueuing thread, under the monitor: handing a one-key commit to the thread costs
+//  MemtableApplier.A3. A small encoded batch enqueued while nothing is queued or being linked is linked on the
+//      enqueuing thread, under the monitor (a batch linked from its operations, larger
+//      than a log frame, always goes to the thread): handing a one-key commit to the thread costs
 //      more (a futex wake, then the woken thread contending for the lock) than linking it
 //      (fillsync measured 0.8 × the disk's raw fdatasync rate with every batch handed off).
 // Thread-safety: every member from any thread; the queue is guarded by `monitor`.

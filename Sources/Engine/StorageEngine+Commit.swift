@@ -106,7 +106,8 @@ extension StorageEngine {
         // from them, reading each key and value where it lies. A batch with version stamps
         // is encoded under the lock, once its version is known (WALBatch.versionStampedOperations).
         // A batch larger than one log frame is never encoded whole: the log encodes it a
-        // fragment at a time, and the memtable links it from its operations.
+        // fragment at a time, under the lock (where it compresses every batch), and the
+        // memtable links it from its operations.
         let unstampedEncoding = batch.versionStampedOperations.isEmpty && !measure.spansFrames
             ? batch.encoding(measure: measure) : nil
         return try commitLock.withLock { commits in

@@ -167,7 +167,8 @@ public struct WALBatch: Sendable, Equatable {
 
     /// A batch's bytes (`encoded()`) with where each operation lies in them: what the log
     /// stores, and what the memtable links from, as recovery does from the log, without
-    /// a copy of the operations' arrays or a count of their references.
+    /// a copy of the operations' arrays or a count of their references. A commit larger
+    /// than one frame is never encoded whole (`EncodingStream`).
     public struct Encoding: Sendable {
         public let bytes: [UInt8]
         public let operationLocations: [OperationLocation]
@@ -201,7 +202,6 @@ public struct WALBatch: Sendable, Equatable {
         var bytes: [UInt8] = []
         let locations = [OperationLocation](unsafeUninitializedCapacity: count) { locations, located in
             bytes = [UInt8](unsafeUninitializedCapacity: byteCount) { buffer, written in
-                TransientMemory.adviseHugePages(UnsafeMutableRawBufferPointer(buffer))
                 encode(into: UnsafeMutableRawBufferPointer(buffer), locations: locations.baseAddress)
                 written = byteCount
             }

@@ -60,34 +60,30 @@ extension Memtable {
 /// Every memtable test goes through the engine's own paths (a commit's `apply`, recovery's
 /// `makeNode` and `link`) and checks the invariants (`_checkInvariants`) after every step.
 @Suite struct MemtableTests {
-    /// Random batches (appended, scattered, overwriting, deleting, a key put twice, put
-    /// then deleted or deleted then put in one batch) at increasing versions: lookups and
-    /// walks in both directions, from any start and as of any earlier version, match a
-    /// model of every change.
-    /// Seed 3 runs with a budget so small that the hash index fills up early and lookups
-    /// of the keys it lacks go through the skip list.
-    /// Seed 4 commits batches of up to 700 keys: a batch is searched and linked in rounds
-    /// of 256, each round seeing the nodes the one before it linked.
-    /// Seeds 5 and 6 run a reader's memtable, which defers linking (Memtable+Deferred.swift):
-    /// keys are looked up at every version before anything walks the list, then walks link
-    /// what was left out. Seed 6's index fills up halfway: the memtable links everything and
-    /// stops deferring, and lookups go on through the skip list.
     /// A value of `Memtable.inPlaceValueBytes` or more, in a batch linked from its
     /// operations, is pointed at, not copied (Memtable.K5): it reads back whole once the
     /// caller's batch is gone and its memory taken again and overwritten, in a sorted
-    /// batch and in one among the keys held, and its bytes count as if copied.
-    @Test func valuesLinkedInPlaceOutliveTheirBatch() {
+    /// batch and in one among the keys held, and its bytes count as if copied. The
+    /// memtable keeps the arrays its nodes point at and nothing else of the batch: not a
+    /// value a later operation of its key replaced, nor one it copied.
+    @Test func valuesLinkedInPlaceOutliveTheirBatch() throws {
         let memtable = Memtable()
         func key(_ number: Int) -> [UInt8] { Array(String(format: "k%03d", number).utf8) }
         func size(_ number: Int) -> Int { number.isMultiple(of: 3) ? 100 + number : Memtable.inPlaceValueBytes + number }
+        var pointedAt = 0
         for round in 0..<2 {
             var batch = WALBatch()
             for number in stride(from: round, to: 64, by: 2) {
+                // Put twice, the first value replaced within the batch.
+                if number.isMultiple(of: 4) { batch.put(key(number), [UInt8](repeating: 0xAA, count: 2 * Memtable.inPlaceValueBytes)) }
                 batch.put(key(number), [UInt8](repeating: UInt8(number), count: size(number)))
+                if size(number) >= Memtable.inPlaceValueBytes { pointedAt += 1 }
             }
             memtable.apply(batch, version: UInt64(round + 1))
             batch.operations.removeAll()
+            try memtable._checkInvariants()
         }
+        #expect(memtable.writerOnly.pointee.kept.count == pointedAt)
         // Memory the batches' values took, taken again and overwritten.
         let filler = (0..<256).map { _ in [UInt8](repeating: 0xEE, count: Memtable.inPlaceValueBytes + 32) }
         var counted = 0
@@ -101,6 +97,18 @@ extension Memtable {
         withExtendedLifetime(filler) {}
     }
 
+    /// Random batches (appended, scattered, overwriting, deleting, a key put twice, put
+    /// then deleted or deleted then put in one batch) at increasing versions: lookups and
+    /// walks in both directions, from any start and as of any earlier version, match a
+    /// model of every change.
+    /// Seed 3 runs with a budget so small that the hash index fills up early and lookups
+    /// of the keys it lacks go through the skip list.
+    /// Seed 4 commits batches of up to 700 keys: a batch is searched and linked in rounds
+    /// of 256, each round seeing the nodes the one before it linked.
+    /// Seeds 5 and 6 run a reader's memtable, which defers linking (Memtable+Deferred.swift):
+    /// keys are looked up at every version before anything walks the list, then walks link
+    /// what was left out. Seed 6's index fills up halfway: the memtable links everything and
+    /// stops deferring, and lookups go on through the skip list.
     @Test(arguments: [UInt64(1), 2, 3, 4, 5, 6])
     func everyVersionReadsAsTheModelSays(seed: UInt64) throws {
         print("MemtableTests seed \(seed)")

@@ -223,8 +223,8 @@ import Testing
         try log.close()
     }
 
-    /// A batch past `TransientMemory.hugePageThreshold` is encoded and compressed in
-    /// buffers asked for huge pages, its fragments written one after another in place, and
+    /// A batch past `TransientMemory.hugePageThreshold` is compressed into payloads asked
+    /// for huge pages, its fragments written one after another in place, and
     /// its frames written a window of `GroupFrames.keptBytes` at a time: a value whose
     /// megabytes alternate between random and repeated bytes gives fragments stored raw
     /// between fragments stored compressed, and each must decode to its bytes of the
