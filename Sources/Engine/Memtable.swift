@@ -230,7 +230,7 @@ final class Memtable: @unchecked Sendable {
                   valueInPlace: Bool = false) -> MemtableNode {
         // The engine checks every key and value against `Limits` before it gets here (commits
         // and replayed batches alike); the node's length fields hold those limits.
-        precondition(key.count <= Int(UInt16.max) && (value?.count ?? 0) <= Int(Int32.max), "a change beyond the engine's limits")
+        precondition(key.count <= Int(UInt16.max) && (value?.count ?? 0) <= Int(Int32.max) - 2, "a change beyond the engine's limits")
         let height = height ?? randomHeight()
         let size = MemtableNode.byteCount(height: height, key: key.count, value: value?.count ?? 0)
         // Counted when made: a node recovery never links still holds its bytes.
