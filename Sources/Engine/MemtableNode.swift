@@ -49,8 +49,9 @@ struct MemtableNode: Equatable {
     }
 
     /// Writes a node at `base` (`byteCount` bytes there, 8-aligned), its links all empty.
-    /// `valueInPlace`: the node keeps the value's address (`valueAddressBytes` of the
-    /// count), not a copy of its bytes, which must outlive the node (Memtable.K5).
+    /// `valueInPlace`: the node keeps the value's address (`valueAddressBytes` bytes where
+    /// the value would lie), not a copy of its bytes, which must outlive the node
+    /// (Memtable.K5).
     static func make(at base: UnsafeMutableRawPointer, height: Int, version: UInt64, key: UnsafeRawBufferPointer,
                      value: UnsafeRawBufferPointer?, valueInPlace: Bool = false) -> MemtableNode {
         let length = value.map { Int32($0.count) } ?? Self.deleteLength
