@@ -49,6 +49,14 @@ func corrupt(_ file: PageFile, _ id: PageID, _ reason: String) -> EngineError {
     .corruptPage(path: file.path, offset: id.offset(pageBytes: file.pageBytes), reason: reason)
 }
 
+/// A branch page on a cursor's way down and the child the walk is in (0...count). A struct,
+/// not a tuple: an array of tuples holding a class reference was copied and destroyed
+/// through the runtime's generic tuple witnesses (3.5 % of a first scan's instructions).
+struct PathStep {
+    let page: HeldPage
+    var child: Int
+}
+
 /// Walks a tree's leaf cells in order, reading them where they lie, with a stack of branch
 /// pages and child positions (no sibling pointers: copy-on-write trees have none). The
 /// pages it holds stay valid while the snapshot that gave it the tree lives (PageFile.P1 of
@@ -57,8 +65,8 @@ struct TreeCursor {
     let tree: BTree
     let file: PageFile
     let reverse: Bool
-    /// Branch pages from the root down, each with the child the walk is in (0...count).
-    private var path: [(page: HeldPage, child: Int)] = []
+    /// Branch pages from the root down, each with the child the walk is in.
+    private var path: [PathStep] = []
     /// The leaf the cursor is in (nil past the end), its ID, and what keeps its bytes alive.
     private var leaf: TreePage?
     private var leafID = PageID.none
@@ -102,7 +110,7 @@ struct TreeCursor {
             let child = try checked(held) { page in
                 try key.map { try page.childIndex(for: $0) } ?? (reverse ? page.count : 0)
             }
-            path.append((held, child))
+            path.append(PathStep(page: held, child: child))
             id = try checked(held) { try $0.child(at: child) }
         }
         let held = try file.holdPage(id)
@@ -467,10 +475,15 @@ struct TreeCursor {
     /// faults nothing). For a walk that reads leaf after leaf: the next one's lines are
     /// on their way while this one's cells are handed out.
     func prefetchNextLeaf() {
-        guard let top = path.last else { return }
-        let child = top.child + (reverse ? -1 : 1)
-        guard child >= 0, child <= top.page.page.count, let id = try? top.page.page.child(at: child) else { return }
-        file.prefetch(id, lines: file.pageBytes / 64)
+        guard !path.isEmpty else { return }
+        // Read in place: a copy of the step would retain and release what keeps its page.
+        let id: PageID? = path.withUnsafeBufferPointer { path in
+            let top = path[path.count - 1]
+            let child = top.child + (reverse ? -1 : 1)
+            guard child >= 0, child <= top.page.page.count else { return nil }
+            return try? top.page.page.child(at: child)
+        }
+        if let id { file.prefetch(id, lines: file.pageBytes / 64) }
     }
 
     /// Moves the cursor `cells` cells on in its direction, onto a cell `plainCells` read as
@@ -503,13 +516,22 @@ struct TreeCursor {
     private mutating func hold(_ held: HeldPage?) {
         leavesEntered &+= 1
         keyPosition = -1
-        leaf = held?.page
-        layout = held.map { PageCodec.CellLayout($0.page.bytes, count: $0.page.count) } ?? PageCodec.CellLayout()
-        leafID = held?.id ?? .none
-        leafOwner = held?.owner
         elided = -1
-        varintVersions = held.map { $0.page.bytes[PageCodec.leafFormatOffset] & PageCodec.varintVersions != 0 } ?? false
-        if let page = held?.page, page.isElided {
+        guard let held else {
+            leaf = nil
+            layout = PageCodec.CellLayout()
+            leafID = .none
+            leafOwner = nil
+            varintVersions = false
+            return
+        }
+        let page = held.page
+        leaf = page
+        layout = PageCodec.CellLayout(page.bytes, count: page.count)
+        leafID = held.id
+        leafOwner = held.owner
+        varintVersions = page.bytes[PageCodec.leafFormatOffset] & PageCodec.varintVersions != 0
+        if page.isElided {
             let prefix = page.elidedPrefix
             ownKeyBytes(keeping: 0).copyMemory(from: prefix.baseAddress!, byteCount: prefix.count)
             elided = prefix.count
@@ -555,16 +577,22 @@ struct TreeCursor {
 
     /// Moves to the neighbouring leaf; false at the end of the tree.
     private mutating func nextLeaf() throws -> Bool {
-        while var top = path.popLast() {
-            top.child += reverse ? -1 : 1
-            guard top.child >= 0 && top.child <= top.page.page.count else { continue }
-            path.append(top)
-            var id = try checked(top.page) { try $0.child(at: top.child) }
+        while !path.isEmpty {
+            // The step is moved on where it lies: popped and pushed back, it was copied twice.
+            let top = path.count - 1
+            path[top].child += reverse ? -1 : 1
+            let child = path[top].child
+            let branch = path[top].page
+            guard child >= 0 && child <= branch.page.count else {
+                path.removeLast()
+                continue
+            }
+            var id = try checked(branch) { try $0.child(at: child) }
             while path.count < tree.height - 1 {
                 let held = try file.holdPage(id)
                 guard held.page.type == .branch else { throw corrupt(file, id, "a leaf above the bottom level") }
                 let child = reverse ? held.page.count : 0
-                path.append((held, child))
+                path.append(PathStep(page: held, child: child))
                 id = try checked(held) { try $0.child(at: child) }
             }
             let held = try file.holdPage(id)
