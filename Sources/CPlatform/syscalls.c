@@ -9,7 +9,9 @@
 #endif
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include "cplatform.h"
 
@@ -131,6 +133,26 @@ uint32_t cplatform_cpu_hint(void) {
 #endif
     uint64_t thread = (uint64_t)(uintptr_t)pthread_self();
     return (uint32_t)((thread * 0x9E3779B97F4A7C15ull) >> 32);
+}
+
+int cplatform_lower_thread_priority(int increment) {
+#if defined(__linux__)
+    errno = 0;
+    int current = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    if (current == -1 && errno != 0) return errno;
+    return setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), current + increment) == 0 ? 0 : errno;
+#else
+    (void)increment;
+    return 0;
+#endif
+}
+
+int cplatform_thread_nice(void) {
+#if defined(__linux__)
+    return getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+#else
+    return 0;
+#endif
 }
 
 int cplatform_release_free_memory(void) {

@@ -23,14 +23,17 @@ extension StorageEngine {
     /// `only`: the memtable a quiet streak or an idle tick asked to fold
     /// (`checkpointIfQuiet`, `checkpointIfIdle`); nothing is done when another checkpoint
     /// froze it first.
-    func checkpointNow(underLoad: Bool = false, only memtable: Memtable? = nil) throws {
+    ///
+    /// `pacer`: a checkpoint on a thread of its own (`startCheckpoint`) paced by it; none on
+    /// the caller's thread (`checkpoint()`, a close), whose priority is left alone.
+    func checkpointNow(underLoad: Bool = false, only memtable: Memtable? = nil, pacer: CheckpointPacer? = nil) throws {
         let log = try writableLog().log
         try checkpointLock.withLock { durable in
             if let failure = commitLock.withLock({ $0.failure }) { throw EngineError.storeFailed(reason: failure) }
             if let memtable, snapshots.current.active !== memtable { return }
             let start = ContinuousClock.now
             do {
-                try runCheckpoint(&durable, log: log, underLoad: underLoad)
+                try runCheckpoint(&durable, log: log, underLoad: underLoad, pacer: pacer)
             } catch {
                 commitLock.withLock { $0.failure = "checkpoint failed: \(error)" }
                 options.logger.error("checkpoint failed; the store accepts no more writes until reopened",
@@ -80,8 +83,16 @@ extension StorageEngine {
             return false
         }
         Thread.detachNewThread { [self] in
+            // Started by readers or an idle tick, it yields to readers from the start;
+            // started by the writes, once they stop (`CheckpointPacer`). Not where commits
+            // may wait for it (a memtable bound): a commit stalled behind a checkpoint that
+            // yielded would wait for as long as readers keep the CPUs.
+            let pacer = options.maxMemtableBytes != nil ? nil
+                : CheckpointPacer(publications: { [snapshots] in snapshots.publications }, yielding: memtable != nil) { [self] in
+                    if CheckpointPacer.lowerCurrentThread() { yieldedCheckpoints.add(1, ordering: .relaxed) }
+                }
             // A failure is recorded by `checkpointNow()` and reported by the next commit (StorageEngine.E3).
-            if !commitLock.withLock({ $0.closed }) { try? checkpointNow(underLoad: underLoad, only: memtable) }
+            if !commitLock.withLock({ $0.closed }) { try? checkpointNow(underLoad: underLoad, only: memtable, pacer: pacer) }
             checkpointEnded.lock()
             checkpointRunning.store(false, ordering: .releasing)
             checkpointEnded.broadcast()
@@ -184,7 +195,7 @@ extension StorageEngine {
         }
     }
 
-    private func runCheckpoint(_ durable: inout CheckpointState, log: WriteAheadLog, underLoad: Bool) throws {
+    private func runCheckpoint(_ durable: inout CheckpointState, log: WriteAheadLog, underLoad: Bool, pacer: CheckpointPacer?) throws {
         // Freeze: new commits go to a fresh memtable from here on, made (and, under a
         // stream of writes, its index backed with memory) before the locks are taken.
         let next = Memtable(budgetBytes: options.checkpointMemtableBytes, populated: underLoad)
@@ -227,7 +238,7 @@ extension StorageEngine {
                                 purgeTombstonesThrough: checkpointVersion == 0 ? 0 : oldestReadVersion(),
                                 allocator: PageAllocator(reusable: reusable, pageCount: durable.meta.pageCount),
                                 compressesLeaves: options.leafCompression == .lz4,
-                                writesChains: options.writesOverflowChains)
+                                writesChains: options.writesOverflowChains, pacer: pacer)
         // The newest change of each key, read in place (the frozen memtable lives until
         // this function returns).
         var changes: [MemtableNode] = []

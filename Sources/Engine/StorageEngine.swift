@@ -60,6 +60,8 @@ public final class StorageEngine: Sendable, ValueVisitor {
     let logBytesAtCheckpoint = Atomic(0)
     /// Checkpoints that ended by giving freed memory back (`EngineOptions.returnsFreedMemory`).
     let freedMemoryReturns = Atomic(0)
+    /// Background checkpoints that lowered their thread's priority (`CheckpointPacer`).
+    let yieldedCheckpoints = Atomic(0)
     /// Links each committed batch into its memtable while its frame is being synced.
     let applier: MemtableApplier
     /// Told about every published batch (see `observeCommits`). Boxed: a closure kept

@@ -174,9 +174,12 @@ struct TreeWriter {
 
     /// Largest run of pages gathered before it is written.
     static let runBytes = 256 << 10
+    /// Told of each run written: a background checkpoint's priority follows the commits.
+    private let pacer: CheckpointPacer?
 
     init(file: PageFile, generation: UInt64, purgeTombstonesThrough: UInt64, allocator: PageAllocator,
-         compressesLeaves: Bool = false, writesChains: Bool = false) {
+         compressesLeaves: Bool = false, writesChains: Bool = false, pacer: CheckpointPacer? = nil) {
+        self.pacer = pacer
         self.writesChains = writesChains
         self.file = file
         self.generation = generation
@@ -204,6 +207,7 @@ struct TreeWriter {
         guard !gathered.isEmpty else { return }
         try gathered.withUnsafeBytes { try file.write(pages: $0, from: gatheredStart) }
         gathered.removeAll(keepingCapacity: true)
+        pacer?.ranOn()
     }
 
     /// Folds `changes` (memtable nodes sorted by key, one per key; a node without a value

@@ -106,6 +106,39 @@ import Testing
         #expect(try BackgroundCheckpoints.settled(engine).memtableKeys == 0)
     }
 
+    /// A checkpoint seeks started yields its thread's priority to the readers from its
+    /// start (`CheckpointPacer`); `checkpoint()`, run on the caller's thread, leaves the
+    /// caller's alone (CheckpointPacer.C1).
+    @Test func aQuietCheckpointYieldsToTheReaders() throws {
+        let engine = try Self.open()
+        defer { try? engine.close() }
+        try BackgroundCheckpoints.write(0..<400, to: engine)
+        let nice = CheckpointPacer.currentThreadNice
+        try engine.checkpoint()
+        #expect(engine.yieldedCheckpoints.load(ordering: .relaxed) == 0 && CheckpointPacer.currentThreadNice == nice)
+        try BackgroundCheckpoints.write(400..<800, to: engine)
+        try Self.seek(Self.streak, engine, first: 400)
+        #expect(try BackgroundCheckpoints.settled(engine).memtableKeys == 0)
+        #if os(Linux)
+        #expect(engine.yieldedCheckpoints.load(ordering: .relaxed) == 1)
+        #endif
+        #expect(CheckpointPacer.currentThreadNice == nice)
+    }
+
+    /// Where commits may wait for a checkpoint (`EngineOptions.maxMemtableBytes`), no
+    /// checkpoint yields: a commit stalled behind one would wait as long as readers kept
+    /// the CPUs.
+    @Test func aStoreWhoseCommitsMayWaitForACheckpointNeverYields() throws {
+        var options = Self.options
+        options.maxMemtableBytes = 1 << 20
+        let engine = try StorageEngine.open(path: "/db", fileSystem: SimulatedFileSystem(), options: options).0
+        defer { try? engine.close() }
+        try BackgroundCheckpoints.write(0..<400, to: engine)
+        try Self.seek(Self.streak, engine)
+        #expect(try BackgroundCheckpoints.settled(engine).memtableKeys == 0)
+        #expect(engine.yieldedCheckpoints.load(ordering: .relaxed) == 0)
+    }
+
     /// An older snapshot's seeks count toward the memtable it reads, one a checkpoint froze
     /// since: they take its streak and start nothing, and leave the current memtable alone.
     @Test func anOlderSnapshotsSeeksLeaveTheCurrentMemtableAlone() throws {

@@ -67,6 +67,13 @@ uint32_t cplatform_cpu_hint(void);
 /// was given back; 0, doing nothing, where the C library has no such call.
 int cplatform_release_free_memory(void);
 
+/// Lowers the calling thread's CPU priority by `increment` nice steps (Linux: each thread
+/// has its own nice value). Returns 0, or an errno value; 0, doing nothing, elsewhere.
+int cplatform_lower_thread_priority(int increment);
+
+/// The calling thread's nice value (0 where threads have none of their own).
+int cplatform_thread_nice(void);
+
 /// Releases a lock `cplatform_lock_byte` took. Returns 0, or an errno value.
 int cplatform_unlock_byte(int fd, off_t offset);
 
