@@ -8,8 +8,8 @@
 // what is left of it competes only with readers, whose latency is what the store's users
 // see: it lowers its thread's priority then, once, for the rest of its run (on two CPUs, two
 // readers beside a checkpoint at the same priority got two thirds of them: ycsb-c at two
-// threads right after its load read 0.64-0.96M keys a second against 1.21-1.36M with the
-// checkpoint lowered). A thread may lower its own priority but not raise it back without
+// threads right after its load read a median of 0.85M keys a second, 1.17M with the
+// checkpoint yielding, in eight alternating pairs). A thread may lower its own priority but not raise it back without
 // privilege; the next checkpoint's thread starts at the priority of the thread that
 // started it, a committer's or a reader's. A checkpoint that readers or an idle tick
 // started (`checkpointIfQuiet`, `checkpointIfIdle`) yields from its start.
