@@ -476,14 +476,13 @@ struct TreeCursor {
     /// on their way while this one's cells are handed out.
     func prefetchNextLeaf() {
         guard !path.isEmpty else { return }
-        // Read in place: a copy of the step would retain and release what keeps its page.
-        let id: PageID? = path.withUnsafeBufferPointer { path in
-            let top = path[path.count - 1]
-            let child = top.child + (reverse ? -1 : 1)
-            guard child >= 0, child <= top.page.page.count else { return nil }
-            return try? top.page.page.child(at: child)
-        }
-        if let id { file.prefetch(id, lines: file.pageBytes / 64) }
+        // The step's fields, not the step: a copy of it would retain and release what keeps
+        // its page.
+        let top = path.count - 1
+        let child = path[top].child + (reverse ? -1 : 1)
+        let page = path[top].page.page
+        guard child >= 0, child <= page.count, let id = try? page.child(at: child) else { return }
+        file.prefetch(id, lines: file.pageBytes / 64)
     }
 
     /// Moves the cursor `cells` cells on in its direction, onto a cell `plainCells` read as

@@ -1,64 +1,80 @@
 // A background checkpoint's CPU priority, following the commits.
 //
-// A checkpoint started by `startCheckpoint` runs on a thread of its own beside the threads
-// that commit and read. While commits flow it keeps their priority: it folds the memtable
-// they fill, and a checkpoint held back lets the memtable taking commits grow, each key
-// linked into it costing more (fills of 1M keys ran 10-20 % slower with every checkpoint
+// A checkpoint started by `startCheckpoint` runs beside the threads that commit and read.
+// While commits come its writes keep their priority: it folds the memtable they fill, and
+// a checkpoint held back lets the memtable taking commits grow, each key linked into a
+// larger one costing more (fills of 1M keys ran 14 and 22 % slower with every checkpoint
 // at nice 10). Once the commits stop (the end of a load, or a store that is only read),
-// what is left of it competes only with readers, whose latency is what the store's users
-// see: it lowers its thread's priority then, once, for the rest of its run (on two CPUs, two
-// readers beside a checkpoint at the same priority got two thirds of them: ycsb-c at two
-// threads right after its load read a median of 0.85M keys a second, 1.17M with the
-// checkpoint yielding, in eight alternating pairs). A thread may lower its own priority but not raise it back without
-// privilege; the next checkpoint's thread starts at the priority of the thread that
-// started it, a committer's or a reader's. A checkpoint that readers or an idle tick
-// started (`checkpointIfQuiet`, `checkpointIfIdle`) yields from its start.
+// what is left of its writes competes only with readers, whose latency is what the store's
+// users see: their thread's priority is lowered then, once (on two CPUs, two readers and
+// a checkpoint's writes at the same priority share them while the writes want a CPU:
+// ycsb-c at two threads right after its load read 0.59-0.97 × LMDB's rate in six runs
+// before, 0.87-1.47 × with the writes yielding, alternating). A checkpoint that readers or
+// an idle tick started
+// (`checkpointIfQuiet`, `checkpointIfIdle`) yields from the start of its writes.
+//
+// A thread may lower its own priority but not raise it back without privilege. So the
+// writes (`TreeWriter.apply`, the bulk of a checkpoint's work, taking no lock a commit or
+// a read waits for) run on a thread of their own, made for them (`onThreadOfItsOwn`), and
+// only that thread is lowered; the freeze, the syncs, the publication of the new tree and
+// the release of the log's segments, which hold locks commits and readers wait for, run
+// on the checkpoint's thread at the priority of the thread that started it.
 //
 // Invariants:
-//  CheckpointPacer.C1. Only a checkpoint's own thread is lowered, never a caller's: a pacer
-//      is made only on the thread `startCheckpoint` starts (`checkpoint()` and a close run
-//      theirs without one).
+//  CheckpointPacer.C1. Only the thread of a background checkpoint's writes is lowered, never
+//      a caller's (`checkpoint()` and a close run theirs without a pacer) and never the
+//      thread that takes the checkpoint's locks.
 //  CheckpointPacer.C2. A pacer lowers at most once, and, unless it yields from its start,
-//      only once `quietInterval` passed with no view published (every commit publishes
-//      one) between two of its runs' writes.
-// Thread-safety: used by the checkpoint's thread alone.
+//      only once `quietInterval` passed with no commit enqueued, between two of the runs of
+//      pages its writer wrote.
+// Thread-safety: used by the thread of the writes alone.
 import CStrataPlatform
+import Dispatch
+import Foundation
 
 final class CheckpointPacer {
-    /// How long no commit must have been published before a checkpoint started by the
-    /// writes yields: under a stream of commits one is published every few milliseconds
-    /// or less (a fill of 1,000-key batches: one every 1-2 ms).
+    /// How long no commit must have been enqueued before a checkpoint started by the
+    /// writes yields: under a stream of commits one is enqueued every few milliseconds or
+    /// less (a fill of 1,000-key batches: one every 1-2 ms). Enqueued, not published: a
+    /// commit is published after its group's fdatasync, which may itself take 10 ms.
     static let quietInterval = Duration.milliseconds(10)
-    /// How far a yielding checkpoint lowers its thread's priority, in nice steps: at 10 the
+    /// How far a yielding checkpoint lowers its writes' thread, in nice steps: at 10 the
     /// kernel gives it about a tenth of the weight of a thread at 0 when both want a CPU,
     /// and all of an idle one.
     static let niceIncrement: Int32 = 10
 
-    private let publications: () -> UInt64
+    private let commits: () -> UInt64
     private let now: () -> ContinuousClock.Instant
     private let lower: () -> Void
+    private let yieldsFromStart: Bool
     private var seen: UInt64
     private var seenAt: ContinuousClock.Instant
     /// Whether this pacer lowered its thread (CheckpointPacer.C2).
     private(set) var yielded = false
 
-    /// `publications`: how many views the store published so far (`SnapshotRegistry`);
-    /// `yielding`: lower at once; `lower`: what lowers the thread (once).
-    init(publications: @escaping () -> UInt64, yielding: Bool,
+    /// `commits`: the version of the last commit the store enqueued; `yielding`: lower at
+    /// `begin()`; `lower`: what lowers the calling thread (once).
+    init(commits: @escaping () -> UInt64, yielding: Bool,
          now: @escaping () -> ContinuousClock.Instant = { ContinuousClock.now }, lower: @escaping () -> Void) {
-        self.publications = publications
+        self.commits = commits
         self.now = now
         self.lower = lower
-        seen = publications()
+        yieldsFromStart = yielding
+        seen = commits()
         seenAt = now()
-        if yielding { yield() }
+    }
+
+    /// Called on the writes' thread before they start: yields there if the checkpoint
+    /// yields from its start.
+    func begin() {
+        if yieldsFromStart && !yielded { yield() }
     }
 
     /// Called after each run of pages the checkpoint wrote: yields once no commit was
-    /// published for `quietInterval`.
+    /// enqueued for `quietInterval`.
     func ranOn() {
         guard !yielded else { return }
-        let count = publications(), instant = now()
+        let count = commits(), instant = now()
         if count != seen {
             (seen, seenAt) = (count, instant)
         } else if instant - seenAt >= Self.quietInterval {
@@ -83,4 +99,37 @@ final class CheckpointPacer {
 
     /// The calling thread's nice value (0 where threads have none of their own).
     static var currentThreadNice: Int { Int(cplatform_thread_nice()) }
+
+    /// Runs `body` on `value` on a new thread and waits for it, `value` handed to that
+    /// thread and back: the thread a pacer may lower, apart from the caller's. Rethrows
+    /// what `body` throws.
+    static func onThreadOfItsOwn<Value, Result>(_ value: inout Value,
+                                                _ body: @escaping (inout Value) throws -> Result) throws -> Result {
+        let handOff = HandOff(value, body)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            handOff.run()
+            done.signal()
+        }
+        done.wait()
+        value = handOff.value
+        return try handOff.result!.get()
+    }
+
+    /// What `onThreadOfItsOwn` hands to its thread and back: used by one thread at a time,
+    /// the caller's until the thread starts and again once it signalled the end.
+    private final class HandOff<Value, Result>: @unchecked Sendable {
+        var value: Value
+        let body: (inout Value) throws -> Result
+        var result: Swift.Result<Result, any Error>?
+
+        init(_ value: Value, _ body: @escaping (inout Value) throws -> Result) {
+            self.value = value
+            self.body = body
+        }
+
+        func run() {
+            result = Swift.Result { try body(&value) }
+        }
+    }
 }

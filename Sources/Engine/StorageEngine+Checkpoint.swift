@@ -83,12 +83,12 @@ extension StorageEngine {
             return false
         }
         Thread.detachNewThread { [self] in
-            // Started by readers or an idle tick, it yields to readers from the start;
-            // started by the writes, once they stop (`CheckpointPacer`). Not where commits
-            // may wait for it (a memtable bound): a commit stalled behind a checkpoint that
-            // yielded would wait for as long as readers keep the CPUs.
+            // Its writes yield to readers from their start when readers or an idle tick
+            // started it, once the commits stop when the commits did (`CheckpointPacer`).
+            // Not where commits may wait for it (a memtable bound): a commit stalled behind
+            // a checkpoint that yielded would wait for as long as readers keep the CPUs.
             let pacer = options.maxMemtableBytes != nil ? nil
-                : CheckpointPacer(publications: { [snapshots] in snapshots.publications }, yielding: memtable != nil) { [self] in
+                : CheckpointPacer(commits: { [self] in lastEnqueuedVersion.load(ordering: .relaxed) }, yielding: memtable != nil) { [self] in
                     if CheckpointPacer.lowerCurrentThread() { yieldedCheckpoints.add(1, ordering: .relaxed) }
                 }
             // A failure is recorded by `checkpointNow()` and reported by the next commit (StorageEngine.E3).
@@ -245,7 +245,16 @@ extension StorageEngine {
         changes.reserveCapacity(frozen.count)
         var iterator = frozen.entries(from: nil, reverse: false, at: checkpointVersion)
         while let node = iterator.nextNode() { changes.append(node) }
-        let tree = try withExtendedLifetime(frozen) { try writer.apply(changes, to: frozenState.tree) }
+        // Paced, the writes run on a thread of their own, the one the pacer may lower: the
+        // rest (the freeze, the syncs, the publication, the log's release) takes locks that
+        // commits and readers wait for, and keeps this thread's priority (CheckpointPacer.C1).
+        let tree = try withExtendedLifetime(frozen) {
+            guard let pacer else { return try writer.apply(changes, to: frozenState.tree) }
+            return try CheckpointPacer.onThreadOfItsOwn(&writer) { writer in
+                pacer.begin()
+                return try writer.apply(changes, to: frozenState.tree)
+            }
+        }
 
         // The free list: every page free after this checkpoint, stored in pages that are
         // free now and unpinned (never in a page an older tree or snapshot may read).
@@ -291,6 +300,7 @@ extension StorageEngine {
         durable.freeListPages = listPages
         durable.vacuumDue = true
         if !freedNow.isEmpty { durable.pending.append((generation, freedNow)) }
+        publishingThreadNice.store(CheckpointPacer.currentThreadNice, ordering: .relaxed)
         snapshots.publish { $0.with(tree: tree, generation: generation, treeVersion: checkpointVersion) }
         snapshots.releaseIdleViews()
         pageFile.releaseMapped(freedNow)

@@ -165,6 +165,7 @@ extension StorageEngine {
                          "a commit's version does not follow the batches in flight")
             commits.inFlight.append(batch)
             commits.lastEnqueuedVersion = version
+            lastEnqueuedVersion.store(version, ordering: .relaxed)
             return submission
         }
     }

@@ -60,8 +60,14 @@ public final class StorageEngine: Sendable, ValueVisitor {
     let logBytesAtCheckpoint = Atomic(0)
     /// Checkpoints that ended by giving freed memory back (`EngineOptions.returnsFreedMemory`).
     let freedMemoryReturns = Atomic(0)
-    /// Background checkpoints that lowered their thread's priority (`CheckpointPacer`).
+    /// Background checkpoints whose writes lowered their thread's priority (`CheckpointPacer`).
     let yieldedCheckpoints = Atomic(0)
+    /// The nice value of the thread that published the last checkpoint's tree, under the
+    /// locks commits and readers wait for (CheckpointPacer.C1).
+    let publishingThreadNice = Atomic(0)
+    /// The version of the last commit enqueued (`beginCommit`), read without the commit
+    /// lock by a checkpoint's pacer to tell whether commits still come.
+    let lastEnqueuedVersion = Atomic<UInt64>(0)
     /// Links each committed batch into its memtable while its frame is being synced.
     let applier: MemtableApplier
     /// Told about every published batch (see `observeCommits`). Boxed: a closure kept

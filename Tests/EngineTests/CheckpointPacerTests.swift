@@ -4,23 +4,23 @@ import Synchronization
 import Testing
 @testable import StrataEngine
 
-/// A background checkpoint keeps the committers' priority while commits flow and lowers
-/// its own thread's once they stop (`CheckpointPacer`); one that readers or an idle tick
-/// started lowers it from its start; a checkpoint on the caller's thread, or one commits
-/// may wait for, never does.
+/// A background checkpoint's writes keep the committers' priority while commits come and
+/// lower their thread's once they stop (`CheckpointPacer`); those of a checkpoint readers
+/// or an idle tick started lower it from their start; a checkpoint on the caller's thread,
+/// or one commits may wait for, never does.
 @Suite struct CheckpointPacerTests {
-    /// A pacer over a publication count and a clock the test moves, and how often it
+    /// A pacer over the last commit's version and a clock the test moves, and how often it
     /// lowered its thread.
     private final class Harness {
-        var publications: UInt64 = 0
+        var commits: UInt64 = 0
         var clock = ContinuousClock.now
         var lowered = 0
-        lazy var pacer = CheckpointPacer(publications: { [unowned self] in publications }, yielding: false,
+        lazy var pacer = CheckpointPacer(commits: { [unowned self] in commits }, yielding: false,
                                          now: { [unowned self] in clock }, lower: { [unowned self] in lowered += 1 })
 
         func advance(_ duration: Duration, publishing: Bool) {
             clock += duration
-            if publishing { publications += 1 }
+            if publishing { commits += 1 }
             pacer.ranOn()
         }
     }
@@ -62,12 +62,35 @@ import Testing
         #expect(harness.lowered == 1)
     }
 
+    /// Lowered on the writes' thread as they begin, not where the pacer is made.
     @Test func aCheckpointReadersStartedYieldsFromItsStart() {
         var lowered = 0
-        let pacer = CheckpointPacer(publications: { 7 }, yielding: true, lower: { lowered += 1 })
+        let pacer = CheckpointPacer(commits: { 7 }, yielding: true, lower: { lowered += 1 })
+        #expect(lowered == 0 && !pacer.yielded)
+        pacer.begin()
         #expect(lowered == 1 && pacer.yielded)
+        pacer.begin()
         pacer.ranOn()
         #expect(lowered == 1)
+    }
+
+    /// The writes' thread is a thread of its own: the value goes there and back, what the
+    /// body throws is rethrown, and lowering that thread leaves the caller's alone.
+    @Test func theWritesRunOnAThreadOfTheirOwn() throws {
+        let nice = CheckpointPacer.currentThreadNice
+        var value = [1, 2, 3]
+        let caller = Thread.current
+        let (sum, elsewhere) = try CheckpointPacer.onThreadOfItsOwn(&value) { value in
+            _ = CheckpointPacer.lowerCurrentThread()
+            value.append(4)
+            return (value.reduce(0, +), Thread.current != caller)
+        }
+        #expect(value == [1, 2, 3, 4] && sum == 10 && elsewhere)
+        #expect(CheckpointPacer.currentThreadNice == nice)
+        struct Refused: Error {}
+        #expect(throws: Refused.self) {
+            try CheckpointPacer.onThreadOfItsOwn(&value) { _ -> Int in throw Refused() }
+        }
     }
 
     /// The tree writer tells its pacer of every run of pages it writes: a checkpoint that
@@ -77,9 +100,9 @@ import Testing
         try fileSystem.createDirectory("/t")
         let pageFile = try PageFile(path: "/t/data", file: try fileSystem.open("/t/data", options: [.create, .write]),
                                     pageBytes: 4096, cachePages: 64)
-        // A commit published before every run: the pacer reads the clock once a run.
-        var published: UInt64 = 0, clockReads = 0
-        let pacer = CheckpointPacer(publications: { published += 1; return published }, yielding: false,
+        // A commit enqueued before every run: the pacer reads the clock once a run.
+        var enqueued: UInt64 = 0, clockReads = 0
+        let pacer = CheckpointPacer(commits: { enqueued += 1; return enqueued }, yielding: false,
                                     now: { clockReads += 1; return ContinuousClock.now }, lower: {})
         var writer = TreeWriter(file: pageFile, generation: 1, purgeTombstonesThrough: 0,
                                 allocator: PageAllocator(reusable: [], pageCount: 2), pacer: pacer)

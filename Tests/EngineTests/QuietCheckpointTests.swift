@@ -123,6 +123,10 @@ import Testing
         #expect(engine.yieldedCheckpoints.load(ordering: .relaxed) == 1)
         #endif
         #expect(CheckpointPacer.currentThreadNice == nice)
+        // Only the writes' thread was lowered: the tree was published, under the locks
+        // commits and readers wait for, by a thread at the priority of the one that
+        // started the checkpoint, this one (CheckpointPacer.C1).
+        #expect(engine.publishingThreadNice.load(ordering: .relaxed) == nice)
     }
 
     /// Where commits may wait for a checkpoint (`EngineOptions.maxMemtableBytes`), no
