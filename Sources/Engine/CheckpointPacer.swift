@@ -8,8 +8,8 @@
 // what is left of its writes competes only with readers, whose latency is what the store's
 // users see: their thread's priority is lowered then, once (on two CPUs, two readers and
 // a checkpoint's writes at the same priority share them while the writes want a CPU:
-// ycsb-c at two threads right after its load read 0.59-0.97 × LMDB's rate in six runs
-// before, 0.87-1.47 × with the writes yielding, alternating). A checkpoint that readers or
+// ycsb-c at two threads right after its load read a median of 0.89 × LMDB's rate in ten
+// runs before, 1.31 × with the writes yielding, alternating). A checkpoint that readers or
 // an idle tick started
 // (`checkpointIfQuiet`, `checkpointIfIdle`) yields from the start of its writes.
 //
