@@ -112,14 +112,16 @@ final class CheckpointPacer {
             done.signal()
         }
         done.wait()
-        value = handOff.value
+        // Taken out, not copied: the thread may still hold the hand-off for a moment, and a
+        // copy left in it would make the caller's next change of `value` copy its arrays.
+        value = handOff.take()
         return try handOff.result!.get()
     }
 
     /// What `onThreadOfItsOwn` hands to its thread and back: used by one thread at a time,
     /// the caller's until the thread starts and again once it signalled the end.
     private final class HandOff<Value, Result>: @unchecked Sendable {
-        var value: Value
+        private var value: Value?
         let body: (inout Value) throws -> Result
         var result: Swift.Result<Result, any Error>?
 
@@ -129,7 +131,13 @@ final class CheckpointPacer {
         }
 
         func run() {
-            result = Swift.Result { try body(&value) }
+            result = Swift.Result { try body(&value!) }
+        }
+
+        /// The value, no longer held here.
+        func take() -> Value {
+            defer { value = nil }
+            return value!
         }
     }
 }

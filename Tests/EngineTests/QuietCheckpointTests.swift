@@ -129,6 +129,19 @@ import Testing
         #expect(engine.publishingThreadNice.load(ordering: .relaxed) == nice)
     }
 
+    /// What a checkpoint's pacer watches to tell whether commits still come: the version of
+    /// the last commit enqueued, set by every commit before it is durable (CheckpointPacer.C2).
+    @Test func thePacersSignalFollowsEveryCommit() throws {
+        let engine = try Self.open()
+        defer { try? engine.close() }
+        #expect(engine.lastEnqueuedVersion.load(ordering: .relaxed) == 0)
+        for round in 0..<3 {
+            try BackgroundCheckpoints.write((round * 10)..<(round * 10 + 10), to: engine)
+            #expect(engine.lastEnqueuedVersion.load(ordering: .relaxed) == (try engine.status().version))
+        }
+        #expect(engine.lastEnqueuedVersion.load(ordering: .relaxed) > 0)
+    }
+
     /// Where commits may wait for a checkpoint (`EngineOptions.maxMemtableBytes`), no
     /// checkpoint yields: a commit stalled behind one would wait as long as readers kept
     /// the CPUs.
