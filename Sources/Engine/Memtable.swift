@@ -273,6 +273,30 @@ final class Memtable: @unchecked Sendable {
         return MemtableIterator(memtable: self, node: node, version: version, reverse: reverse)
     }
 
+    /// For each key of `memtables` (newest first), its newest change at or below `version`
+    /// (a delete included), taken from the first memtable that holds one, in key order and
+    /// read in place: valid while the memtables live (a checkpoint's changes).
+    static func newestChanges(of memtables: [Memtable], at version: UInt64) -> [MemtableNode] {
+        var changes: [MemtableNode] = []
+        changes.reserveCapacity(memtables.reduce(0) { $0 + $1.count })
+        var iterators = memtables.map { $0.entries(from: nil, reverse: false, at: version) }
+        if iterators.count == 1 {
+            while let node = iterators[0].nextNode() { changes.append(node) }
+            return changes
+        }
+        var heads = iterators.indices.map { iterators[$0].nextNode() }
+        while true {
+            // The lowest key; of equal keys, the newest memtable's.
+            var lowest: MemtableNode?
+            for case let head? in heads where lowest.map({ head.compare(with: $0.key) < 0 }) ?? true { lowest = head }
+            guard let lowest else { return changes }
+            changes.append(lowest)
+            for index in heads.indices where heads[index].map({ $0.compare(with: lowest.key) == 0 }) ?? false {
+                heads[index] = iterators[index].nextNode()
+            }
+        }
+    }
+
     /// How many keys of `range` have a value (their newest change at or below `version` is
     /// not a delete), counting no further than `limit`: a forward walk that reads ahead and
     /// reads node headers, not keys (`MemtableIterator.countValues`).

@@ -26,14 +26,24 @@ extension StorageEngine {
     ///
     /// `pacer`: a checkpoint on a thread of its own (`startCheckpoint`) paced by it; none on
     /// the caller's thread (`checkpoint()`, a close), whose priority is left alone.
-    func checkpointNow(underLoad: Bool = false, only memtable: Memtable? = nil, pacer: CheckpointPacer? = nil) throws {
+    ///
+    /// `stoppable`: a background checkpoint, which a close may stop (`close()`): it then
+    /// returns having published nothing, its memtable left frozen for the close's
+    /// checkpoint to fold.
+    func checkpointNow(underLoad: Bool = false, only memtable: Memtable? = nil, pacer: CheckpointPacer? = nil,
+                       stoppable: Bool = false) throws {
         let log = try writableLog().log
         try checkpointLock.withLock { durable in
             if let failure = commitLock.withLock({ $0.failure }) { throw EngineError.storeFailed(reason: failure) }
             if let memtable, snapshots.current.active !== memtable { return }
             let start = ContinuousClock.now
             do {
-                try runCheckpoint(&durable, log: log, underLoad: underLoad, pacer: pacer)
+                try runCheckpoint(&durable, log: log, underLoad: underLoad, pacer: pacer, stoppable: stoppable)
+            } catch is CheckpointStopped {
+                stoppedCheckpoints.add(1, ordering: .relaxed)
+                options.logger.debug("checkpoint stopped by the close, which folds its memtable with the next",
+                                     metadata: ["path": "\(path)", "duration": "\(ContinuousClock.now - start)"])
+                return
             } catch {
                 commitLock.withLock { $0.failure = "checkpoint failed: \(error)" }
                 options.logger.error("checkpoint failed; the store accepts no more writes until reopened",
@@ -92,7 +102,9 @@ extension StorageEngine {
                     if CheckpointPacer.lowerCurrentThread() { yieldedCheckpoints.add(1, ordering: .relaxed) }
                 }
             // A failure is recorded by `checkpointNow()` and reported by the next commit (StorageEngine.E3).
-            if !commitLock.withLock({ $0.closed }) { try? checkpointNow(underLoad: underLoad, only: memtable, pacer: pacer) }
+            if !commitLock.withLock({ $0.closed }) {
+                try? checkpointNow(underLoad: underLoad, only: memtable, pacer: pacer, stoppable: true)
+            }
             checkpointEnded.lock()
             checkpointRunning.store(false, ordering: .releasing)
             checkpointEnded.broadcast()
@@ -195,14 +207,22 @@ extension StorageEngine {
         }
     }
 
-    private func runCheckpoint(_ durable: inout CheckpointState, log: WriteAheadLog, underLoad: Bool, pacer: CheckpointPacer?) throws {
+    private func runCheckpoint(_ durable: inout CheckpointState, log: WriteAheadLog, underLoad: Bool, pacer: CheckpointPacer?,
+                               stoppable: Bool) throws {
         // Freeze: new commits go to a fresh memtable from here on, made (and, under a
         // stream of writes, its index backed with memory) before the locks are taken.
+        // Unless a stopped checkpoint left its memtable frozen: only a close stops one, and
+        // no commit comes after it, so the view stays as it is and this checkpoint folds
+        // both memtables, the active one's changes over the frozen one's.
         let next = Memtable(budgetBytes: options.checkpointMemtableBytes, populated: underLoad)
-        let (frozenState, frozenThrough) = commitLock.withLock { commits in
-            (snapshots.publish { $0.with(frozen: .some($0.active), active: next) }, commits.lastEnqueuedVersion)
+        let (frozenState, frozenThrough, foldsBoth) = commitLock.withLock { commits in
+            if snapshots.current.frozen != nil {
+                precondition(commits.closed, "a memtable was left frozen while the store takes commits")
+                return (snapshots.current, commits.lastEnqueuedVersion, true)
+            }
+            return (snapshots.publish { $0.with(frozen: .some($0.active), active: next) }, commits.lastEnqueuedVersion, false)
         }
-        frozenState.frozen?.releaseSpareBlock()
+        if !foldsBoth { frozenState.frozen?.releaseSpareBlock() }
         // Commits stalled on the memtable just frozen go on into the next.
         checkpointEnded.lock()
         checkpointEnded.broadcast()
@@ -222,39 +242,49 @@ extension StorageEngine {
         // Frames after the frozen version go to a new segment, so that this checkpoint
         // can release the one holding the frozen batches.
         log.rotate(after: LSN(checkpointVersion))
-        let frozen = frozenState.frozen ?? Memtable()
+        // Newest first.
+        let folded = foldsBoth ? [frozenState.active, frozenState.frozen!] : [frozenState.frozen ?? Memtable()]
         let generation = durable.meta.generation + 1
         // Pages freed by older checkpoints become reusable once no snapshot reads their
-        // trees, in this process or another (the reader table's pins).
+        // trees, in this process or another (the reader table's pins). Taken from
+        // `durable` only once the checkpoint is written: one that stops leaves it whole.
         let oldestReader = readerPins().generation
         let oldestPin = [oldestInProcess, oldestReader].compactMap { $0 }.min()
         var reusable = durable.reusable
-        durable.pending.removeAll { pending in
+        var stillPending = durable.pending
+        stillPending.removeAll { pending in
             guard oldestPin.map({ pending.generation <= $0 }) ?? true else { return false }
             reusable += pending.pages
             return true
         }
+        let stops: (() -> Bool)? = stoppable ? { [self] in checkpointStopRequested.load(ordering: .relaxed) } : nil
         var writer = TreeWriter(file: pageFile, generation: generation,
                                 purgeTombstonesThrough: checkpointVersion == 0 ? 0 : oldestReadVersion(),
                                 allocator: PageAllocator(reusable: reusable, pageCount: durable.meta.pageCount),
                                 compressesLeaves: options.leafCompression == .lz4,
-                                writesChains: options.writesOverflowChains, pacer: pacer)
-        // The newest change of each key, read in place (the frozen memtable lives until
+                                writesChains: options.writesOverflowChains, pacer: pacer, stops: stops)
+        // The newest change of each key, read in place (the frozen memtables live until
         // this function returns).
-        var changes: [MemtableNode] = []
-        changes.reserveCapacity(frozen.count)
-        var iterator = frozen.entries(from: nil, reverse: false, at: checkpointVersion)
-        while let node = iterator.nextNode() { changes.append(node) }
+        let changes = Memtable.newestChanges(of: folded, at: checkpointVersion)
         // Paced, the writes run on a thread of their own, the one the pacer may lower: the
         // rest (the freeze, the syncs, the publication, the log's release) takes locks that
         // commits and readers wait for, and keeps this thread's priority (CheckpointPacer.C1).
-        let tree = try withExtendedLifetime(frozen) {
-            guard let pacer else { return try writer.apply(changes, to: frozenState.tree) }
-            return try CheckpointPacer.onThreadOfItsOwn(&writer) { writer in
-                pacer.begin()
-                return try writer.apply(changes, to: frozenState.tree)
+        let tree: BTree
+        do {
+            tree = try withExtendedLifetime(folded) {
+                guard let pacer else { return try writer.apply(changes, to: frozenState.tree) }
+                return try CheckpointPacer.onThreadOfItsOwn(&writer) { writer in
+                    pacer.begin()
+                    return try writer.apply(changes, to: frozenState.tree)
+                }
             }
+        } catch let stopped as CheckpointStopped {
+            // No meta page reaches what it wrote: its pages stay free, and leave the
+            // process's resident set.
+            pageFile.releaseMapped(writer.allocator.allocated)
+            throw stopped
         }
+        durable.pending = stillPending
 
         // The free list: every page free after this checkpoint, stored in pages that are
         // free now and unpinned (never in a page an older tree or snapshot may read).
@@ -301,7 +331,10 @@ extension StorageEngine {
         durable.vacuumDue = true
         if !freedNow.isEmpty { durable.pending.append((generation, freedNow)) }
         publishingThreadNice.store(CheckpointPacer.currentThreadNice, ordering: .relaxed)
-        snapshots.publish { $0.with(tree: tree, generation: generation, treeVersion: checkpointVersion) }
+        snapshots.publish { state in
+            let folded = state.with(tree: tree, generation: generation, treeVersion: checkpointVersion)
+            return foldsBoth ? folded.with(active: next) : folded
+        }
         snapshots.releaseIdleViews()
         pageFile.releaseMapped(freedNow)
         readerTable?.publish(generation: generation)

@@ -54,6 +54,11 @@ public final class StorageEngine: Sendable, ValueVisitor {
     /// Broadcast when a checkpoint freezes the memtable and when that checkpoint ends:
     /// commits stalled on a full memtable (`EngineOptions.maxMemtableBytes`) wait on it.
     let checkpointEnded = ConditionLock()
+    /// Set by a close that will checkpoint: a background checkpoint running then stops
+    /// after its next run of pages, and the close folds its memtable with the next one.
+    let checkpointStopRequested = Atomic(false)
+    /// Background checkpoints that stopped that way.
+    let stoppedCheckpoints = Atomic(0)
     /// Whether an idle tick is scheduled (`armIdleCheckpoint`).
     let idleTimerArmed = Atomic(false)
     /// Log bytes written when the last checkpoint started.
@@ -319,12 +324,22 @@ public final class StorageEngine: Sendable, ValueVisitor {
     /// own or a background one), it gives free pages back (`vacuum()`). A store with
     /// nothing committed and nothing checkpointed since the open writes nothing, nor does a
     /// read-only one. Later calls throw `EngineError.closed`.
+    ///
+    /// A background checkpoint running when a close that checkpoints comes stops after its
+    /// next run of pages when the keys of its memtable and of the one that took commits
+    /// since span ranges that overlap, and the close's checkpoint folds both in one pass
+    /// over the tree: finished, it would rewrite leaves that the close's checkpoint then
+    /// rewrites again (with random keys, nearly the whole tree each time). Keys in ranges
+    /// apart (a fill in key order) land in different leaves: the running checkpoint ends.
     public func close(checkpoint: Bool = true) throws {
-        let alreadyClosed = commitLock.withLock { commits in
+        let (alreadyClosed, failed) = commitLock.withLock { commits in
             defer { commits.closed = true }
-            return commits.closed
+            return (commits.closed, commits.failure != nil)
         }
         guard !alreadyClosed else { return }
+        if checkpoint && !failed, case .writer = logAccess, runningCheckpointOverlapsActive() {
+            checkpointStopRequested.store(true, ordering: .relaxed)
+        }
         defer {
             pageFile.markClosed()
             if readerSlot != nil { pageFile.discardMappings() }
@@ -356,6 +371,22 @@ public final class StorageEngine: Sendable, ValueVisitor {
                 throw EngineError.log(error)
             }
         }
+    }
+}
+
+extension StorageEngine {
+    /// Whether a running checkpoint froze a memtable whose keys span a range that the
+    /// active memtable's keys overlap. Read as a reader reads them: a node the applier is
+    /// still linking may be missed, and nothing but the close's cost rests on the answer.
+    func runningCheckpointOverlapsActive() -> Bool {
+        let state = snapshots.current
+        guard let frozen = state.frozen else { return false }
+        let active = state.active
+        frozen.linkDeferred()
+        active.linkDeferred()
+        guard let frozenFirst = frozen.head.next(0), let frozenLast = frozen.lastNode(below: nil),
+              let activeFirst = active.head.next(0), let activeLast = active.lastNode(below: nil) else { return false }
+        return activeFirst.compare(with: frozenLast.key) <= 0 && activeLast.compare(with: frozenFirst.key) >= 0
     }
 }
 

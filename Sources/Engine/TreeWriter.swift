@@ -122,6 +122,10 @@ struct PageAllocator {
     }
 }
 
+/// Thrown by a `TreeWriter` asked to stop (`stops`): what it wrote is in pages no meta page
+/// reaches, and the checkpoint publishes nothing.
+struct CheckpointStopped: Error {}
+
 struct TreeWriter {
     let file: PageFile
     let generation: UInt64
@@ -179,10 +183,16 @@ struct TreeWriter {
     static let runBytes = 256 << 10
     /// Told of each run written: a background checkpoint's priority follows the commits.
     private let pacer: CheckpointPacer?
+    /// Asked after each run written whether to stop: when it answers true the writer
+    /// throws `CheckpointStopped`, having written only pages free in the durable meta page
+    /// (a background checkpoint a close stops: `StorageEngine.close()`).
+    private let stops: (() -> Bool)?
 
     init(file: PageFile, generation: UInt64, purgeTombstonesThrough: UInt64, allocator: PageAllocator,
-         compressesLeaves: Bool = false, writesChains: Bool = false, pacer: CheckpointPacer? = nil) {
+         compressesLeaves: Bool = false, writesChains: Bool = false, pacer: CheckpointPacer? = nil,
+         stops: (() -> Bool)? = nil) {
         self.pacer = pacer
+        self.stops = stops
         self.writesChains = writesChains
         self.file = file
         self.generation = generation
@@ -211,6 +221,7 @@ struct TreeWriter {
         try gathered.withUnsafeBytes { try file.write(pages: $0, from: gatheredStart) }
         gathered.removeAll(keepingCapacity: true)
         pacer?.ranOn()
+        if let stops, stops() { throw CheckpointStopped() }
     }
 
     /// Folds `changes` (memtable nodes sorted by key, one per key; a node without a value

@@ -78,6 +78,8 @@ public final class SimulatedFileSystem: FileSystem {
         var observer: (@Sendable (String) -> Void)?
     }
     let syncBehaviour = Locked(SyncBehaviour())
+    /// Told of each positional write (`observeWrites`).
+    let writeObserver = Locked<(@Sendable (String) -> Void)?>(nil)
 
     public init() {}
 
@@ -149,6 +151,13 @@ public final class SimulatedFileSystem: FileSystem {
     /// thread (nil stops it): tests use it to see which threads wait for the disk.
     public func observeSyncs(_ observer: (@Sendable (String) -> Void)?) {
         syncBehaviour.withLock { $0.observer = observer }
+    }
+
+    /// Calls `observer` with the path of every file about to take a positional write
+    /// (`OpenFile.write(_:at:)`, not an append), on the writing thread (nil stops it):
+    /// tests use it to hold a writer in the middle of its writes.
+    public func observeWrites(_ observer: (@Sendable (String) -> Void)?) {
+        writeObserver.withLock { $0 = observer }
     }
 
     /// Runs the latency and the observer of a sync of `path`.

@@ -49,6 +49,7 @@ final class SimulatedOpenFile: OpenFile {
     }
 
     func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws {
+        fileSystem.writeObserver.withLock { $0 }?(path)
         try perform(.write) { state, id, fault in
             guard fault == .shortWrite else { return state.write(id, bytes, at: Int(offset)) }
             state.write(id, UnsafeRawBufferPointer(rebasing: bytes[..<(bytes.count / 2)]), at: Int(offset))

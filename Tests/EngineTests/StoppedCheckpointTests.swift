@@ -1,0 +1,195 @@
+import Dispatch
+import Foundation
+import StrataFileIO
+import StrataWAL
+import Synchronization
+import Testing
+@testable import StrataEngine
+
+/// A close that meets a background checkpoint stops it and folds its memtable and the one
+/// that took commits since in one pass: nothing either holds is lost, the newer memtable's
+/// change of a key wins, and the store reopens with nothing to replay.
+@Suite struct StoppedCheckpointTests {
+    static func key(_ number: Int) -> [UInt8] { BackgroundCheckpoints.key(number) }
+    static func value(_ number: Int, _ round: Int) -> [UInt8] {
+        [UInt8](repeating: UInt8(truncatingIfNeeded: number &* 7 &+ round), count: 100)
+    }
+
+    /// Keys in the store before the held checkpoint (a tree of a few dozen leaves).
+    static let keyCount = 1_200
+
+    static var options: EngineOptions {
+        var options = EngineOptions()
+        options.checkpointMemtableBytes = 64 << 10
+        // Only the commits' thresholds start checkpoints.
+        options.idleCheckpointDelay = nil
+        return options
+    }
+
+    /// What a held close did: the store's keys as committed, the last version, the
+    /// background checkpoints stopped, what the close threw, and the file system's
+    /// operations from the held checkpoint's release to the close's end.
+    struct HeldClose {
+        var model: [[UInt8]: [UInt8]]
+        var lastVersion: UInt64
+        var stopped: Int
+        var closeError: String?
+        var operations: Int
+    }
+
+    /// Fills a store, holds the next background checkpoint at its first write to the data
+    /// file, commits a second memtable over the first (or, `apart`, past every key it
+    /// holds), and closes the store meanwhile; with `cut`, the power goes out at that
+    /// operation after the hold is released.
+    static func heldClose(_ fileSystem: SimulatedFileSystem, apart: Bool = false, cut: Int? = nil) throws -> HeldClose {
+        var model: [[UInt8]: [UInt8]] = [:]
+        // Every key checkpointed (by the close, in one pass).
+        let filled = try StorageEngine.open(path: "/db", fileSystem: fileSystem).engine
+        var fill = WALBatch()
+        for number in 0..<keyCount {
+            fill.put(key(number), value(number, 0))
+            model[key(number)] = value(number, 0)
+        }
+        try filled.commit(fill)
+        try filled.close()
+
+        let engine = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options).engine
+        func commit(_ changes: [(Int, [UInt8]?)]) throws {
+            var batch = WALBatch()
+            for (number, value) in changes {
+                if let value { batch.put(key(number), value) } else { batch.delete(key(number)) }
+                model[key(number)] = value
+            }
+            try engine.commit(batch)
+        }
+        let stopsBefore = engine.stoppedCheckpoints.load(ordering: .relaxed)
+
+        // Keys rewritten, a quarter of them deleted, until a checkpoint starts.
+        var round = 0
+        func rewriteUntilACheckpointStarts() throws {
+            repeat {
+                round += 1
+                try commit(stride(from: round, to: keyCount, by: 15).map { ($0 / 15) % 4 == 0 ? ($0, nil) : ($0, value($0, round)) })
+                try #require(round < 1_000, "no checkpoint started")
+            } while !engine.checkpointRunning.load(ordering: .acquiring)
+        }
+        // One checkpoint runs to its end: the pages it frees are reusable at the next.
+        try rewriteUntilACheckpointStarts()
+        _ = try BackgroundCheckpoints.settled(engine)
+        // The next is held at its first write to the data file, its memtable (the first
+        // of the two the close folds) frozen.
+        let hold = Hold()
+        fileSystem.observeWrites { path in
+            guard path.hasSuffix("/" + StorageEngine.dataFileName),
+                  hold.armed.compareExchange(expected: true, desired: false, ordering: .acquiringAndReleasing).exchanged else { return }
+            hold.entered.signal()
+            hold.release.wait()
+        }
+        try rewriteUntilACheckpointStarts()
+        hold.entered.wait()
+        let frozen = try #require(engine.snapshots.current.frozen, "the running checkpoint froze no memtable")
+        #expect(frozen.count > 0)
+        // The second memtable, while the checkpoint is held: keys the first one rewrote or
+        // deleted, rewritten again or deleted; keys it deleted, put back; new keys.
+        if !apart {
+            try commit(stride(from: 1, to: keyCount, by: 30).map { ($0 / 30) % 3 == 0 ? ($0, nil) : ($0, value($0, 1_000)) })
+            try commit(stride(from: 2, to: keyCount, by: 60).map { ($0, value($0, 2_000)) })
+        }
+        try commit((keyCount..<keyCount + 100).map { ($0, value($0, 3_000)) })
+        let lastVersion = engine.version
+        #expect(engine.snapshots.current.active.count > 0)
+
+        // The close stops the held checkpoint once it goes on, unless the memtables' keys
+        // lie apart.
+        Thread.detachNewThread {
+            do { try engine.close() } catch { hold.closeError.withLock { $0 = "\(error)" } }
+            hold.closed.signal()
+        }
+        let deadline = ContinuousClock.now + .seconds(30)
+        func closeDecided() -> Bool {
+            apart ? engine.commitLock.withLock { $0.closed } : engine.checkpointStopRequested.load(ordering: .relaxed)
+        }
+        while !closeDecided(), ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.001) }
+        // (Past `closed`, the close decides at once; a stop asked for would come before this.)
+        if apart { Thread.sleep(forTimeInterval: 0.05) }
+        let stopRequested = engine.checkpointStopRequested.load(ordering: .relaxed)
+        #expect(stopRequested == !apart)
+        let released = fileSystem.operationCount
+        if let cut { fileSystem.cutPower(atOperation: released + cut) }
+        hold.release.signal()
+        hold.closed.wait()
+        fileSystem.observeWrites(nil)
+        return HeldClose(model: model, lastVersion: lastVersion,
+                         stopped: engine.stoppedCheckpoints.load(ordering: .relaxed) - stopsBefore,
+                         closeError: hold.closeError.withLock { $0 }, operations: fileSystem.operationCount - released)
+    }
+
+    /// Checks that the store at /db holds exactly `model`, and verifies.
+    static func expectHolds(_ model: [[UInt8]: [UInt8]], _ engine: StorageEngine, _ comment: Comment? = nil) throws {
+        let snapshot = engine.snapshot()
+        for (key, value) in model {
+            #expect(try snapshot.get(key) == value, "key \(String(decoding: key, as: UTF8.self)) \(comment.map { "\($0)" } ?? "")")
+        }
+        var stored = 0
+        try snapshot.forEach { _, _ in
+            stored += 1
+            return true
+        }
+        #expect(stored == model.values.filter { $0 != nil }.count, comment)
+        let verification = engine.verify()
+        #expect(verification.isValid, "\(verification) \(comment.map { "\($0)" } ?? "")")
+    }
+
+    @Test func aCloseStopsARunningCheckpointAndFoldsBothMemtables() throws {
+        let fileSystem = SimulatedFileSystem()
+        let held = try Self.heldClose(fileSystem)
+        #expect(held.closeError == nil)
+        #expect(held.stopped == 1)
+        let reopened = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options).engine
+        defer { try? reopened.close() }
+        // The close's checkpoint folded everything: the log holds nothing to replay.
+        #expect(reopened.checkpointLock.withLock { $0.meta.checkpointVersion } == held.lastVersion)
+        #expect(reopened.snapshots.current.active.isEmpty)
+        try Self.expectHolds(held.model, reopened)
+    }
+
+    /// A memtable whose keys all lie past the running checkpoint's (a fill in key order)
+    /// lands in other leaves: the close lets that checkpoint end, then folds it.
+    @Test func aCloseLetsACheckpointOfKeysApartEnd() throws {
+        let fileSystem = SimulatedFileSystem()
+        let held = try Self.heldClose(fileSystem, apart: true)
+        #expect(held.closeError == nil)
+        #expect(held.stopped == 0)
+        let reopened = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options).engine
+        defer { try? reopened.close() }
+        #expect(reopened.checkpointLock.withLock { $0.meta.checkpointVersion } == held.lastVersion)
+        try Self.expectHolds(held.model, reopened)
+    }
+
+    /// A crash at each operation after the stopped checkpoint's last write (the close's
+    /// checkpoint, its vacuum, the log's shrinking) loses no commit: each was acknowledged
+    /// before the close.
+    @Test func aCrashAtEveryOperationOfTheFoldingCloseLosesNothing() throws {
+        let dry = SimulatedFileSystem()
+        let operations = try Self.heldClose(dry).operations
+        print("the close took \(operations) operations after the release")
+        #expect(operations > 3)
+        for cut in 0..<operations {
+            let fileSystem = SimulatedFileSystem()
+            let held = try Self.heldClose(fileSystem, cut: cut)
+            fileSystem.crash(.random(seed: 43 &* UInt64(cut) &+ 1))
+            let reopened = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options).engine
+            try Self.expectHolds(held.model, reopened, "cut at \(cut)")
+            try reopened.close()
+        }
+    }
+}
+
+/// Where the test holds the checkpoint, and how its close ends.
+private final class Hold: Sendable {
+    let armed = Atomic(true)
+    let entered = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+    let closed = DispatchSemaphore(value: 0)
+    let closeError = Mutex<String?>(nil)
+}
