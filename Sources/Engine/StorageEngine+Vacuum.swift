@@ -4,7 +4,8 @@
 // size the live pages need into free pages before it (copy-on-write, like a checkpoint: the
 // old pages stay intact until the new meta page is durable), writes the meta page with the
 // smaller page count, and truncates the file. With less free, only a run of free pages at
-// the end of the file is cut off, the same way without moving a page.
+// the end of the file is cut off, the same way without moving a page. A store emptied of
+// every key, whose pages but the meta pages are all free, is cut to its two meta pages.
 //
 // Crash safety is a checkpoint's (StorageEngine.E2): pages are written only where the durable meta page
 // has free space; the new meta page is written after they are synced; the truncation comes
@@ -41,6 +42,9 @@ extension StorageEngine {
             guard !olderTreePinned, readerTable.map({ $0.liveReaders().isEmpty }) ?? true else { return 0 }
             let free = durable.reusable + durable.pending.flatMap(\.pages)
             let freeCount = UInt64(free.count + durable.freeListPages.count)
+            if meta.root == .none && meta.pageCount > 2 && meta.pageCount == 2 + freeCount {
+                return try cutToMetaPages(&durable)
+            }
             guard meta.root != .none, meta.pageCount >= 2 + freeCount else { return 0 }
             let worthMoving = freeCount * UInt64(Self.vacuumFreeFraction.denominator)
                 >= meta.pageCount * UInt64(Self.vacuumFreeFraction.numerator)
@@ -133,5 +137,29 @@ extension StorageEngine {
             ])
             return meta.pageCount - cutoff
         }
+    }
+
+    /// Cuts the data file of a store whose tree is empty and whose every other page is
+    /// free down to its two meta pages: a meta page that counts only them, synced, then the
+    /// truncation (checkpoint lock held; no reader pins an older tree).
+    private func cutToMetaPages(_ durable: inout CheckpointState) throws -> UInt64 {
+        let meta = durable.meta
+        let generation = meta.generation + 1
+        let emptied = MetaPage(pageBytes: pageFile.pageBytes, generation: generation, root: .none, freeListHead: .none,
+                               checkpointVersion: meta.checkpointVersion, pageCount: 2, keyCount: meta.keyCount,
+                               height: meta.height)
+        try pageFile.writeMeta(emptied)
+        try pageFile.syncData()
+        durable.meta = emptied
+        durable.reusable = []
+        durable.pending = []
+        durable.freeListPages = []
+        snapshots.publish { $0.with(tree: .empty, generation: generation, treeVersion: meta.checkpointVersion) }
+        snapshots.releaseIdleViews()
+        try pageFile.cut(toPages: 2)
+        options.logger.debug("close gave free pages back", metadata: [
+            "path": "\(path)", "pages_before": "\(meta.pageCount)", "pages_after": "2",
+        ])
+        return meta.pageCount - 2
     }
 }
