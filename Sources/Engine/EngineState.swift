@@ -13,7 +13,8 @@ final class EngineState: Sendable {
     /// no entry of the tree is newer, so a key the memtables do not hold was not written
     /// after any version at or above it, and the tree need not be read to say so.
     let treeVersion: UInt64
-    /// Changes being folded into the tree by a running checkpoint (nil when none runs).
+    /// Changes being folded into the tree by a running checkpoint (nil when none runs), or
+    /// left by one a close stopped, for the close's checkpoint to fold.
     let frozen: Memtable?
     /// Changes since the last checkpoint started.
     let active: Memtable

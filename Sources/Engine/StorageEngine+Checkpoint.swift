@@ -28,8 +28,8 @@ extension StorageEngine {
     /// the caller's thread (`checkpoint()`, a close), whose priority is left alone.
     ///
     /// `stoppable`: a background checkpoint, which a close may stop (`close()`): it then
-    /// returns having published nothing, its memtable left frozen for the close's
-    /// checkpoint to fold.
+    /// returns having published no tree (the batches it waited for are published, and the
+    /// log rotated), its memtable left frozen for the close's checkpoint to fold.
     func checkpointNow(underLoad: Bool = false, only memtable: Memtable? = nil, pacer: CheckpointPacer? = nil,
                        stoppable: Bool = false) throws {
         let log = try writableLog().log
@@ -207,13 +207,19 @@ extension StorageEngine {
         }
     }
 
+    /// Keys the memtable taking commits must hold, per page of the tree, for a close to
+    /// stop a running checkpoint (see `runCheckpoint`): ln 2, so that keys spread over the
+    /// leaves land in half of them or more.
+    static let stopKeysPerTreePage = 0.7
+
     private func runCheckpoint(_ durable: inout CheckpointState, log: WriteAheadLog, underLoad: Bool, pacer: CheckpointPacer?,
                                stoppable: Bool) throws {
         // Freeze: new commits go to a fresh memtable from here on, made (and, under a
         // stream of writes, its index backed with memory) before the locks are taken.
         // Unless a stopped checkpoint left its memtable frozen: only a close stops one, and
-        // no commit comes after it, so the view stays as it is and this checkpoint folds
-        // both memtables, the active one's changes over the frozen one's.
+        // no commit is enqueued after a close (those enqueued before are linked and
+        // published below), so the view keeps its memtables and this checkpoint folds
+        // both, the active one's changes over the frozen one's.
         let next = Memtable(budgetBytes: options.checkpointMemtableBytes, populated: underLoad)
         let (frozenState, frozenThrough, foldsBoth) = commitLock.withLock { commits in
             if snapshots.current.frozen != nil {
@@ -257,7 +263,18 @@ extension StorageEngine {
             reusable += pending.pages
             return true
         }
-        let stops: (() -> Bool)? = stoppable ? { [self] in checkpointStopRequested.load(ordering: .relaxed) } : nil
+        // A close asks for a stop (`close()`); it pays when the close's own pass would
+        // rewrite most of the leaves anyway: when the memtable that took commits since the
+        // freeze holds at least ln 2 × as many keys as the tree has pages, which, spread
+        // over them, land in half its leaves or more. A memtable of a few keys, closing
+        // over a checkpoint nearly done, lets that checkpoint end. (No commit is enqueued
+        // after a close: the count read is the last.)
+        let treePages = Int(durable.meta.pageCount) - 2 - reusable.count - stillPending.reduce(0) { $0 + $1.pages.count }
+            - durable.freeListPages.count
+        let stops: (() -> Bool)? = !stoppable ? nil : { [self] in
+            checkpointStopRequested.load(ordering: .relaxed)
+                && Double(snapshots.current.active.count) >= Self.stopKeysPerTreePage * Double(treePages)
+        }
         var writer = TreeWriter(file: pageFile, generation: generation,
                                 purgeTombstonesThrough: checkpointVersion == 0 ? 0 : oldestReadVersion(),
                                 allocator: PageAllocator(reusable: reusable, pageCount: durable.meta.pageCount),
@@ -279,8 +296,8 @@ extension StorageEngine {
                 }
             }
         } catch let stopped as CheckpointStopped {
-            // No meta page reaches what it wrote: its pages stay free, and leave the
-            // process's resident set.
+            // No durable meta page or pinned tree reaches what it wrote: its pages stay
+            // free, and leave the process's resident set.
             pageFile.releaseMapped(writer.allocator.allocated)
             throw stopped
         }

@@ -327,10 +327,12 @@ public final class StorageEngine: Sendable, ValueVisitor {
     ///
     /// A background checkpoint running when a close that checkpoints comes stops after its
     /// next run of pages when the keys of its memtable and of the one that took commits
-    /// since span ranges that overlap, and the close's checkpoint folds both in one pass
-    /// over the tree: finished, it would rewrite leaves that the close's checkpoint then
-    /// rewrites again (with random keys, nearly the whole tree each time). Keys in ranges
-    /// apart (a fill in key order) land in different leaves: the running checkpoint ends.
+    /// since span ranges that overlap, and the latter holds enough keys to land in half
+    /// the tree's leaves or more; the close's checkpoint then folds both in one pass over
+    /// the tree: finished, the running one would rewrite leaves that the close's
+    /// checkpoint then rewrites again (with random keys, nearly the whole tree each time).
+    /// Keys in ranges apart (a fill in key order) land in different leaves, and a few keys
+    /// in few: the running checkpoint ends.
     public func close(checkpoint: Bool = true) throws {
         let (alreadyClosed, failed) = commitLock.withLock { commits in
             defer { commits.closed = true }

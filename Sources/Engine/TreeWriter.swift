@@ -122,8 +122,9 @@ struct PageAllocator {
     }
 }
 
-/// Thrown by a `TreeWriter` asked to stop (`stops`): what it wrote is in pages no meta page
-/// reaches, and the checkpoint publishes nothing.
+/// Thrown by a `TreeWriter` asked to stop (`stops`): what it wrote lies in pages free to
+/// write (free in the newest durable meta page and read by no pinned tree) or past the
+/// page count, and the checkpoint publishes no tree.
 struct CheckpointStopped: Error {}
 
 struct TreeWriter {
@@ -184,8 +185,8 @@ struct TreeWriter {
     /// Told of each run written: a background checkpoint's priority follows the commits.
     private let pacer: CheckpointPacer?
     /// Asked after each run written whether to stop: when it answers true the writer
-    /// throws `CheckpointStopped`, having written only pages free in the durable meta page
-    /// (a background checkpoint a close stops: `StorageEngine.close()`).
+    /// throws `CheckpointStopped` (a background checkpoint a close stops:
+    /// `StorageEngine.close()`).
     private let stops: (() -> Bool)?
 
     init(file: PageFile, generation: UInt64, purgeTombstonesThrough: UInt64, allocator: PageAllocator,

@@ -66,6 +66,44 @@ extension Memtable {
     /// batch and in one among the keys held, and its bytes count as if copied. The
     /// memtable keeps the arrays its nodes point at and nothing else of the batch: not a
     /// value a later operation of its key replaced, nor one it copied.
+    /// A checkpoint folding two memtables (a close after a stopped checkpoint) takes each
+    /// key's newest change at or below its version from the newer memtable when it has
+    /// one, a delete included, and from the older one otherwise, in key order.
+    @Test(arguments: [UInt64(31), 32, 33])
+    func newestChangesOfTwoMemtablesTakeTheNewerOnesChange(seed: UInt64) {
+        print("seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        let older = Memtable(), newer = Memtable()
+        var olderModel = MemtableModel(), newerModel = MemtableModel()
+        func batch() -> WALBatch {
+            var batch = WALBatch()
+            for _ in 0..<(1 + random.next() % 20) {
+                let key = Array("k\(random.next() % 60)".utf8)
+                if random.next() % 4 == 0 { batch.delete(key) } else { batch.put(key, [UInt8(truncatingIfNeeded: random.next())]) }
+            }
+            return batch
+        }
+        for version in UInt64(1)...8 {
+            let next = batch()
+            older.apply(next, version: version)
+            olderModel.apply(next, version: version)
+        }
+        for version in UInt64(9)...16 {
+            let next = batch()
+            newer.apply(next, version: version)
+            newerModel.apply(next, version: version)
+        }
+        for at in [UInt64(4), 8, 12, 16] {
+            var expected: [[UInt8]: MemtableEntry] = [:]
+            for (key, entry) in olderModel.view(at: at) { expected[key] = entry }
+            for (key, entry) in newerModel.view(at: at) { expected[key] = entry }
+            let folded = Memtable.newestChanges(of: [newer, older], at: at)
+            let keys = folded.map { Array($0.key) }
+            #expect(keys == expected.keys.sorted { compareKeys($0, $1) < 0 }, "at \(at)")
+            #expect(folded.allSatisfy { expected[Array($0.key)] == $0.entry }, "at \(at)")
+        }
+    }
+
     @Test func valuesLinkedInPlaceOutliveTheirBatch() throws {
         let memtable = Memtable()
         func key(_ number: Int) -> [UInt8] { Array(String(format: "k%03d", number).utf8) }

@@ -37,11 +37,22 @@ import Testing
         var operations: Int
     }
 
+    /// What the memtable after the held checkpoint's holds.
+    enum Second: Sendable {
+        /// Keys the first memtable rewrote or deleted, rewritten again or deleted; keys it
+        /// deleted, put back; new keys.
+        case over
+        /// New keys only, past every key the first holds.
+        case apart
+        /// Two keys among the first's: too few to land in half the tree's leaves.
+        case few
+
+    }
+
     /// Fills a store, holds the next background checkpoint at its first write to the data
-    /// file, commits a second memtable over the first (or, `apart`, past every key it
-    /// holds), and closes the store meanwhile; with `cut`, the power goes out at that
-    /// operation after the hold is released.
-    static func heldClose(_ fileSystem: SimulatedFileSystem, apart: Bool = false, cut: Int? = nil) throws -> HeldClose {
+    /// file, commits a `second` memtable, and closes the store meanwhile; with `cut`, the
+    /// power goes out at that operation after the hold is released.
+    static func heldClose(_ fileSystem: SimulatedFileSystem, second: Second = .over, cut: Int? = nil) throws -> HeldClose {
         var model: [[UInt8]: [UInt8]] = [:]
         // Every key checkpointed (by the close, in one pass).
         let filled = try StorageEngine.open(path: "/db", fileSystem: fileSystem).engine
@@ -89,31 +100,40 @@ import Testing
         hold.entered.wait()
         let frozen = try #require(engine.snapshots.current.frozen, "the running checkpoint froze no memtable")
         #expect(frozen.count > 0)
-        // The second memtable, while the checkpoint is held: keys the first one rewrote or
-        // deleted, rewritten again or deleted; keys it deleted, put back; new keys.
-        if !apart {
-            try commit(stride(from: 1, to: keyCount, by: 30).map { ($0 / 30) % 3 == 0 ? ($0, nil) : ($0, value($0, 1_000)) })
+        // The second memtable, while the checkpoint is held.
+        switch second {
+        case .over:
+            let rewritten = stride(from: 1, to: keyCount, by: 30).map { $0 }
+            let both = rewritten.filter { number in
+                key(number).withUnsafeBytes { frozen.firstNode(atLeast: $0)?.compare(with: $0) == 0 }
+            }
+            #expect(!both.isEmpty, "the two memtables share no key: the fold's order goes untested")
+            try commit(rewritten.map { ($0 / 30) % 3 == 0 ? ($0, nil) : ($0, value($0, 1_000)) })
             try commit(stride(from: 2, to: keyCount, by: 60).map { ($0, value($0, 2_000)) })
+            try commit((keyCount..<keyCount + 100).map { ($0, value($0, 3_000)) })
+        case .apart:
+            try commit((keyCount..<keyCount + 100).map { ($0, value($0, 3_000)) })
+        case .few:
+            try commit([(1, value(1, 4_000)), (keyCount - 1, value(keyCount - 1, 4_000))])
         }
-        try commit((keyCount..<keyCount + 100).map { ($0, value($0, 3_000)) })
         let lastVersion = engine.version
         #expect(engine.snapshots.current.active.count > 0)
 
-        // The close stops the held checkpoint once it goes on, unless the memtables' keys
-        // lie apart.
+        // The close asks the held checkpoint to stop, unless the memtables' keys lie
+        // apart; it stops once it goes on, unless the second holds only a few keys.
         Thread.detachNewThread {
             do { try engine.close() } catch { hold.closeError.withLock { $0 = "\(error)" } }
             hold.closed.signal()
         }
         let deadline = ContinuousClock.now + .seconds(30)
         func closeDecided() -> Bool {
-            apart ? engine.commitLock.withLock { $0.closed } : engine.checkpointStopRequested.load(ordering: .relaxed)
+            second == .apart ? engine.commitLock.withLock { $0.closed } : engine.checkpointStopRequested.load(ordering: .relaxed)
         }
         while !closeDecided(), ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.001) }
         // (Past `closed`, the close decides at once; a stop asked for would come before this.)
-        if apart { Thread.sleep(forTimeInterval: 0.05) }
+        if second == .apart { Thread.sleep(forTimeInterval: 0.05) }
         let stopRequested = engine.checkpointStopRequested.load(ordering: .relaxed)
-        #expect(stopRequested == !apart)
+        #expect(stopRequested == (second != .apart))
         let released = fileSystem.operationCount
         if let cut { fileSystem.cutPower(atOperation: released + cut) }
         hold.release.signal()
@@ -154,10 +174,12 @@ import Testing
     }
 
     /// A memtable whose keys all lie past the running checkpoint's (a fill in key order)
-    /// lands in other leaves: the close lets that checkpoint end, then folds it.
-    @Test func aCloseLetsACheckpointOfKeysApartEnd() throws {
+    /// lands in other leaves, and one of a few keys in a few: the close lets that
+    /// checkpoint end, then checkpoints the memtable after it.
+    @Test(arguments: [StoppedCheckpointTests.Second.apart, .few])
+    func aCloseLetsTheCheckpointEndWhenItsPassWouldRewriteLittle(second: Second) throws {
         let fileSystem = SimulatedFileSystem()
-        let held = try Self.heldClose(fileSystem, apart: true)
+        let held = try Self.heldClose(fileSystem, second: second)
         #expect(held.closeError == nil)
         #expect(held.stopped == 0)
         let reopened = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options).engine
