@@ -121,45 +121,44 @@ extension StorageEngine {
             let vacuumed = MetaPage(pageBytes: pageFile.pageBytes, generation: generation, root: root,
                                     freeListHead: listPages.first ?? .none, checkpointVersion: meta.checkpointVersion,
                                     pageCount: cutoff, keyCount: meta.keyCount, height: meta.height)
-            try pageFile.writeMeta(vacuumed)
-            try pageFile.syncData()
-            durable.meta = vacuumed
-            durable.reusable = listed.filter { !listPages.contains($0) }
-            durable.pending = []
-            durable.freeListPages = listPages
-            snapshots.publish {
-                $0.with(tree: BTree(root: root, height: Int(meta.height)), generation: generation, treeVersion: meta.checkpointVersion)
-            }
-            snapshots.releaseIdleViews()
-            try pageFile.cut(toPages: Int(cutoff))
-            options.logger.debug("close gave free pages back", metadata: [
-                "path": "\(path)", "pages_before": "\(meta.pageCount)", "pages_after": "\(cutoff)",
-            ])
-            return meta.pageCount - cutoff
+            return try install(vacuumed, reusable: listed.filter { !listPages.contains($0) }, freeListPages: listPages,
+                               into: &durable)
         }
     }
 
     /// Cuts the data file of a store whose tree is empty and whose every other page is
-    /// free down to its two meta pages: a meta page that counts only them, synced, then the
-    /// truncation (checkpoint lock held; no reader pins an older tree).
+    /// free down to its two meta pages: a meta page that counts only them, with no free
+    /// list (checkpoint lock held; no reader pins an older tree).
     private func cutToMetaPages(_ durable: inout CheckpointState) throws -> UInt64 {
         let meta = durable.meta
-        let generation = meta.generation + 1
-        let emptied = MetaPage(pageBytes: pageFile.pageBytes, generation: generation, root: .none, freeListHead: .none,
+        let emptied = MetaPage(pageBytes: pageFile.pageBytes, generation: meta.generation + 1, root: .none, freeListHead: .none,
                                checkpointVersion: meta.checkpointVersion, pageCount: 2, keyCount: meta.keyCount,
                                height: meta.height)
-        try pageFile.writeMeta(emptied)
+        return try install(emptied, reusable: [], freeListPages: [], into: &durable)
+    }
+
+    /// Writes `shrunk`, the meta page of a smaller file (its pages and free list already
+    /// synced), syncs it, takes it as the durable state with `reusable` free and no page
+    /// pending, publishes its tree and truncates the file to its page count. Returns the
+    /// pages given back.
+    private func install(_ shrunk: MetaPage, reusable: [PageID], freeListPages: [PageID],
+                         into durable: inout CheckpointState) throws -> UInt64 {
+        let before = durable.meta.pageCount
+        try pageFile.writeMeta(shrunk)
         try pageFile.syncData()
-        durable.meta = emptied
-        durable.reusable = []
+        durable.meta = shrunk
+        durable.reusable = reusable
         durable.pending = []
-        durable.freeListPages = []
-        snapshots.publish { $0.with(tree: .empty, generation: generation, treeVersion: meta.checkpointVersion) }
+        durable.freeListPages = freeListPages
+        snapshots.publish {
+            $0.with(tree: BTree(root: shrunk.root, height: Int(shrunk.height)), generation: shrunk.generation,
+                    treeVersion: shrunk.checkpointVersion)
+        }
         snapshots.releaseIdleViews()
-        try pageFile.cut(toPages: 2)
+        try pageFile.cut(toPages: Int(shrunk.pageCount))
         options.logger.debug("close gave free pages back", metadata: [
-            "path": "\(path)", "pages_before": "\(meta.pageCount)", "pages_after": "2",
+            "path": "\(path)", "pages_before": "\(before)", "pages_after": "\(shrunk.pageCount)",
         ])
-        return meta.pageCount - 2
+        return before - shrunk.pageCount
     }
 }
