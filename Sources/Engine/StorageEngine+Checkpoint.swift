@@ -207,10 +207,73 @@ extension StorageEngine {
         }
     }
 
-    /// Keys the memtable taking commits must hold, per page of the tree, for a close to
-    /// stop a running checkpoint (see `runCheckpoint`): ln 2, so that keys spread over the
-    /// leaves land in half of them or more.
-    static let stopKeysPerTreePage = 0.7
+    /// What a close weighs before it stops a running checkpoint (`close()`): the pages
+    /// written if it stops it and folds both memtables in one pass, against those written
+    /// if it lets it end and checkpoints the memtable that took commits since. Each pass
+    /// hands out free pages lowest first, then pages past the end of the file, and the
+    /// close's vacuum moves every page of the tree that lies past the size the tree then
+    /// needs: where a pass lands counts as much as what it rewrites. Keys are taken as
+    /// spread over the tree at random (a fill in key order never gets here: its
+    /// memtables' keys do not overlap), and the tree as growing by the share the running
+    /// pass shows (new keys split leaves: a fill writes about two pages for each it
+    /// replaces, an overwrite one).
+    struct StopCosts: Equatable {
+        /// Pages of the tree now (neither free nor holding the free list).
+        var treePages: Int
+        /// The data file's page count.
+        var pageCount: Int
+        /// The free pages a pass may write, in ascending order.
+        var free: [UInt64]
+        /// Keys of the running checkpoint's memtable, and of the one taking commits.
+        var frozenKeys: Int
+        var activeKeys: Int
+
+        /// Pages a pass over `keys` keys rewrites in a tree of `pages` pages: the leaves
+        /// they land in (each missed by every key with probability e^(-keys/leaves)),
+        /// counting the tree's pages as leaves.
+        static func rewritten(_ keys: Int, of pages: Double) -> Double {
+            pages * (1 - exp(-Double(keys) / max(pages, 1)))
+        }
+
+        /// Whether stopping the running checkpoint, having written `pagesWritten` pages in
+        /// place of `pagesReplaced` of the old tree, writes at least a tenth fewer pages
+        /// than letting it end.
+        func stopPays(pagesWritten: Int, pagesReplaced: Int) -> Bool {
+            let old = Double(max(treePages, 1))
+            // The tree the passes leave, and the size the vacuum keeps for it (meta pages
+            // and a 64th more).
+            let growth = pagesReplaced > 0 ? min(4, max(1, Double(pagesWritten) / Double(pagesReplaced))) : 1
+            let grown = old * growth
+            let size = 2 + grown + max(8, grown / 64)
+            // Pages a pass can write within that size: free ones, and those past the end
+            // of the file up to it.
+            var (low, high) = (0, free.count)  // free pages below `size`
+            while low < high {
+                let middle = (low + high) / 2
+                if Double(free[middle]) < size { low = middle + 1 } else { high = middle }
+            }
+            let freeWithin = Double(low)
+            let room = freeWithin + max(0, size - Double(pageCount))
+            let (running, closing, folding) = (Self.rewritten(frozenKeys, of: grown), Self.rewritten(activeKeys, of: grown),
+                                               Self.rewritten(frozenKeys + activeKeys, of: grown))
+            // Stopped: the fold lands within the size as far as the room goes, and the
+            // vacuum moves the rest.
+            let stopping = folding + max(0, folding - room)
+            // Let end: the running pass writes its rest, in that room first. Once durable,
+            // the old tree's pages it replaced are free, as many of them within the size
+            // as the old tree had there; the close's pass lands in them, and the vacuum
+            // moves what did not fit, and the running pass's pages past the size that the
+            // close's pass did not replace.
+            let remaining = max(0, running - Double(pagesWritten))
+            let oldWithin = max(0, min(old, min(size, Double(pageCount)) - 2 - freeWithin)) / old
+            let freeAfter = max(0, room - running) + running / growth * oldWithin
+            let movedAfter = max(0, closing - freeAfter) + max(0, running - room) * (1 - closing / grown)
+            let ending = remaining + closing + movedAfter
+            // A tenth to spare: the estimates are rough, and where the two come close a
+            // stop throws away what the running pass wrote.
+            return stopping < 0.9 * ending
+        }
+    }
 
     private func runCheckpoint(_ durable: inout CheckpointState, log: WriteAheadLog, underLoad: Bool, pacer: CheckpointPacer?,
                                stoppable: Bool) throws {
@@ -263,17 +326,25 @@ extension StorageEngine {
             reusable += pending.pages
             return true
         }
-        // A close asks for a stop (`close()`); it pays when the close's own pass would
-        // rewrite most of the leaves anyway: when the memtable that took commits since the
-        // freeze holds at least ln 2 × as many keys as the tree has pages, which, spread
-        // over them, land in half its leaves or more. A memtable of a few keys, closing
-        // over a checkpoint nearly done, lets that checkpoint end. (No commit is enqueued
-        // after a close: the count read is the last.)
-        let treePages = Int(durable.meta.pageCount) - 2 - reusable.count - stillPending.reduce(0) { $0 + $1.pages.count }
-            - durable.freeListPages.count
-        let stops: (() -> Bool)? = !stoppable ? nil : { [self] in
-            checkpointStopRequested.load(ordering: .relaxed)
-                && Double(snapshots.current.active.count) >= Self.stopKeysPerTreePage * Double(treePages)
+        // A close asks for a stop (`close()`); it stops when that writes fewer pages
+        // (`StopCosts`). A memtable of a few keys, closing over a checkpoint nearly done,
+        // lets that checkpoint end; so does one whose fold would land past the tree's
+        // size for the vacuum to move, when the old tree lies within it. (No commit is
+        // enqueued after a close: the count read is the last.)
+        let stops: ((Int, Int) -> Bool)?
+        if stoppable {
+            let treePages = Int(durable.meta.pageCount) - 2 - reusable.count - stillPending.reduce(0) { $0 + $1.pages.count }
+                - durable.freeListPages.count
+            let (free, frozenKeys) = (reusable.map(\.rawValue).sorted(), folded.reduce(0) { $0 + $1.count })
+            let pageCount = Int(durable.meta.pageCount)
+            stops = { [self] pagesWritten, pagesReplaced in
+                guard checkpointStopRequested.load(ordering: .relaxed) else { return false }
+                let costs = StopCosts(treePages: treePages, pageCount: pageCount, free: free, frozenKeys: frozenKeys,
+                                      activeKeys: snapshots.current.active.count)
+                return costs.stopPays(pagesWritten: pagesWritten, pagesReplaced: pagesReplaced)
+            }
+        } else {
+            stops = nil
         }
         var writer = TreeWriter(file: pageFile, generation: generation,
                                 purgeTombstonesThrough: checkpointVersion == 0 ? 0 : oldestReadVersion(),

@@ -325,14 +325,15 @@ public final class StorageEngine: Sendable, ValueVisitor {
     /// nothing committed and nothing checkpointed since the open writes nothing, nor does a
     /// read-only one. Later calls throw `EngineError.closed`.
     ///
-    /// A background checkpoint running when a close that checkpoints comes stops after its
-    /// next run of pages when the keys of its memtable and of the one that took commits
-    /// since span ranges that overlap, and the latter holds enough keys to land in half
-    /// the tree's leaves or more; the close's checkpoint then folds both in one pass over
+    /// A background checkpoint running when a close that checkpoints comes may stop after
+    /// a run of pages, and the close's checkpoint then fold both memtables in one pass over
     /// the tree: finished, the running one would rewrite leaves that the close's
     /// checkpoint then rewrites again (with random keys, nearly the whole tree each time).
-    /// Keys in ranges apart (a fill in key order) land in different leaves, and a few keys
-    /// in few: the running checkpoint ends.
+    /// It stops when the keys of its memtable and of the one that took commits since span
+    /// ranges that overlap, and stopping writes fewer pages than letting it end
+    /// (`StopCosts`): keys in ranges apart (a fill in key order) land in different leaves,
+    /// a few keys in few, and a fold that would land past the tree's size leaves the
+    /// close's vacuum the whole tree to move; in each case the running checkpoint ends.
     public func close(checkpoint: Bool = true) throws {
         let (alreadyClosed, failed) = commitLock.withLock { commits in
             defer { commits.closed = true }

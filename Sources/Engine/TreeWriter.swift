@@ -184,14 +184,16 @@ struct TreeWriter {
     static let runBytes = 256 << 10
     /// Told of each run written: a background checkpoint's priority follows the commits.
     private let pacer: CheckpointPacer?
-    /// Asked after each run written whether to stop: when it answers true the writer
-    /// throws `CheckpointStopped` (a background checkpoint a close stops:
-    /// `StorageEngine.close()`).
-    private let stops: (() -> Bool)?
+    /// Asked after each run written whether to stop, with the pages written so far and
+    /// the old tree's pages they replace: when it answers true the writer throws
+    /// `CheckpointStopped` (a background checkpoint a close stops: `StorageEngine.close()`).
+    private let stops: ((_ pagesWritten: Int, _ pagesReplaced: Int) -> Bool)?
+    /// Pages written so far (runs written, not the one being gathered).
+    private var pagesWritten = 0
 
     init(file: PageFile, generation: UInt64, purgeTombstonesThrough: UInt64, allocator: PageAllocator,
          compressesLeaves: Bool = false, writesChains: Bool = false, pacer: CheckpointPacer? = nil,
-         stops: (() -> Bool)? = nil) {
+         stops: ((_ pagesWritten: Int, _ pagesReplaced: Int) -> Bool)? = nil) {
         self.pacer = pacer
         self.stops = stops
         self.writesChains = writesChains
@@ -220,9 +222,10 @@ struct TreeWriter {
     private mutating func writeRun() throws {
         guard !gathered.isEmpty else { return }
         try gathered.withUnsafeBytes { try file.write(pages: $0, from: gatheredStart) }
+        pagesWritten += gathered.count / pageBytes
         gathered.removeAll(keepingCapacity: true)
         pacer?.ranOn()
-        if let stops, stops() { throw CheckpointStopped() }
+        if let stops, stops(pagesWritten, freed.count) { throw CheckpointStopped() }
     }
 
     /// Folds `changes` (memtable nodes sorted by key, one per key; a node without a value

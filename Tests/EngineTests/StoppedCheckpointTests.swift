@@ -6,9 +6,10 @@ import Synchronization
 import Testing
 @testable import StrataEngine
 
-/// A close that meets a background checkpoint stops it and folds its memtable and the one
-/// that took commits since in one pass: nothing either holds is lost, the newer memtable's
-/// change of a key wins, and the store reopens with nothing to replay.
+/// A close that meets a background checkpoint stops it, when that writes less, and folds
+/// its memtable and the one that took commits since in one pass: nothing either holds is
+/// lost, the newer memtable's change of a key wins, and the store reopens with nothing to
+/// replay.
 @Suite struct StoppedCheckpointTests {
     static func key(_ number: Int) -> [UInt8] { BackgroundCheckpoints.key(number) }
     static func value(_ number: Int, _ round: Int) -> [UInt8] {
@@ -52,7 +53,12 @@ import Testing
     /// Fills a store, holds the next background checkpoint at its first write to the data
     /// file, commits a `second` memtable, and closes the store meanwhile; with `cut`, the
     /// power goes out at that operation after the hold is released.
-    static func heldClose(_ fileSystem: SimulatedFileSystem, second: Second = .over, cut: Int? = nil) throws -> HeldClose {
+    ///
+    /// With `afterACheckpoint`, one checkpoint runs to its end first, so that the held one
+    /// writes into the pages the fill's tree left (the fold then lands within the tree's
+    /// size); without it, the held one writes past the fill's tree, and so would the fold.
+    static func heldClose(_ fileSystem: SimulatedFileSystem, second: Second = .over, afterACheckpoint: Bool = true,
+                          cut: Int? = nil) throws -> HeldClose {
         var model: [[UInt8]: [UInt8]] = [:]
         // Every key checkpointed (by the close, in one pass).
         let filled = try StorageEngine.open(path: "/db", fileSystem: fileSystem).engine
@@ -85,8 +91,10 @@ import Testing
             } while !engine.checkpointRunning.load(ordering: .acquiring)
         }
         // One checkpoint runs to its end: the pages it frees are reusable at the next.
-        try rewriteUntilACheckpointStarts()
-        _ = try BackgroundCheckpoints.settled(engine)
+        if afterACheckpoint {
+            try rewriteUntilACheckpointStarts()
+            _ = try BackgroundCheckpoints.settled(engine)
+        }
         // The next is held at its first write to the data file, its memtable (the first
         // of the two the close folds) frozen.
         let hold = Hold()
@@ -133,6 +141,7 @@ import Testing
         // (Past `closed`, the close decides at once; a stop asked for would come before this.)
         if second == .apart { Thread.sleep(forTimeInterval: 0.05) }
         let stopRequested = engine.checkpointStopRequested.load(ordering: .relaxed)
+
         #expect(stopRequested == (second != .apart))
         let released = fileSystem.operationCount
         if let cut { fileSystem.cutPower(atOperation: released + cut) }
@@ -155,7 +164,7 @@ import Testing
             stored += 1
             return true
         }
-        #expect(stored == model.values.filter { $0 != nil }.count, comment)
+        #expect(stored == model.count, comment)
         let verification = engine.verify()
         #expect(verification.isValid, "\(verification) \(comment.map { "\($0)" } ?? "")")
     }
@@ -186,6 +195,52 @@ import Testing
         defer { try? reopened.close() }
         #expect(reopened.checkpointLock.withLock { $0.meta.checkpointVersion } == held.lastVersion)
         try Self.expectHolds(held.model, reopened)
+    }
+
+    /// A fill's tree with no free page within its size: the held checkpoint writes past it,
+    /// and a fold would too, for the close's vacuum to move the whole tree back. Let end,
+    /// it frees the fill's pages, where the close's own pass then lands.
+    @Test func aCloseLetsTheCheckpointEndWhenAFoldWouldLandPastTheTreesSize() throws {
+        let fileSystem = SimulatedFileSystem()
+        let held = try Self.heldClose(fileSystem, afterACheckpoint: false)
+        #expect(held.closeError == nil)
+        #expect(held.stopped == 0)
+        let reopened = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options).engine
+        defer { try? reopened.close() }
+        #expect(reopened.checkpointLock.withLock { $0.meta.checkpointVersion } == held.lastVersion)
+        try Self.expectHolds(held.model, reopened)
+    }
+
+    /// The close's weighing (`StorageEngine.StopCosts`) in the layouts it meets, with a
+    /// tree of 29,000 pages and memtables of random keys.
+    @Test func aStopIsWeighedByWhatItWritesAndWhereItLands() {
+        typealias Costs = StorageEngine.StopCosts
+        // An overwrite right after a load: the old tree fills the file, no page free. The
+        // running pass writes past it, and so would a fold, for the vacuum to move back;
+        // let end, the running pass frees the old tree's pages for the close's.
+        let loaded = Costs(treePages: 29_000, pageCount: 29_010, free: [], frozenKeys: 500_000, activeKeys: 500_000)
+        #expect(!loaded.stopPays(pagesWritten: 64, pagesReplaced: 64))
+        #expect(!loaded.stopPays(pagesWritten: 20_000, pagesReplaced: 20_000))
+        // An overwrite after another: the old tree past the free pages, which the fold
+        // fills, where the close's pass after the running one would land past them.
+        let freeFirst = (2..<29_002).map(UInt64.init)
+        let overwritten = Costs(treePages: 29_000, pageCount: 58_010, free: freeFirst, frozenKeys: 500_000, activeKeys: 500_000)
+        #expect(overwritten.stopPays(pagesWritten: 64, pagesReplaced: 64))
+        #expect(overwritten.stopPays(pagesWritten: 28_000, pagesReplaced: 28_000))
+        // A few keys taking commits since: the close's own pass writes a few pages.
+        let few = Costs(treePages: 29_000, pageCount: 58_010, free: freeFirst, frozenKeys: 500_000, activeKeys: 2)
+        #expect(!few.stopPays(pagesWritten: 64, pagesReplaced: 64))
+        // A fill's second memtable doubling a tree of 14,500 pages that fills the file:
+        // the grown tree needs the pages past it, where the running pass and the fold
+        // both land. Stopping saves the rest of the running pass while most of it is ahead.
+        let filling = Costs(treePages: 14_500, pageCount: 14_510, free: [], frozenKeys: 500_000, activeKeys: 40_000)
+        #expect(filling.stopPays(pagesWritten: 128, pagesReplaced: 64))
+        #expect(!filling.stopPays(pagesWritten: 28_000, pagesReplaced: 14_000))
+        // Taken as an overwrite (as many pages written as replaced), the same layout lets
+        // the running pass end.
+        #expect(!filling.stopPays(pagesWritten: 64, pagesReplaced: 64))
+        #expect(Costs.rewritten(0, of: 100) == 0)
+        #expect(abs(Costs.rewritten(100, of: 100) - 63.2) < 0.1)
     }
 
     /// A crash at each operation after the stopped checkpoint's last write (the close's
