@@ -36,7 +36,8 @@ struct Runner {
                 try bench.write(ArraySlice(start..<min(keys, start + perTransaction)), values: value)
             }
         }
-        let writtenBefore = deviceWrittenBytes(of: options.dir)
+        let writtenBefore = options.settle && ["overwrite", "deleterandom"].contains(workload)
+            ? settledDeviceWrittenBytes(of: options.dir) : deviceWrittenBytes(of: options.dir)
         let start = ContinuousClock.now
         var operations = keys
         var writesPerSecond: Double?

@@ -65,6 +65,9 @@ struct StrataBench: ParsableCommand {
     @Option(help: "records-range, records-count, records-fetch, records-sort-text, records-relations (on strata, strata-small, sqlite), ycsb-c (on strata, strata-small, strata-lz4, lmdb, sqlite) and fillsync and fillsync-concurrent (on strata, strata-small, strata-lz4, fdatasync, sqlite, lmdb, leveldb, rocksdb): run every engine in one process, their queries, reads or one-key commits in turns of N, each engine's turns timed and summed, so that they share the machine's drift (no peak RSS); fillsync-concurrent also times one committer per engine in turns between its T committers'. readwhilewriting: the writer commits in phases of N keys, the readers reading in every other one, and reports its rate without them from the same run.")
     var interleave: Int?
 
+    @Flag(inversion: .prefixedNo, help: "overwrite and deleterandom: start the timed workload, and its count of the device's writes, once the device has been quiet for 2 s after the untimed fill (at most 60 s), so that what the fill left running (Strata's checkpoint of its last memtable, an LSM's compactions) is not counted as the workload's.")
+    var settle = true
+
     @Option(help: "readseq: scans of every key, one after another, the median one reported (default 1: the first scan alone, which meets every page for the first time, beside Strata's checkpoint of the fill's last keys).")
     var passes = 1
 
@@ -329,6 +332,7 @@ struct StrataBench: ParsableCommand {
         }
         if let reads, Self.countsReads.contains(workload) { arguments += ["--reads", "\(reads)"] }
         if workload == "readseq" { arguments += ["--passes", "\(passes)"] }
+        if !settle { arguments.append("--no-settle") }
         if let interleave { arguments += ["--interleave", "\(interleave)"] }
         if splitCPUs { arguments.append("--split-cpus") }
         // Only the readrandom child reads values; the others refuse the option.

@@ -245,6 +245,33 @@ func rounded(_ value: Double, _ places: Int) -> Double {
     return (value * scale).rounded() / scale
 }
 
+/// Waits until the block device that holds `path` has been quiet for `quiet`, or for
+/// `limit` at most, and returns its count then (`deviceWrittenBytes`). Quiet is less than
+/// 64 KiB written between two looks a quarter second apart (each after a `sync()`): the
+/// system's own small writes, journal commits of its logs, go on meanwhile. A workload
+/// that starts from a prepared store calls it first, so that what the preparation left
+/// running (a checkpoint of the fill's last memtable, an LSM's flushes and compactions)
+/// is neither counted as the workload's writes nor run beside its first operations.
+/// `quiet` outlasts Strata's idle checkpoint delay (1 s), which would otherwise start
+/// once the wait ended.
+func settledDeviceWrittenBytes(of path: String, quiet: Duration = .seconds(2), limit: Duration = .seconds(60)) -> Int? {
+    guard var last = deviceWrittenBytes(of: path) else { return nil }
+    let clock = ContinuousClock()
+    let deadline = clock.now + limit
+    var quietSince = clock.now
+    while clock.now < deadline {
+        Thread.sleep(forTimeInterval: 0.25)
+        guard let now = deviceWrittenBytes(of: path) else { return nil }
+        if now - last >= 64 << 10 {
+            quietSince = clock.now
+        } else if quietSince.duration(to: clock.now) >= quiet {
+            return now
+        }
+        last = now
+    }
+    return last
+}
+
 /// Bytes written to the block device that holds `path`, after a `sync()` has sent every
 /// dirty page of the system to it: sectors written (`/sys/dev/block/MAJOR:MINOR/stat`,
 /// its seventh field) × 512, file system journal included. The device's count, not the
