@@ -183,26 +183,16 @@ import Testing
     }
 
     /// A memtable whose keys all lie past the running checkpoint's (a fill in key order)
-    /// lands in other leaves, and one of a few keys in a few: the close lets that
-    /// checkpoint end, then checkpoints the memtable after it.
-    @Test(arguments: [StoppedCheckpointTests.Second.apart, .few])
-    func aCloseLetsTheCheckpointEndWhenItsPassWouldRewriteLittle(second: Second) throws {
+    /// lands in other leaves, and one of a few keys in a few. And with no checkpoint ended
+    /// since the fill, whose tree has no free page within its size, the held checkpoint
+    /// writes past that tree, and a fold would too, for the close's vacuum to move the
+    /// whole tree back; let end, it frees the fill's pages, where the close's own pass
+    /// lands. In each case the close lets that checkpoint end, then checkpoints the
+    /// memtable after it.
+    @Test(arguments: [(StoppedCheckpointTests.Second.apart, true), (.few, true), (.over, false)])
+    func aCloseLetsTheCheckpointEndWhenStoppingWouldWriteMore(second: Second, afterACheckpoint: Bool) throws {
         let fileSystem = SimulatedFileSystem()
-        let held = try Self.heldClose(fileSystem, second: second)
-        #expect(held.closeError == nil)
-        #expect(held.stopped == 0)
-        let reopened = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options).engine
-        defer { try? reopened.close() }
-        #expect(reopened.checkpointLock.withLock { $0.meta.checkpointVersion } == held.lastVersion)
-        try Self.expectHolds(held.model, reopened)
-    }
-
-    /// A fill's tree with no free page within its size: the held checkpoint writes past it,
-    /// and a fold would too, for the close's vacuum to move the whole tree back. Let end,
-    /// it frees the fill's pages, where the close's own pass then lands.
-    @Test func aCloseLetsTheCheckpointEndWhenAFoldWouldLandPastTheTreesSize() throws {
-        let fileSystem = SimulatedFileSystem()
-        let held = try Self.heldClose(fileSystem, afterACheckpoint: false)
+        let held = try Self.heldClose(fileSystem, second: second, afterACheckpoint: afterACheckpoint)
         #expect(held.closeError == nil)
         #expect(held.stopped == 0)
         let reopened = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options).engine
