@@ -217,7 +217,7 @@ extension StorageEngine {
     /// memtables' keys do not overlap), and the tree as growing by the share the running
     /// pass shows (new keys split leaves: a fill writes about two pages for each it
     /// replaces, an overwrite one).
-    struct StopCosts: Equatable {
+    struct StopCosts {
         /// Pages of the tree now (neither free nor holding the free list).
         var treePages: Int
         /// The data file's page count.
@@ -335,11 +335,14 @@ extension StorageEngine {
         if stoppable {
             let treePages = Int(durable.meta.pageCount) - 2 - reusable.count - stillPending.reduce(0) { $0 + $1.pages.count }
                 - durable.freeListPages.count
-            let (free, frozenKeys) = (reusable.map(\.rawValue).sorted(), folded.reduce(0) { $0 + $1.count })
-            let pageCount = Int(durable.meta.pageCount)
-            stops = { [self] pagesWritten, pagesReplaced in
+            let (frozenKeys, pageCount) = (folded.reduce(0) { $0 + $1.count }, Int(durable.meta.pageCount))
+            // Sorted once a close asks for a stop (most checkpoints never see one).
+            var free: [UInt64]?
+            stops = { [self, reusable] pagesWritten, pagesReplaced in
                 guard checkpointStopRequested.load(ordering: .relaxed) else { return false }
-                let costs = StopCosts(treePages: treePages, pageCount: pageCount, free: free, frozenKeys: frozenKeys,
+                let sorted = free ?? reusable.map(\.rawValue).sorted()
+                free = sorted
+                let costs = StopCosts(treePages: treePages, pageCount: pageCount, free: sorted, frozenKeys: frozenKeys,
                                       activeKeys: snapshots.current.active.count)
                 return costs.stopPays(pagesWritten: pagesWritten, pagesReplaced: pagesReplaced)
             }
