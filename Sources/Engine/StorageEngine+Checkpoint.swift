@@ -211,12 +211,15 @@ extension StorageEngine {
     /// written if it stops it and folds both memtables in one pass, against those written
     /// if it lets it end and checkpoints the memtable that took commits since. Each pass
     /// hands out free pages lowest first, then pages past the end of the file, and the
-    /// close's vacuum moves every page of the tree that lies past the size the tree then
-    /// needs: where a pass lands counts as much as what it rewrites. Keys are taken as
-    /// spread over the tree at random (a fill in key order never gets here: its
-    /// memtables' keys do not overlap), and the tree as growing by the share the running
-    /// pass shows (new keys split leaves: a fill writes about two pages for each it
-    /// replaces, an overwrite one).
+    /// close's vacuum moves the pages of the tree that lie past about the size the tree
+    /// then needs (when enough of the file is free: `vacuum()`): where a pass lands
+    /// counts as much as what it rewrites. Keys are taken as spread over the tree at
+    /// random (a fill in key order never gets here: its memtables' keys do not overlap),
+    /// and the tree as growing by the share the running pass shows so far (new keys split
+    /// leaves: a fill writes about two pages for each it replaces, an overwrite one; the
+    /// first runs of a pass, written before the leaves they replace are counted, show
+    /// less). An empty tree is taken as the pages the running memtable's bytes fill: a
+    /// fill's first checkpoint replaces nothing.
     struct StopCosts {
         /// Pages of the tree now (neither free nor holding the free list).
         var treePages: Int
@@ -270,7 +273,9 @@ extension StorageEngine {
             let movedAfter = max(0, closing - freeAfter) + max(0, running - room) * (1 - closing / grown)
             let ending = remaining + closing + movedAfter
             // A tenth to spare: the estimates are rough, and where the two come close a
-            // stop throws away what the running pass wrote.
+            // stop throws away what the running pass wrote. Right after a load, at the
+            // start of the running pass, both choices write about twice the tree: the
+            // margin, not the landing, lets that pass go on.
             return stopping < 0.9 * ending
         }
     }
@@ -336,13 +341,15 @@ extension StorageEngine {
             let treePages = Int(durable.meta.pageCount) - 2 - reusable.count - stillPending.reduce(0) { $0 + $1.pages.count }
                 - durable.freeListPages.count
             let (frozenKeys, pageCount) = (folded.reduce(0) { $0 + $1.count }, Int(durable.meta.pageCount))
+            let frozenPages = folded.reduce(0) { $0 + $1.byteCount } / pageFile.pageBytes
             // Sorted once a close asks for a stop (most checkpoints never see one).
             var free: [UInt64]?
             stops = { [self, reusable] pagesWritten, pagesReplaced in
                 guard checkpointStopRequested.load(ordering: .relaxed) else { return false }
                 let sorted = free ?? reusable.map(\.rawValue).sorted()
                 free = sorted
-                let costs = StopCosts(treePages: treePages, pageCount: pageCount, free: sorted, frozenKeys: frozenKeys,
+                let costs = StopCosts(treePages: treePages > 0 ? treePages : max(1, frozenPages), pageCount: pageCount,
+                                      free: sorted, frozenKeys: frozenKeys,
                                       activeKeys: snapshots.current.active.count)
                 return costs.stopPays(pagesWritten: pagesWritten, pagesReplaced: pagesReplaced)
             }

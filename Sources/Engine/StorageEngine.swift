@@ -326,7 +326,7 @@ public final class StorageEngine: Sendable, ValueVisitor {
     /// read-only one. Later calls throw `EngineError.closed`.
     ///
     /// A background checkpoint running when a close that checkpoints comes may stop after
-    /// a run of pages, and the close's checkpoint then fold both memtables in one pass over
+    /// a run of pages; the close's checkpoint then folds both memtables in one pass over
     /// the tree: finished, the running one would rewrite leaves that the close's
     /// checkpoint then rewrites again (with random keys, nearly the whole tree each time).
     /// It stops when the keys of its memtable and of the one that took commits since span

@@ -45,7 +45,8 @@ import Testing
         case over
         /// New keys only, past every key the first holds.
         case apart
-        /// Two keys among the first's: too few to land in half the tree's leaves.
+        /// Two keys among the first's: the close's own pass after the running one would
+        /// rewrite two leaves.
         case few
 
     }
@@ -57,18 +58,22 @@ import Testing
     /// With `afterACheckpoint`, one checkpoint runs to its end first, so that the held one
     /// writes into the pages the fill's tree left (the fold then lands within the tree's
     /// size); without it, the held one writes past the fill's tree, and so would the fold.
+    /// Without `filled`, the store starts empty, and its first checkpoint has no tree to
+    /// rewrite.
     static func heldClose(_ fileSystem: SimulatedFileSystem, second: Second = .over, afterACheckpoint: Bool = true,
-                          cut: Int? = nil) throws -> HeldClose {
+                          filled: Bool = true, cut: Int? = nil) throws -> HeldClose {
         var model: [[UInt8]: [UInt8]] = [:]
         // Every key checkpointed (by the close, in one pass).
-        let filled = try StorageEngine.open(path: "/db", fileSystem: fileSystem).engine
-        var fill = WALBatch()
-        for number in 0..<keyCount {
-            fill.put(key(number), value(number, 0))
-            model[key(number)] = value(number, 0)
+        if filled {
+            let filling = try StorageEngine.open(path: "/db", fileSystem: fileSystem).engine
+            var fill = WALBatch()
+            for number in 0..<keyCount {
+                fill.put(key(number), value(number, 0))
+                model[key(number)] = value(number, 0)
+            }
+            try filling.commit(fill)
+            try filling.close()
         }
-        try filled.commit(fill)
-        try filled.close()
 
         let engine = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: options).engine
         func commit(_ changes: [(Int, [UInt8]?)]) throws {
@@ -128,7 +133,7 @@ import Testing
         #expect(engine.snapshots.current.active.count > 0)
 
         // The close asks the held checkpoint to stop, unless the memtables' keys lie
-        // apart; it stops once it goes on, unless the second holds only a few keys.
+        // apart; once it goes on, it stops if the weighing says stopping writes less.
         Thread.detachNewThread {
             do { try engine.close() } catch { hold.closeError.withLock { $0 = "\(error)" } }
             hold.closed.signal()
@@ -169,9 +174,13 @@ import Testing
         #expect(verification.isValid, "\(verification) \(comment.map { "\($0)" } ?? "")")
     }
 
-    @Test func aCloseStopsARunningCheckpointAndFoldsBothMemtables() throws {
+    /// After a checkpoint, whose old tree's pages the held one writes into; and the first
+    /// checkpoint of an empty store, which replaces nothing: stopped, the fold writes the
+    /// tree once.
+    @Test(arguments: [true, false])
+    func aCloseStopsARunningCheckpointAndFoldsBothMemtables(filled: Bool) throws {
         let fileSystem = SimulatedFileSystem()
-        let held = try Self.heldClose(fileSystem)
+        let held = try Self.heldClose(fileSystem, afterACheckpoint: filled, filled: filled)
         #expect(held.closeError == nil)
         #expect(held.stopped == 1)
         let reopened = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options).engine
@@ -229,6 +238,15 @@ import Testing
         // Taken as an overwrite (as many pages written as replaced), the same layout lets
         // the running pass end.
         #expect(!filling.stopPays(pagesWritten: 64, pagesReplaced: 64))
+        // A fill's first checkpoint, into an empty tree (taken as the 13,500 pages its
+        // memtable's bytes fill; it replaces nothing): stopped, the fold writes the tree
+        // once; let end, the close's pass rewrites the leaves its keys land in, past the
+        // tree, for the vacuum to move back.
+        let first = Costs(treePages: 13_500, pageCount: 2, free: [], frozenKeys: 480_000, activeKeys: 220_000)
+        #expect(first.stopPays(pagesWritten: 64, pagesReplaced: 0))
+        #expect(first.stopPays(pagesWritten: 12_000, pagesReplaced: 0))
+        #expect(!Costs(treePages: 13_500, pageCount: 2, free: [], frozenKeys: 480_000, activeKeys: 2)
+            .stopPays(pagesWritten: 64, pagesReplaced: 0))
         #expect(Costs.rewritten(0, of: 100) == 0)
         #expect(abs(Costs.rewritten(100, of: 100) - 63.2) < 0.1)
     }
