@@ -253,7 +253,9 @@ func rounded(_ value: Double, _ places: Int) -> Double {
 /// running (a checkpoint of the fill's last memtable, an LSM's flushes and compactions)
 /// is neither counted as the workload's writes nor run beside its first operations.
 /// `quiet` outlasts Strata's idle checkpoint delay (1 s), which would otherwise start
-/// once the wait ended.
+/// once the wait ended: Strata's last memtable of the fill is checkpointed in the wait,
+/// where LevelDB and RocksDB, which flush a memtable only when it fills, keep theirs
+/// (up to 4 MiB and 64 MiB) and flush it within the workload.
 func settledDeviceWrittenBytes(of path: String, quiet: Duration = .seconds(2), limit: Duration = .seconds(60)) -> Int? {
     guard var last = deviceWrittenBytes(of: path) else { return nil }
     let clock = ContinuousClock()
@@ -269,6 +271,7 @@ func settledDeviceWrittenBytes(of path: String, quiet: Duration = .seconds(2), l
         }
         last = now
     }
+    FileHandle.standardError.write(Data("the device did not go quiet in \(limit): the workload starts now\n".utf8))
     return last
 }
 
