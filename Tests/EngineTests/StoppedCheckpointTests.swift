@@ -251,17 +251,23 @@ import Testing
         #expect(abs(Costs.rewritten(100, of: 100) - 63.2) < 0.1)
     }
 
-    /// A crash at each operation after the stopped checkpoint's last write (the close's
-    /// checkpoint, its vacuum, the log's shrinking) loses no commit: each was acknowledged
-    /// before the close.
-    @Test func aCrashAtEveryOperationOfTheFoldingCloseLosesNothing() throws {
+    /// A crash at each operation after the held checkpoint's release loses no commit: each
+    /// was acknowledged before the close. Stopped, the close's checkpoint folds both
+    /// memtables (after a checkpoint); let end (no checkpoint ended since the fill, so a
+    /// fold would land past the tree), the running checkpoint writes its rest and its
+    /// meta page, then the close checkpoints the memtable after it. Then the vacuum and
+    /// the log's shrinking.
+    @Test(arguments: [true, false])
+    func aCrashAtEveryOperationOfTheCloseLosesNothing(stopping: Bool) throws {
         let dry = SimulatedFileSystem()
-        let operations = try Self.heldClose(dry).operations
-        print("the close took \(operations) operations after the release")
+        let dryRun = try Self.heldClose(dry, afterACheckpoint: stopping)
+        let operations = dryRun.operations
+        print("the close (\(stopping ? "stopping" : "letting end") the checkpoint) took \(operations) operations after the release")
+        #expect(dryRun.stopped == (stopping ? 1 : 0))
         #expect(operations > 3)
         for cut in 0..<operations {
             let fileSystem = SimulatedFileSystem()
-            let held = try Self.heldClose(fileSystem, cut: cut)
+            let held = try Self.heldClose(fileSystem, afterACheckpoint: stopping, cut: cut)
             fileSystem.crash(.random(seed: 43 &* UInt64(cut) &+ 1))
             let reopened = try StorageEngine.open(path: "/db", fileSystem: fileSystem, options: Self.options).engine
             try Self.expectHolds(held.model, reopened, "cut at \(cut)")
