@@ -13,7 +13,8 @@
 // point read finds its piece by those keys, decompresses that piece alone and walks its
 // cells once for the key, then drops it: about 1 KiB decompressed a read, where a leaf of
 // one block (format 4, still read) expands whole. A cursor, which walks every cell,
-// expands the whole leaf once into the page cache and walks the expansion like any page.
+// expands the whole leaf once and walks the expansion like any page: into the page cache
+// for a walk's first leaves, beside it once they take a quarter of it (TreeCursor).
 //
 // Invariants:
 //  CompressedLeaf.C1. A compressed leaf's expansion is its header, hint offset and slots

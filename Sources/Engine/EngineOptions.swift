@@ -11,9 +11,13 @@ public struct EngineOptions: Sendable {
     public var pageBytes = Limits.defaultPageBytes
     /// Bytes of pages the page cache may hold: every tree page where the data file is not
     /// mapped (`mapsDataFile` false, or a file system that maps nothing, such as the
-    /// simulated one), and the
-    /// expansions of compressed leaves (`leafCompression`). On the real file system raw
-    /// pages are read through a mapping, held by the kernel's page cache. Default 64 MiB.
+    /// simulated one), and the expansions of compressed leaves (`leafCompression`). On
+    /// the real file system raw pages are read through a mapping, held by the kernel's
+    /// page cache. A scan or range query keeps its leaves here until they take a quarter
+    /// of it, and holds the rest beside it, each only while it reads it: one long walk
+    /// pushes out at most a quarter of what point reads come back to, and a store whose
+    /// leaves take more than a quarter of the cache is expanded or copied again, past that
+    /// quarter, by each scan of it. Default 64 MiB.
     public var cacheBytes = 64 << 20
     /// Whether tree pages and values are read where they lie in a mapping of the data
     /// file (the default, on a file system that maps files) or copied with `pread` into
@@ -30,7 +34,7 @@ public struct EngineOptions: Sendable {
     /// about 1 KiB (FORMAT.md, "Compressed leaves"): the file takes fewer pages; a point
     /// read of such a leaf in the mapped file expands only the piece that would hold its
     /// key, and a cursor (or any read where the file is not mapped) expands the whole leaf
-    /// once into the page cache (`cacheBytes`). Values too large for a leaf are stored
+    /// once, into the page cache (`cacheBytes`) up to a quarter of it for one walk. Values too large for a leaf are stored
     /// as an LZ4 block in their overflow pages when that saves an eighth or more (a read of
     /// such a value expands it; a raw one is read where it lies in the mapped file). It applies to what a
     /// checkpoint writes; a store may hold both kinds, and every build of format 7 reads

@@ -1,8 +1,9 @@
-// A bounded cache of verified B+tree pages (raw bytes, searched in place): every page of a
+// A bounded cache of verified B+tree pages (raw bytes, searched in place): the pages of a
 // data file that is not mapped (the simulated file system maps nothing, and
 // `EngineOptions.mapsDataFile` may turn the mapping off; PageFile.swift says why a
 // mapping is preferred where there is one), and the expansions of compressed leaves
-// (CompressedLeaf.swift) wherever the file lies.
+// (CompressedLeaf.swift) wherever the file lies, as reads take them: a long walk holds
+// its leaves past a quarter of the cache beside it (TreeCursor, PageFile.holdPage).
 //
 // A fixed array of slots, found through an open-addressing index (linear probing, a
 // multiplicative hash of the page ID, twice as many positions as slots), evicted by CLOCK:

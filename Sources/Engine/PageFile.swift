@@ -210,17 +210,22 @@ final class PageFile: Sendable {
         }
     }
 
-    /// The verified leaf or branch page `id`, for a cursor to hold across steps.
-    func holdPage(_ id: PageID) throws -> HeldPage {
+    /// The verified leaf or branch page `id`, for a cursor to hold across steps. A page
+    /// the cache holds is served from it either way; `caching` false leaves one it does not
+    /// hold out of it (a compressed leaf's expansion, or a page copied where the file is
+    /// not mapped): the held page alone owns it, and it is freed once no cursor holds it.
+    /// For a long walk, whose leaves would push out of the cache the pages point reads
+    /// keep coming back to, and which reads each of its leaves once.
+    func holdPage(_ id: PageID, caching: Bool = true) throws -> HeldPage {
         guard !closed.load(ordering: .relaxed) else { throw EngineError.closed }
         let address = currentRegion.load(ordering: .acquiring)
         if address != 0 {
             let page = try mappedPage(id, UnsafePointer<Region>(bitPattern: address)!.pointee)
             guard PageCodec.isCompressedLeaf(page.bytes) else { return HeldPage(id: id, page: page, owner: nil) }
-            let expanded = try expandedLeaf(id, page.bytes)
+            let expanded = try expandedLeaf(id, page.bytes, caching: caching)
             return HeldPage(id: id, page: expanded.page, owner: expanded)
         }
-        let cached = try cachedPage(id)
+        let cached = try cachedPage(id, caching: caching)
         return HeldPage(id: id, page: cached.page, owner: cached)
     }
 
@@ -279,10 +284,11 @@ final class PageFile: Sendable {
                         word: UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: 24, as: UInt64.self)))
     }
 
-    /// Page `id` from the cache, read and verified (a compressed leaf expanded) on a miss.
+    /// Page `id` from the cache, read and verified (a compressed leaf expanded) on a miss,
+    /// and kept there unless `caching` is false.
     /// The page is read straight into the memory the cached page owns (one allocation and
     /// no copy on a miss); a compressed leaf is expanded from it into memory of its own.
-    private func cachedPage(_ id: PageID) throws -> CachedPage {
+    private func cachedPage(_ id: PageID, caching: Bool = true) throws -> CachedPage {
         if let cached = cache.page(id) { return cached }
         let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: pageBytes, alignment: 16)
         var owned = true
@@ -296,13 +302,13 @@ final class PageFile: Sendable {
             cached = CachedPage(owning: bytes, type: type, count: count, word: word)
             owned = false
         }
-        cache.insert(id, cached)
+        if caching { cache.insert(id, cached) }
         return cached
     }
 
     /// The expansion of the verified compressed leaf `id` (its page bytes `page`), from the
-    /// cache or expanded into it.
-    private func expandedLeaf(_ id: PageID, _ page: UnsafeRawBufferPointer) throws -> CachedPage {
+    /// cache or expanded, into it unless `caching` is false.
+    private func expandedLeaf(_ id: PageID, _ page: UnsafeRawBufferPointer, caching: Bool = true) throws -> CachedPage {
         // An expansion keeps its page's header: one of an older write of this page (which
         // PageFile.P1 and the removal on write rule out) is not served but replaced.
         if let cached = cache.page(id),
@@ -311,7 +317,7 @@ final class PageFile: Sendable {
         }
         let expanded = CachedPage(owning: try expandInPlace(id, page), type: .leaf,
                                   count: Int(UInt16(littleEndian: page.loadUnaligned(fromByteOffset: 6, as: UInt16.self))), word: 0)
-        cache.insert(id, expanded)
+        if caching { cache.insert(id, expanded) }
         return expanded
     }
 

@@ -7,8 +7,9 @@
 import CStrataPlatform
 import StrataCodec
 
-/// A page whose checksum, type and ID were verified when it was read, as the page cache
-/// holds it (when the data file is not mapped): its bytes live as long as the object.
+/// A page whose checksum, type and ID were verified when it was read (a copy where the data
+/// file is not mapped, or a compressed leaf's expansion), as the page cache or a cursor
+/// holds it: its bytes live as long as the object.
 final class CachedPage: Sendable {
     let page: TreePage
 
@@ -27,7 +28,8 @@ final class CachedPage: Sendable {
 }
 
 /// A tree page a cursor holds between steps: a mapped page needs no owner (the mapping
-/// outlives every snapshot); a cached one keeps its bytes alive.
+/// outlives every snapshot); a copied or expanded one, in the page cache or beside it,
+/// keeps its bytes alive.
 struct HeldPage {
     let id: PageID
     let page: TreePage

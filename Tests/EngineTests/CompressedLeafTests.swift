@@ -252,7 +252,7 @@ import Testing
     /// compressed: in a new temporary directory of the real file system (read through a
     /// mapping), which the caller removes, or at /db of a simulated one; its model, and the
     /// generator (seeded with `seed`, printed) after the fill.
-    private func filledCompressedStore(seed: UInt64, mapped: Bool) throws
+    private func filledCompressedStore(seed: UInt64, mapped: Bool, count: Int = 3_000) throws
         -> (path: String, fileSystem: any FileSystem, model: [[UInt8]: [UInt8]], random: SplitMix64) {
         print("seed \(seed)")
         var random = SplitMix64(seed: seed)
@@ -260,7 +260,7 @@ import Testing
             ? (FileManager.default.temporaryDirectory.appendingPathComponent("strata-compressed-\(UUID().uuidString)").path, POSIXFileSystem())
             : ("/db", SimulatedFileSystem())
         let (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options(.lz4))
-        let model = try fill(engine, count: 3_000, size: 100, random: &random)
+        let model = try fill(engine, count: count, size: 100, random: &random)
         try engine.close()
         return (path, fileSystem, model, random)
     }
@@ -342,7 +342,8 @@ import Testing
 
     /// Point reads of compressed leaves in the mapped file put nothing in the page cache
     /// (each expands its piece for the read alone); a scan, which expands whole leaves,
-    /// fills it (EngineOptions.leafCompression).
+    /// keeps them there (up to a quarter of the cache, which holds this store whole:
+    /// EngineOptions.leafCompression).
     @Test func mappedPointReadsLeaveThePageCacheEmpty() throws {
         let (directory, fileSystem, model, _) = try filledCompressedStore(seed: 0xC0_4008, mapped: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -353,8 +354,65 @@ import Testing
         for (key, value) in model { #expect(try snapshot.get(key) == value) }
         #expect(reopened.pageFile.cache.count == before, "point reads cached \(reopened.pageFile.cache.count - before) pages")
         try snapshot.forEach { _, _ in true }
-        #expect(reopened.pageFile.cache.count > before, "a scan caches the leaves it expands")
+        #expect(reopened.pageFile.cache.count > before, "a scan keeps the leaves it expands")
         try reopened.close()
+    }
+
+    /// A walk holds its leaves through the page cache up to a quarter of it, and the rest
+    /// beside it: with a cache of 1 MiB, a scan of the whole store, either way and each
+    /// from an empty cache, reads every pair in order and leaves about a quarter of the
+    /// cache taken by its leaves (and the branches it descended), mapped or not, and the
+    /// same scan again finds them there and adds nothing; with the default cache every
+    /// leaf stays cached. A count, which steps through leaves too, agrees
+    /// (PageFile.holdPage).
+    @Test(arguments: [true, false]) func aLongWalkHoldsItsLeavesBesideThePageCache(mapped: Bool) throws {
+        let (path, fileSystem, model, _) = try filledCompressedStore(seed: 0xC0_4010, mapped: mapped, count: 12_000)
+        defer { if mapped { try? FileManager.default.removeItem(atPath: path) } }
+        let ascending = model.keys.sorted { compareKeys($0, $1) < 0 }
+        for cacheBytes in [1 << 20, EngineOptions().cacheBytes] {
+            for reverse in [false, true] {
+                var options = options(.lz4)
+                options.cacheBytes = cacheBytes
+                let (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options)
+                #expect((engine.pageFile.mappingBase != nil) == mapped)
+                let report = engine.verify()
+                let cache = engine.pageFile.cache
+                #expect(report.isValid && report.compressedLeafPages > 100 && cache.count == 0, "\(report)")
+                for pass in 0..<2 {
+                    let (before, bytesBefore) = (cache.count, cache.byteCount)
+                    var keys: [[UInt8]] = []
+                    var matched = 0
+                    try engine.snapshot().forEach(reverse: reverse) { key, value in
+                        let key = key.withUnsafeBytes { Array($0) }
+                        if value.withUnsafeBytes({ Array($0) }) == model[key] { matched += 1 }
+                        keys.append(key)
+                        return true
+                    }
+                    let note: Comment = "cache \(cacheBytes), reverse \(reverse), pass \(pass)"
+                    #expect(keys == (reverse ? ascending.reversed() : ascending) && matched == model.count,
+                            "\(note): \(keys.count) keys, \(matched) values match")
+                    let (added, addedBytes) = (cache.count - before, cache.byteCount - bytesBefore)
+                    if pass == 1 {
+                        // The walk's first leaves are found where the last walk left them.
+                        #expect(added == 0, "\(note): the walk cached \(added) more pages")
+                    } else if cacheBytes < EngineOptions().cacheBytes {
+                        // A quarter, plus the seek's leaf (not counted) and the step that
+                        // reached it, and the branches read through the cache where the
+                        // file is not mapped.
+                        let bound = cacheBytes / 4 + 2 * PageCodec.maxExpandedLeafBytes(pageBytes: engine.pageFile.pageBytes)
+                            + (mapped ? 0 : report.branchPages * engine.pageFile.pageBytes)
+                        #expect(addedBytes >= cacheBytes / 4 && addedBytes <= bound,
+                                "\(note): the walk cached \(addedBytes) bytes, \(added) pages of \(report.leafPages) leaves")
+                    } else {
+                        // Where the file is mapped, a raw leaf is read where it lies.
+                        let leaves = mapped ? report.compressedLeafPages : report.leafPages
+                        #expect(added >= leaves, "\(note): the walk cached \(added) pages of \(leaves) leaves")
+                    }
+                }
+                #expect(try engine.snapshot().count() == model.count)
+                try engine.close()
+            }
+        }
     }
 
     /// A store written raw reads after a reopen with compression on, and the leaves its
