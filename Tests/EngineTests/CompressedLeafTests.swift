@@ -415,6 +415,60 @@ import Testing
         }
     }
 
+    /// A leaf a walk holds beside the page cache is checked as any leaf read: the last
+    /// compressed leaf of an unmapped store, its stated cell bytes past what a leaf holds
+    /// (its checksum made to match), stops a forward scan with 1 MiB of cache, which reaches it past the
+    /// quarter, with `corruptPage` naming the file and the leaf's offset; the keys of
+    /// every other leaf still read (PageFile.holdPage).
+    @Test func aDamagedLeafHeldBesideThePageCacheIsReported() throws {
+        let (path, fileSystem, model, _) = try filledCompressedStore(seed: 0xC0_4011, mapped: false, count: 12_000)
+        let simulated = try #require(fileSystem as? SimulatedFileSystem)
+        var options = options(.lz4)
+        options.cacheBytes = 1 << 20
+        var (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options)
+        // The last leaf in key order compressed in pieces (a raw leaf may end the tree),
+        // which a forward scan reaches past the quarter.
+        let tree = engine.snapshot().state.tree
+        var parent = tree.root
+        for _ in 2..<tree.height {
+            guard case let .branch(entries) = try engine.pageFile.node(parent) else { Issue.record("a leaf above the bottom"); return }
+            parent = try #require(entries.last).child
+        }
+        guard case let .branch(children) = try engine.pageFile.node(parent) else { Issue.record("no branch above the leaves"); return }
+        let pageBytes = engine.pageFile.pageBytes
+        let image = try #require(simulated.contents(of: path + "/data"))
+        let damaged = try #require(children.reversed().map(\.child).first { id in
+            image[(Int(id.rawValue) * pageBytes)...].withUnsafeBytes { PageCodec.isPiecedLeaf(UnsafeRawBufferPointer(rebasing: $0[..<pageBytes])) }
+        })
+        guard case let .leaf(entries) = try engine.pageFile.node(damaged) else { Issue.record("no leaf at the bottom"); return }
+        let leafKeys = Set(entries.map(\.key))
+        let before = model.keys.filter { compareKeys($0, entries[0].key) < 0 }.count
+        try engine.close(checkpoint: false)
+        let offset = Int(damaged.rawValue) * pageBytes
+        #expect(simulated.modify(path + "/data") { image in
+            var page = Array(image[offset..<(offset + pageBytes)])
+            page.replaceSubrange(PageHeader.bytes..<(PageHeader.bytes + 4), with: [0xFF, 0xFF, 0xFF, 0x7F])
+            PageCodec.seal(&page)
+            image.replaceSubrange(offset..<(offset + pageBytes), with: page)
+        })
+        (engine, _) = try StorageEngine.open(path: path, fileSystem: fileSystem, options: options)
+        var scanned = 0
+        do {
+            try engine.snapshot().forEach { _, _ in
+                scanned += 1
+                return true
+            }
+            Issue.record("the scan read \(scanned) keys past the damaged leaf")
+        } catch let EngineError.corruptPage(damaged, at, reason) {
+            #expect(damaged == path + "/data" && at == Int64(offset), "\(damaged) at \(at): \(reason)")
+        }
+        #expect(scanned == before && before > model.count / 2, "\(scanned) keys before the damaged leaf, \(before) expected")
+        #expect(engine.pageFile.cache.byteCount <= options.cacheBytes / 2, "\(engine.pageFile.cache.byteCount) bytes cached")
+        let snapshot = engine.snapshot()
+        for (key, value) in model where !leafKeys.contains(key) { #expect(try snapshot.get(key) == value) }
+        try engine.close(checkpoint: false)
+    }
+
     /// A store written raw reads after a reopen with compression on, and the leaves its
     /// checkpoints rewrite come out compressed; a reopen with compression off reads them
     /// and writes raw leaves again. Every step verifies and holds the model.

@@ -106,7 +106,9 @@ public enum FuzzTargets {
     /// last nonzero one) compressed into a compressed leaf's block (FORMAT.md, "Compressed
     /// leaves"), so the fuzzer reaches the cells an expansion walks. With its bit 3 set, the
     /// file is read from the real file system, through a mapping (where a point read of a
-    /// leaf in pieces expands only its piece), instead of the simulated one.
+    /// leaf in pieces expands only its piece), instead of the simulated one. With its bit 4
+    /// set, the page cache is the smallest there is (16 pages), so that a walk holds its
+    /// leaves past a quarter of it beside the cache (`PageFile.holdPage(_:caching:)`).
     /// Open, get, scans both ways (copying and in place), counts (whole, up to a limit, and
     /// with the committed keys in the memtable, which the count steps to through the
     /// tree's leaves), verify, and a commit with its checkpoint (which reads the leaves it
@@ -128,7 +130,9 @@ public enum FuzzTargets {
     }
 
     private static func enginePage(_ input: [UInt8], path: String, fileSystem: any FileSystem) {
-        guard let (engine, _) = try? StorageEngine.open(path: path, fileSystem: fileSystem, options: smallOptions()) else { return }
+        var options = smallOptions()
+        if input[0] & 16 != 0 { options.cacheBytes = 0 }
+        guard let (engine, _) = try? StorageEngine.open(path: path, fileSystem: fileSystem, options: options) else { return }
         let snapshot = engine.snapshot()
         _ = try? snapshot.get(Array("k".utf8))
         _ = try? snapshot.scan(limit: 100)
