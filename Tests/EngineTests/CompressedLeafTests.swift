@@ -417,9 +417,9 @@ import Testing
 
     /// A leaf a walk holds beside the page cache is checked as any leaf read: the last
     /// compressed leaf of an unmapped store, its stated cell bytes past what a leaf holds
-    /// (its checksum made to match), stops a forward scan with 1 MiB of cache, which reaches it past the
-    /// quarter, with `corruptPage` naming the file and the leaf's offset; the keys of
-    /// every other leaf still read (PageFile.holdPage).
+    /// (its checksum made to match), stops a forward scan with 1 MiB of cache, which
+    /// reaches it past the quarter, with `corruptPage` naming the file and the leaf's
+    /// offset; the keys of every other leaf still read (PageFile.holdPage).
     @Test func aDamagedLeafHeldBesideThePageCacheIsReported() throws {
         let (path, fileSystem, model, _) = try filledCompressedStore(seed: 0xC0_4011, mapped: false, count: 12_000)
         let simulated = try #require(fileSystem as? SimulatedFileSystem)
@@ -429,6 +429,7 @@ import Testing
         // The last leaf in key order compressed in pieces (a raw leaf may end the tree),
         // which a forward scan reaches past the quarter.
         let tree = engine.snapshot().state.tree
+        try #require(tree.height >= 2, "a tree of one leaf")
         var parent = tree.root
         for _ in 2..<tree.height {
             guard case let .branch(entries) = try engine.pageFile.node(parent) else { Issue.record("a leaf above the bottom"); return }
@@ -440,7 +441,10 @@ import Testing
         let damaged = try #require(children.reversed().map(\.child).first { id in
             image[(Int(id.rawValue) * pageBytes)...].withUnsafeBytes { PageCodec.isPiecedLeaf(UnsafeRawBufferPointer(rebasing: $0[..<pageBytes])) }
         })
-        guard case let .leaf(entries) = try engine.pageFile.node(damaged) else { Issue.record("no leaf at the bottom"); return }
+        guard case let .leaf(entries) = try engine.pageFile.node(damaged), !entries.isEmpty else {
+            Issue.record("no leaf with keys at the bottom")
+            return
+        }
         let leafKeys = Set(entries.map(\.key))
         let before = model.keys.filter { compareKeys($0, entries[0].key) < 0 }.count
         try engine.close(checkpoint: false)
