@@ -107,8 +107,9 @@ public enum FuzzTargets {
     /// leaves"), so the fuzzer reaches the cells an expansion walks. With its bit 3 set, the
     /// file is read from the real file system, through a mapping (where a point read of a
     /// leaf in pieces expands only its piece), instead of the simulated one. With its bit 4
-    /// set, the page cache is the smallest there is (16 pages), so that a walk holds its
-    /// leaves past a quarter of it beside the cache (`PageFile.holdPage(_:caching:)`).
+    /// set, the page cache is the smallest there is (16 pages), so that a walk over leaves
+    /// whose expansions reach a quarter of it (16 KiB) holds the rest beside the cache
+    /// (`PageFile.holdPage(_:caching:)`); the unit tests reach that path for certain.
     /// Open, get, scans both ways (copying and in place), counts (whole, up to a limit, and
     /// with the committed keys in the memtable, which the count steps to through the
     /// tree's leaves), verify, and a commit with its checkpoint (which reads the leaves it
