@@ -71,7 +71,14 @@ extension Context {
             case .error:
                 throw ContextError.mergeConflict(keys: conflicts)
             case .childWins:
-                break
+                // Kept, but what their writes read of their keys no longer holds (Context.C6).
+                var cleared = overlay
+                for key in conflicts {
+                    guard var entry = cleared[key], entry.snapshotHolds != nil else { continue }
+                    entry.snapshotHolds = nil
+                    cleared.updateValue(entry, forKey: key)
+                }
+                replaceOverlay(cleared)
             case .parentWins:
                 let dropped = Set(conflicts)
                 var kept: [(key: [UInt8], value: OverlayEntry)] = []
@@ -101,12 +108,20 @@ extension Context {
     /// `key` as this context would read it with `overlay` as its own (and `snapshot`
     /// beneath its ancestors' overlays, when given).
     func read(_ key: [UInt8], overlay: Overlay, snapshot: Snapshot? = nil) throws -> [UInt8]? {
-        if let entry = overlay[key] { return entry.value }
+        try readNotingSnapshot(key, overlay: overlay, snapshot: snapshot).value
+    }
+
+    /// `read`, and whether the snapshot read beneath the overlays holds `key` when the read
+    /// learned it: it went down to the snapshot, or the entry it found knew (Context.C6).
+    func readNotingSnapshot(_ key: [UInt8], overlay: Overlay, snapshot: Snapshot? = nil) throws
+        -> (value: [UInt8]?, snapshotHolds: Bool?) {
+        if let entry = overlay[key] { return (entry.value, entry.snapshotHolds) }
         var layer = base
         while let current = layer {
-            if let entry = current.overlay[key] { return entry.value }
+            if let entry = current.overlay[key] { return (entry.value, entry.snapshotHolds) }
             layer = current.next
         }
-        return try (snapshot ?? self.snapshot).get(key)
+        let value = try (snapshot ?? self.snapshot).get(key)
+        return (value, value != nil)
     }
 }

@@ -18,6 +18,11 @@
 //      key it looks up and every range it walks, as far as the walk went, whatever layer
 //      reads through it; nothing it reads bypasses the note (`snapshotWhenUnstaged` is
 //      then nil, and a cursor notes its whole range).
+//  Context.C6. An overlay entry's `snapshotHolds`, when set, is what the context's snapshot
+//      says of its key (held or not): it is set only from a read of that snapshot, or
+//      carried from an entry that knew it, within one tree of contexts, all of which read
+//      the root's snapshot; a root's `refresh()` clears it on each entry it keeps whose
+//      key another commit wrote since the old snapshot.
 // Thread-safety: not `Sendable`; a context belongs to the task that uses it, like a
 // transaction. The store beneath it is shared.
 import StrataEngine
@@ -116,6 +121,17 @@ public final class Context {
 
     /// Whether `key` has a value as this context sees it.
     public func contains(_ key: [UInt8]) throws -> Bool { try get(key) != nil }
+
+    /// `get(key)`, and whether the snapshot beneath every overlay holds `key` when this
+    /// read learned it: it went down to the snapshot, or its overlay entry knew
+    /// (Context.C6); nil otherwise. Staged with the write that follows
+    /// (`stage(_:_:snapshotHolds:)`), it spares the root's commit a second lookup of the
+    /// key.
+    package func getNotingSnapshot(_ key: [UInt8]) throws -> (value: [UInt8]?, snapshotHolds: Bool?) {
+        try checkOpen()
+        readRecorder?.note(key)
+        return try readNotingSnapshot(key, overlay: overlay)
+    }
 
     /// Key/value pairs as this context sees them, in key order (descending with
     /// `reverse`), with keys in `start..<end` (either bound optional) that start with
@@ -298,14 +314,20 @@ public final class Context {
     /// version and its place among the commit's stamped keys
     /// (`WALBatch.versionStampedOperations`); staged, they keep such keys apart, and a zero
     /// version in the first 8 makes them sort before every committed key of their prefix.
+    /// `snapshotHolds`: whether the snapshot holds `key`, as `getNotingSnapshot` found it
+    /// just before (Context.C6), so that the commit need not look it up again; nil when
+    /// not read.
     package func stage(_ key: [UInt8], _ value: [UInt8]?, isChecked: Bool = true, tracksInsert: Bool = false,
-                       stampsVersion: Bool = false) throws {
+                       stampsVersion: Bool = false, snapshotHolds: Bool? = nil) throws {
         try checkWritable(key)
         if let value, value.count > Limits.maxValueBytes {
             throw EngineError.valueTooLarge(byteCount: value.count, limit: Limits.maxValueBytes)
         }
-        let entry = OverlayEntry(value: value, isChecked: isChecked && !stampsVersion, tracksInsert: tracksInsert,
-                                 stampsVersion: stampsVersion)
+        // Only a checked write keeps what its read found: a refresh finds the keys written
+        // since among the checked ones (Context.C6).
+        let checked = isChecked && !stampsVersion
+        let entry = OverlayEntry(value: value, isChecked: checked, tracksInsert: tracksInsert, stampsVersion: stampsVersion,
+                                 snapshotHolds: checked ? snapshotHolds : nil)
         overlay.updateValue(entry, forKey: key)
     }
 
@@ -440,7 +462,10 @@ public final class Context {
                 batch.operations.append(entry.value.map { .put(key: key, value: $0) } ?? .delete(key: key))
                 continue
             }
-            switch (entry.value, try snapshot.contains(key)) {
+            // What the write's own read of the key found, when it read it (Context.C6).
+            let held: Bool
+            if let known = entry.snapshotHolds { held = known } else { held = try snapshot.contains(key) }
+            switch (entry.value, held) {
             case let (value?, false): batch.operations.append(.insert(key: key, value: value))
             case let (value?, true): batch.operations.append(.put(key: key, value: value))
             case (nil, true): batch.operations.append(.delete(key: key))

@@ -23,16 +23,23 @@ struct OverlayEntry: Sendable {
     /// Whether the root commit writes its version into the key
     /// (`WALBatch.versionStampedOperations`): an outbox event's key.
     var stampsVersion: Bool
+    /// Whether the snapshot beneath every overlay holds the key, when the write that made
+    /// this entry had read that (`Context.getNotingSnapshot`), else nil: the root's batch
+    /// then need not look the key up again to tell an insert from an update
+    /// (Context.C6).
+    var snapshotHolds: Bool?
 
     private static let nextStamp = Atomic<UInt64>(1)
 
     /// A write with a fresh stamp.
-    init(value: [UInt8]?, isChecked: Bool = true, tracksInsert: Bool = false, stampsVersion: Bool = false) {
+    init(value: [UInt8]?, isChecked: Bool = true, tracksInsert: Bool = false, stampsVersion: Bool = false,
+         snapshotHolds: Bool? = nil) {
         self.value = value
         self.stamp = Self.nextStamp.wrappingAdd(1, ordering: .relaxed).oldValue
         self.isChecked = isChecked
         self.tracksInsert = tracksInsert
         self.stampsVersion = stampsVersion
+        self.snapshotHolds = snapshotHolds
     }
 }
 

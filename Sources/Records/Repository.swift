@@ -116,19 +116,27 @@ public struct Repository<R: Record> {
     /// Stages `record` after `check` saw whether it existed (decoded only when index
     /// entries must be replaced, so records of an older shape can be overwritten), after
     /// the targets of its relationships were checked (RelationshipLink.L1).
+    /// What this write's read of the record's key learned of the snapshot is staged with
+    /// it, so that the commit need not look the key up again (Context.C6).
     private func write(_ record: R, check: (Bool) throws -> Void) throws {
+        let key = key(record.id)
+        let snapshotHolds: Bool?
         if indexes.isEmpty {
-            try check(try context.contains(key(record.id)))
+            let found = try context.getNotingSnapshot(key)
+            try check(found.value != nil)
+            snapshotHolds = found.snapshotHolds
         } else {
             try indexes.ensureBuilt()
-            let old = try get(record.id)
+            let found = try context.getNotingSnapshot(key)
+            let old = try found.value.map { try decode($0, key: key) }
             try check(old != nil)
             if shape.hasRelationships {
                 for link in try RecordTypeCache.links(of: R.self) { try link.checkTargets(old: old, new: record, in: context) }
             }
             try indexes.replace(old: old, with: record)
+            snapshotHolds = found.snapshotHolds
         }
-        try context.stage(key(record.id), try RecordEncoder().encode(record), tracksInsert: true)
+        try context.stage(key, try RecordEncoder().encode(record), tracksInsert: true, snapshotHolds: snapshotHolds)
     }
 
     // MARK: Reading
