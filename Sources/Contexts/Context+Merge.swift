@@ -108,20 +108,27 @@ extension Context {
     /// `key` as this context would read it with `overlay` as its own (and `snapshot`
     /// beneath its ancestors' overlays, when given).
     func read(_ key: [UInt8], overlay: Overlay, snapshot: Snapshot? = nil) throws -> [UInt8]? {
-        try readNotingSnapshot(key, overlay: overlay, snapshot: snapshot).value
+        if let entry = stagedEntry(key, overlay: overlay) { return entry.value }
+        return try (snapshot ?? self.snapshot).get(key)
     }
 
-    /// `read`, and whether the snapshot read beneath the overlays holds `key` when the read
-    /// learned it: it went down to the snapshot, or the entry it found knew (Context.C6).
-    func readNotingSnapshot(_ key: [UInt8], overlay: Overlay, snapshot: Snapshot? = nil) throws
-        -> (value: [UInt8]?, snapshotHolds: Bool?) {
-        if let entry = overlay[key] { return (entry.value, entry.snapshotHolds) }
+    /// `read` beneath this context's own snapshot, and whether that snapshot holds `key`
+    /// when the read learned it: it went down to the snapshot, or the entry it found knew
+    /// (Context.C6).
+    func readNotingSnapshot(_ key: [UInt8], overlay: Overlay) throws -> (value: [UInt8]?, snapshotHolds: Bool?) {
+        if let entry = stagedEntry(key, overlay: overlay) { return (entry.value, entry.snapshotHolds) }
+        let value = try snapshot.get(key)
+        return (value, value != nil)
+    }
+
+    /// The entry for `key` in `overlay`, else in the nearest ancestor's overlay that has one.
+    private func stagedEntry(_ key: [UInt8], overlay: Overlay) -> OverlayEntry? {
+        if let entry = overlay[key] { return entry }
         var layer = base
         while let current = layer {
-            if let entry = current.overlay[key] { return (entry.value, entry.snapshotHolds) }
+            if let entry = current.overlay[key] { return entry }
             layer = current.next
         }
-        let value = try (snapshot ?? self.snapshot).get(key)
-        return (value, value != nil)
+        return nil
     }
 }

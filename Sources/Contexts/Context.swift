@@ -21,8 +21,9 @@
 //  Context.C6. An overlay entry's `snapshotHolds`, when set, is what the context's snapshot
 //      says of its key (held or not): it is set only from a read of that snapshot, or
 //      carried from an entry that knew it, within one tree of contexts, all of which read
-//      the root's snapshot; a root's `refresh()` clears it on each entry it keeps whose
-//      key another commit wrote since the old snapshot.
+//      the root's snapshot (a root with open children cannot refresh, Context.C3); a
+//      root's `refresh()` clears it on each entry it keeps whose key another commit wrote
+//      since the old snapshot.
 // Thread-safety: not `Sendable`; a context belongs to the task that uses it, like a
 // transaction. The store beneath it is shared.
 import StrataEngine

@@ -74,13 +74,19 @@ struct IndexMaintenance<R: Record> {
         // `enumerated()` cost more than all of them. The old record is unwrapped once.
         var changes: [IndexEntryChange] = []
         changes.reserveCapacity(declaredCount)
-        for position in 0..<declaredCount {
-            let index = declared[position]
-            guard !index.isMultiValued else { continue }
-            changes.append(IndexEntryChange(index: position, isUnique: index.isUnique, next: entry(index, new), previous: nil))
-        }
         if let old {
-            for change in changes.indices { changes[change].previous = entry(declared[changes[change].index], old) }
+            for position in 0..<declaredCount {
+                let index = declared[position]
+                guard !index.isMultiValued else { continue }
+                changes.append(IndexEntryChange(index: position, isUnique: index.isUnique, next: entry(index, new),
+                                                previous: entry(index, old)))
+            }
+        } else {
+            for position in 0..<declaredCount {
+                let index = declared[position]
+                guard !index.isMultiValued else { continue }
+                changes.append(IndexEntryChange(index: position, isUnique: index.isUnique, next: entry(index, new), previous: nil))
+            }
         }
         for change in changes where change.isUnique && change.previous?.key != change.next.key {
             if let holder = try context.get(change.next.key), holder != change.next.value {
@@ -217,5 +223,5 @@ struct IndexEntryChange {
     let index: Int
     let isUnique: Bool
     let next: (key: [UInt8], value: [UInt8])
-    var previous: (key: [UInt8], value: [UInt8])?
+    let previous: (key: [UInt8], value: [UInt8])?
 }

@@ -29,10 +29,10 @@ extension String: IndexableValue {
         // (Made inside `withContiguousStorageIfAvailable`, the array was allocated through
         // the unspecialized buffer initializer: about 700 instructions of runtime metadata
         // lookups a key, callgrind.)
-        var plain: [UInt8] = []
-        plain.reserveCapacity(utf8.count + 2)
-        plain.append(contentsOf: utf8)
-        if !plain.contains(where: { $0 == 0 || $0 >= 0x80 }) {
+        if !utf8.contains(where: { $0 == 0 || $0 >= 0x80 }) {
+            var plain: [UInt8] = []
+            plain.reserveCapacity(utf8.count + 2)
+            plain.append(contentsOf: utf8)
             plain.append(0)
             plain.append(0)
             return plain
