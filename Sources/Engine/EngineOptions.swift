@@ -34,7 +34,8 @@ public struct EngineOptions: Sendable {
     /// about 1 KiB (FORMAT.md, "Compressed leaves"): the file takes fewer pages; a point
     /// read of such a leaf in the mapped file expands only the piece that would hold its
     /// key, and a cursor (or any read where the file is not mapped) expands the whole leaf
-    /// once, into the page cache (`cacheBytes`) up to a quarter of it for one walk. Values too large for a leaf are stored
+    /// once, into the page cache (`cacheBytes`) up to a quarter of it for one walk. Values
+    /// too large for a leaf are stored
     /// as an LZ4 block in their overflow pages when that saves an eighth or more (a read of
     /// such a value expands it; a raw one is read where it lies in the mapped file). It applies to what a
     /// checkpoint writes; a store may hold both kinds, and every build of format 7 reads

@@ -62,16 +62,15 @@ struct IndexMaintenance<R: Record> {
     /// is neither checked nor staged again: the stored one stands.
     func replace(old: R?, with new: R) throws {
         if shape.hasElementIndexes { try replaceElements(old: old, with: new) }
-        // The changes name their index by position, not by holding it: this code runs
-        // generic (unspecialized for the application's record type), where each copy of
-        // a tuple holding a `RecordIndex<R>` went through the runtime's value witnesses
+        // This code runs generic (unspecialized for the application's record type), where
+        // each copy of a `RecordIndex<R>`, or of a tuple holding one, goes through the
+        // runtime's value witnesses, and each use of a type built from `R` looks its
+        // metadata up. So the changes name their index by position, not by holding it
         // (callgrind, nested and records-update at N = 100,000: 25.69G → 21.32G
-        // instructions in all).
-        // Each index is copied out of the array once, over a range of plain integers:
-        // `declared[position]` and `declared.indices` are generic calls here, a copy
-        // through the runtime's value witnesses and a metadata lookup each time (three or
-        // four copies a record and index before, about 300 instructions each), and
-        // `enumerated()` cost more than all of them. The old record is unwrapped once.
+        // instructions in all); each index is copied out of the array once, over a range
+        // of plain integers (`declared.indices` and `enumerated()` are generic calls here,
+        // the latter dearer than all the copies it saved); and the old record is unwrapped
+        // once, outside the loop.
         var changes: [IndexEntryChange] = []
         changes.reserveCapacity(declaredCount)
         if let old {
